@@ -194,7 +194,7 @@ bool proto_str_eq(const msgpack_object *obj, const char *s)
 {
     size_t n = strlen(s);
     return obj->type == MSGPACK_OBJECT_STR && obj->via.str.size == n &&
-           memcmp(obj->via.str.ptr, s, n) == 0;
+           (n == 0 || memcmp(obj->via.str.ptr, s, n) == 0);
 }
 
 const msgpack_object *proto_map_get(const msgpack_object *map, const char *key)

@@ -69,7 +69,7 @@ enum {
 
 /*
  * Looks for one complete frame at the start of `buf`. On 0 stores the payload
- * span in *payload/*payload_len and the bytes consumed (prefix included) in
+ * span in *payload and *payload_len, and the bytes consumed (prefix included) in
  * *consumed. Otherwise returns one of PROTO_FRAME_*; *payload_len then holds
  * the announced length when it is known.
  */

@@ -1,0 +1,304 @@
+#include "daemon/config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compress/compress.h"
+#include "daemon/store.h"
+
+static const char usage_text[] =
+    "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
+    "              [--config FILE]\n"
+    "       cairnd --help | --version\n"
+    "\n"
+    "Runs the cairn storage daemon in the foreground.\n"
+    "\n"
+    "  --socket PATH      Unix socket to listen on\n"
+    "                     (default $XDG_RUNTIME_DIR/cairn/cairnd.sock or /tmp/cairn-$UID/cairnd.sock)\n"
+    "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn)\n"
+    "  --backend URL      object backend: local (default) or local:/PATH\n"
+    "  --log-level LEVEL  error, warn, info (default) or debug\n"
+    "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n";
+
+/* Flag values, kept apart so they can be applied after the file and the environment. */
+struct flags {
+    const char *socket, *data_dir, *backend, *log_level, *config;
+};
+
+struct ini_state {
+    struct config *cfg;
+    FILE *file;
+    int lineno; /* counted by read_line: Debian's inih does not pass line numbers */
+    const char *path;
+    char *err;
+    size_t err_len;
+    bool failed;
+};
+
+static int copy_str(char *dst, size_t dst_len, const char *src)
+{
+    size_t n = strlen(src);
+    if (n == 0 || n >= dst_len)
+        return -EINVAL;
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+/* Parses a byte size with an optional K or M suffix (powers of 1024). */
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        return -EINVAL;
+    if (*end == 'K' || *end == 'k')
+        v *= 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024, end++;
+    if (*end != '\0')
+        return -EINVAL;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v < min || v > max)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+/*
+ * Applies one setting. Returns NULL on success or a description of what is
+ * wrong. Shared by the INI file and the flags so both validate the same way.
+ */
+static const char *apply(struct config *cfg, const char *section, const char *key,
+                         const char *value)
+{
+    unsigned u;
+    size_t sz;
+
+    if (strcmp(section, "daemon") == 0) {
+        if (strcmp(key, "socket") == 0)
+            return copy_str(cfg->socket_path, sizeof(cfg->socket_path), value)
+                       ? "socket path is empty or too long (max 107 bytes)"
+                       : NULL;
+        if (strcmp(key, "log_level") == 0)
+            return log_level_parse(value, &cfg->log_level)
+                       ? "log_level must be error, warn, info or debug"
+                       : NULL;
+        if (strcmp(key, "max_connections") == 0) {
+            if (parse_uint(value, 1, 1000000, &u))
+                return "max_connections must be between 1 and 1000000";
+            cfg->max_connections = u;
+            return NULL;
+        }
+        if (strcmp(key, "threads") == 0) {
+            if (parse_uint(value, 0, 128, &u))
+                return "threads must be between 0 (automatic) and 128";
+            cfg->threads = u;
+            return NULL;
+        }
+    } else if (strcmp(section, "store") == 0) {
+        if (strcmp(key, "data_dir") == 0)
+            return copy_str(cfg->data_dir, sizeof(cfg->data_dir), value)
+                       ? "data_dir is empty or too long"
+                       : NULL;
+        if (strcmp(key, "compression_level") == 0) {
+            if (parse_uint(value, 1, 19, &u))
+                return "compression_level must be between 1 and 19";
+            cfg->compression_level = (int)u;
+            return NULL;
+        }
+        if (strcmp(key, "chunk_size") == 0) {
+            if (parse_size(value, &sz) || sz < STORE_MIN_CHUNK || sz > STORE_MAX_CHUNK)
+                return "chunk_size must be between 4K and 4M";
+            cfg->chunk_size = sz;
+            return NULL;
+        }
+    } else if (strcmp(section, "backend") == 0) {
+        if (strcmp(key, "url") == 0)
+            return copy_str(cfg->backend_url, sizeof(cfg->backend_url), value)
+                       ? "backend url is empty or too long"
+                       : NULL;
+    } else {
+        return "unknown section";
+    }
+    return "unknown key";
+}
+
+static char *read_line(char *str, int num, void *stream)
+{
+    struct ini_state *st = stream;
+    char *line = fgets(str, num, st->file);
+    if (line)
+        st->lineno++;
+    return line;
+}
+
+static int on_ini_entry(void *user, const char *section, const char *key, const char *value)
+{
+    struct ini_state *st = user;
+    int lineno = st->lineno;
+    const char *problem;
+
+    if (st->failed)
+        return 0;
+    if (!key) /* a section header alone */
+        problem = (strcmp(section, "daemon") && strcmp(section, "store") &&
+                   strcmp(section, "backend"))
+                      ? "unknown section"
+                      : NULL;
+    else
+        problem = apply(st->cfg, section, key, value);
+    if (problem) {
+        snprintf(st->err, st->err_len, "%s:%d: [%s] %s%s%s", st->path, lineno, section,
+                 key ? key : "", key ? ": " : "", problem);
+        st->failed = true;
+        return 0;
+    }
+    return 1;
+}
+
+static void set_defaults(struct config *cfg)
+{
+    const char *xdg_runtime = getenv("XDG_RUNTIME_DIR");
+    const char *xdg_data = getenv("XDG_DATA_HOME");
+    const char *xdg_config = getenv("XDG_CONFIG_HOME");
+    const char *home = getenv("HOME");
+
+    memset(cfg, 0, sizeof(*cfg));
+    if (xdg_runtime && xdg_runtime[0] == '/')
+        snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/cairn/cairnd.sock", xdg_runtime);
+    else
+        snprintf(cfg->socket_path, sizeof(cfg->socket_path), "/tmp/cairn-%u/cairnd.sock",
+                 (unsigned)getuid());
+    if (xdg_data && xdg_data[0] == '/')
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/cairn", xdg_data);
+    else
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/.local/share/cairn",
+                 home ? home : "/tmp");
+    if (xdg_config && xdg_config[0] == '/')
+        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/cairn/cairn.conf", xdg_config);
+    else
+        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/.config/cairn/cairn.conf",
+                 home ? home : "/tmp");
+    snprintf(cfg->backend_url, sizeof(cfg->backend_url), "local");
+    cfg->log_level = LOG_LEVEL_INFO;
+    cfg->compression_level = COMPRESS_DEFAULT_LEVEL;
+    cfg->chunk_size = 256 * 1024;
+    cfg->max_connections = 4096;
+    cfg->threads = 0;
+}
+
+static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_t err_len)
+{
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'},  {"data-dir", required_argument, NULL, 'd'},
+        {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
+        {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0},
+    };
+    int c;
+
+    memset(fl, 0, sizeof(*fl));
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': fl->socket = optarg; break;
+        case 'd': fl->data_dir = optarg; break;
+        case 'b': fl->backend = optarg; break;
+        case 'l': fl->log_level = optarg; break;
+        case 'c': fl->config = optarg; break;
+        case 'h': fputs(usage_text, stdout); return CONFIG_E_EXIT;
+        case 'V': printf("cairnd %s\n", CAIRN_VERSION); return CONFIG_E_EXIT;
+        case ':':
+            snprintf(err, err_len, "option %s needs a value", argv[optind - 1]);
+            return CONFIG_E_USAGE;
+        default:
+            snprintf(err, err_len, "unknown option %s", argv[optind - 1]);
+            return CONFIG_E_USAGE;
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, err_len, "unexpected argument '%s'", argv[optind]);
+        return CONFIG_E_USAGE;
+    }
+    return 0;
+}
+
+static int apply_checked(struct config *cfg, const char *section, const char *key,
+                         const char *value, const char *origin, char *err, size_t err_len)
+{
+    const char *problem = apply(cfg, section, key, value);
+    if (problem) {
+        snprintf(err, err_len, "%s: %s", origin, problem);
+        return CONFIG_E_INVALID;
+    }
+    return 0;
+}
+
+int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len)
+{
+    struct flags fl;
+    const char *env;
+    int r;
+
+    set_defaults(cfg);
+    r = parse_flags(&fl, argc, argv, err, err_len);
+    if (r)
+        return r;
+
+    if (fl.config && copy_str(cfg->config_path, sizeof(cfg->config_path), fl.config)) {
+        snprintf(err, err_len, "--config: path is empty or too long");
+        return CONFIG_E_USAGE;
+    }
+    FILE *f = fopen(cfg->config_path, "re");
+    if (!f && (fl.config || errno != ENOENT)) {
+        snprintf(err, err_len, "%s: %s", cfg->config_path, strerror(errno));
+        return CONFIG_E_INVALID;
+    }
+    if (f) {
+        struct ini_state st = {cfg, f, 0, cfg->config_path, err, err_len, false};
+        r = ini_parse_stream(read_line, &st, on_ini_entry, &st);
+        fclose(f);
+        if (st.failed)
+            return CONFIG_E_INVALID;
+        if (r != 0) {
+            snprintf(err, err_len, "%s:%d: syntax error", cfg->config_path, r);
+            return CONFIG_E_INVALID;
+        }
+    }
+
+    if ((env = getenv("CAIRN_SOCKET")) && *env &&
+        (r = apply_checked(cfg, "daemon", "socket", env, "CAIRN_SOCKET", err, err_len)))
+        return r;
+    if ((env = getenv("CAIRN_DATA_DIR")) && *env &&
+        (r = apply_checked(cfg, "store", "data_dir", env, "CAIRN_DATA_DIR", err, err_len)))
+        return r;
+
+    if (fl.socket && (r = apply_checked(cfg, "daemon", "socket", fl.socket, "--socket", err,
+                                        err_len)))
+        return r;
+    if (fl.data_dir && (r = apply_checked(cfg, "store", "data_dir", fl.data_dir, "--data-dir",
+                                          err, err_len)))
+        return r;
+    if (fl.backend &&
+        (r = apply_checked(cfg, "backend", "url", fl.backend, "--backend", err, err_len)))
+        return r;
+    if (fl.log_level && (r = apply_checked(cfg, "daemon", "log_level", fl.log_level,
+                                           "--log-level", err, err_len)))
+        return r;
+    return 0;
+}

@@ -1,0 +1,36 @@
+#pragma once
+
+/*
+ * cairnd configuration: built-in defaults, overridden by the INI file
+ * (--config, default $XDG_CONFIG_HOME/cairn/cairn.conf), overridden by the
+ * environment (CAIRN_SOCKET, CAIRN_DATA_DIR), overridden by flags. main()
+ * loads it once and passes the plain values on; nothing reads it later.
+ */
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/un.h>
+
+#include "daemon/log.h"
+
+struct config {
+    char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char data_dir[PATH_MAX];
+    char backend_url[1024];
+    char config_path[PATH_MAX];
+    enum log_level log_level;
+    int compression_level;
+    size_t chunk_size;
+    unsigned max_connections;
+    unsigned threads;
+};
+
+/* config_load() results besides 0. */
+enum {
+    CONFIG_E_EXIT = 1, /* --help or --version was printed; exit 0 */
+    CONFIG_E_USAGE,    /* bad command line; message in err */
+    CONFIG_E_INVALID,  /* bad config file or value; message in err */
+};
+
+int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len);

@@ -1,0 +1,93 @@
+#pragma once
+
+/*
+ * Client connections: reading and splitting frames, queueing replies, and
+ * flow control. A connection stops reading while it has CONN_MAX_INFLIGHT
+ * requests in progress, more than CONN_MAX_QUEUED reply bytes waiting for
+ * the client, or an add that cannot take more data yet; it resumes when these
+ * drain. Connection state belongs to the loop thread alone.
+ *
+ * Lifetime: a connection is freed when its handle is closed and no request
+ * still refers to it (requests hold a reference while worker jobs run).
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+#include <uv.h>
+
+#include "proto/proto.h"
+
+#define CONN_MAX_INFLIGHT 64
+#define CONN_MAX_QUEUED (4u * 1024 * 1024)
+/* A get stream reads ahead only while less than this is queued for the client. */
+#define CONN_STREAM_WINDOW (1024u * 1024)
+
+struct daemon;
+struct conn;
+struct request;
+
+struct conn {
+    struct daemon *d;
+    uv_pipe_t pipe;
+    struct conn *prev, *next; /* the daemon's list */
+    struct conn *pending_next;
+    uint8_t *rbuf;
+    size_t rpos, rlen, rcap;
+    size_t wqueued;
+    unsigned inflight;
+    unsigned full_adds;
+    unsigned refs;
+    struct request *reqs;     /* requests in progress */
+    struct request *drain_waiters; /* streams waiting for wqueued to drop */
+    bool reading, closing, close_after_flush, pending;
+};
+
+/* A request in progress; dispatch.c defines the op-specific part. */
+struct request {
+    struct conn *conn;
+    uint64_t id;
+    struct request *prev, *next;
+    struct request *drain_next;
+    bool waiting_drain;
+};
+
+/* Accepts a client on the daemon's listener. */
+void conn_accept(struct daemon *d, uv_stream_t *listener);
+
+/* Queues a finished frame buffer (taken over, freed after the write). */
+void conn_send(struct conn *c, msgpack_sbuffer *frames);
+/* Closes the connection (idempotent); in-progress requests are abandoned. */
+void conn_close(struct conn *c);
+/* Sends what is queued, then closes. */
+void conn_close_after_flush(struct conn *c);
+/* Re-evaluates flow control after something drained; never processes frames synchronously. */
+void conn_kick(struct conn *c);
+
+/* Request bookkeeping for dispatch.c. */
+void conn_request_add(struct conn *c, struct request *req);
+void conn_request_remove(struct conn *c, struct request *req);
+struct request *conn_request_find(struct conn *c, uint64_t id);
+/* Calls the stream back through dispatch_drained() once the queue is below the window. */
+void conn_wait_drain(struct conn *c, struct request *req);
+
+void conn_ref(struct conn *c);
+void conn_unref(struct conn *c);
+
+/* Runs the frame processing of connections that were kicked (from the daemon's idle handle). */
+void conn_run_pending(struct daemon *d);
+
+/* Reply helpers: a reply frame is a map of `nfields` op fields plus id and ok. */
+struct reply {
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+    size_t start;
+};
+void reply_begin(struct reply *r, uint64_t id, bool ok, uint32_t nfields);
+/* Ends the frame; more frames may follow in the same buffer with reply_next(). */
+void reply_end(struct reply *r);
+void reply_next(struct reply *r, uint64_t id, bool ok, uint32_t nfields);
+void reply_send(struct conn *c, struct reply *r);
+void reply_error(struct conn *c, uint64_t id, enum proto_error code, const char *message);

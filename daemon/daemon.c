@@ -1,0 +1,333 @@
+#include "daemon/daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/conn.h"
+#include "daemon/db.h"
+#include "daemon/log.h"
+#include "daemon/store.h"
+#include "proto/util.h"
+#include "storage/backend.h"
+
+/* How long a stop waits for requests in progress before dropping their clients. */
+#define DAEMON_STOP_GRACE_MS 30000
+
+/* Creates `path` and its missing parents; the last component gets `mode`. */
+static int mkdir_parents(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int take_lock(struct daemon *d, const char *data_dir, char *err, size_t err_len)
+{
+    char path[PATH_MAX + 16], pid[32];
+    int fd, n;
+
+    snprintf(path, sizeof(path), "%s/cairnd.lock", data_dir);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        return DAEMON_E_SETUP;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK) {
+            snprintf(err, err_len, "another cairnd%s%s%s is already running on data dir %s",
+                     pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", data_dir);
+            return DAEMON_E_LOCKED;
+        }
+        snprintf(err, err_len, "%s: %s", path, strerror(e));
+        return DAEMON_E_SETUP;
+    }
+    n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        close(fd);
+        return DAEMON_E_SETUP;
+    }
+    d->lock_fd = fd;
+    return 0;
+}
+
+/* True when something accepts connections on `path`. */
+static bool socket_alive(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool alive;
+
+    if (fd < 0)
+        return false;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    alive = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return alive;
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    struct daemon *d = container_of((uv_pipe_t *)listener, struct daemon, listener);
+
+    if (status < 0) {
+        log_warn("accept failed: %s", uv_strerror(status));
+        return;
+    }
+    if (d->stopping)
+        return;
+    conn_accept(d, listener);
+}
+
+static int setup_socket(struct daemon *d, const char *path, char *err, size_t err_len)
+{
+    char dir[sizeof(d->socket_path)];
+    char *slash;
+    struct stat st;
+    mode_t old_mask;
+    int r;
+
+    snprintf(d->socket_path, sizeof(d->socket_path), "%s", path);
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        r = mkdir_parents(dir, 0700);
+        if (r < 0 || stat(dir, &st) < 0) {
+            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(r < 0 ? -r : errno));
+            return DAEMON_E_SETUP;
+        }
+        if (st.st_uid != getuid()) {
+            snprintf(err, err_len, "socket directory %s belongs to another user", dir);
+            return DAEMON_E_SETUP;
+        }
+        /* Only the owner may reach the socket: the directory is the first gate. */
+        if ((st.st_mode & 077) && chmod(dir, 0700) < 0) {
+            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+    }
+    if (lstat(path, &st) == 0) {
+        if (socket_alive(path)) {
+            snprintf(err, err_len, "a daemon is already listening on %s", path);
+            return DAEMON_E_LOCKED;
+        }
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, err_len, "%s exists and is not a socket", path);
+            return DAEMON_E_SETUP;
+        }
+        unlink(path); /* stale, left by a daemon that died */
+    }
+    uv_pipe_init(&d->loop, &d->listener, 0);
+    old_mask = umask(0177);
+    r = uv_pipe_bind(&d->listener, path);
+    umask(old_mask);
+    if (r == 0)
+        r = chmod(path, 0600) < 0 ? -errno : 0;
+    if (r == 0)
+        r = uv_listen((uv_stream_t *)&d->listener, SOMAXCONN, on_connection);
+    if (r < 0) {
+        snprintf(err, err_len, "cannot listen on %s: %s", path, uv_strerror(r));
+        uv_close((uv_handle_t *)&d->listener, NULL);
+        return DAEMON_E_SETUP;
+    }
+    d->listening = true;
+    return 0;
+}
+
+static void close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static void stop_listening(struct daemon *d)
+{
+    if (!d->listening)
+        return;
+    d->listening = false;
+    uv_close((uv_handle_t *)&d->listener, NULL);
+    unlink(d->socket_path);
+}
+
+void daemon_check_stopped(struct daemon *d)
+{
+    if (!d->stopping || d->nconns > 0 || store_active(d->store) > 0 || db_busy(d->db))
+        return;
+    /* Nothing left: closing the remaining handles lets uv_run return. */
+    close_handle((uv_handle_t *)&d->sig_term);
+    close_handle((uv_handle_t *)&d->sig_int);
+    close_handle((uv_handle_t *)&d->pending_idle);
+    close_handle((uv_handle_t *)&d->stop_timer);
+}
+
+static void close_all(struct daemon *d, bool idle_only)
+{
+    struct conn *c = d->conns, *next;
+    for (; c; c = next) {
+        next = c->next;
+        if (!idle_only || c->inflight == 0)
+            conn_close_after_flush(c);
+    }
+}
+
+static void on_stop_timeout(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    log_warn("requests still running after %d s; closing their connections",
+             DAEMON_STOP_GRACE_MS / 1000);
+    for (struct conn *c = d->conns, *next; c; c = next) {
+        next = c->next;
+        conn_close(c);
+    }
+    daemon_check_stopped(d);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    struct daemon *d = s->data;
+
+    if (d->stopping) {
+        log_warn("second stop signal: closing every connection now");
+        on_stop_timeout(&d->stop_timer);
+        return;
+    }
+    log_info("received %s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    d->stopping = true;
+    stop_listening(d);
+    close_all(d, true);
+    uv_timer_start(&d->stop_timer, on_stop_timeout, DAEMON_STOP_GRACE_MS, 0);
+    uv_unref((uv_handle_t *)&d->stop_timer);
+    daemon_check_stopped(d);
+}
+
+/* Lets a daemon serving a thousand clients have the descriptors for them. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t err_len)
+{
+    struct daemon *d = calloc(1, sizeof(*d));
+    struct store_config scfg = {cfg->compression_level, cfg->chunk_size};
+    char db_path[PATH_MAX + 16], threads[16];
+    const char *msg;
+    int r;
+
+    if (!d) {
+        snprintf(err, err_len, "out of memory");
+        return DAEMON_E_SETUP;
+    }
+    d->lock_fd = -1;
+    d->max_connections = cfg->max_connections;
+    /* The threadpool size is read once, at the first queued job. */
+    snprintf(threads, sizeof(threads), "%u", cfg->threads ? cfg->threads : 8);
+    setenv("UV_THREADPOOL_SIZE", threads, 1);
+    signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+
+    uv_loop_init(&d->loop);
+    uv_idle_init(&d->loop, &d->pending_idle);
+    uv_timer_init(&d->loop, &d->stop_timer);
+    d->stop_timer.data = d;
+    uv_signal_init(&d->loop, &d->sig_term);
+    uv_signal_init(&d->loop, &d->sig_int);
+    d->sig_term.data = d->sig_int.data = d;
+    *out = d;
+
+    r = mkdir_parents(cfg->data_dir, 0700);
+    if (r < 0) {
+        snprintf(err, err_len, "data dir %s: %s", cfg->data_dir, strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    r = take_lock(d, cfg->data_dir, err, err_len);
+    if (r)
+        return r;
+    r = backend_new(&d->be, &d->loop, cfg->backend_url, cfg->data_dir, &msg);
+    if (r < 0) {
+        snprintf(err, err_len, "backend %s: %s (%s)", cfg->backend_url, msg, strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    d->be->ops->describe(d->be, d->backend_desc, sizeof(d->backend_desc));
+    snprintf(db_path, sizeof(db_path), "%s/cairn.db", cfg->data_dir);
+    r = db_new(&d->db, &d->loop, db_path);
+    if (r < 0) {
+        snprintf(err, err_len, "metadata database %s: %s", db_path, strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    r = store_new(&d->store, &d->loop, d->be, d->db, &scfg);
+    if (r < 0) {
+        snprintf(err, err_len, "store: %s", strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    r = setup_socket(d, cfg->socket_path, err, err_len);
+    if (r)
+        return r;
+    uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&d->sig_int, on_signal, SIGINT);
+    d->started_ms = uv_now(&d->loop);
+    log_info("cairnd %s listening on %s, data in %s, backend %s", CAIRN_VERSION, cfg->socket_path,
+             cfg->data_dir, d->backend_desc);
+    return 0;
+}
+
+int daemon_run(struct daemon *d)
+{
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    log_info("stopped");
+    return 0;
+}
+
+struct daemon *daemon_free(struct daemon *d)
+{
+    if (!d)
+        return NULL;
+    stop_listening(d);
+    close_handle((uv_handle_t *)&d->sig_term);
+    close_handle((uv_handle_t *)&d->sig_int);
+    close_handle((uv_handle_t *)&d->pending_idle);
+    close_handle((uv_handle_t *)&d->stop_timer);
+    /* Let close callbacks and any queued work finish before freeing what they use. */
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    d->store = store_free(d->store);
+    d->db = db_free(d->db);
+    d->be = backend_free(d->be);
+    if (uv_loop_close(&d->loop) != 0)
+        log_error("event loop still has open handles at exit");
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+    free(d);
+    return NULL;
+}

@@ -1,0 +1,54 @@
+#pragma once
+
+/*
+ * The daemon object: owns the loop, the listening socket, the lock on the
+ * data directory, the backend, the metadata database and the store, and runs
+ * until SIGTERM or SIGINT. On a signal it stops accepting, answers new
+ * requests with `shutting_down`, lets requests in progress finish, closes
+ * every connection and returns.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "daemon/config.h"
+
+struct backend;
+struct conn;
+struct db;
+struct store;
+
+/* Expected outcomes of daemon_new (positive); the message is in `err`. */
+enum {
+    DAEMON_E_LOCKED = 1, /* another cairnd uses the data directory */
+    DAEMON_E_SETUP,      /* socket, directories, database or backend setup failed */
+};
+
+struct daemon {
+    uv_loop_t loop;
+    uv_pipe_t listener;
+    uv_signal_t sig_term, sig_int;
+    uv_idle_t pending_idle;
+    uv_timer_t stop_timer;
+    struct backend *be;
+    struct db *db;
+    struct store *store;
+    struct conn *conns;
+    struct conn *pending; /* connections with frames to process */
+    unsigned nconns, max_connections;
+    uint64_t started_ms;
+    bool stopping, listening;
+    int lock_fd;
+    char socket_path[sizeof(((struct config *)0)->socket_path)];
+    char backend_desc[256];
+};
+
+int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t err_len);
+/* Runs until a stop signal; returns 0 after a clean stop. */
+int daemon_run(struct daemon *d);
+struct daemon *daemon_free(struct daemon *d);
+
+/* Checks whether the daemon has finished stopping; called when connections go away. */
+void daemon_check_stopped(struct daemon *d);

@@ -1,0 +1,868 @@
+#include "daemon/db.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+#include "daemon/log.h"
+#include "proto/util.h"
+
+#define DB_SCHEMA_VERSION 1
+
+static const char schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS documents("
+    " id INTEGER PRIMARY KEY,"
+    " hash TEXT NOT NULL UNIQUE,"
+    " size INTEGER NOT NULL,"
+    " stored_size INTEGER NOT NULL,"
+    " chunks INTEGER NOT NULL,"
+    " mime TEXT NOT NULL,"
+    " created INTEGER NOT NULL,"
+    " manifest BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS names("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " name TEXT NOT NULL,"
+    " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
+    " added INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS names_by_name ON names(name, seq);"
+    "CREATE INDEX IF NOT EXISTS names_by_doc ON names(doc, seq);"
+    "CREATE TABLE IF NOT EXISTS tags("
+    " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
+    " tag TEXT NOT NULL,"
+    " PRIMARY KEY(doc, tag)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS tags_by_tag ON tags(tag, doc);"
+    "CREATE TABLE IF NOT EXISTS meta("
+    " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
+    " key TEXT NOT NULL,"
+    " value TEXT NOT NULL,"
+    " PRIMARY KEY(doc, key)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS chunks("
+    " hash BLOB PRIMARY KEY,"
+    " size INTEGER NOT NULL,"
+    " stored_size INTEGER NOT NULL,"
+    " refs INTEGER NOT NULL) WITHOUT ROWID;";
+
+enum stmt_id {
+    S_DOC_BY_HASH,
+    S_DOC_BY_PREFIX,
+    S_DOC_BY_NAME,
+    S_DOC_BY_ID,
+    S_NEWEST_NAME,
+    S_NAMES_OF_DOC,
+    S_TAGS_OF_DOC,
+    S_META_OF_DOC,
+    S_CHUNK_LOOKUP,
+    S_CHUNK_INSERT,
+    S_CHUNK_REF,
+    S_CHUNK_UNREF,
+    S_DOC_INSERT,
+    S_DOC_DELETE,
+    S_NAME_INSERT,
+    S_TAG_INSERT,
+    S_META_UPSERT,
+    S_LIST_ALL,
+    S_LIST_TAG,
+    S_TOTALS,
+    S_CHUNK_TOTALS,
+    S_COUNT_,
+};
+
+static const char *const stmt_sql[S_COUNT_] = {
+    [S_DOC_BY_HASH] = "SELECT id FROM documents WHERE hash = ?1",
+    [S_DOC_BY_PREFIX] = "SELECT id FROM documents WHERE hash >= ?1 AND hash < ?1 || 'g' LIMIT 2",
+    [S_DOC_BY_NAME] = "SELECT doc FROM names WHERE name = ?1 ORDER BY seq DESC LIMIT 1",
+    [S_DOC_BY_ID] = "SELECT hash, size, stored_size, chunks, mime, created, manifest"
+                    " FROM documents WHERE id = ?1",
+    [S_NEWEST_NAME] = "SELECT name FROM names WHERE doc = ?1 ORDER BY seq DESC LIMIT 1",
+    [S_NAMES_OF_DOC] = "SELECT DISTINCT name FROM names WHERE doc = ?1 ORDER BY seq",
+    [S_TAGS_OF_DOC] = "SELECT tag FROM tags WHERE doc = ?1 ORDER BY tag",
+    [S_META_OF_DOC] = "SELECT key, value FROM meta WHERE doc = ?1 ORDER BY key",
+    [S_CHUNK_LOOKUP] = "SELECT stored_size FROM chunks WHERE hash = ?1",
+    [S_CHUNK_INSERT] = "INSERT INTO chunks(hash, size, stored_size, refs) VALUES(?1, ?2, ?3, 0)"
+                       " ON CONFLICT(hash) DO NOTHING",
+    [S_CHUNK_REF] = "UPDATE chunks SET refs = refs + 1 WHERE hash = ?1",
+    [S_CHUNK_UNREF] = "UPDATE chunks SET refs = refs - 1 WHERE hash = ?1 AND refs > 0",
+    [S_DOC_INSERT] = "INSERT INTO documents(hash, size, stored_size, chunks, mime, created,"
+                     " manifest) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [S_DOC_DELETE] = "DELETE FROM documents WHERE id = ?1",
+    [S_NAME_INSERT] = "INSERT INTO names(name, doc, added) VALUES(?1, ?2, ?3)",
+    [S_TAG_INSERT] = "INSERT OR IGNORE INTO tags(doc, tag) VALUES(?1, ?2)",
+    [S_META_UPSERT] = "INSERT INTO meta(doc, key, value) VALUES(?1, ?2, ?3)"
+                      " ON CONFLICT(doc, key) DO UPDATE SET value = excluded.value",
+    [S_LIST_ALL] = "SELECT id FROM documents WHERE hash > ?1 ORDER BY hash LIMIT ?2",
+    [S_LIST_TAG] = "SELECT d.id FROM documents d JOIN tags t ON t.doc = d.id"
+                   " WHERE t.tag = ?2 AND d.hash > ?1 ORDER BY d.hash LIMIT ?3",
+    [S_TOTALS] = "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM documents",
+    [S_CHUNK_TOTALS] = "SELECT COUNT(*), COALESCE(SUM(stored_size), 0) FROM chunks",
+};
+
+struct db_conn {
+    sqlite3 *sql;
+    sqlite3_stmt *stmts[S_COUNT_];
+    struct db_conn *next_free;
+};
+
+struct db_txn {
+    struct db_conn *conn;
+};
+
+struct db {
+    uv_loop_t *loop;
+    char *path;
+    /* Reader pool, shared by worker threads. */
+    pthread_mutex_t pool_lock;
+    struct db_conn *pool_free;
+    struct db_conn **pool_all;
+    size_t pool_n, pool_cap;
+    /* The writer: loop-thread queue, and the batch the worker owns while it runs. */
+    struct db_conn *writer;
+    struct db_write *queue_head, *queue_tail;
+    struct db_write *batch;
+    bool batch_running;
+    uv_work_t batch_work;
+};
+
+static sqlite3_stmt *stmt(struct db_conn *c, enum stmt_id id)
+{
+    sqlite3_stmt *s = c->stmts[id];
+    if (s) {
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+        return s;
+    }
+    if (sqlite3_prepare_v3(c->sql, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) !=
+        SQLITE_OK) {
+        log_error("database: cannot prepare statement: %s", sqlite3_errmsg(c->sql));
+        return NULL;
+    }
+    c->stmts[id] = s;
+    return s;
+}
+
+static void conn_close(struct db_conn *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < S_COUNT_; i++)
+        sqlite3_finalize(c->stmts[i]);
+    sqlite3_close(c->sql);
+    free(c);
+}
+
+static int exec(struct db_conn *c, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(c->sql, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        log_error("database: %s: %s", sql, msg ? msg : "error");
+        sqlite3_free(msg);
+        return -EIO;
+    }
+    return 0;
+}
+
+static int conn_open(const char *path, bool writer, struct db_conn **out)
+{
+    struct db_conn *c = calloc(1, sizeof(*c));
+    int flags = SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                                              : SQLITE_OPEN_READONLY);
+
+    if (!c)
+        return -ENOMEM;
+    if (sqlite3_open_v2(path, &c->sql, flags, NULL) != SQLITE_OK) {
+        log_error("database %s: %s", path, c->sql ? sqlite3_errmsg(c->sql) : "cannot open");
+        conn_close(c);
+        return -EIO;
+    }
+    sqlite3_busy_timeout(c->sql, 10000);
+    sqlite3_extended_result_codes(c->sql, 1);
+    if (writer) {
+        /* FULL makes every commit durable in WAL mode, which an acknowledged add promises. */
+        if (exec(c, "PRAGMA journal_mode=WAL") || exec(c, "PRAGMA synchronous=FULL") ||
+            exec(c, "PRAGMA foreign_keys=ON")) {
+            conn_close(c);
+            return -EIO;
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+static struct db_conn *reader_acquire(struct db *db)
+{
+    struct db_conn *c = NULL;
+
+    pthread_mutex_lock(&db->pool_lock);
+    if (db->pool_free) {
+        c = db->pool_free;
+        db->pool_free = c->next_free;
+    }
+    pthread_mutex_unlock(&db->pool_lock);
+    if (c)
+        return c;
+    if (conn_open(db->path, false, &c) < 0)
+        return NULL;
+    pthread_mutex_lock(&db->pool_lock);
+    if (db->pool_n == db->pool_cap) {
+        size_t ncap = db->pool_cap ? db->pool_cap * 2 : 8;
+        struct db_conn **all = realloc(db->pool_all, ncap * sizeof(*all));
+        if (!all) {
+            pthread_mutex_unlock(&db->pool_lock);
+            conn_close(c);
+            return NULL;
+        }
+        db->pool_all = all;
+        db->pool_cap = ncap;
+    }
+    db->pool_all[db->pool_n++] = c;
+    pthread_mutex_unlock(&db->pool_lock);
+    return c;
+}
+
+static void reader_release(struct db *db, struct db_conn *c)
+{
+    /* Leave no statement holding a read transaction open between uses. */
+    for (int i = 0; i < S_COUNT_; i++) {
+        if (c->stmts[i])
+            sqlite3_reset(c->stmts[i]);
+    }
+    pthread_mutex_lock(&db->pool_lock);
+    c->next_free = db->pool_free;
+    db->pool_free = c;
+    pthread_mutex_unlock(&db->pool_lock);
+}
+
+int db_new(struct db **out, uv_loop_t *loop, const char *path)
+{
+    struct db *db = calloc(1, sizeof(*db));
+    int r;
+
+    if (!db)
+        return -ENOMEM;
+    db->loop = loop;
+    db->path = strdup(path);
+    pthread_mutex_init(&db->pool_lock, NULL);
+    if (!db->path) {
+        db_free(db);
+        return -ENOMEM;
+    }
+    r = conn_open(path, true, &db->writer);
+    if (r < 0) {
+        db_free(db);
+        return r;
+    }
+    if (exec(db->writer, schema_sql) || exec(db->writer, "PRAGMA user_version=1")) {
+        db_free(db);
+        return -EIO;
+    }
+    *out = db;
+    return 0;
+}
+
+struct db *db_free(struct db *db)
+{
+    if (!db)
+        return NULL;
+    for (size_t i = 0; i < db->pool_n; i++)
+        conn_close(db->pool_all[i]);
+    free(db->pool_all);
+    if (db->writer) {
+        /* Fold the WAL back so the database file alone is complete. */
+        sqlite3_wal_checkpoint_v2(db->writer->sql, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        conn_close(db->writer);
+    }
+    pthread_mutex_destroy(&db->pool_lock);
+    free(db->path);
+    free(db);
+    return NULL;
+}
+
+/* ---- group-committed writes ---- */
+
+static void batch_work(uv_work_t *work)
+{
+    struct db *db = container_of(work, struct db, batch_work);
+    struct db_txn txn = {db->writer};
+    int r;
+
+    r = exec(db->writer, "BEGIN IMMEDIATE");
+    for (struct db_write *w = db->batch; w; w = w->next_) {
+        if (r < 0) {
+            w->status = r;
+            continue;
+        }
+        if (exec(db->writer, "SAVEPOINT item") < 0) {
+            w->status = -EIO;
+            continue;
+        }
+        w->status = w->apply(&txn, w);
+        if (w->status != 0)
+            exec(db->writer, "ROLLBACK TO item");
+        exec(db->writer, "RELEASE item");
+    }
+    if (r == 0 && exec(db->writer, "COMMIT") < 0) {
+        exec(db->writer, "ROLLBACK");
+        for (struct db_write *w = db->batch; w; w = w->next_) {
+            if (w->status == 0)
+                w->status = -EIO;
+        }
+    }
+}
+
+static void batch_start(struct db *db);
+
+static void batch_done(uv_work_t *work, int status)
+{
+    struct db *db = container_of(work, struct db, batch_work);
+    struct db_write *w = db->batch, *next;
+
+    db->batch = NULL;
+    db->batch_running = false;
+    for (; w; w = next) {
+        next = w->next_;
+        if (status < 0)
+            w->status = status;
+        w->done(w);
+    }
+    batch_start(db);
+}
+
+static void batch_start(struct db *db)
+{
+    if (db->batch_running || !db->queue_head)
+        return;
+    db->batch = db->queue_head;
+    db->queue_head = db->queue_tail = NULL;
+    db->batch_running = true;
+    int r = uv_queue_work(db->loop, &db->batch_work, batch_work, batch_done);
+    if (r < 0)
+        batch_done(&db->batch_work, r);
+}
+
+void db_write(struct db *db, struct db_write *w)
+{
+    w->next_ = NULL;
+    w->status = 0;
+    if (db->queue_tail)
+        db->queue_tail->next_ = w;
+    else
+        db->queue_head = w;
+    db->queue_tail = w;
+    batch_start(db);
+}
+
+bool db_busy(struct db *db)
+{
+    return db->batch_running || db->queue_head;
+}
+
+/* ---- helpers shared by reads and writes ---- */
+
+static int step_done(struct db_conn *c, sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE || rc == SQLITE_ROW)
+        return 0;
+    log_error("database: %s", sqlite3_errmsg(c->sql));
+    return -EIO;
+}
+
+/* Runs a statement that yields at most one integer; DB_E_NOT_FOUND if no row. */
+static int query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out)
+{
+    int rc = sqlite3_step(s);
+    int r = 0;
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(s, 0);
+    else if (rc == SQLITE_DONE)
+        r = DB_E_NOT_FOUND;
+    else {
+        log_error("database: %s", sqlite3_errmsg(c->sql));
+        r = -EIO;
+    }
+    sqlite3_reset(s);
+    return r;
+}
+
+static char *column_strdup(sqlite3_stmt *s, int col)
+{
+    const unsigned char *t = sqlite3_column_text(s, col);
+    return strdup(t ? (const char *)t : "");
+}
+
+/* Collects one text column of every row into a NULL-free array. */
+static int query_strings(struct db_conn *c, sqlite3_stmt *s, int col, char ***out, size_t *n)
+{
+    size_t cap = 0;
+    int rc;
+
+    *out = NULL;
+    *n = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **grown = realloc(*out, cap * sizeof(char *));
+            if (!grown)
+                goto oom;
+            *out = grown;
+        }
+        if (!((*out)[*n] = column_strdup(s, col)))
+            goto oom;
+        (*n)++;
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) {
+        log_error("database: %s", sqlite3_errmsg(c->sql));
+        return -EIO;
+    }
+    return 0;
+oom:
+    sqlite3_reset(s);
+    return -ENOMEM;
+}
+
+static void strings_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void db_doc_clear(struct db_doc *doc)
+{
+    free(doc->name);
+    free(doc->chunks);
+    strings_free(doc->tags, doc->ntags);
+    strings_free(doc->names, doc->nnames);
+    strings_free(doc->meta_keys, doc->nmeta);
+    strings_free(doc->meta_values, doc->nmeta);
+    memset(doc, 0, sizeof(*doc));
+}
+
+void db_docs_free(struct db_doc *docs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        db_doc_clear(&docs[i]);
+    free(docs);
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    proto_be32_write(p, v);
+}
+
+void db_chunks_encode(const struct db_chunk *chunks, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++, out += DB_CHUNK_ENTRY) {
+        memcpy(out, chunks[i].hash, PROTO_HASH_LEN);
+        put_be32(out + 32, chunks[i].size);
+        put_be32(out + 36, chunks[i].stored_size);
+    }
+}
+
+static int chunks_decode(const uint8_t *blob, size_t len, uint32_t n, struct db_chunk **out)
+{
+    if (len != (size_t)n * DB_CHUNK_ENTRY)
+        return -EBADMSG;
+    struct db_chunk *chunks = calloc(n ? n : 1, sizeof(*chunks));
+    if (!chunks)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++, blob += DB_CHUNK_ENTRY) {
+        memcpy(chunks[i].hash, blob, PROTO_HASH_LEN);
+        chunks[i].size = proto_be32_read(blob + 32);
+        chunks[i].stored_size = proto_be32_read(blob + 36);
+    }
+    *out = chunks;
+    return 0;
+}
+
+/* Loads a document row and what `want` asks for. */
+static int load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc)
+{
+    sqlite3_stmt *s = stmt(c, S_DOC_BY_ID);
+    int rc, r = 0;
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, id);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        sqlite3_reset(s);
+        return rc == SQLITE_DONE ? DB_E_NOT_FOUND : -EIO;
+    }
+    doc->rowid = id;
+    snprintf(doc->hash, sizeof(doc->hash), "%s", (const char *)sqlite3_column_text(s, 0));
+    doc->size = (uint64_t)sqlite3_column_int64(s, 1);
+    doc->stored_size = (uint64_t)sqlite3_column_int64(s, 2);
+    doc->nchunks = (uint32_t)sqlite3_column_int64(s, 3);
+    snprintf(doc->mime, sizeof(doc->mime), "%s", (const char *)sqlite3_column_text(s, 4));
+    doc->created = sqlite3_column_int64(s, 5);
+    if (want & DB_WANT_CHUNKS)
+        r = chunks_decode(sqlite3_column_blob(s, 6), (size_t)sqlite3_column_bytes(s, 6),
+                          doc->nchunks, &doc->chunks);
+    sqlite3_reset(s);
+    if (r < 0)
+        return r;
+
+    if (!doc->name) {
+        s = stmt(c, S_NEWEST_NAME);
+        if (!s)
+            return -EIO;
+        sqlite3_bind_int64(s, 1, id);
+        if (sqlite3_step(s) == SQLITE_ROW && !(doc->name = column_strdup(s, 0)))
+            r = -ENOMEM;
+        sqlite3_reset(s);
+        if (r < 0)
+            return r;
+    }
+    if (want & (DB_WANT_TAGS | DB_WANT_DETAILS)) {
+        if (!(s = stmt(c, S_TAGS_OF_DOC)))
+            return -EIO;
+        sqlite3_bind_int64(s, 1, id);
+        if ((r = query_strings(c, s, 0, &doc->tags, &doc->ntags)) < 0)
+            return r;
+    }
+    if (want & DB_WANT_DETAILS) {
+        size_t nvalues;
+        if (!(s = stmt(c, S_NAMES_OF_DOC)))
+            return -EIO;
+        sqlite3_bind_int64(s, 1, id);
+        if ((r = query_strings(c, s, 0, &doc->names, &doc->nnames)) < 0)
+            return r;
+        if (!(s = stmt(c, S_META_OF_DOC)))
+            return -EIO;
+        sqlite3_bind_int64(s, 1, id);
+        if ((r = query_strings(c, s, 0, &doc->meta_keys, &doc->nmeta)) < 0)
+            return r;
+        sqlite3_bind_int64(s, 1, id);
+        if ((r = query_strings(c, s, 1, &doc->meta_values, &nvalues)) < 0)
+            return r;
+        if (nvalues != doc->nmeta)
+            return -EIO;
+    }
+    return 0;
+}
+
+/*
+ * Finds the document id for a ref (PROTOCOL.md "References"). When it was
+ * found by name, *by_name is set so the caller reports that name.
+ */
+static int resolve_id(struct db_conn *c, const char *ref, size_t len, int64_t *id, bool *by_name)
+{
+    char key[PROTO_MAX_REF + 1];
+    sqlite3_stmt *s;
+    int r;
+
+    *by_name = false;
+    if (len == 0 || len > PROTO_MAX_REF || memchr(ref, '\0', len))
+        return DB_E_NOT_FOUND;
+    memcpy(key, ref, len);
+    key[len] = '\0';
+    if (len >= 8 && len <= PROTO_HASH_HEX && proto_is_hex(ref, len)) {
+        char lower[PROTO_HASH_HEX + 1];
+        for (size_t i = 0; i <= len; i++)
+            lower[i] = (char)(key[i] >= 'A' && key[i] <= 'F' ? key[i] + 32 : key[i]);
+        if (len == PROTO_HASH_HEX) {
+            if (!(s = stmt(c, S_DOC_BY_HASH)))
+                return -EIO;
+            sqlite3_bind_text(s, 1, lower, (int)len, SQLITE_TRANSIENT);
+            r = query_id(c, s, id);
+            if (r != DB_E_NOT_FOUND)
+                return r;
+        } else {
+            int64_t first = 0;
+            int rows = 0, rc;
+            if (!(s = stmt(c, S_DOC_BY_PREFIX)))
+                return -EIO;
+            sqlite3_bind_text(s, 1, lower, (int)len, SQLITE_TRANSIENT);
+            while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+                if (rows++ == 0)
+                    first = sqlite3_column_int64(s, 0);
+            }
+            sqlite3_reset(s);
+            if (rc != SQLITE_DONE)
+                return -EIO;
+            if (rows > 1)
+                return DB_E_AMBIGUOUS;
+            if (rows == 1) {
+                *id = first;
+                return 0;
+            }
+        }
+    }
+    if (!(s = stmt(c, S_DOC_BY_NAME)))
+        return -EIO;
+    sqlite3_bind_text(s, 1, key, (int)len, SQLITE_TRANSIENT);
+    r = query_id(c, s, id);
+    if (r == 0)
+        *by_name = true;
+    return r;
+}
+
+int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc)
+{
+    struct db_conn *c = reader_acquire(db);
+    int64_t id;
+    bool by_name;
+    int r;
+
+    memset(doc, 0, sizeof(*doc));
+    if (!c)
+        return -EIO;
+    r = resolve_id(c, ref, ref_len, &id, &by_name);
+    if (r == 0 && by_name && !(doc->name = strndup(ref, ref_len)))
+        r = -ENOMEM;
+    if (r == 0)
+        r = load_doc(c, id, want, doc);
+    reader_release(db, c);
+    if (r != 0)
+        db_doc_clear(doc);
+    return r;
+}
+
+int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored_size)
+{
+    struct db_conn *c = reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t v;
+    int r;
+
+    if (!c)
+        return -EIO;
+    if (!(s = stmt(c, S_CHUNK_LOOKUP))) {
+        reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    r = query_id(c, s, &v);
+    if (r == 0)
+        *stored_size = (uint32_t)v;
+    reader_release(db, c);
+    return r;
+}
+
+int db_list(struct db *db, const char *tag, const char *after, size_t limit, struct db_doc **docs,
+            size_t *ndocs)
+{
+    struct db_conn *c = reader_acquire(db);
+    struct db_doc *out = NULL;
+    int64_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *docs = NULL;
+    *ndocs = 0;
+    if (!c)
+        return -EIO;
+    s = stmt(c, tag ? S_LIST_TAG : S_LIST_ALL);
+    if (!s) {
+        reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_text(s, 1, after ? after : "", -1, SQLITE_TRANSIENT);
+    if (tag) {
+        sqlite3_bind_text(s, 2, tag, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(s, 3, (int64_t)limit);
+    } else {
+        sqlite3_bind_int64(s, 2, (int64_t)limit);
+    }
+    /* Collect ids first: load_doc reuses statements, so the cursor must be finished. */
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            int64_t *grown = realloc(ids, cap * sizeof(*ids));
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            ids = grown;
+        }
+        ids[n++] = sqlite3_column_int64(s, 0);
+    }
+    sqlite3_reset(s);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r == 0 && n > 0 && !(out = calloc(n, sizeof(*out))))
+        r = -ENOMEM;
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = load_doc(c, ids[i], DB_WANT_TAGS, &out[i]);
+    reader_release(db, c);
+    free(ids);
+    if (r < 0) {
+        db_docs_free(out, n);
+        return r;
+    }
+    *docs = out;
+    *ndocs = n;
+    return 0;
+}
+
+int db_totals(struct db *db, struct db_totals *t)
+{
+    struct db_conn *c = reader_acquire(db);
+    sqlite3_stmt *s;
+    int r = -EIO;
+
+    memset(t, 0, sizeof(*t));
+    if (!c)
+        return -EIO;
+    if ((s = stmt(c, S_TOTALS)) && sqlite3_step(s) == SQLITE_ROW) {
+        t->documents = (uint64_t)sqlite3_column_int64(s, 0);
+        t->logical_bytes = (uint64_t)sqlite3_column_int64(s, 1);
+        sqlite3_reset(s);
+        if ((s = stmt(c, S_CHUNK_TOTALS)) && sqlite3_step(s) == SQLITE_ROW) {
+            t->chunks = (uint64_t)sqlite3_column_int64(s, 0);
+            t->stored_bytes = (uint64_t)sqlite3_column_int64(s, 1);
+            r = 0;
+        }
+    }
+    if (s)
+        sqlite3_reset(s);
+    reader_release(db, c);
+    return r;
+}
+
+/* ---- writes ---- */
+
+int db_txn_add(struct db_txn *txn, struct db_add *add)
+{
+    struct db_conn *c = txn->conn;
+    char hex[PROTO_HASH_HEX + 1];
+    int64_t id, now = (int64_t)time(NULL);
+    sqlite3_stmt *s;
+    int r;
+
+    proto_hex_encode(add->hash, PROTO_HASH_LEN, hex);
+    /* Chunk rows first: they record objects the backend has made durable. */
+    for (size_t i = 0; i < add->nchunks; i++) {
+        if (!(s = stmt(c, S_CHUNK_INSERT)))
+            return -EIO;
+        sqlite3_bind_blob(s, 1, add->chunks[i].hash, PROTO_HASH_LEN, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, add->chunks[i].size);
+        sqlite3_bind_int64(s, 3, add->chunks[i].stored_size);
+        if ((r = step_done(c, s)) < 0)
+            return r;
+    }
+
+    if (!(s = stmt(c, S_DOC_BY_HASH)))
+        return -EIO;
+    sqlite3_bind_text(s, 1, hex, PROTO_HASH_HEX, SQLITE_STATIC);
+    r = query_id(c, s, &id);
+    if (r < 0)
+        return r;
+    add->created = (r == DB_E_NOT_FOUND);
+    add->stored_size = 0;
+    for (size_t i = 0; i < add->nchunks; i++)
+        add->stored_size += add->chunks[i].stored_size;
+    if (add->created) {
+        size_t blob_len = add->nchunks * DB_CHUNK_ENTRY;
+        _cleanup_free_ uint8_t *blob = malloc(blob_len ? blob_len : 1);
+        if (!blob)
+            return -ENOMEM;
+        db_chunks_encode(add->chunks, add->nchunks, blob);
+        if (!(s = stmt(c, S_DOC_INSERT)))
+            return -EIO;
+        sqlite3_bind_text(s, 1, hex, PROTO_HASH_HEX, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, (int64_t)add->size);
+        sqlite3_bind_int64(s, 3, (int64_t)add->stored_size);
+        sqlite3_bind_int64(s, 4, (int64_t)add->nchunks);
+        sqlite3_bind_text(s, 5, add->mime, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 6, now);
+        sqlite3_bind_blob(s, 7, blob, (int)blob_len, SQLITE_STATIC);
+        if ((r = step_done(c, s)) < 0)
+            return r;
+        id = sqlite3_last_insert_rowid(c->sql);
+        for (size_t i = 0; i < add->nchunks; i++) {
+            if (!(s = stmt(c, S_CHUNK_REF)))
+                return -EIO;
+            sqlite3_bind_blob(s, 1, add->chunks[i].hash, PROTO_HASH_LEN, SQLITE_STATIC);
+            if ((r = step_done(c, s)) < 0)
+                return r;
+        }
+    }
+
+    if (add->name && add->name[0]) {
+        int64_t current = -1;
+        if (!(s = stmt(c, S_DOC_BY_NAME)))
+            return -EIO;
+        sqlite3_bind_text(s, 1, add->name, -1, SQLITE_STATIC);
+        if ((r = query_id(c, s, &current)) < 0)
+            return r;
+        /* A new version only when the name does not already point here. */
+        if (current != id) {
+            if (!(s = stmt(c, S_NAME_INSERT)))
+                return -EIO;
+            sqlite3_bind_text(s, 1, add->name, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(s, 2, id);
+            sqlite3_bind_int64(s, 3, now);
+            if ((r = step_done(c, s)) < 0)
+                return r;
+        }
+    }
+    for (size_t i = 0; i < add->ntags; i++) {
+        if (!(s = stmt(c, S_TAG_INSERT)))
+            return -EIO;
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_text(s, 2, add->tags[i], -1, SQLITE_STATIC);
+        if ((r = step_done(c, s)) < 0)
+            return r;
+    }
+    for (size_t i = 0; i < add->nmeta; i++) {
+        if (!(s = stmt(c, S_META_UPSERT)))
+            return -EIO;
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_text(s, 2, add->meta_keys[i], -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, add->meta_values[i], -1, SQLITE_STATIC);
+        if ((r = step_done(c, s)) < 0)
+            return r;
+    }
+    if (!add->created) {
+        /* Report the existing document's stored size. */
+        struct db_doc doc = {0};
+        if (load_doc(c, id, 0, &doc) == 0)
+            add->stored_size = doc.stored_size;
+        db_doc_clear(&doc);
+    }
+    return 0;
+}
+
+int db_txn_delete(struct db_txn *txn, const char *ref, size_t ref_len,
+                  char hash_hex[PROTO_HASH_HEX + 1])
+{
+    struct db_conn *c = txn->conn;
+    struct db_doc doc = {0};
+    sqlite3_stmt *s;
+    int64_t id;
+    bool by_name;
+    int r;
+
+    r = resolve_id(c, ref, ref_len, &id, &by_name);
+    if (r == 0)
+        r = load_doc(c, id, DB_WANT_CHUNKS, &doc);
+    if (r != 0)
+        goto out;
+    memcpy(hash_hex, doc.hash, sizeof(doc.hash));
+    for (uint32_t i = 0; i < doc.nchunks; i++) {
+        if (!(s = stmt(c, S_CHUNK_UNREF))) {
+            r = -EIO;
+            goto out;
+        }
+        sqlite3_bind_blob(s, 1, doc.chunks[i].hash, PROTO_HASH_LEN, SQLITE_STATIC);
+        if ((r = step_done(c, s)) < 0)
+            goto out;
+    }
+    if (!(s = stmt(c, S_DOC_DELETE))) {
+        r = -EIO;
+        goto out;
+    }
+    sqlite3_bind_int64(s, 1, id);
+    r = step_done(c, s);
+out:
+    db_doc_clear(&doc);
+    return r;
+}

@@ -1,0 +1,124 @@
+#pragma once
+
+/*
+ * The metadata database (SQLite in WAL mode): documents, the name history,
+ * tags, key=value metadata and the chunk table with reference counts.
+ *
+ * Threading: every function here except db_new/db_free/db_write blocks and
+ * runs on worker threads only. Reads take a connection from a pool; writes
+ * are queued with db_write() on the loop thread and group-committed: one
+ * writer job applies every queued change in one transaction (each change in
+ * its own savepoint, so one failing change does not fail the others) and
+ * calls each change's completion back on the loop thread.
+ *
+ * A row in `chunks` means the chunk object is durable on the backend: rows
+ * are inserted only after the backend acknowledged the put.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "proto/proto.h"
+
+struct db;
+struct db_txn;
+
+/* Expected outcomes (positive). */
+enum {
+    DB_E_NOT_FOUND = 1,
+    DB_E_AMBIGUOUS,
+};
+
+/* One manifest entry: a chunk's id, raw size and stored object size. */
+struct db_chunk {
+    uint8_t hash[PROTO_HASH_LEN];
+    uint32_t size;
+    uint32_t stored_size;
+};
+
+/* Bytes per entry in the manifest blob: hash, raw size, stored size (BE). */
+#define DB_CHUNK_ENTRY 40
+
+struct db_doc {
+    int64_t rowid;
+    char hash[PROTO_HASH_HEX + 1];
+    char *name; /* the name it was found by, else its newest name; NULL if none */
+    uint64_t size, stored_size;
+    int64_t created;
+    uint32_t nchunks;
+    char mime[PROTO_MAX_MIME + 1];
+    struct db_chunk *chunks; /* with DB_WANT_CHUNKS */
+    char **tags;             /* with DB_WANT_TAGS */
+    size_t ntags;
+    char **names; /* with DB_WANT_DETAILS: every name, oldest first */
+    size_t nnames;
+    char **meta_keys, **meta_values; /* with DB_WANT_DETAILS */
+    size_t nmeta;
+};
+
+enum {
+    DB_WANT_CHUNKS = 1u << 0,
+    DB_WANT_TAGS = 1u << 1,
+    DB_WANT_DETAILS = 1u << 2, /* names and metadata (implies tags) */
+};
+
+void db_doc_clear(struct db_doc *doc);
+void db_docs_free(struct db_doc *docs, size_t n);
+
+struct db_totals {
+    uint64_t documents, logical_bytes, stored_bytes, chunks;
+};
+
+/* A document being added, as db_txn_add() records it. */
+struct db_add {
+    uint8_t hash[PROTO_HASH_LEN];
+    uint64_t size;
+    const char *mime;
+    const char *name; /* NULL or "" for none */
+    const char *const *tags;
+    size_t ntags;
+    const char *const *meta_keys, *const *meta_values;
+    size_t nmeta;
+    const struct db_chunk *chunks;
+    size_t nchunks;
+    /* Outputs. */
+    bool created;
+    uint64_t stored_size;
+};
+
+/* A queued change: `apply` runs on the writer thread, `done` on the loop. */
+struct db_write {
+    int (*apply)(struct db_txn *txn, struct db_write *w);
+    void (*done)(struct db_write *w);
+    int status; /* apply's result, or the commit's failure */
+    struct db_write *next_;
+};
+
+int db_new(struct db **out, uv_loop_t *loop, const char *path);
+struct db *db_free(struct db *db);
+
+/* Queues a change; `done` is always called (on the loop thread). */
+void db_write(struct db *db, struct db_write *w);
+/* True while changes are queued or being committed. */
+bool db_busy(struct db *db);
+
+/* Worker-side writes, for use inside `apply`. */
+int db_txn_add(struct db_txn *txn, struct db_add *add);
+/* Deletes the document a ref resolves to; its hash goes to `hash_hex`. */
+int db_txn_delete(struct db_txn *txn, const char *ref, size_t ref_len,
+                  char hash_hex[PROTO_HASH_HEX + 1]);
+
+/* Worker-side reads. */
+int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc);
+/* 0 and the stored size when the chunk is durable on the backend, else DB_E_NOT_FOUND. */
+int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored_size);
+/* Documents ordered by hash, after `after` (may be NULL), with `tag` (may be NULL). */
+int db_list(struct db *db, const char *tag, const char *after, size_t limit, struct db_doc **docs,
+            size_t *ndocs);
+int db_totals(struct db *db, struct db_totals *t);
+
+/* Manifest blob coding, shared with the store. */
+void db_chunks_encode(const struct db_chunk *chunks, size_t n, uint8_t *out);

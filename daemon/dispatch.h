@@ -1,0 +1,22 @@
+#pragma once
+
+/*
+ * Request dispatch: turns one decoded frame into an operation (hello, add,
+ * data, get, delete, list, stat, status), validates every field against the
+ * limits in PROTOCOL.md, runs the operation through the store or the
+ * database, and builds the replies. Nothing here blocks: database work and
+ * content processing run on worker threads and complete on the loop.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct conn;
+struct request;
+
+/* Handles one frame payload; the payload is only valid during the call. */
+void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len);
+/* The connection is going away: detach the request and cancel what can be. */
+void dispatch_abandon(struct request *req);
+/* A stream that waited for the client to read can continue. */
+void dispatch_drained(struct request *req);

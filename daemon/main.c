@@ -1,0 +1,34 @@
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
+
+int main(int argc, char **argv)
+{
+    struct config cfg;
+    struct daemon *d = NULL;
+    char err[1024];
+    int r;
+
+    r = config_load(&cfg, argc, argv, err, sizeof(err));
+    if (r == CONFIG_E_EXIT)
+        return 0;
+    if (r) {
+        fprintf(stderr, "cairnd: %s\n", err);
+        if (r == CONFIG_E_USAGE)
+            fprintf(stderr, "Try 'cairnd --help'.\n");
+        return 2;
+    }
+    log_init(cfg.log_level);
+    r = daemon_new(&d, &cfg, err, sizeof(err));
+    if (r) {
+        fprintf(stderr, "cairnd: %s\n", err);
+        daemon_free(d);
+        return 1;
+    }
+    r = daemon_run(d);
+    daemon_free(d);
+    return r ? 1 : 0;
+}

@@ -1,0 +1,118 @@
+#pragma once
+
+/*
+ * The content store: streams documents in and out of the object backend.
+ *
+ * An add cuts the incoming bytes into chunks, hashes and compresses each on a
+ * worker thread (one job per add at a time, so the document hash is computed
+ * in order), puts each new chunk object and the document's manifest object
+ * on the backend, and finally commits the metadata; its completion fires only
+ * when all of that is durable. A get resolves a ref, then reads, decodes and
+ * hash-verifies one chunk at a time as the caller asks for more, so neither
+ * direction ever holds a whole large document.
+ *
+ * All functions run on the loop thread; callbacks come on the loop thread.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "daemon/db.h"
+
+struct backend;
+struct store;
+struct store_add;
+struct store_get;
+
+/* Expected outcomes (positive) reported to callbacks; negative errno is a storage failure. */
+enum {
+    STORE_E_NOT_FOUND = 1,
+    STORE_E_AMBIGUOUS,
+    STORE_E_INTEGRITY,   /* stored data failed its check */
+    STORE_E_SIZE,        /* the client sent a different size than announced */
+    STORE_E_TOO_LARGE,   /* over the document size limit */
+    STORE_E_UNAVAILABLE, /* the backend cannot be reached */
+};
+
+/* Bounds of the configurable chunk size. */
+#define STORE_MIN_CHUNK (4u * 1024)
+#define STORE_MAX_CHUNK (4u * 1024 * 1024)
+
+/* Largest document: bounds the manifest an add keeps in memory (40 bytes a chunk). */
+#define STORE_MAX_DOCUMENT (1ull << 40)
+
+struct store_config {
+    int compression_level;
+    size_t chunk_size;
+};
+
+int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db *db,
+              const struct store_config *cfg);
+struct store *store_free(struct store *st);
+/* Adds and gets still running (shutdown waits for zero). */
+unsigned store_active(struct store *st);
+
+/* ---- add ---- */
+
+struct store_add_params {
+    /* Owned strings; the add takes them over (store_add_begin frees them on failure too). */
+    char *name, *mime;
+    char **tags;
+    size_t ntags;
+    char **meta_keys, **meta_values;
+    size_t nmeta;
+    bool has_size;
+    uint64_t size;
+};
+
+struct store_add_result {
+    char hash[PROTO_HASH_HEX + 1];
+    const char *name;
+    uint64_t size, stored_size;
+    bool created;
+};
+
+struct store_add_ops {
+    /* Final outcome; not called after store_add_abort(). The add is freed after it returns. */
+    void (*done)(void *userdata, int status, const struct store_add_result *res);
+    /* The add was full (store_add_full) and can take data again. */
+    void (*ready)(void *userdata);
+};
+
+int store_add_begin(struct store *st, struct store_add_params *params,
+                    const struct store_add_ops *ops, void *userdata, struct store_add **out);
+/*
+ * Copies `len` bytes in; `last` says no more data follows, so the add
+ * finishes and commits. Returns false when the add has ended during the call
+ * (it failed, `done` was called and the add is freed); otherwise `done`
+ * comes later. Data after a failure is dropped.
+ */
+bool store_add_write(struct store_add *add, const uint8_t *data, size_t len, bool last);
+/* True while the add holds as much unprocessed data as it may; stop feeding it. */
+bool store_add_full(const struct store_add *add);
+/* The requester is gone: finish pending work quietly and free. */
+void store_add_abort(struct store_add *add);
+
+/* ---- get ---- */
+
+struct store_get_ops {
+    /*
+     * The next piece of content (`first` on the first call, `last` on the
+     * last; an empty document is one call with both). The data is valid
+     * during the call only. Ask for the next piece with store_get_next().
+     */
+    void (*data)(void *userdata, const struct db_doc *doc, const uint8_t *data, size_t len,
+                 bool first, bool last);
+    /* The get failed; nothing more comes. */
+    void (*error)(void *userdata, int status);
+};
+
+int store_get_start(struct store *st, const char *ref, size_t ref_len,
+                    const struct store_get_ops *ops, void *userdata, struct store_get **out);
+/* Fetches the next piece; call after each data() until `last`. */
+void store_get_next(struct store_get *get);
+/* Frees the get; after `last` or error(), or to cancel one that is still running. */
+void store_get_release(struct store_get *get);
