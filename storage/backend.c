@@ -53,11 +53,14 @@ int backend_new(struct backend **out, uv_loop_t *loop, const char *url, const ch
 
 struct backend *backend_free(struct backend *be)
 {
-    if (be) {
+    if (be)
         be->ops->close(be);
-        free(be);
-    }
     return NULL;
+}
+
+void backend_release(struct backend *be)
+{
+    free(be);
 }
 
 void backend_req_reset(struct backend_req *req)
@@ -75,11 +78,14 @@ void backend_req_reset(struct backend_req *req)
 bool backend_key_valid(const char *key)
 {
     size_t len = strnlen(key, BACKEND_MAX_KEY);
-    const char *slash = strchr(key, '/');
+    const char *slash;
 
-    if (len == 0 || len >= BACKEND_MAX_KEY || !slash || slash == key || strchr(slash + 1, '/'))
+    if (len == 0 || len >= BACKEND_MAX_KEY || key[0] == '.')
         return false;
-    if (strlen(slash + 1) < 2 || slash[1] == '.' || key[0] == '.')
+    slash = memchr(key, '/', len);
+    if (!slash || slash == key || memchr(slash + 1, '/', len - (size_t)(slash + 1 - key)))
+        return false;
+    if (strlen(slash + 1) < 2 || slash[1] == '.')
         return false;
     for (const char *p = key; *p; p++) {
         char c = *p;
@@ -90,12 +96,28 @@ bool backend_key_valid(const char *key)
     return true;
 }
 
+/* A list prefix is "<dir>/": the shape of a key without its name. */
+static bool list_prefix_valid(const char *prefix)
+{
+    size_t len = strnlen(prefix, BACKEND_MAX_KEY);
+
+    if (len < 2 || len >= BACKEND_MAX_KEY || prefix[0] == '.' || prefix[len - 1] != '/')
+        return false;
+    for (size_t i = 0; i + 1 < len; i++) {
+        char c = prefix[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-'))
+            return false;
+    }
+    return true;
+}
+
 int backend_start(struct backend *be, struct backend_req *req, enum backend_op op)
 {
     int (*fn)(struct backend *, struct backend_req *) = NULL;
     int r;
 
-    if (op != BACKEND_OP_LIST && !backend_key_valid(req->key))
+    if (op == BACKEND_OP_LIST ? !list_prefix_valid(req->key) : !backend_key_valid(req->key))
         return -EINVAL;
     req->be = be;
     req->op = op;

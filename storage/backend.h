@@ -78,7 +78,11 @@ struct backend_ops {
     size_t priv_size;
     /* Synchronous setup before the loop runs; `data_dir` is the daemon's. */
     int (*open)(struct backend *be, const char *url, const char *data_dir);
-    /* Called once no request is in flight. */
+    /*
+     * Called once no request is in flight. Libuv handles close asynchronously,
+     * so the backend calls backend_release() when its last handle is closed
+     * (the caller keeps running the loop until then).
+     */
     void (*close)(struct backend *be);
     /* Each returns 0 when the callback will come, or negative errno when not. */
     int (*put)(struct backend *be, struct backend_req *req);
@@ -111,7 +115,10 @@ extern const struct backend_ops backend_local_ops;
  */
 int backend_new(struct backend **out, uv_loop_t *loop, const char *url, const char *data_dir,
                 const char **msg);
+/* Starts closing the backend; its memory goes once the loop has run its close callbacks. */
 struct backend *backend_free(struct backend *be);
+/* For backends: frees the backend object at the end of its close. */
+void backend_release(struct backend *be);
 
 /* Frees what a finished request returned (get data, list keys). */
 void backend_req_reset(struct backend_req *req);

@@ -22,7 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define LOCAL_TMP_DIR "tmp"
+/* Keys never start with a dot, so this name cannot collide with an object directory. */
+#define LOCAL_TMP_DIR ".tmp"
 #define LOCAL_BATCH_MAX 256
 
 struct local {
@@ -33,6 +34,10 @@ struct local {
     bool batch_running;
     uv_work_t batch_work;
     struct backend_req *batch; /* owned by the worker while batch_running */
+    /* Starts batches on the next loop turn, so puts issued in the same turn share one. */
+    uv_idle_t kick;
+    bool kick_active;
+    struct backend *be;
     atomic_uint_fast64_t tmp_seq;
 };
 
@@ -110,66 +115,129 @@ static int write_all(int fd, const uint8_t *p, size_t len)
     return 0;
 }
 
-/* Writes one object to a synced temporary file; returns its name in `tmp`. */
-static int put_tmp(struct local *lp, struct backend_req *req, char *tmp, size_t tmp_len)
+/* Per-object state of a batch, kept on the heap: batches may hold LOCAL_BATCH_MAX objects. */
+struct batch_item {
+    struct backend_req *req;
+    int fd;
+    char tmp[48];
+    char path[BACKEND_MAX_KEY + 8];
+    char shard[BACKEND_MAX_KEY + 8];
+    bool shard_first; /* the first item of its directory: that one fsyncs it */
+};
+
+/* Creates and fills a temporary file for one object, leaving it open for the sync phase. */
+static int write_tmp(struct local *lp, struct batch_item *it)
 {
     uint64_t seq = atomic_fetch_add(&lp->tmp_seq, 1);
-    int fd, r;
+    int r;
 
-    snprintf(tmp, tmp_len, LOCAL_TMP_DIR "/%ld.%llu", (long)getpid(), (unsigned long long)seq);
-    fd = openat(lp->root_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
+    snprintf(it->tmp, sizeof(it->tmp), LOCAL_TMP_DIR "/%ld.%llu", (long)getpid(),
+             (unsigned long long)seq);
+    it->fd = openat(lp->root_fd, it->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (it->fd < 0)
         return -errno;
-    r = write_all(fd, req->data, req->len);
-    if (r == 0 && fsync(fd) < 0)
-        r = -errno;
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
-    if (r < 0)
-        unlinkat(lp->root_fd, tmp, 0);
+    r = write_all(it->fd, it->req->data, it->req->len);
+    if (r < 0) {
+        close(it->fd);
+        it->fd = -1;
+        unlinkat(lp->root_fd, it->tmp, 0);
+    }
     return r;
 }
 
+/*
+ * Makes every file and directory entry the batch wrote durable. One object
+ * needs its own fsync; for several, one syncfs() of the store's filesystem
+ * costs a single journal commit and cache flush instead of one per file, which
+ * is what lets concurrent writers share the price of durability.
+ */
+static int sync_files(struct local *lp, struct batch_item *items, size_t n, size_t nok)
+{
+    if (nok > 1)
+        return syncfs(lp->root_fd) < 0 ? -errno : 0;
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].fd >= 0 && items[i].req->status == 0 && fsync(items[i].fd) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+/*
+ * Writes a batch in phases so that its objects share sync work: every
+ * temporary file is written, then all are made durable together, renamed in
+ * place, and the renames are made durable together.
+ */
 static void batch_work(uv_work_t *work)
 {
     struct local *lp = container_of(work, struct local, batch_work);
-    char synced[LOCAL_BATCH_MAX][BACKEND_MAX_KEY + 8];
-    size_t nsynced = 0;
+    struct batch_item *items;
+    size_t n = 0, nok = 0, ndirs = 0;
+    int r;
 
-    /* Phase 1: every object durable in a temporary file, then renamed in place. */
-    for (struct backend_req *req = lp->batch; req; req = req->next_) {
-        char path[BACKEND_MAX_KEY + 8], shard[BACKEND_MAX_KEY + 8], tmp[64];
-
-        object_path(req->key, path, sizeof(path));
-        shard_dir(path, shard, sizeof(shard));
-        req->status = ensure_dirs(lp->root_fd, shard);
-        if (req->status == 0)
-            req->status = put_tmp(lp, req, tmp, sizeof(tmp));
-        if (req->status == 0 && renameat(lp->root_fd, tmp, lp->root_fd, path) < 0) {
-            req->status = -errno;
-            unlinkat(lp->root_fd, tmp, 0);
-        }
-        if (req->status == 0) {
-            size_t i;
-            for (i = 0; i < nsynced && strcmp(synced[i], shard) != 0; i++)
-                ;
-            if (i == nsynced)
-                snprintf(synced[nsynced++], sizeof(synced[0]), "%s", shard);
-        }
+    for (struct backend_req *req = lp->batch; req; req = req->next_)
+        n++;
+    items = calloc(n, sizeof(*items));
+    if (!items) {
+        for (struct backend_req *req = lp->batch; req; req = req->next_)
+            req->status = -ENOMEM;
+        return;
     }
-    /* Phase 2: one fsync per directory makes all renames of the batch durable. */
-    for (size_t i = 0; i < nsynced; i++) {
-        int r = fsync_dir_at(lp->root_fd, synced[i]);
-        if (r < 0) {
-            for (struct backend_req *req = lp->batch; req; req = req->next_) {
-                char path[BACKEND_MAX_KEY + 8], shard[BACKEND_MAX_KEY + 8];
-                object_path(req->key, path, sizeof(path));
-                shard_dir(path, shard, sizeof(shard));
-                if (req->status == 0 && strcmp(shard, synced[i]) == 0)
-                    req->status = r;
+    n = 0;
+    for (struct backend_req *req = lp->batch; req; req = req->next_, n++) {
+        struct batch_item *it = &items[n];
+        it->req = req;
+        it->fd = -1;
+        object_path(req->key, it->path, sizeof(it->path));
+        shard_dir(it->path, it->shard, sizeof(it->shard));
+        req->status = ensure_dirs(lp->root_fd, it->shard);
+        if (req->status == 0)
+            req->status = write_tmp(lp, it);
+        if (req->status == 0)
+            nok++;
+    }
+
+    r = sync_files(lp, items, n, nok);
+    for (size_t i = 0; i < n; i++) {
+        struct batch_item *it = &items[i];
+        if (it->fd < 0)
+            continue;
+        if (it->req->status == 0)
+            it->req->status = r;
+        if (close(it->fd) < 0 && it->req->status == 0)
+            it->req->status = -errno;
+        it->fd = -1;
+        if (it->req->status == 0 && renameat(lp->root_fd, it->tmp, lp->root_fd, it->path) < 0)
+            it->req->status = -errno;
+        if (it->req->status != 0)
+            unlinkat(lp->root_fd, it->tmp, 0);
+    }
+
+    for (size_t i = 0; i < n; i++) {
+        items[i].shard_first = items[i].req->status == 0;
+        for (size_t j = 0; j < i && items[i].shard_first; j++) {
+            if (items[j].req->status == 0 && strcmp(items[j].shard, items[i].shard) == 0)
+                items[i].shard_first = false;
+        }
+        ndirs += items[i].shard_first;
+    }
+    if (ndirs > 1) {
+        r = syncfs(lp->root_fd) < 0 ? -errno : 0;
+        for (size_t i = 0; i < n; i++) {
+            if (items[i].req->status == 0)
+                items[i].req->status = r;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            if (!items[i].shard_first)
+                continue;
+            r = fsync_dir_at(lp->root_fd, items[i].shard);
+            for (size_t j = i; r < 0 && j < n; j++) {
+                if (items[j].req->status == 0 && strcmp(items[j].shard, items[i].shard) == 0)
+                    items[j].req->status = r;
             }
         }
     }
+    free(items);
 }
 
 static void batch_start(struct local *lp);
@@ -219,6 +287,14 @@ static void batch_start(struct local *lp)
     }
 }
 
+static void on_kick(uv_idle_t *h)
+{
+    struct local *lp = container_of(h, struct local, kick);
+    uv_idle_stop(h);
+    lp->kick_active = false;
+    batch_start(lp);
+}
+
 static int local_put(struct backend *be, struct backend_req *req)
 {
     struct local *lp = local_of(be);
@@ -228,7 +304,10 @@ static int local_put(struct backend *be, struct backend_req *req)
     else
         lp->queue_head = req;
     lp->queue_tail = req;
-    batch_start(lp);
+    if (!lp->batch_running && !lp->kick_active) {
+        lp->kick_active = true;
+        uv_idle_start(&lp->kick, on_kick);
+    }
     return 0;
 }
 
@@ -453,7 +532,15 @@ static int local_open(struct backend *be, const char *url, const char *data_dir)
     }
     clean_tmp(lp);
     atomic_init(&lp->tmp_seq, 0);
+    lp->be = be;
+    uv_idle_init(be->loop, &lp->kick);
     return 0;
+}
+
+static void on_kick_closed(uv_handle_t *h)
+{
+    struct local *lp = container_of((uv_idle_t *)h, struct local, kick);
+    backend_release(lp->be);
 }
 
 static void local_close(struct backend *be)
@@ -462,6 +549,7 @@ static void local_close(struct backend *be)
     if (lp->root_fd >= 0)
         close(lp->root_fd);
     lp->root_fd = -1;
+    uv_close((uv_handle_t *)&lp->kick, on_kick_closed);
 }
 
 static void local_describe(struct backend *be, char *out, size_t out_len)

@@ -284,7 +284,7 @@ static void test_open_local_path(void **state)
     assert_true(e.be->ops->caps & BACKEND_CAP_GROUP_SYNC);
     assert_int_equal(e.be->inflight, 0);
     assert_true(is_dir(e.root));
-    snprintf(path, sizeof(path), "%s/tmp", e.root);
+    snprintf(path, sizeof(path), "%s/.tmp", e.root);
     assert_true(is_dir(path));
     e.be->ops->describe(e.be, desc, sizeof(desc));
     assert_string_equal(desc, e.url);
@@ -319,7 +319,7 @@ static void test_open_data_dir(void **state)
     env_init(&e);
     assert_int_equal(backend_new(&e.be, &e.loop, "local", e.dir, &msg), 0);
     assert_null(msg);
-    snprintf(path, sizeof(path), "%s/objects/tmp", e.dir);
+    snprintf(path, sizeof(path), "%s/objects/.tmp", e.dir);
     assert_true(is_dir(path));
     assert_int_equal(do_put(&e, "chunks/abcdef", "0123456789", 10), 0);
     snprintf(path, sizeof(path), "%s/objects/chunks/ab/abcdef", e.dir);
@@ -390,13 +390,13 @@ static void test_stale_tmp_removed(void **state)
     snprintf(path, sizeof(path), "%s/data", e.dir);
     assert_int_equal(mkdir(path, 0755), 0);
     assert_int_equal(mkdir(e.root, 0755), 0);
-    snprintf(path, sizeof(path), "%s/tmp", e.root);
+    snprintf(path, sizeof(path), "%s/.tmp", e.root);
     assert_int_equal(mkdir(path, 0755), 0);
-    snprintf(path, sizeof(path), "%s/tmp/1234.0", e.root);
+    snprintf(path, sizeof(path), "%s/.tmp/1234.0", e.root);
     write_file(path, "half-written object");
-    snprintf(path, sizeof(path), "%s/tmp/1234.1", e.root);
+    snprintf(path, sizeof(path), "%s/.tmp/1234.1", e.root);
     write_file(path, "");
-    snprintf(path, sizeof(path), "%s/tmp/99999.18446744073709551615", e.root);
+    snprintf(path, sizeof(path), "%s/.tmp/99999.18446744073709551615", e.root);
     write_file(path, "another");
     /* An acknowledged object must survive the cleanup. */
     snprintf(path, sizeof(path), "%s/chunks", e.root);
@@ -406,7 +406,7 @@ static void test_stale_tmp_removed(void **state)
     snprintf(path, sizeof(path), "%s/chunks/ab/abba", e.root);
     write_file(path, "kept");
 
-    snprintf(path, sizeof(path), "%s/tmp", e.root);
+    snprintf(path, sizeof(path), "%s/.tmp", e.root);
     assert_int_equal(count_entries(path), 3);
     env_open(&e);
     assert_int_equal(count_entries(path), 0);
@@ -578,7 +578,7 @@ static void test_concurrent_puts_then_get(void **state)
             assert_memory_equal(file, data[i], lens[i]);
         free(file);
     }
-    snprintf(path, sizeof(path), "%s/tmp", e.root);
+    snprintf(path, sizeof(path), "%s/.tmp", e.root);
     assert_int_equal(count_entries(path), 0);
 
     /* Gets and heads, all concurrent. */
