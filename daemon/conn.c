@@ -184,7 +184,7 @@ void conn_request_remove(struct conn *c, struct request *req)
         req->next->prev = req->prev;
     req->prev = req->next = NULL;
     c->inflight--;
-    if (c->d->stopping && c->inflight == 0)
+    if (c->d->stopping && c->inflight == 0 && !c->closing)
         conn_close_after_flush(c);
     else
         conn_kick(c);
@@ -240,6 +240,8 @@ static void process_frames(struct conn *c)
     conn_unref(c);
 }
 
+static void set_reading(struct conn *c, bool on);
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct conn *c = container_of((uv_pipe_t *)h, struct conn, pipe);
@@ -268,9 +270,15 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = container_of((uv_pipe_t *)s, struct conn, pipe);
 
+    if (nread == UV_EOF) {
+        /* Requests already received still get their replies (a half-closed client waits for them). */
+        c->eof = true;
+        set_reading(c, false);
+        conn_kick(c);
+        return;
+    }
     if (nread < 0) {
-        if (nread != UV_EOF)
-            log_debug("connection read failed: %s", uv_strerror((int)nread));
+        log_debug("connection read failed: %s", uv_strerror((int)nread));
         conn_close(c);
         return;
     }
@@ -284,6 +292,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 static void set_reading(struct conn *c, bool on)
 {
+    if (on && c->eof)
+        on = false;
     if (on == c->reading)
         return;
     if (on) {
@@ -318,6 +328,14 @@ void conn_kick(struct conn *c)
         return;
     if (!can_process(c)) {
         set_reading(c, false);
+        return;
+    }
+    if (c->eof && !has_frame(c)) {
+        /* Nothing more can arrive: an add still waiting for data never completes. */
+        if (dispatch_stream_open(c))
+            conn_close(c);
+        else if (c->inflight == 0)
+            conn_close_after_flush(c);
         return;
     }
     if (has_frame(c)) {

@@ -43,6 +43,7 @@ struct conn {
     struct request *reqs;     /* requests in progress */
     struct request *drain_waiters; /* streams waiting for wqueued to drop */
     bool reading, closing, close_after_flush, pending;
+    bool eof; /* the client shut down its side: answer what it sent, then close */
 };
 
 /* A request in progress; dispatch.c defines the op-specific part. */

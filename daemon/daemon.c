@@ -179,9 +179,12 @@ static void stop_listening(struct daemon *d)
 
 void daemon_check_stopped(struct daemon *d)
 {
-    if (!d->stopping || d->nconns > 0 || store_active(d->store) > 0 || db_busy(d->db))
+    if (!d->stopping || d->nconns > 0)
         return;
-    /* Nothing left: closing the remaining handles lets uv_run return. */
+    /*
+     * No client is left. Closing the daemon's own handles lets uv_run return
+     * once the work still queued (commits of abandoned requests) is done.
+     */
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->pending_idle);
@@ -324,6 +327,7 @@ struct daemon *daemon_free(struct daemon *d)
     d->store = store_free(d->store);
     d->db = db_free(d->db);
     d->be = backend_free(d->be);
+    uv_run(&d->loop, UV_RUN_DEFAULT); /* the backend's handles close asynchronously */
     if (uv_loop_close(&d->loop) != 0)
         log_error("event loop still has open handles at exit");
     if (d->lock_fd >= 0)

@@ -906,3 +906,12 @@ void dispatch_drained(struct request *req)
     else if (op->kind == OP_LIST)
         op_queue(op, list_work, list_done);
 }
+
+bool dispatch_stream_open(struct conn *c)
+{
+    for (struct request *req = c->reqs; req; req = req->next) {
+        if (op_of(req)->kind == OP_ADD && op_of(req)->stream_open)
+            return true;
+    }
+    return false;
+}

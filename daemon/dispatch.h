@@ -8,6 +8,7 @@
  * content processing run on worker threads and complete on the loop.
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,5 +19,7 @@ struct request;
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len);
 /* The connection is going away: detach the request and cancel what can be. */
 void dispatch_abandon(struct request *req);
+/* True when an add on the connection still expects data frames. */
+bool dispatch_stream_open(struct conn *c);
 /* A stream that waited for the client to read can continue. */
 void dispatch_drained(struct request *req);
