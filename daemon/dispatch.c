@@ -82,36 +82,30 @@ static void op_finish(struct op *op)
         op_free(op);
 }
 
+/* The protocol error code and message for a store or database status. */
 static enum proto_error error_code(int status, const char **msg)
 {
-    *msg = NULL;
     switch (status) {
-    case STORE_E_NOT_FOUND: return PROTO_E_NOT_FOUND;
+    case STORE_E_NOT_FOUND: *msg = "not found"; return PROTO_E_NOT_FOUND;
     case STORE_E_AMBIGUOUS: *msg = "hash prefix matches more than one document"; return PROTO_E_AMBIGUOUS;
     case STORE_E_INTEGRITY: *msg = "stored data failed its integrity check"; return PROTO_E_INTEGRITY;
     case STORE_E_SIZE: *msg = "content size differs from the announced size"; return PROTO_E_BAD_REQUEST;
     case STORE_E_TOO_LARGE: *msg = "document larger than the 1 TiB limit"; return PROTO_E_TOO_LARGE;
-    case STORE_E_UNAVAILABLE: return PROTO_E_BACKEND_UNAVAILABLE;
+    case STORE_E_UNAVAILABLE: *msg = "the storage backend is unavailable"; return PROTO_E_BACKEND_UNAVAILABLE;
     case -ENOMEM:
     case -ENOBUFS: *msg = "out of memory"; return PROTO_E_BUSY;
     default: break;
     }
-    if (status < 0)
-        *msg = strerror(-status);
+    *msg = status < 0 ? strerror(-status) : "storage error";
     return PROTO_E_STORAGE;
 }
 
-static void reply_status_error(struct op *op, int status, const char *what)
+static void reply_status_error(struct op *op, int status)
 {
     const char *msg;
-    char text[PROTO_MAX_REF + 128];
     enum proto_error code = error_code(status, &msg);
 
-    if (code == PROTO_E_NOT_FOUND && op->ref)
-        snprintf(text, sizeof(text), "%.*s: not found", (int)op->ref_len, op->ref);
-    else
-        snprintf(text, sizeof(text), "%s: %s", what, msg ? msg : proto_error_name(code));
-    reply_error(op->base.conn, op->base.id, code, text);
+    reply_error(op->base.conn, op->base.id, code, msg);
 }
 
 static int map_db(int status)
@@ -335,7 +329,7 @@ static void add_done(void *userdata, int status, const struct store_add_result *
         c->full_adds--;
     }
     if (status != 0) {
-        reply_status_error(op, status, "add");
+        reply_status_error(op, status);
     } else {
         struct reply r;
         reply_begin(&r, op->base.id, true, 5);
@@ -420,7 +414,7 @@ static void do_add(struct conn *c, uint64_t id, const msgpack_object *map)
     }
     r = store_add_begin(c->d->store, &p, &add_ops, op, &op->add);
     if (r < 0) {
-        reply_status_error(op, r, "add");
+        reply_status_error(op, r);
         op_finish(op);
         return;
     }
@@ -512,7 +506,7 @@ static void get_error_cb(void *userdata, int status)
 {
     struct op *op = userdata;
 
-    reply_status_error(op, status, "get");
+    reply_status_error(op, status);
     store_get_release(op->get);
     op->get = NULL;
     op_finish(op);
@@ -555,7 +549,7 @@ static void do_get(struct conn *c, uint64_t id, const msgpack_object *map)
         return;
     r = store_get_start(c->d->store, op->ref, op->ref_len, &get_ops, op, &op->get);
     if (r < 0) {
-        reply_status_error(op, r, "get");
+        reply_status_error(op, r);
         op_finish(op);
     }
 }
@@ -576,7 +570,7 @@ static void delete_done(struct db_write *w)
     if (!op_job_end(op))
         return;
     if (w->status != 0) {
-        reply_status_error(op, map_db(w->status), "delete");
+        reply_status_error(op, map_db(w->status));
     } else {
         reply_begin(&r, op->base.id, true, 1);
         proto_pack_cstr(&r.pk, "hash");
@@ -631,7 +625,7 @@ static void list_done(uv_work_t *work, int status)
         return;
     c = op->base.conn;
     if (status < 0 || op->status != 0) {
-        reply_status_error(op, status < 0 ? status : op->status, "list");
+        reply_status_error(op, status < 0 ? status : op->status);
         op_finish(op);
         return;
     }
@@ -719,7 +713,7 @@ static void stat_done(uv_work_t *work, int status)
     if (!op_job_end(op))
         return;
     if (status < 0 || op->status != 0) {
-        reply_status_error(op, status < 0 ? status : map_db(op->status), "stat");
+        reply_status_error(op, status < 0 ? status : map_db(op->status));
         op_finish(op);
         return;
     }
@@ -777,7 +771,7 @@ static void status_done(uv_work_t *work, int status)
     if (!op_job_end(op))
         return;
     if (status < 0 || op->status != 0) {
-        reply_status_error(op, status < 0 ? status : op->status, "status");
+        reply_status_error(op, status < 0 ? status : op->status);
         op_finish(op);
         return;
     }

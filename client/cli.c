@@ -1,0 +1,217 @@
+/* The command line: global options, dispatch, connecting, reporting errors. */
+
+#include "client/cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Only bounds the wait for a daemon whose listen backlog is full. */
+#define CONNECT_TIMEOUT_MS 5000
+
+static int cmd_help(struct cli *cli, int argc, char **argv)
+{
+    cli_print_usage(stdout);
+    return CLI_EXIT_OK;
+}
+
+static const struct command {
+    const char *name;
+    int (*run)(struct cli *cli, int argc, char **argv);
+} commands[] = {
+    {"add", cli_cmd_add},   {"get", cli_cmd_get},       {"rm", cli_cmd_rm},
+    {"delete", cli_cmd_rm}, {"ls", cli_cmd_ls},         {"list", cli_cmd_ls},
+    {"stat", cli_cmd_stat}, {"status", cli_cmd_status}, {"help", cmd_help},
+};
+
+void cli_print_usage(FILE *out)
+{
+    fputs(
+        "Usage: cairn [--socket PATH] [--json] [--no-autostart] COMMAND [ARGS]\n"
+        "\n"
+        "Commands:\n"
+        "  add [-r] [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] PATH...\n"
+        "                  store files; - reads standard input, -r adds directories\n"
+        "  get [-o FILE] REF\n"
+        "                  write a document to standard output or FILE\n"
+        "  rm REF...       delete documents (alias: delete)\n"
+        "  ls [-t TAG]     list documents (alias: list)\n"
+        "  stat REF        show a document's details\n"
+        "  status          show the daemon's state\n"
+        "  help            show this help\n"
+        "\n"
+        "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"
+        "\n"
+        "Options:\n"
+        "  --socket PATH   cairnd's socket (default: $CAIRN_SOCKET, else\n"
+        "                  $XDG_RUNTIME_DIR/cairn/cairnd.sock, else /tmp/cairn-$UID/cairnd.sock)\n"
+        "  --json          print one JSON object per line\n"
+        "  --no-autostart  fail instead of starting cairnd when it is not running\n"
+        "  --help          show this help\n"
+        "  --version       show the version\n"
+        "\n"
+        "Exit status: 0 success, 1 an operation failed, 2 usage error,\n"
+        "3 cairnd unreachable.\n",
+        out);
+}
+
+int cli_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("cairn: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'cairn --help' for more information.\n", stderr);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_option_error(const char *cmd, int opt, char **argv)
+{
+    /* getopt leaves the offending word just before optind. */
+    const char *word = argv[optind - 1];
+    const char *sep = cmd ? ": " : "";
+
+    cmd = cmd ? cmd : "";
+    if (opt == ':')
+        return cli_usage_error("%s%soption '%s' needs an argument", cmd, sep, word);
+    if (optopt)
+        return cli_usage_error("%s%sunknown option '-%c'", cmd, sep, optopt);
+    return cli_usage_error("%s%sunknown option '%s'", cmd, sep, word);
+}
+
+struct client *cli_client(struct cli *cli)
+{
+    int r;
+
+    if (cli->client && client_connected(cli->client))
+        return cli->client;
+    cli->client = client_free(cli->client);
+    if (!cli->socket) {
+        r = client_socket_path(cli->socket_buf, sizeof(cli->socket_buf));
+        if (r < 0) {
+            fprintf(stderr, "cairn: socket path: %s\n", strerror(-r));
+            return NULL;
+        }
+        cli->socket = cli->socket_buf;
+    }
+    r = client_connect(&cli->client, cli->socket, CONNECT_TIMEOUT_MS);
+    if ((r == -ENOENT || r == -ECONNREFUSED) && cli->autostart)
+        return cli_autostart(cli->socket, &cli->client) == 0 ? cli->client : NULL;
+    if (r < 0) {
+        fprintf(stderr, "cairn: cannot connect to cairnd at %s: %s\n", cli->socket, strerror(-r));
+        return NULL;
+    }
+    return cli->client;
+}
+
+/* "not_found" reads better as "not found". */
+static void describe_daemon_error(const struct client_error *e, char *buf, size_t size)
+{
+    char code[sizeof(e->code_name)];
+
+    for (size_t i = 0; i < sizeof(code); i++)
+        code[i] = e->code_name[i] == '_' ? ' ' : e->code_name[i];
+    if (strcmp(e->message, e->code_name) == 0)
+        snprintf(buf, size, "%s", code);
+    else
+        snprintf(buf, size, "%s: %s", code, e->message);
+}
+
+int cli_fail(struct cli *cli, const char *what, int rc)
+{
+    char why[sizeof(((struct client_error *)NULL)->message) + 64];
+
+    if (rc == CLIENT_E_DAEMON)
+        describe_daemon_error(client_error(cli->client), why, sizeof(why));
+    else if (rc == CLIENT_E_IO)
+        snprintf(why, sizeof(why), "%s", strerror(client_error(cli->client)->errnum));
+    else if (rc == -ECONNRESET)
+        snprintf(why, sizeof(why), "cairnd closed the connection");
+    else if (rc == -EBADMSG)
+        snprintf(why, sizeof(why), "malformed reply from cairnd");
+    else if (rc == -EMSGSIZE)
+        snprintf(why, sizeof(why), "request too large for one frame");
+    else
+        snprintf(why, sizeof(why), "%s", strerror(-rc));
+    if (what)
+        fprintf(stderr, "cairn: %s: %s\n", what, why);
+    else
+        fprintf(stderr, "cairn: %s\n", why);
+    return CLI_EXIT_FAILED;
+}
+
+int cli_fail_errno(const char *what)
+{
+    fprintf(stderr, "cairn: %s: %s\n", what, strerror(errno));
+    return CLI_EXIT_FAILED;
+}
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    }
+    return NULL;
+}
+
+/* Output already written cannot be taken back, but a lost write is still a failure. */
+static int close_stdout(int status)
+{
+    if (fclose(stdout) != 0 && status == CLI_EXIT_OK) {
+        fprintf(stderr, "cairn: standard output: %s\n", strerror(errno));
+        return CLI_EXIT_FAILED;
+    }
+    return status;
+}
+
+int cli_main(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+        {"no-autostart", no_argument, NULL, 'A'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {0},
+    };
+    struct cli cli = {.autostart = true};
+    const struct command *cmd;
+    int opt, status;
+
+    opterr = 0;
+    /* '+': options after the command belong to the command. */
+    while ((opt = getopt_long(argc, argv, "+:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            cli.socket = optarg;
+            break;
+        case 'j':
+            cli.json = true;
+            break;
+        case 'A':
+            cli.autostart = false;
+            break;
+        case 'h':
+            cli_print_usage(stdout);
+            return close_stdout(CLI_EXIT_OK);
+        case 'V':
+            puts("cairn " CAIRN_VERSION);
+            return close_stdout(CLI_EXIT_OK);
+        default:
+            return cli_option_error(NULL, opt, argv);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error("missing command");
+    cmd = find_command(argv[optind]);
+    if (!cmd)
+        return cli_usage_error("unknown command '%s'", argv[optind]);
+    argc -= optind;
+    argv += optind;
+    optind = 0; /* makes glibc's getopt start over for the command's options */
+    status = cmd->run(&cli, argc, argv);
+    cli.client = client_free(cli.client);
+    return close_stdout(status);
+}

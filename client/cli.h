@@ -1,0 +1,80 @@
+#pragma once
+
+/*
+ * The `cairn` command line: option parsing and the commands (add.c,
+ * commands.c), output as text or JSON lines (format.c), and starting cairnd
+ * when nobody listens on the socket (autostart.c). Each command returns its
+ * exit status; with several operands it goes on after a failure and reports
+ * it at the end. The connection is made on first use, so usage errors and
+ * unreadable files are reported without touching the daemon.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "client/client.h"
+
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_FAILED = 1,      /* an operation failed */
+    CLI_EXIT_USAGE = 2,       /* bad command line */
+    CLI_EXIT_UNREACHABLE = 3, /* no daemon, and it could not be started */
+};
+
+struct cli {
+    const char *socket; /* --socket, else resolved on first connect */
+    char socket_buf[128];
+    bool json;
+    bool autostart;
+    struct client *client; /* NULL until a command needs the daemon */
+};
+
+int cli_main(int argc, char **argv);
+
+/* The connection, made (and cairnd started) on first use; NULL after printing why. */
+struct client *cli_client(struct cli *cli);
+/* Prints why a client_*() call about `what` (may be NULL) failed; returns CLI_EXIT_FAILED. */
+int cli_fail(struct cli *cli, const char *what, int rc);
+/* Prints "cairn: <what>: <strerror(errno)>"; returns CLI_EXIT_FAILED. */
+int cli_fail_errno(const char *what);
+/* Prints "cairn: <message>" and a pointer to --help; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Reports the option getopt_long() rejected with `opt` ('?' or ':'); `cmd` may be NULL. */
+int cli_option_error(const char *cmd, int opt, char **argv);
+void cli_print_usage(FILE *out);
+
+int cli_cmd_add(struct cli *cli, int argc, char **argv);
+int cli_cmd_get(struct cli *cli, int argc, char **argv);
+int cli_cmd_rm(struct cli *cli, int argc, char **argv);
+int cli_cmd_ls(struct cli *cli, int argc, char **argv);
+int cli_cmd_stat(struct cli *cli, int argc, char **argv);
+int cli_cmd_status(struct cli *cli, int argc, char **argv);
+
+/* Splits "KEY=VALUE" in place at the first '='; -EINVAL without '=' or KEY. */
+int cli_parse_meta(char *arg, struct client_meta *out);
+
+/*
+ * A msgpack value as JSON: strings that are not UTF-8 get U+FFFD for each bad
+ * byte, binary and extension values become null. NULL only when out of memory.
+ */
+json_t *cli_json_value(const msgpack_object *obj);
+/* The fields of a reply map as a JSON object, without the framing (id, ok, more). */
+json_t *cli_json_reply(const msgpack_object *map);
+/* Writes `json` as one line to `out` and releases it. */
+int cli_print_json(FILE *out, json_t *json);
+/* Prints "key: value" for each of `keys` (NULL-terminated) present in `map`. */
+void cli_print_fields(FILE *out, const msgpack_object *map, const char *const *keys);
+/* Unix time as ISO-8601 UTC, "2024-01-31T12:00:00Z". */
+#define CLI_TIME_MAX 32
+void cli_format_time(uint64_t seconds, char buf[CLI_TIME_MAX]);
+
+/*
+ * Where cairnd keeps its data: $CAIRN_DATA_DIR, else $XDG_DATA_HOME/cairn,
+ * else ~/.local/share/cairn. -ENAMETOOLONG, or -ENOENT without a home.
+ */
+int cli_data_dir(char *buf, size_t size);
+/* Starts cairnd on `socket_path` and connects to it; -1 after printing why. */
+int cli_autostart(const char *socket_path, struct client **out);

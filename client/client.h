@@ -1,0 +1,136 @@
+#pragma once
+
+/*
+ * A small blocking client for cairnd, used by the `cairn` CLI, the tests and
+ * load generators. It owns one Unix socket connection, builds request frames
+ * with the proto module and reads reply frames into one bounded buffer
+ * (PROTO_MAX_FRAME + 4 bytes), so a misbehaving daemon can never make it
+ * allocate more. Replies are matched by id; frames for other ids (leftovers of
+ * an abandoned request) are skipped. Content streams in and out in pieces of
+ * at most PROTO_MAX_DATA bytes: no helper ever holds a whole document.
+ *
+ * Errors: 0 is success; a negative errno means the connection is unusable
+ * (the client closes it: -ECONNRESET when the daemon hung up, -EBADMSG for a
+ * malformed reply); the positive CLIENT_E_* codes below are expected outcomes
+ * described by client_error().
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+
+struct client;
+
+enum {
+    CLIENT_E_DAEMON = 1, /* the daemon answered ok: false */
+    CLIENT_E_IO,         /* reading the input or writing the output fd failed */
+};
+
+/* Details of the last CLIENT_E_* outcome. */
+struct client_error {
+    enum proto_error code; /* PROTO_E_INTERNAL for codes this client does not know */
+    char code_name[32];    /* as the daemon sent it, truncated */
+    char message[512];     /* the daemon's message, or the code name when it sent none */
+    int errnum;            /* CLIENT_E_IO: the errno of the failed read or write */
+};
+
+/* One `meta` entry of an add. */
+struct client_meta {
+    const char *key;
+    const char *value;
+};
+
+/* The optional fields of an add; a zeroed struct adds an unnamed document. */
+struct client_add_req {
+    const char *name; /* NULL or "": no name */
+    const char *mime; /* NULL: client_mime_guess() of the first piece */
+    const char *const *tags;
+    size_t n_tags;
+    const struct client_meta *meta;
+    size_t n_meta;
+};
+
+/* Called by client_list() once per document; the map lives until it returns. */
+typedef void client_doc_fn(void *userdata, const msgpack_object *doc);
+
+/*
+ * Connects to the socket at `path`. A positive timeout_ms bounds the wait for a
+ * listener whose backlog is full (-ETIMEDOUT); 0 waits as long as it takes.
+ * -ENOENT and -ECONNREFUSED mean nobody listens there.
+ */
+int client_connect(struct client **out, const char *path, int timeout_ms);
+/* Takes over an already connected stream socket; it is closed by client_free(). */
+int client_adopt(struct client **out, int fd);
+struct client *client_free(struct client *c);
+/* False once a connection error closed the socket; connect again to go on. */
+bool client_connected(const struct client *c);
+const struct client_error *client_error(const struct client *c);
+
+/*
+ * Request framing. client_begin() starts a frame whose map has `nfields` + 2
+ * entries and packs `id` (returned; never 0) and `op`; the caller packs exactly
+ * `nfields` key/value pairs with client_packer() and sends. Frames begun before
+ * a send go out together, which is how a caller pipelines requests.
+ */
+uint64_t client_begin(struct client *c, const char *op, uint32_t nfields);
+/* Starts a continuation frame {id, op: "data"} of the streamed request `id`. */
+void client_continue(struct client *c, uint64_t id, uint32_t nfields);
+msgpack_packer *client_packer(struct client *c);
+/* Finishes the open frame and writes out every buffered frame. */
+int client_send(struct client *c);
+/*
+ * Like client_send(), but the open frame's last field is `data` holding
+ * data[0..len), which is written from where it is instead of being copied.
+ * `data` counts as one of the frame's `nfields`.
+ */
+int client_send_data(struct client *c, const void *data, size_t len);
+
+/*
+ * Reads the next reply frame for `id` and returns its map in *reply, valid
+ * until the next receive or client_free(). Frames for other ids are skipped; a
+ * frame with id 0 (the daemon's answer to a frame it could not attribute)
+ * counts as an answer. ok: false gives CLIENT_E_DAEMON.
+ */
+int client_await(struct client *c, uint64_t id, const msgpack_object **reply);
+/* Like client_await(), but -EAGAIN instead of blocking when no frame is there. */
+int client_poll(struct client *c, uint64_t id, const msgpack_object **reply);
+
+/* The operations of PROTOCOL.md; *reply as for client_await(). */
+int client_hello(struct client *c, const msgpack_object **reply);
+/* Streams in_fd to its end; sends `size` when in_fd is a regular file. */
+int client_add(struct client *c, const struct client_add_req *req, int in_fd,
+               const msgpack_object **reply);
+/*
+ * Writes the content to out_fd piece by piece as it arrives. On failure part
+ * of it may have been written already; the caller discards it.
+ */
+int client_get(struct client *c, const char *ref, int out_fd);
+int client_delete(struct client *c, const char *ref, const msgpack_object **reply);
+/* Every document (with `tag` when it is not NULL), in hash order. */
+int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata);
+int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
+int client_status(struct client *c, const msgpack_object **reply);
+
+/*
+ * The default socket path: $CAIRN_SOCKET, else
+ * $XDG_RUNTIME_DIR/cairn/cairnd.sock, else /tmp/cairn-$UID/cairnd.sock (empty
+ * variables count as unset). -ENAMETOOLONG when it does not fit `size` or a
+ * socket address.
+ */
+int client_socket_path(char *buf, size_t size);
+
+/*
+ * Length (1-4) of the valid UTF-8 sequence at s[0..len), 0 when the bytes there
+ * are not valid UTF-8 (overlong forms and surrogates included), -1 when they
+ * are a valid start cut short by `len`.
+ */
+int client_utf8_seq(const uint8_t *s, size_t len);
+/*
+ * "text/plain" when the first CLIENT_MIME_WINDOW bytes of data[0..len) are
+ * UTF-8 without NUL bytes, else "application/octet-stream". A sequence cut by
+ * the window counts as valid; one cut by the end of the data does not.
+ */
+#define CLIENT_MIME_WINDOW 8192
+const char *client_mime_guess(const uint8_t *data, size_t len);

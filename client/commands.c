@@ -1,0 +1,250 @@
+/* The commands besides add: get, rm, ls, stat and status. */
+
+#include "client/cli.h"
+#include "client/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const struct option help_only[] = {
+    {"help", no_argument, NULL, 'h'},
+    {0},
+};
+
+/*
+ * Parses the options of a command that has none besides --help, and checks
+ * that between min and max operands follow. Returns -1 to go on, else the
+ * exit status.
+ */
+static int parse_operands(int argc, char **argv, int min, int max, const char *operands)
+{
+    int opt = getopt_long(argc, argv, ":h", help_only, NULL);
+
+    if (opt == 'h') {
+        cli_print_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (opt != -1)
+        return cli_option_error(argv[0], opt, argv);
+    if (argc - optind < min)
+        return cli_usage_error("%s: missing %s", argv[0], operands);
+    if (argc - optind > max)
+        return cli_usage_error("%s: too many arguments", argv[0]);
+    return -1;
+}
+
+/* Prints a single-reply result as JSON or as the `keys` in text. */
+static int print_reply(struct cli *cli, const msgpack_object *reply, const char *const *keys)
+{
+    if (cli->json)
+        return cli_print_json(stdout, cli_json_reply(reply)) < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    cli_print_fields(stdout, reply, keys);
+    return CLI_EXIT_OK;
+}
+
+/*
+ * Writes the document to a temporary file beside `path` and renames it into
+ * place only when the whole stream arrived intact, so a failed get never
+ * leaves a partial or corrupt `path`.
+ */
+static int get_to_file(struct cli *cli, struct client *c, const char *ref, const char *path)
+{
+    _cleanup_free_ char *tmp = NULL;
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path + 1) : 0;
+    mode_t mask;
+    int fd, r;
+
+    if (asprintf(&tmp, "%.*s.%s.XXXXXX", dir_len, path, path + dir_len) < 0) {
+        tmp = NULL;
+        return cli_fail(cli, path, -ENOMEM);
+    }
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return cli_fail_errno(path);
+    r = client_get(c, ref, fd);
+    if (r != 0) {
+        close(fd);
+        unlink(tmp);
+        return cli_fail(cli, r == CLIENT_E_IO ? path : ref, r);
+    }
+    /* mkostemp creates 0600; give the file the mode a plain create would. */
+    mask = umask(0);
+    umask(mask);
+    r = fchmod(fd, 0666 & ~mask);
+    if (close(fd) < 0 || r < 0 || rename(tmp, path) < 0) {
+        unlink(tmp);
+        return cli_fail_errno(path);
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_get(struct cli *cli, int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"output", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    const char *out = NULL, *ref;
+    struct client *c;
+    int opt, r;
+
+    while ((opt = getopt_long(argc, argv, ":o:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 'o':
+            out = optarg;
+            break;
+        case 'h':
+            cli_print_usage(stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_option_error("get", opt, argv);
+        }
+    }
+    if (argc - optind != 1)
+        return cli_usage_error("get: %s", optind >= argc ? "missing REF" : "too many arguments");
+    ref = argv[optind];
+    c = cli_client(cli);
+    if (!c)
+        return CLI_EXIT_UNREACHABLE;
+    if (out && strcmp(out, "-") != 0)
+        return get_to_file(cli, c, ref, out);
+    /* Straight from the receive buffer to fd 1: stdio is never involved. */
+    r = client_get(c, ref, STDOUT_FILENO);
+    return r == 0 ? CLI_EXIT_OK : cli_fail(cli, r == CLIENT_E_IO ? "standard output" : ref, r);
+}
+
+int cli_cmd_rm(struct cli *cli, int argc, char **argv)
+{
+    int status = parse_operands(argc, argv, 1, argc, "REF");
+    struct client *c;
+
+    if (status >= 0)
+        return status;
+    status = CLI_EXIT_OK;
+    for (int i = optind; i < argc; i++) {
+        const msgpack_object *reply;
+        const char *hash = "";
+        size_t hash_len = 0;
+        json_t *json;
+        int r;
+
+        c = cli_client(cli);
+        if (!c)
+            return CLI_EXIT_UNREACHABLE;
+        r = client_delete(c, argv[i], &reply);
+        if (r != 0) {
+            status = cli_fail(cli, argv[i], r);
+            continue;
+        }
+        if (cli->json) {
+            json = json_pack("{s:s}", "ref", argv[i]);
+            if (json && json_object_update_new(json, cli_json_reply(reply)) < 0) {
+                json_decref(json);
+                json = NULL;
+            }
+            if (cli_print_json(stdout, json) < 0)
+                status = CLI_EXIT_FAILED;
+            continue;
+        }
+        proto_get_str(reply, "hash", &hash, &hash_len);
+        printf("%.*s\n", (int)hash_len, hash);
+    }
+    return status;
+}
+
+static void print_doc(void *userdata, const msgpack_object *doc)
+{
+    const struct cli *cli = userdata;
+    const char *hash = "", *name = "";
+    size_t hash_len = 0, name_len = 0;
+    uint64_t size = 0;
+
+    if (cli->json) {
+        cli_print_json(stdout, cli_json_reply(doc));
+        return;
+    }
+    proto_get_str(doc, "hash", &hash, &hash_len);
+    proto_get_uint(doc, "size", &size);
+    proto_get_str(doc, "name", &name, &name_len);
+    if (name_len == 0) {
+        name = "-";
+        name_len = 1;
+    }
+    printf("%.*s  %" PRIu64 "  %.*s\n", (int)hash_len, hash, size, (int)name_len, name);
+}
+
+int cli_cmd_ls(struct cli *cli, int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"tag", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    const char *tag = NULL;
+    struct client *c;
+    int opt, r;
+
+    while ((opt = getopt_long(argc, argv, ":t:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 't':
+            tag = optarg;
+            break;
+        case 'h':
+            cli_print_usage(stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_option_error(argv[0], opt, argv);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("%s: too many arguments", argv[0]);
+    c = cli_client(cli);
+    if (!c)
+        return CLI_EXIT_UNREACHABLE;
+    r = client_list(c, tag, print_doc, cli);
+    return r == 0 ? CLI_EXIT_OK : cli_fail(cli, NULL, r);
+}
+
+int cli_cmd_stat(struct cli *cli, int argc, char **argv)
+{
+    static const char *const keys[] = {"hash", "name",    "names", "size", "stored_size", "chunks",
+                                       "mime", "created", "tags",  "meta", NULL};
+    int status = parse_operands(argc, argv, 1, 1, "REF");
+    const msgpack_object *reply;
+    struct client *c;
+    int r;
+
+    if (status >= 0)
+        return status;
+    c = cli_client(cli);
+    if (!c)
+        return CLI_EXIT_UNREACHABLE;
+    r = client_stat(c, argv[optind], &reply);
+    return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, argv[optind], r);
+}
+
+int cli_cmd_status(struct cli *cli, int argc, char **argv)
+{
+    static const char *const keys[] = {
+        "version",       "protocol",     "pid",    "uptime",      "backend", "documents",
+        "logical_bytes", "stored_bytes", "chunks", "connections", NULL};
+    int status = parse_operands(argc, argv, 0, 0, "");
+    const msgpack_object *reply;
+    struct client *c;
+    int r;
+
+    if (status >= 0)
+        return status;
+    c = cli_client(cli);
+    if (!c)
+        return CLI_EXIT_UNREACHABLE;
+    r = client_status(c, &reply);
+    return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, NULL, r);
+}

@@ -1,0 +1,205 @@
+/* Output: reply maps as JSON lines or as "key: value" text. */
+
+#include "client/cli.h"
+#include "client/util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* jansson refuses strings that are not UTF-8; those get U+FFFD per bad byte. */
+static json_t *json_str(const char *s, size_t len)
+{
+    _cleanup_free_ char *fixed = NULL;
+    json_t *json;
+    char *p;
+
+    if (len == 0)
+        return json_string("");
+    json = json_stringn(s, len);
+    if (json)
+        return json;
+    /* len is bounded by the frame size, so this cannot overflow. */
+    fixed = p = malloc(3 * len);
+    if (!fixed)
+        return NULL;
+    for (size_t i = 0; i < len;) {
+        int n = client_utf8_seq((const uint8_t *)s + i, len - i);
+        if (n > 0) {
+            memcpy(p, s + i, (size_t)n);
+            p += n;
+            i += (size_t)n;
+        } else {
+            memcpy(p, "\xef\xbf\xbd", 3);
+            p += 3;
+            i++;
+        }
+    }
+    return json_stringn_nocheck(fixed, (size_t)(p - fixed));
+}
+
+/* The framing keys a reply carries besides its op's fields. */
+static bool is_framing(const msgpack_object *key)
+{
+    return proto_str_eq(key, "id") || proto_str_eq(key, "ok") || proto_str_eq(key, "more");
+}
+
+static json_t *json_map(const msgpack_object *map, bool skip_framing)
+{
+    json_t *obj = json_object();
+
+    for (uint32_t i = 0; obj && i < map->via.map.size; i++) {
+        const msgpack_object_kv *kv = &map->via.map.ptr[i];
+        json_t *key, *value;
+
+        if (kv->key.type != MSGPACK_OBJECT_STR || (skip_framing && is_framing(&kv->key)))
+            continue;
+        key = json_str(kv->key.via.str.ptr, kv->key.via.str.size);
+        value = cli_json_value(&kv->val);
+        if (!key || !value ||
+            json_object_setn_new_nocheck(obj, json_string_value(key), json_string_length(key),
+                                         value) < 0) {
+            json_decref(obj);
+            obj = NULL;
+        }
+        json_decref(key);
+    }
+    return obj;
+}
+
+json_t *cli_json_value(const msgpack_object *obj)
+{
+    json_t *array;
+
+    switch (obj->type) {
+    case MSGPACK_OBJECT_BOOLEAN:
+        return json_boolean(obj->via.boolean);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        /* json_int_t is signed; no cairn counter gets near this, but stay exact where possible. */
+        if (obj->via.u64 > INT64_MAX)
+            return json_real((double)obj->via.u64);
+        return json_integer((json_int_t)obj->via.u64);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return json_integer(obj->via.i64);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        return json_real(obj->via.f64);
+    case MSGPACK_OBJECT_STR:
+        return json_str(obj->via.str.ptr, obj->via.str.size);
+    case MSGPACK_OBJECT_ARRAY:
+        array = json_array();
+        for (uint32_t i = 0; array && i < obj->via.array.size; i++) {
+            if (json_array_append_new(array, cli_json_value(&obj->via.array.ptr[i])) < 0) {
+                json_decref(array);
+                array = NULL;
+            }
+        }
+        return array;
+    case MSGPACK_OBJECT_MAP:
+        return json_map(obj, false);
+    default: /* nil, and bin or ext, which no reply field outside `data` uses */
+        return json_null();
+    }
+}
+
+json_t *cli_json_reply(const msgpack_object *map)
+{
+    return json_map(map, true);
+}
+
+int cli_print_json(FILE *out, json_t *json)
+{
+    int r;
+
+    if (!json) {
+        fputs("cairn: out of memory\n", stderr);
+        return -ENOMEM;
+    }
+    r = json_dumpf(json, out, JSON_COMPACT);
+    json_decref(json);
+    if (r < 0)
+        return -EIO;
+    fputc('\n', out);
+    return 0;
+}
+
+void cli_format_time(uint64_t seconds, char buf[CLI_TIME_MAX])
+{
+    time_t t = (time_t)seconds;
+    struct tm tm;
+
+    if ((uint64_t)t != seconds || !gmtime_r(&t, &tm) ||
+        strftime(buf, CLI_TIME_MAX, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, CLI_TIME_MAX, "%" PRIu64, seconds);
+}
+
+static bool is_empty(const msgpack_object *v)
+{
+    return v->type == MSGPACK_OBJECT_NIL || (v->type == MSGPACK_OBJECT_STR && !v->via.str.size) ||
+           (v->type == MSGPACK_OBJECT_ARRAY && !v->via.array.size) ||
+           (v->type == MSGPACK_OBJECT_MAP && !v->via.map.size);
+}
+
+/* Lists print as "a, b", maps as "k=v, k2=v2". */
+static void print_value(FILE *out, const msgpack_object *v, bool is_time)
+{
+    char when[CLI_TIME_MAX];
+
+    switch (v->type) {
+    case MSGPACK_OBJECT_STR:
+        fwrite(v->via.str.ptr, 1, v->via.str.size, out);
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        if (is_time) {
+            cli_format_time(v->via.u64, when);
+            fputs(when, out);
+        } else {
+            fprintf(out, "%" PRIu64, v->via.u64);
+        }
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        fprintf(out, "%" PRId64, v->via.i64);
+        break;
+    case MSGPACK_OBJECT_BOOLEAN:
+        fputs(v->via.boolean ? "true" : "false", out);
+        break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        fprintf(out, "%g", v->via.f64);
+        break;
+    case MSGPACK_OBJECT_ARRAY:
+        for (uint32_t i = 0; i < v->via.array.size; i++) {
+            fputs(i ? ", " : "", out);
+            print_value(out, &v->via.array.ptr[i], false);
+        }
+        break;
+    case MSGPACK_OBJECT_MAP:
+        for (uint32_t i = 0; i < v->via.map.size; i++) {
+            fputs(i ? ", " : "", out);
+            print_value(out, &v->via.map.ptr[i].key, false);
+            fputc('=', out);
+            print_value(out, &v->via.map.ptr[i].val, false);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+void cli_print_fields(FILE *out, const msgpack_object *map, const char *const *keys)
+{
+    for (; *keys; keys++) {
+        const msgpack_object *v = proto_map_get(map, *keys);
+
+        if (!v)
+            continue;
+        fprintf(out, "%s:", *keys);
+        if (!is_empty(v)) {
+            fputc(' ', out);
+            print_value(out, v, strcmp(*keys, "created") == 0);
+        }
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,271 @@
+/* The operations of PROTOCOL.md, built on the framing in client.c. */
+
+#include "client/client.h"
+#include "client/internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A reply that breaks the protocol leaves the stream out of step. */
+static int bad_reply(struct client *c)
+{
+    client_disconnect(c);
+    return -EBADMSG;
+}
+
+/* Sends {op, ref?} and waits for the single reply. */
+static int call(struct client *c, const char *op, const char *ref, const msgpack_object **reply)
+{
+    uint64_t id = client_begin(c, op, ref ? 1 : 0);
+    int r;
+
+    if (ref) {
+        proto_pack_cstr(&c->pk, "ref");
+        proto_pack_cstr(&c->pk, ref);
+    }
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
+}
+
+int client_hello(struct client *c, const msgpack_object **reply)
+{
+    uint64_t id = client_begin(c, "hello", 2);
+    int r;
+
+    proto_pack_cstr(&c->pk, "versions");
+    msgpack_pack_array(&c->pk, PROTO_VERSION - PROTO_MIN_VERSION + 1);
+    for (unsigned v = PROTO_MIN_VERSION; v <= PROTO_VERSION; v++)
+        msgpack_pack_unsigned_int(&c->pk, v);
+    proto_pack_cstr(&c->pk, "client");
+    proto_pack_cstr(&c->pk, "cairn-client/" CAIRN_VERSION);
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
+}
+
+int client_delete(struct client *c, const char *ref, const msgpack_object **reply)
+{
+    return call(c, "delete", ref, reply);
+}
+
+int client_stat(struct client *c, const char *ref, const msgpack_object **reply)
+{
+    return call(c, "stat", ref, reply);
+}
+
+int client_status(struct client *c, const msgpack_object **reply)
+{
+    return call(c, "status", NULL, reply);
+}
+
+/* Reads until buf[0..cap) is full or the input ends; the byte count or -errno. */
+static ssize_t read_full(int fd, uint8_t *buf, size_t have, size_t cap)
+{
+    while (have < cap) {
+        ssize_t n = read(fd, buf + have, cap - have);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        have += (size_t)n;
+    }
+    return (ssize_t)have;
+}
+
+/* The bytes left to read when fd is a regular file, else -1. */
+static int64_t input_size(int fd)
+{
+    struct stat st;
+    off_t pos;
+
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return -1;
+    pos = lseek(fd, 0, SEEK_CUR);
+    return pos < 0 || pos > st.st_size ? -1 : st.st_size - pos;
+}
+
+static void pack_strs(msgpack_packer *pk, const char *key, const char *const *strs, size_t n)
+{
+    proto_pack_cstr(pk, key);
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
+        proto_pack_cstr(pk, strs[i]);
+}
+
+static void pack_meta(msgpack_packer *pk, const struct client_meta *meta, size_t n)
+{
+    proto_pack_cstr(pk, "meta");
+    msgpack_pack_map(pk, n);
+    for (size_t i = 0; i < n; i++) {
+        proto_pack_cstr(pk, meta[i].key);
+        proto_pack_cstr(pk, meta[i].value);
+    }
+}
+
+static void pack_more(msgpack_packer *pk, bool more)
+{
+    proto_pack_cstr(pk, "more");
+    if (more)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+}
+
+/* Begins the `add` frame with every field but `data`; `first` is the first piece. */
+static uint64_t begin_add(struct client *c, const struct client_add_req *req, int64_t size,
+                          const uint8_t *first, size_t first_len, bool more)
+{
+    bool named = req->name && req->name[0];
+    uint32_t nfields = 3 + named + (req->n_tags > 0) + (req->n_meta > 0) + (size >= 0);
+    uint64_t id = client_begin(c, "add", nfields);
+
+    if (named) {
+        proto_pack_cstr(&c->pk, "name");
+        proto_pack_cstr(&c->pk, req->name);
+    }
+    if (req->n_tags > 0)
+        pack_strs(&c->pk, "tags", req->tags, req->n_tags);
+    if (req->n_meta > 0)
+        pack_meta(&c->pk, req->meta, req->n_meta);
+    if (size >= 0) {
+        proto_pack_cstr(&c->pk, "size");
+        msgpack_pack_uint64(&c->pk, (uint64_t)size);
+    }
+    proto_pack_cstr(&c->pk, "mime");
+    proto_pack_cstr(&c->pk, req->mime ? req->mime : client_mime_guess(first, first_len));
+    pack_more(&c->pk, more);
+    return id;
+}
+
+/*
+ * Pieces are read one byte past PROTO_MAX_DATA: the extra byte tells whether
+ * more input follows, so every frame carries the right `more` without a
+ * trailing empty frame, and then starts the next piece.
+ */
+int client_add(struct client *c, const struct client_add_req *req, int in_fd,
+               const msgpack_object **reply)
+{
+    const size_t cap = (size_t)PROTO_MAX_DATA + 1;
+    int64_t size = input_size(in_fd);
+    ssize_t n;
+    uint64_t id;
+    bool more;
+    int r;
+
+    if (!c->iobuf && !(c->iobuf = malloc(cap)))
+        return -ENOMEM;
+    n = read_full(in_fd, c->iobuf, 0, cap);
+    if (n < 0)
+        return client_io_error(c, (int)-n);
+    more = (size_t)n == cap;
+    id = begin_add(c, req, size, c->iobuf, (size_t)n, more);
+    r = client_send_data(c, c->iobuf, more ? PROTO_MAX_DATA : (size_t)n);
+    while (r == 0 && more) {
+        c->iobuf[0] = c->iobuf[PROTO_MAX_DATA];
+        n = read_full(in_fd, c->iobuf, 1, cap);
+        if (n < 0) {
+            /* The daemon waits for the rest of this document; only hanging up ends the add. */
+            client_disconnect(c);
+            return client_io_error(c, (int)-n);
+        }
+        /* A daemon that failed the add early has said so: stop streaming. */
+        r = client_poll(c, id, reply);
+        if (r != -EAGAIN)
+            return r;
+        more = (size_t)n == cap;
+        client_continue(c, id, 2);
+        pack_more(&c->pk, more);
+        r = client_send_data(c, c->iobuf, more ? PROTO_MAX_DATA : (size_t)n);
+    }
+    return r < 0 ? r : client_await(c, id, reply);
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int client_get(struct client *c, const char *ref, int out_fd)
+{
+    const msgpack_object *reply;
+    uint64_t size = 0, total = 0;
+    bool sized, more;
+    uint64_t id;
+    int r;
+
+    id = client_begin(c, "get", 1);
+    proto_pack_cstr(&c->pk, "ref");
+    proto_pack_cstr(&c->pk, ref);
+    r = client_send(c);
+    if (r < 0 || (r = client_await(c, id, &reply)) != 0)
+        return r;
+    sized = proto_get_uint(reply, "size", &size) == 0;
+    for (;;) {
+        const uint8_t *data = NULL;
+        size_t len = 0;
+
+        more = false;
+        if (proto_get_bin(reply, "data", &data, &len) < 0 ||
+            proto_get_bool(reply, "more", &more) < 0)
+            return bad_reply(c);
+        total += len;
+        if (sized && (total > size || (!more && total != size)))
+            return bad_reply(c);
+        if (len > 0 && (r = write_all(out_fd, data, len)) < 0) {
+            /* The rest of the stream is of no use now; hanging up stops it. */
+            client_disconnect(c);
+            return client_io_error(c, -r);
+        }
+        if (!more)
+            return 0;
+        r = client_await(c, id, &reply);
+        if (r != 0)
+            return r;
+    }
+}
+
+int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata)
+{
+    const msgpack_object *reply, *items;
+    uint64_t id = client_begin(c, "list", tag ? 1 : 0);
+    bool more;
+    int r;
+
+    if (tag) {
+        proto_pack_cstr(&c->pk, "tag");
+        proto_pack_cstr(&c->pk, tag);
+    }
+    r = client_send(c);
+    if (r < 0)
+        return r;
+    do {
+        r = client_await(c, id, &reply);
+        if (r != 0)
+            return r;
+        more = false;
+        items = proto_map_get(reply, "items");
+        if ((items && items->type != MSGPACK_OBJECT_ARRAY) ||
+            proto_get_bool(reply, "more", &more) < 0)
+            return bad_reply(c);
+        for (uint32_t i = 0; items && i < items->via.array.size; i++) {
+            if (items->via.array.ptr[i].type != MSGPACK_OBJECT_MAP)
+                return bad_reply(c);
+            fn(userdata, &items->via.array.ptr[i]);
+        }
+    } while (more);
+    return 0;
+}
