@@ -827,7 +827,7 @@ void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
     if (proto_msg_parse(&msg, payload, len) < 0) {
         /* Distinguish a valid non-map value (the stream is intact) from garbage. */
         if (proto_validate(payload, len, PROTO_MAX_DEPTH) == 0) {
-            reply_error(c, 0, PROTO_E_BAD_REQUEST, "a request must be a msgpack map");
+            reply_error(c, 0, PROTO_E_BAD_REQUEST, "a request must be a msgpack map with string keys");
             return;
         }
         log_info("closing a connection that sent malformed msgpack");

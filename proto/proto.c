@@ -180,6 +180,14 @@ int proto_msg_parse(struct proto_msg *msg, const uint8_t *payload, size_t len)
         msgpack_unpacked_init(&msg->unpacked);
         return -EBADMSG;
     }
+    /* Keys are field names; a map keyed by anything else is not a message. */
+    for (uint32_t i = 0; i < msg->unpacked.data.via.map.size; i++) {
+        if (msg->unpacked.data.via.map.ptr[i].key.type != MSGPACK_OBJECT_STR) {
+            msgpack_unpacked_destroy(&msg->unpacked);
+            msgpack_unpacked_init(&msg->unpacked);
+            return -EBADMSG;
+        }
+    }
     msg->map = &msg->unpacked.data;
     return 0;
 }

@@ -93,7 +93,7 @@ struct proto_msg {
     const msgpack_object *map;
 };
 
-/* 0, or -EBADMSG when the payload is not exactly one msgpack map. */
+/* 0, or -EBADMSG when the payload is not exactly one msgpack map with string keys. */
 int proto_msg_parse(struct proto_msg *msg, const uint8_t *payload, size_t len);
 void proto_msg_deinit(struct proto_msg *msg);
 
