@@ -108,17 +108,19 @@ struct client *cli_client(struct cli *cli)
     return cli->client;
 }
 
-/* "not_found" reads better as "not found". */
+/* The daemon's message says what went wrong; the bare code is the fallback. */
 static void describe_daemon_error(const struct client_error *e, char *buf, size_t size)
 {
     char code[sizeof(e->code_name)];
 
+    if (e->message[0] && strcmp(e->message, e->code_name) != 0) {
+        snprintf(buf, size, "%s", e->message);
+        return;
+    }
+    /* "not_found" reads better as "not found". */
     for (size_t i = 0; i < sizeof(code); i++)
         code[i] = e->code_name[i] == '_' ? ' ' : e->code_name[i];
-    if (strcmp(e->message, e->code_name) == 0)
-        snprintf(buf, size, "%s", code);
-    else
-        snprintf(buf, size, "%s: %s", code, e->message);
+    snprintf(buf, size, "%s", code);
 }
 
 int cli_fail(struct cli *cli, const char *what, int rc)
