@@ -17,9 +17,11 @@ int main(int argc, char **argv)
         return 0;
     if (r) {
         fprintf(stderr, "cairnd: %s\n", err);
-        if (r == CONFIG_E_USAGE)
+        if (r == CONFIG_E_USAGE) {
             fprintf(stderr, "Try 'cairnd --help'.\n");
-        return 2;
+            return 2;
+        }
+        return 1;
     }
     log_init(cfg.log_level);
     r = daemon_new(&d, &cfg, err, sizeof(err));
