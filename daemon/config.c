@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <ini.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,12 +58,14 @@ static int parse_size(const char *s, size_t *out)
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s || s[0] == '-')
         return -EINVAL;
+    unsigned long long unit = 1;
     if (*end == 'K' || *end == 'k')
-        v *= 1024, end++;
+        unit = 1024, end++;
     else if (*end == 'M' || *end == 'm')
-        v *= 1024 * 1024, end++;
-    if (*end != '\0')
+        unit = 1024 * 1024, end++;
+    if (*end != '\0' || v > SIZE_MAX / unit)
         return -EINVAL;
+    v *= unit;
     *out = (size_t)v;
     return 0;
 }
@@ -137,13 +140,38 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
     return "unknown key";
 }
 
+/*
+ * Feeds inih one line at a time, counting lines (Debian's inih does not pass
+ * line numbers) and refusing what inih would silently misread: lines longer
+ * than its buffer, which it would split, and leading whitespace, which it
+ * would take as the continuation of the previous value.
+ */
 static char *read_line(char *str, int num, void *stream)
 {
     struct ini_state *st = stream;
-    char *line = fgets(str, num, st->file);
-    if (line)
-        st->lineno++;
-    return line;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+
+    if (st->failed)
+        return NULL;
+    len = getline(&line, &cap, st->file);
+    if (len < 0) {
+        free(line);
+        return NULL;
+    }
+    st->lineno++;
+    const char *text = line + strspn(line, " \t");
+    if ((ssize_t)strlen(text) >= num) {
+        snprintf(st->err, st->err_len, "%s:%d: line longer than %d bytes", st->path, st->lineno,
+                 num - 2);
+        st->failed = true;
+        free(line);
+        return NULL;
+    }
+    memcpy(str, text, strlen(text) + 1);
+    free(line);
+    return str;
 }
 
 static int on_ini_entry(void *user, const char *section, const char *key, const char *value)
@@ -213,7 +241,7 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
 
     memset(fl, 0, sizeof(*fl));
     opterr = 0;
-    optind = 1;
+    optind = 0; /* 0, not 1: glibc then also forgets a half-read "-xy" cluster */
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 's': fl->socket = optarg; break;
@@ -227,7 +255,10 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
             snprintf(err, err_len, "option %s needs a value", argv[optind - 1]);
             return CONFIG_E_USAGE;
         default:
-            snprintf(err, err_len, "unknown option %s", argv[optind - 1]);
+            if (optopt)
+                snprintf(err, err_len, "unknown option -%c", optopt);
+            else
+                snprintf(err, err_len, "unknown option %s", argv[optind - 1]);
             return CONFIG_E_USAGE;
         }
     }

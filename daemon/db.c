@@ -78,7 +78,7 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_DOC_BY_ID] = "SELECT hash, size, stored_size, chunks, mime, created, manifest"
                     " FROM documents WHERE id = ?1",
     [S_NEWEST_NAME] = "SELECT name FROM names WHERE doc = ?1 ORDER BY seq DESC LIMIT 1",
-    [S_NAMES_OF_DOC] = "SELECT DISTINCT name FROM names WHERE doc = ?1 ORDER BY seq",
+    [S_NAMES_OF_DOC] = "SELECT name FROM names WHERE doc = ?1 GROUP BY name ORDER BY MIN(seq)",
     [S_TAGS_OF_DOC] = "SELECT tag FROM tags WHERE doc = ?1 ORDER BY tag",
     [S_META_OF_DOC] = "SELECT key, value FROM meta WHERE doc = ?1 ORDER BY key",
     [S_CHUNK_LOOKUP] = "SELECT stored_size FROM chunks WHERE hash = ?1",

@@ -1,0 +1,617 @@
+/*
+ * Unit tests for cairnd's configuration: built-in defaults derived from the
+ * XDG variables, the INI file (every documented key, errors with the exact
+ * file:line), the environment, the flags, and their precedence
+ * (flags > environment > file > defaults). Every test runs with a private
+ * environment and a private mkdtemp directory that is removed afterwards.
+ */
+#include "daemon/config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "compress/compress.h"
+
+/* ---- environment: temp dir, private variables, argv ---------------------- */
+
+struct env {
+    char dir[PATH_MAX / 2]; /* mkdtemp result, removed at the end */
+    char home[PATH_MAX];    /* $HOME: exists, but holds no config file */
+    char xdg_config[PATH_MAX];
+    struct config cfg;
+    char err[1024];
+};
+
+static const char *const env_vars[] = {
+    "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "HOME", "CAIRN_SOCKET", "CAIRN_DATA_DIR",
+};
+
+static int setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+    const char *tmp = getenv("TMPDIR");
+
+    assert_non_null(e);
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    assert_true(snprintf(e->dir, sizeof(e->dir), "%s/cairn-test-config-XXXXXX", tmp) <
+                (int)sizeof(e->dir));
+    assert_non_null(mkdtemp(e->dir));
+    snprintf(e->home, sizeof(e->home), "%s/home", e->dir);
+    assert_int_equal(mkdir(e->home, 0700), 0);
+    snprintf(e->xdg_config, sizeof(e->xdg_config), "%s/xdg-config", e->dir);
+
+    /*
+     * Nothing from the real environment may leak in: a developer's own
+     * cairn.conf or CAIRN_SOCKET would change every result. XDG_CONFIG_HOME
+     * points into the temp dir so no test reads a real configuration file.
+     */
+    for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
+        assert_int_equal(unsetenv(env_vars[i]), 0);
+    assert_int_equal(setenv("HOME", e->home, 1), 0);
+    assert_int_equal(setenv("XDG_CONFIG_HOME", e->xdg_config, 1), 0);
+    *state = e;
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static int teardown(void **state)
+{
+    struct env *e = *state;
+
+    assert_int_equal(nftw(e->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+    assert_int_equal(access(e->dir, F_OK), -1);
+    for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
+        unsetenv(env_vars[i]);
+    free(e);
+    return 0;
+}
+
+/* Writes `content` to dir/name (creating dir/name's parent) and returns the path in `path`. */
+static void write_file(const char *dir, const char *name, const char *content, char *path,
+                       size_t path_len)
+{
+    FILE *f;
+
+    assert_true(snprintf(path, path_len, "%s/%s", dir, name) < (int)path_len);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(content, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * Runs config_load() with "cairnd" followed by the NULL-terminated arguments.
+ * getopt_long may permute the argv array, so it is a private copy of pointers.
+ */
+static int load(struct env *e, ...)
+{
+    char *argv[32];
+    int argc = 0;
+    va_list ap;
+    const char *a;
+
+    argv[argc++] = (char *)"cairnd";
+    va_start(ap, e);
+    while ((a = va_arg(ap, const char *)) != NULL) {
+        assert_true(argc < 31);
+        argv[argc++] = (char *)a;
+    }
+    va_end(ap);
+    argv[argc] = NULL;
+    memset(e->err, 0, sizeof(e->err));
+    /* Poison the result so a field config_load forgets to set shows up. */
+    memset(&e->cfg, 0xa5, sizeof(e->cfg));
+    return config_load(&e->cfg, argc, argv, e->err, sizeof(e->err));
+}
+
+/* Asserts that err starts with "path:line: " and mentions `word`. */
+static void assert_err_at(const struct env *e, const char *path, int line, const char *word)
+{
+    char prefix[PATH_MAX + 32];
+
+    snprintf(prefix, sizeof(prefix), "%s:%d: ", path, line);
+    if (strncmp(e->err, prefix, strlen(prefix)) != 0)
+        fail_msg("error '%s' does not start with '%s'", e->err, prefix);
+    if (!strstr(e->err, word))
+        fail_msg("error '%s' does not mention '%s'", e->err, word);
+}
+
+static void assert_built_in_values(const struct config *cfg)
+{
+    assert_string_equal(cfg->backend_url, "local");
+    assert_int_equal(cfg->log_level, LOG_LEVEL_INFO);
+    assert_int_equal(cfg->compression_level, COMPRESS_DEFAULT_LEVEL);
+    assert_int_equal(cfg->chunk_size, 256 * 1024);
+    assert_int_equal(cfg->max_connections, 4096);
+    assert_int_equal(cfg->threads, 0);
+}
+
+/* ---- defaults ------------------------------------------------------------ */
+
+static void test_defaults_from_xdg(void **state)
+{
+    struct env *e = *state;
+    char expect[PATH_MAX + 64];
+
+    assert_int_equal(setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1), 0);
+    assert_int_equal(setenv("XDG_DATA_HOME", "/srv/xdg-data", 1), 0);
+    assert_int_equal(load(e, NULL), 0);
+    assert_string_equal(e->cfg.socket_path, "/run/user/4242/cairn/cairnd.sock");
+    assert_string_equal(e->cfg.data_dir, "/srv/xdg-data/cairn");
+    snprintf(expect, sizeof(expect), "%s/cairn/cairn.conf", e->xdg_config);
+    assert_string_equal(e->cfg.config_path, expect);
+    assert_built_in_values(&e->cfg);
+}
+
+static void test_defaults_without_xdg(void **state)
+{
+    struct env *e = *state;
+    char expect[PATH_MAX + 64];
+
+    assert_int_equal(unsetenv("XDG_CONFIG_HOME"), 0);
+    assert_int_equal(load(e, NULL), 0);
+    snprintf(expect, sizeof(expect), "/tmp/cairn-%u/cairnd.sock", (unsigned)getuid());
+    assert_string_equal(e->cfg.socket_path, expect);
+    snprintf(expect, sizeof(expect), "%s/.local/share/cairn", e->home);
+    assert_string_equal(e->cfg.data_dir, expect);
+    snprintf(expect, sizeof(expect), "%s/.config/cairn/cairn.conf", e->home);
+    assert_string_equal(e->cfg.config_path, expect);
+    assert_built_in_values(&e->cfg);
+}
+
+/* The XDG base directory spec says relative paths are invalid and must be ignored. */
+static void test_defaults_ignore_relative_xdg(void **state)
+{
+    struct env *e = *state;
+    char expect[PATH_MAX + 64];
+
+    assert_int_equal(setenv("XDG_RUNTIME_DIR", "run/user", 1), 0);
+    assert_int_equal(setenv("XDG_DATA_HOME", "", 1), 0);
+    assert_int_equal(load(e, NULL), 0);
+    snprintf(expect, sizeof(expect), "/tmp/cairn-%u/cairnd.sock", (unsigned)getuid());
+    assert_string_equal(e->cfg.socket_path, expect);
+    snprintf(expect, sizeof(expect), "%s/.local/share/cairn", e->home);
+    assert_string_equal(e->cfg.data_dir, expect);
+}
+
+/* ---- the configuration file ---------------------------------------------- */
+
+static const char all_keys_conf[] = "; every documented key\n"
+                                    "[daemon]\n"
+                                    "socket = /srv/cairn/file.sock\n"
+                                    "log_level = debug\n"
+                                    "max_connections = 17\n"
+                                    "threads = 6\n"
+                                    "\n"
+                                    "[store]\n"
+                                    "data_dir = /srv/cairn/file-data\n"
+                                    "compression_level = 11\n"
+                                    "chunk_size = 64K\n"
+                                    "\n"
+                                    "[backend]\n"
+                                    "url = local:/srv/cairn/objects\n";
+
+static void test_file_every_key(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    write_file(e->dir, "all.conf", all_keys_conf, path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_string_equal(e->cfg.config_path, path);
+    assert_string_equal(e->cfg.socket_path, "/srv/cairn/file.sock");
+    assert_int_equal(e->cfg.log_level, LOG_LEVEL_DEBUG);
+    assert_int_equal(e->cfg.max_connections, 17);
+    assert_int_equal(e->cfg.threads, 6);
+    assert_string_equal(e->cfg.data_dir, "/srv/cairn/file-data");
+    assert_int_equal(e->cfg.compression_level, 11);
+    assert_int_equal(e->cfg.chunk_size, 64 * 1024);
+    assert_string_equal(e->cfg.backend_url, "local:/srv/cairn/objects");
+}
+
+/* The K and M suffixes (either case) are powers of 1024; 4K..4M are the bounds. */
+static void test_file_chunk_size_suffixes(void **state)
+{
+    static const struct {
+        const char *value;
+        size_t bytes;
+    } cases[] = {
+        {"4K", 4096},     {"4k", 4096},   {"1M", 1024 * 1024}, {"2m", 2 * 1024 * 1024},
+        {"4M", 4u << 20}, {"4096", 4096}, {"131072", 131072},  {"4194304", 4u << 20},
+    };
+    struct env *e = *state;
+    char path[PATH_MAX], conf[128];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(conf, sizeof(conf), "[store]\nchunk_size = %s\n", cases[i].value);
+        write_file(e->dir, "chunk.conf", conf, path, sizeof(path));
+        assert_int_equal(load(e, "--config", path, NULL), 0);
+        assert_int_equal(e->cfg.chunk_size, cases[i].bytes);
+    }
+}
+
+/* The ends of every numeric range are accepted. */
+static void test_file_range_bounds(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    write_file(e->dir, "low.conf",
+               "[daemon]\nmax_connections = 1\nthreads = 0\nlog_level = error\n"
+               "[store]\ncompression_level = 1\n",
+               path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_int_equal(e->cfg.max_connections, 1);
+    assert_int_equal(e->cfg.threads, 0);
+    assert_int_equal(e->cfg.log_level, LOG_LEVEL_ERROR);
+    assert_int_equal(e->cfg.compression_level, 1);
+
+    write_file(e->dir, "high.conf",
+               "[daemon]\nmax_connections = 1000000\nthreads = 128\nlog_level = warn\n"
+               "[store]\ncompression_level = 19\n",
+               path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_int_equal(e->cfg.max_connections, 1000000);
+    assert_int_equal(e->cfg.threads, 128);
+    assert_int_equal(e->cfg.log_level, LOG_LEVEL_WARN);
+    assert_int_equal(e->cfg.compression_level, 19);
+}
+
+/* Without --config, $XDG_CONFIG_HOME/cairn/cairn.conf is read when it exists. */
+static void test_default_config_file_is_read(void **state)
+{
+    struct env *e = *state;
+    char cairn_dir[PATH_MAX + 16], path[PATH_MAX];
+
+    snprintf(cairn_dir, sizeof(cairn_dir), "%s/cairn", e->xdg_config);
+    assert_int_equal(mkdir(e->xdg_config, 0700), 0);
+    assert_int_equal(mkdir(cairn_dir, 0700), 0);
+    write_file(cairn_dir, "cairn.conf", "[daemon]\nthreads = 3\n", path, sizeof(path));
+    assert_int_equal(load(e, NULL), 0);
+    assert_string_equal(e->cfg.config_path, path);
+    assert_int_equal(e->cfg.threads, 3);
+}
+
+static void test_missing_default_config_is_fine(void **state)
+{
+    struct env *e = *state;
+
+    /* setup() pointed XDG_CONFIG_HOME at a directory that does not exist. */
+    assert_int_equal(access(e->xdg_config, F_OK), -1);
+    assert_int_equal(load(e, NULL), 0);
+    assert_built_in_values(&e->cfg);
+}
+
+static void test_missing_explicit_config_is_invalid(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX + 32];
+
+    snprintf(path, sizeof(path), "%s/no-such.conf", e->dir);
+    assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    assert_non_null(strstr(e->err, path));
+    assert_non_null(strstr(e->err, strerror(ENOENT)));
+}
+
+/* ---- precedence: file < environment < flags ------------------------------ */
+
+static void test_precedence(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    write_file(e->dir, "prec.conf",
+               "[daemon]\nsocket = /file/cairnd.sock\nlog_level = warn\n"
+               "[store]\ndata_dir = /file/data\n"
+               "[backend]\nurl = local:/file/objects\n",
+               path, sizeof(path));
+
+    /* The file beats the defaults (XDG_RUNTIME_DIR would give another socket). */
+    assert_int_equal(setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1), 0);
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_string_equal(e->cfg.socket_path, "/file/cairnd.sock");
+    assert_string_equal(e->cfg.data_dir, "/file/data");
+
+    /* The environment beats the file, one variable at a time. */
+    assert_int_equal(setenv("CAIRN_SOCKET", "/env/cairnd.sock", 1), 0);
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_string_equal(e->cfg.socket_path, "/env/cairnd.sock");
+    assert_string_equal(e->cfg.data_dir, "/file/data");
+    assert_int_equal(setenv("CAIRN_DATA_DIR", "/env/data", 1), 0);
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_string_equal(e->cfg.socket_path, "/env/cairnd.sock");
+    assert_string_equal(e->cfg.data_dir, "/env/data");
+
+    /* Flags beat both; flag order relative to --config does not matter. */
+    assert_int_equal(load(e, "--socket", "/flag/cairnd.sock", "--config", path, "--data-dir",
+                          "/flag/data", "--backend", "local:/flag/objects", "--log-level", "debug",
+                          NULL),
+                     0);
+    assert_string_equal(e->cfg.socket_path, "/flag/cairnd.sock");
+    assert_string_equal(e->cfg.data_dir, "/flag/data");
+    assert_string_equal(e->cfg.backend_url, "local:/flag/objects");
+    assert_int_equal(e->cfg.log_level, LOG_LEVEL_DEBUG);
+
+    /* A flag for one setting leaves the other at the environment's value. */
+    assert_int_equal(load(e, "--config", path, "--data-dir=/flag/data2", NULL), 0);
+    assert_string_equal(e->cfg.socket_path, "/env/cairnd.sock");
+    assert_string_equal(e->cfg.data_dir, "/flag/data2");
+    assert_string_equal(e->cfg.backend_url, "local:/file/objects");
+    assert_int_equal(e->cfg.log_level, LOG_LEVEL_WARN);
+
+    /* An empty variable counts as unset. */
+    assert_int_equal(setenv("CAIRN_SOCKET", "", 1), 0);
+    assert_int_equal(setenv("CAIRN_DATA_DIR", "", 1), 0);
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_string_equal(e->cfg.socket_path, "/file/cairnd.sock");
+    assert_string_equal(e->cfg.data_dir, "/file/data");
+}
+
+/* The environment is checked like the file: a socket path longer than sun_path is refused. */
+static void test_env_and_flag_values_are_checked(void **state)
+{
+    struct env *e = *state;
+    char long_path[200];
+
+    memset(long_path, 'a', sizeof(long_path) - 1);
+    long_path[0] = '/';
+    long_path[sizeof(long_path) - 1] = '\0';
+    assert_int_equal(setenv("CAIRN_SOCKET", long_path, 1), 0);
+    assert_int_equal(load(e, NULL), CONFIG_E_INVALID);
+    assert_non_null(strstr(e->err, "CAIRN_SOCKET"));
+    assert_int_equal(unsetenv("CAIRN_SOCKET"), 0);
+
+    assert_int_equal(load(e, "--socket", long_path, NULL), CONFIG_E_INVALID);
+    assert_non_null(strstr(e->err, "--socket"));
+    assert_int_equal(load(e, "--log-level", "loud", NULL), CONFIG_E_INVALID);
+    assert_non_null(strstr(e->err, "--log-level"));
+    assert_int_equal(load(e, "--data-dir", "", NULL), CONFIG_E_INVALID);
+    assert_non_null(strstr(e->err, "--data-dir"));
+}
+
+/* ---- file errors carry file:line ----------------------------------------- */
+
+static void test_unknown_key(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    write_file(e->dir, "unknown-key.conf",
+               "# line 1 is a comment\n"
+               "[daemon]\n"
+               "threads = 2\n"
+               "\n"
+               "sockett = /x.sock\n"
+               "log_level = debug\n",
+               path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    assert_err_at(e, path, 5, "sockett");
+    assert_non_null(strstr(e->err, "unknown key"));
+
+    /* A key of one section is unknown in another. */
+    write_file(e->dir, "wrong-section.conf", "[store]\nsocket = /x.sock\n", path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    assert_err_at(e, path, 2, "socket");
+    assert_non_null(strstr(e->err, "unknown key"));
+}
+
+static void test_unknown_section(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    write_file(e->dir, "unknown-section.conf",
+               "[daemon]\n"
+               "threads = 2\n"
+               "; a comment\n"
+               "[deamon]\n"
+               "socket = /x.sock\n",
+               path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    assert_err_at(e, path, 5, "deamon");
+    assert_non_null(strstr(e->err, "unknown section"));
+
+    /* A key before any section header has no section, which is unknown too. */
+    write_file(e->dir, "no-section.conf", "\nthreads = 2\n", path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    assert_err_at(e, path, 2, "threads");
+}
+
+static void test_bad_values(void **state)
+{
+    static const struct {
+        const char *section, *key, *value;
+    } cases[] = {
+        {"store", "compression_level", "0"}, {"store", "compression_level", "20"},
+        {"store", "chunk_size", "1K"},       {"store", "chunk_size", "8M"},
+        {"store", "chunk_size", "4097K"},    {"store", "chunk_size", "64KB"},
+        {"store", "chunk_size", "-64K"},     {"store", "chunk_size", "big"},
+        {"daemon", "max_connections", "0"},  {"daemon", "max_connections", "1000001"},
+        {"daemon", "log_level", "loud"},     {"daemon", "threads", "129"},
+        {"daemon", "threads", "-1"},         {"daemon", "threads", "2x"},
+        {"daemon", "max_connections", "-5"}, {"store", "compression_level", ""},
+    };
+    struct env *e = *state;
+    char path[PATH_MAX], conf[512];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        /* Valid lines before the bad one move it to line 3 + i. */
+        size_t n =
+            (size_t)snprintf(conf, sizeof(conf), "[%s]\n# bad value follows\n", cases[i].section);
+        for (size_t j = 0; j < i; j++)
+            n += (size_t)snprintf(conf + n, sizeof(conf) - n, "\n");
+        snprintf(conf + n, sizeof(conf) - n, "%s = %s\n[daemon]\nthreads = 1\n", cases[i].key,
+                 cases[i].value);
+        write_file(e->dir, "bad.conf", conf, path, sizeof(path));
+        if (load(e, "--config", path, NULL) != CONFIG_E_INVALID)
+            fail_msg("%s = '%s' was accepted", cases[i].key, cases[i].value);
+        assert_err_at(e, path, 3 + (int)i, cases[i].key);
+    }
+}
+
+/* Only the first problem is reported, with its own line. */
+static void test_first_error_wins(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    write_file(e->dir, "two.conf", "[daemon]\nthreads = 500\nlog_level = loud\n", path,
+               sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    assert_err_at(e, path, 2, "threads");
+    assert_null(strstr(e->err, "log_level"));
+}
+
+static void test_syntax_error(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    write_file(e->dir, "syntax.conf", "[daemon]\nthreads = 2\nthis line has no equals sign\n", path,
+               sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    assert_err_at(e, path, 3, "syntax error");
+}
+
+/* ---- the command line ---------------------------------------------------- */
+
+/* Runs load() with stdout redirected to a file and returns what was printed. */
+static int load_capturing_stdout(struct env *e, const char *flag, char *out, size_t out_len)
+{
+    char path[PATH_MAX + 32];
+    int fd, saved, r;
+    ssize_t n;
+
+    snprintf(path, sizeof(path), "%s/stdout", e->dir);
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    fflush(stdout);
+    saved = dup(STDOUT_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fd, STDOUT_FILENO) >= 0);
+    r = load(e, flag, NULL);
+    fflush(stdout);
+    assert_true(dup2(saved, STDOUT_FILENO) >= 0);
+    close(saved);
+    n = pread(fd, out, out_len - 1, 0);
+    assert_true(n >= 0);
+    out[n] = '\0';
+    close(fd);
+    return r;
+}
+
+static void test_help_and_version(void **state)
+{
+    struct env *e = *state;
+    char out[4096];
+
+    assert_int_equal(load_capturing_stdout(e, "--help", out, sizeof(out)), CONFIG_E_EXIT);
+    assert_true(strncmp(out, "usage: cairnd", 13) == 0);
+    assert_non_null(strstr(out, "--data-dir"));
+
+    assert_int_equal(load_capturing_stdout(e, "--version", out, sizeof(out)), CONFIG_E_EXIT);
+    assert_string_equal(out, "cairnd " CAIRN_VERSION "\n");
+}
+
+/* --help wins even when the configuration would be invalid: nothing else is read. */
+static void test_help_before_config(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX + 32];
+
+    snprintf(path, sizeof(path), "%s/no-such.conf", e->dir);
+    fflush(stdout);
+    assert_int_equal(load(e, "--config", path, "--version", NULL), CONFIG_E_EXIT);
+}
+
+static void test_usage_errors(void **state)
+{
+    struct env *e = *state;
+
+    assert_int_equal(load(e, "--no-such-flag", NULL), CONFIG_E_USAGE);
+    assert_non_null(strstr(e->err, "--no-such-flag"));
+
+    assert_int_equal(load(e, "-x", NULL), CONFIG_E_USAGE);
+    assert_non_null(strstr(e->err, "-x"));
+
+    assert_int_equal(load(e, "--socket", NULL), CONFIG_E_USAGE);
+    assert_non_null(strstr(e->err, "--socket"));
+    assert_non_null(strstr(e->err, "value"));
+
+    assert_int_equal(load(e, "--data-dir", "/d", "--config", NULL), CONFIG_E_USAGE);
+    assert_non_null(strstr(e->err, "--config"));
+
+    assert_int_equal(load(e, "--socket", "/s.sock", "stray", NULL), CONFIG_E_USAGE);
+    assert_non_null(strstr(e->err, "stray"));
+
+    /* GNU getopt moves operands to the end; one before the flags is still found. */
+    assert_int_equal(load(e, "stray2", "--socket", "/s.sock", NULL), CONFIG_E_USAGE);
+    assert_non_null(strstr(e->err, "stray2"));
+
+    /* --help takes no value. */
+    assert_int_equal(load(e, "--help=yes", NULL), CONFIG_E_USAGE);
+}
+
+/*
+ * config_load() resets getopt itself: a parse that stopped in the middle (an
+ * error, or a cluster of short options) does not leak into the next one.
+ */
+static void test_repeated_parses_are_independent(void **state)
+{
+    struct env *e = *state;
+
+    assert_int_equal(load(e, "--bogus", "--socket", "/first.sock", NULL), CONFIG_E_USAGE);
+    assert_int_equal(load(e, "--socket", "/second.sock", NULL), 0);
+    assert_string_equal(e->cfg.socket_path, "/second.sock");
+
+    assert_int_equal(load(e, "-xy", NULL), CONFIG_E_USAGE);
+    assert_int_equal(load(e, "--socket", "/third.sock", NULL), 0);
+    assert_string_equal(e->cfg.socket_path, "/third.sock");
+    assert_int_equal(load(e, NULL), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_defaults_from_xdg, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_defaults_without_xdg, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_defaults_ignore_relative_xdg, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_every_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_chunk_size_suffixes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_range_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_default_config_file_is_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_default_config_is_fine, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_explicit_config_is_invalid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_precedence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_and_flag_values_are_checked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_section, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_first_error_wins, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_syntax_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_help_and_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_help_before_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_usage_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repeated_parses_are_independent, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
