@@ -129,6 +129,13 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             cfg->chunk_size = sz;
             return NULL;
         }
+    } else if (strcmp(section, "search") == 0) {
+        if (strcmp(key, "max_text") == 0) {
+            if (parse_size(value, &sz) || sz > 1024u * 1024 * 1024)
+                return "max_text must be between 0 and 1024M";
+            cfg->max_text = sz;
+            return NULL;
+        }
     } else if (strcmp(section, "backend") == 0) {
         if (strcmp(key, "url") == 0)
             return copy_str(cfg->backend_url, sizeof(cfg->backend_url), value)
@@ -184,7 +191,7 @@ static int on_ini_entry(void *user, const char *section, const char *key, const 
         return 0;
     if (!key) /* a section header alone */
         problem = (strcmp(section, "daemon") && strcmp(section, "store") &&
-                   strcmp(section, "backend"))
+                   strcmp(section, "search") && strcmp(section, "backend"))
                       ? "unknown section"
                       : NULL;
     else
@@ -225,6 +232,7 @@ static void set_defaults(struct config *cfg)
     cfg->log_level = LOG_LEVEL_INFO;
     cfg->compression_level = COMPRESS_DEFAULT_LEVEL;
     cfg->chunk_size = 256 * 1024;
+    cfg->max_text = 16 * 1024 * 1024;
     cfg->max_connections = 4096;
     cfg->threads = 0;
 }

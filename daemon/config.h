@@ -22,6 +22,7 @@ struct config {
     enum log_level log_level;
     int compression_level;
     size_t chunk_size;
+    size_t max_text;
     unsigned max_connections;
     unsigned threads;
 };

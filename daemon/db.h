@@ -30,6 +30,7 @@ struct db_txn;
 enum {
     DB_E_NOT_FOUND = 1,
     DB_E_AMBIGUOUS,
+    DB_E_INVALID_QUERY,
 };
 
 /* One manifest entry: a chunk's id, raw size and stored object size. */
@@ -84,6 +85,9 @@ struct db_add {
     size_t nmeta;
     const struct db_chunk *chunks;
     size_t nchunks;
+    /* The text to index (UTF-8), or NULL for a binary document. */
+    const char *text;
+    size_t text_len;
     /* Outputs. */
     bool created;
     uint64_t stored_size;
@@ -119,6 +123,37 @@ int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t 
 int db_list(struct db *db, const char *tag, const char *after, size_t limit, struct db_doc **docs,
             size_t *ndocs);
 int db_totals(struct db *db, struct db_totals *t);
+
+/* A search request, as the search op carries it (PROTOCOL.md "search"). */
+struct db_search_params {
+    const char *query;
+    size_t query_len;
+    uint64_t limit, offset;
+    const char *const *tags;
+    size_t ntags;
+    const char *name_glob; /* NULL: any */
+    const char *mime;      /* NULL: any */
+    bool has_after, has_before;
+    int64_t after, before; /* Unix seconds: created >= after, created < before */
+    bool fuzzy;
+};
+
+struct db_hit {
+    char hash[PROTO_HASH_HEX + 1];
+    char *name;
+    double score;
+    uint64_t size;
+    char *snippet;
+};
+
+void db_hits_free(struct db_hit *hits, size_t n);
+
+/*
+ * Runs a ranked search. 0 with the hits, DB_E_INVALID_QUERY with a message
+ * for the user in *msg, or negative errno.
+ */
+int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits,
+              size_t *nhits, const char **msg);
 
 /* Manifest blob coding, shared with the store. */
 void db_chunks_encode(const struct db_chunk *chunks, size_t n, uint8_t *out);

@@ -10,6 +10,7 @@
 #include "daemon/daemon.h"
 #include "daemon/db.h"
 #include "daemon/log.h"
+#include "daemon/search.h"
 #include "daemon/store.h"
 #include "proto/util.h"
 #include "storage/backend.h"
@@ -23,6 +24,7 @@ enum op_kind {
     OP_LIST,
     OP_STAT,
     OP_STATUS,
+    OP_SEARCH,
 };
 
 struct op {
@@ -52,11 +54,21 @@ struct op {
     /* stat, status */
     struct db_doc doc;
     struct db_totals totals;
+    /* search */
+    struct db_search_params search;
+    char *query, *name_glob, *mime;
+    char **tags;
+    size_t ntags;
+    struct db_hit *hits;
+    size_t nhits;
+    const char *search_msg;
     uv_work_t work;
 };
 
-static const char *const op_names[] = {"hello", "add",  "data", "get",
-                                       "delete", "list", "stat", "status"};
+static const char *const op_names[] = {"hello", "add",  "data",   "get",   "delete",
+                                       "list",  "stat", "status", "search"};
+
+static void free_strings(char **v, size_t n);
 
 static struct op *op_of(struct request *req)
 {
@@ -69,6 +81,11 @@ static void op_free(struct op *op)
     free(op->tag);
     db_docs_free(op->docs, op->ndocs);
     db_doc_clear(&op->doc);
+    free(op->query);
+    free(op->name_glob);
+    free(op->mime);
+    free_strings(op->tags, op->ntags);
+    db_hits_free(op->hits, op->nhits);
     free(op);
 }
 
@@ -807,6 +824,157 @@ static void do_status(struct conn *c, uint64_t id, const msgpack_object *map)
         op_queue(op, status_work, status_done);
 }
 
+/* ---- search ---- */
+
+#define SEARCH_HITS_PER_FRAME 50
+
+static void search_work(uv_work_t *work)
+{
+    struct op *op = container_of(work, struct op, work);
+    op->status = db_search(op->d->db, &op->search, &op->hits, &op->nhits, &op->search_msg);
+}
+
+static void search_done(uv_work_t *work, int status)
+{
+    struct op *op = container_of(work, struct op, work);
+    struct reply r;
+    size_t i = 0;
+
+    if (!op_job_end(op))
+        return;
+    if (status == 0 && op->status == DB_E_INVALID_QUERY) {
+        reply_error(op->base.conn, op->base.id, PROTO_E_BAD_REQUEST, op->search_msg);
+        op_finish(op);
+        return;
+    }
+    if (status < 0 || op->status != 0) {
+        reply_status_error(op, status < 0 ? status : op->status);
+        op_finish(op);
+        return;
+    }
+    /* Hits go out in frames of at most 50, so long names cannot outgrow a frame. */
+    do {
+        size_t n = op->nhits - i > SEARCH_HITS_PER_FRAME ? SEARCH_HITS_PER_FRAME : op->nhits - i;
+        if (i == 0)
+            reply_begin(&r, op->base.id, true, 2);
+        else
+            reply_next(&r, op->base.id, true, 2);
+        proto_pack_cstr(&r.pk, "hits");
+        msgpack_pack_array(&r.pk, n);
+        for (size_t k = i; k < i + n; k++) {
+            const struct db_hit *h = &op->hits[k];
+            msgpack_pack_map(&r.pk, 5);
+            proto_pack_cstr(&r.pk, "hash");
+            proto_pack_cstr(&r.pk, h->hash);
+            proto_pack_cstr(&r.pk, "name");
+            proto_pack_cstr(&r.pk, h->name);
+            proto_pack_cstr(&r.pk, "score");
+            msgpack_pack_double(&r.pk, h->score);
+            proto_pack_cstr(&r.pk, "size");
+            msgpack_pack_uint64(&r.pk, h->size);
+            proto_pack_cstr(&r.pk, "snippet");
+            proto_pack_cstr(&r.pk, h->snippet);
+        }
+        i += n;
+        proto_pack_cstr(&r.pk, "more");
+        if (i < op->nhits)
+            msgpack_pack_true(&r.pk);
+        else
+            msgpack_pack_false(&r.pk);
+        reply_end(&r);
+    } while (i < op->nhits);
+    conn_send(op->base.conn, &r.sbuf);
+    op_finish(op);
+}
+
+/* Reads an optional integer that may be negative (dates before 1970). */
+static int get_int(const msgpack_object *map, const char *key, bool *has, int64_t *out)
+{
+    const msgpack_object *o = proto_map_get(map, key);
+    *has = false;
+    if (!o)
+        return 0;
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+        *out = (int64_t)o->via.u64;
+    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *out = o->via.i64;
+    else
+        return -EINVAL;
+    *has = true;
+    return 0;
+}
+
+static const char *parse_search(struct op *op, const msgpack_object *map)
+{
+    struct db_search_params *sp = &op->search;
+    const msgpack_object *o;
+    const char *q;
+    size_t qlen;
+    bool fuzzy = false;
+    int r;
+
+    r = proto_get_str(map, "query", &q, &qlen);
+    if (r != 0)
+        return "query must be a string";
+    if (qlen > SEARCH_MAX_QUERY)
+        return "invalid query: longer than 65536 bytes";
+    /* Kept with its length: a NUL inside is reported by the query parser. */
+    if (!(op->query = malloc(qlen + 1)))
+        return "out of memory";
+    memcpy(op->query, q, qlen);
+    op->query[qlen] = '\0';
+    sp->query = op->query;
+    sp->query_len = qlen;
+    sp->limit = 10;
+    if (proto_get_uint(map, "limit", &sp->limit) < 0 || sp->limit < 1 ||
+        sp->limit > SEARCH_MAX_LIMIT)
+        return "limit must be an integer from 1 to 1000";
+    if (proto_get_uint(map, "offset", &sp->offset) < 0)
+        return "offset must be an unsigned integer";
+    if ((o = proto_map_get(map, "tags"))) {
+        if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > PROTO_MAX_TAGS)
+            return "tags must be an array of at most 64 strings";
+        if (!(op->tags = calloc(o->via.array.size + 1, sizeof(char *))))
+            return "out of memory";
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            if (copy_str_obj(&o->via.array.ptr[i], PROTO_MAX_TAG, &op->tags[op->ntags]))
+                return "each tag must be a non-empty string of at most 256 bytes";
+            op->ntags++;
+        }
+        sp->tags = (const char *const *)op->tags;
+        sp->ntags = op->ntags;
+    }
+    if (get_string(map, "name", PROTO_MAX_NAME, false, &op->name_glob))
+        return "name must be a non-empty string of at most 4096 bytes";
+    if (get_string(map, "mime", PROTO_MAX_MIME, false, &op->mime))
+        return "mime must be a non-empty string of at most 255 bytes";
+    sp->name_glob = op->name_glob;
+    sp->mime = op->mime;
+    if (get_int(map, "after", &sp->has_after, &sp->after) < 0 ||
+        get_int(map, "before", &sp->has_before, &sp->before) < 0)
+        return "after and before must be integers (Unix seconds)";
+    if (proto_get_bool(map, "fuzzy", &fuzzy) < 0)
+        return "fuzzy must be a boolean";
+    sp->fuzzy = fuzzy;
+    return NULL;
+}
+
+static void do_search(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = op_new(c, id, OP_SEARCH);
+    const char *problem;
+
+    if (!op)
+        return;
+    problem = parse_search(op, map);
+    if (problem) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, problem);
+        op_finish(op);
+        return;
+    }
+    op_queue(op, search_work, search_done);
+}
+
 /* ---- entry points ---- */
 
 static const struct {
@@ -815,6 +983,7 @@ static const struct {
 } ops[] = {
     {"hello", do_hello}, {"add", do_add},   {"data", do_data}, {"get", do_get},
     {"delete", do_delete}, {"list", do_list}, {"stat", do_stat}, {"status", do_status},
+    {"search", do_search},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)

@@ -70,6 +70,11 @@ struct store_add {
     struct db_chunk *chunks;
     size_t nchunks, chunks_cap;
 
+    /* Content kept for the search index while it still looks like text (job-owned). */
+    char *text;
+    size_t text_len, text_cap, text_valid;
+    bool text_ok;
+
     bool finishing, final_done, committing, aborted;
     int error;
     uint8_t doc_hash[PROTO_HASH_LEN];
@@ -140,6 +145,7 @@ static void add_free(struct store_add *add)
         free(add->ready[i].data);
     EVP_MD_CTX_free(add->doc_ctx);
     free(add->chunks);
+    free(add->text);
     params_clear(&add->p);
     add->st->active--;
     free(add);
@@ -186,6 +192,7 @@ int store_add_begin(struct store *st, struct store_add_params *params,
     memset(params, 0, sizeof(*params));
     add->ops = ops;
     add->userdata = userdata;
+    add->text_ok = st->cfg.max_text > 0;
     st->active++;
     *out = add;
     return 0;
@@ -244,6 +251,114 @@ bool store_add_write(struct store_add *add, const uint8_t *data, size_t len, boo
     return true;
 }
 
+/*
+ * Length of the longest prefix of s[0..len) that is well-formed UTF-8 without
+ * NUL bytes, stopping before a sequence that may continue past `len`.
+ * *bad is set when an invalid byte (not merely a cut sequence) was found.
+ */
+static size_t utf8_prefix(const uint8_t *s, size_t len, bool *bad)
+{
+    size_t i = 0;
+
+    *bad = false;
+    while (i < len) {
+        uint8_t c = s[i];
+        size_t n;
+        uint32_t cp;
+        if (c == 0) {
+            *bad = true;
+            return i;
+        }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf)
+            n = 2, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            n = 3, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            n = 4, cp = c & 0x07;
+        else {
+            *bad = true;
+            return i;
+        }
+        if (i + n > len) {
+            for (size_t k = i + 1; k < len; k++) {
+                if ((s[k] & 0xc0) != 0x80) {
+                    *bad = true;
+                    return i;
+                }
+            }
+            return i; /* cut: the next piece may complete it */
+        }
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) {
+                *bad = true;
+                return i;
+            }
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        /* Overlong forms, surrogates and values past U+10FFFF are not text. */
+        if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff)) {
+            *bad = true;
+            return i;
+        }
+        i += n;
+    }
+    return i;
+}
+
+/*
+ * Keeps the document's content for the search index while it is UTF-8 text,
+ * up to max_text bytes; past the limit the prefix stays indexed. Runs in the
+ * add's chunk job, which only one thread runs at a time.
+ */
+static void text_feed(struct store_add *add, const uint8_t *data, size_t len, bool final)
+{
+    size_t room = add->st->cfg.max_text - add->text_len;
+    bool bad;
+
+    if (!add->text_ok || room == 0)
+        goto check_end;
+    if (len > room)
+        len = room;
+    if (add->text_len + len > add->text_cap) {
+        size_t cap = add->text_cap ? add->text_cap : 64 * 1024;
+        while (cap < add->text_len + len)
+            cap *= 2;
+        if (cap > add->st->cfg.max_text)
+            cap = add->st->cfg.max_text;
+        char *grown = realloc(add->text, cap);
+        if (!grown) {
+            add->text_ok = false;
+            return;
+        }
+        add->text = grown;
+        add->text_cap = cap;
+    }
+    memcpy(add->text + add->text_len, data, len);
+    add->text_len += len;
+    add->text_valid += utf8_prefix((uint8_t *)add->text + add->text_valid,
+                                   add->text_len - add->text_valid, &bad);
+    if (bad)
+        add->text_ok = false;
+check_end:
+    /* A sequence cut at the end is fine only where the size limit cut it. */
+    if (add->text_ok && final && add->text_valid != add->text_len) {
+        if (add->text_len < add->st->cfg.max_text)
+            add->text_ok = false;
+        else
+            add->text_len = add->text_valid;
+    }
+    if (!add->text_ok) {
+        free(add->text);
+        add->text = NULL;
+        add->text_len = add->text_cap = add->text_valid = 0;
+    }
+}
+
 static void chunk_work(uv_work_t *work)
 {
     struct chunk_job *job = container_of(work, struct chunk_job, work);
@@ -255,6 +370,7 @@ static void chunk_work(uv_work_t *work)
         job->status = -EIO;
         return;
     }
+    text_feed(add, job->in.data, job->in.len, job->final);
     if (job->in.len > 0) {
         SHA256(job->in.data, job->in.len, job->hash);
         int r = db_chunk_lookup(st->db, job->hash, &job->stored_size);
@@ -509,6 +625,8 @@ static void add_commit(struct store_add *add)
     d->nmeta = add->p.nmeta;
     d->chunks = add->chunks;
     d->nchunks = add->nchunks;
+    d->text = add->text_ok ? add->text : NULL;
+    d->text_len = add->text_len;
     add->dbw.apply = commit_apply;
     add->dbw.done = commit_done;
     add->committing = true;

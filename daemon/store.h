@@ -47,6 +47,7 @@ enum {
 struct store_config {
     int compression_level;
     size_t chunk_size;
+    size_t max_text; /* bytes of a text document's content indexed for search */
 };
 
 int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db *db,

@@ -1,0 +1,69 @@
+#pragma once
+
+/*
+ * The search query language (README "Search"), compiled to an SQLite FTS5
+ * match expression. Every user word becomes a quoted FTS5 string, so no
+ * input can reach FTS5's own syntax: what the user can express is exactly
+ * words (all must match), "quoted phrases", OR between terms, NOT / -word,
+ * prefix*, name:word and tag:value. Anything malformed is rejected with a
+ * message for the user, never passed on.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Expected outcome (positive): the query is malformed; the message says how. */
+enum {
+    SEARCH_E_INVALID = 1,
+};
+
+#define SEARCH_MAX_QUERY (64u * 1024)
+#define SEARCH_MAX_TERMS 64
+#define SEARCH_MAX_LIMIT 1000
+
+enum search_term_kind {
+    SEARCH_WORD,   /* a word; fuzzy search may widen it */
+    SEARCH_PHRASE, /* "several words" */
+    SEARCH_PREFIX, /* word* */
+    SEARCH_NAME,   /* name:word, matched in the name column only */
+};
+
+struct search_term {
+    enum search_term_kind kind;
+    char *text;
+    /* Alternatives a fuzzy search added (similar indexed words). */
+    char **alts;
+    size_t nalts;
+};
+
+/* Positive terms come in groups: the terms of one group are alternatives (OR). */
+struct search_group {
+    struct search_term *terms;
+    size_t nterms;
+};
+
+struct search_query {
+    struct search_group *groups;
+    size_t ngroups;
+    struct search_term *negatives;
+    size_t nnegatives;
+    char **tags; /* tag:value filters; all must match */
+    size_t ntags;
+};
+
+/* Parses `text`; on SEARCH_E_INVALID *msg says what is wrong. 0, SEARCH_E_INVALID or -ENOMEM. */
+int search_parse(const char *text, size_t len, struct search_query *q, const char **msg);
+void search_query_clear(struct search_query *q);
+
+/* True when the query has words to match (a filter-only query has none). */
+bool search_has_match(const struct search_query *q);
+
+/* Builds the FTS5 match expression (malloc'd) for a query with words. */
+int search_fts_expr(const struct search_query *q, char **out);
+
+/*
+ * Edit distance between two short UTF-8 byte strings, capped: returns at most
+ * max + 1. Used to widen fuzzy words with similar indexed words.
+ */
+unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen, unsigned max);
