@@ -23,7 +23,8 @@ static const struct command {
 } commands[] = {
     {"add", cli_cmd_add},   {"get", cli_cmd_get},       {"rm", cli_cmd_rm},
     {"delete", cli_cmd_rm}, {"ls", cli_cmd_ls},         {"list", cli_cmd_ls},
-    {"stat", cli_cmd_stat}, {"status", cli_cmd_status}, {"help", cmd_help},
+    {"stat", cli_cmd_stat}, {"status", cli_cmd_status}, {"search", cli_cmd_search},
+    {"help", cmd_help},
 };
 
 void cli_print_usage(FILE *out)
@@ -40,6 +41,10 @@ void cli_print_usage(FILE *out)
         "  ls [-t TAG]     list documents (alias: list)\n"
         "  stat REF        show a document's details\n"
         "  status          show the daemon's state\n"
+        "  search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
+        "         [--after DATE] [--before DATE] [--fuzzy] QUERY...\n"
+        "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
+        "                  prefix*, name:word, tag:value\n"
         "  help            show this help\n"
         "\n"
         "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"

@@ -110,6 +110,10 @@ int client_get(struct client *c, const char *ref, int out_fd);
 int client_delete(struct client *c, const char *ref, const msgpack_object **reply);
 /* Every document (with `tag` when it is not NULL), in hash order. */
 int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata);
+struct client_search_req;
+/* Searches (PROTOCOL.md "search"); calls `fn` for each hit, best first. */
+int client_search(struct client *c, const struct client_search_req *req, client_doc_fn *fn,
+                  void *userdata);
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
 int client_status(struct client *c, const msgpack_object **reply);
 
@@ -134,3 +138,90 @@ int client_utf8_seq(const uint8_t *s, size_t len);
  */
 #define CLIENT_MIME_WINDOW 8192
 const char *client_mime_guess(const uint8_t *data, size_t len);
+
+/*
+ * Socket-independent wire code (codec.c), for callers that run their own I/O,
+ * such as an event loop with many connections. The blocking functions above
+ * and these apply the same framing rules of the proto module.
+ *
+ * Encoders append one whole request frame to `sbuf`, so frames for several
+ * requests can be built back to back and written together. Each returns 0,
+ * -ENOMEM, or -EMSGSIZE when the frame would exceed PROTO_MAX_FRAME; on
+ * failure `sbuf` is left as it was before the call.
+ */
+
+/* The fields of a `search` request; zeroed fields are not sent. */
+struct client_search_req {
+    const char *query;
+    uint64_t limit; /* 0: the daemon's default */
+    uint64_t offset;
+    const char *const *tags;
+    size_t n_tags;
+    const char *name; /* glob on document names */
+    const char *mime;
+    bool has_after, has_before;
+    int64_t after, before; /* Unix time in seconds */
+    bool fuzzy;
+};
+
+/*
+ * The first frame of an add: `data` is the first piece of content and `more`
+ * says whether client_encode_data() frames follow. `size` < 0 leaves the size
+ * out; req NULL adds an unnamed document; a NULL req->mime is guessed from
+ * `data` with client_mime_guess().
+ */
+int client_encode_add(msgpack_sbuffer *sbuf, uint64_t id, const struct client_add_req *req,
+                      int64_t size, const void *data, size_t len, bool more);
+/* A continuation {id, op: "data", data, more} of the add `id`. */
+int client_encode_data(msgpack_sbuffer *sbuf, uint64_t id, const void *data, size_t len,
+                       bool more);
+int client_encode_get(msgpack_sbuffer *sbuf, uint64_t id, const char *ref);
+int client_encode_delete(msgpack_sbuffer *sbuf, uint64_t id, const char *ref);
+int client_encode_stat(msgpack_sbuffer *sbuf, uint64_t id, const char *ref);
+int client_encode_status(msgpack_sbuffer *sbuf, uint64_t id);
+int client_encode_search(msgpack_sbuffer *sbuf, uint64_t id, const struct client_search_req *req);
+
+/*
+ * A reply decoder: the caller reads into the space client_decoder_space()
+ * offers, reports the byte count with client_decoder_advance(), then calls
+ * client_decoder_next() until it returns CLIENT_DECODE_NEED_MORE. The buffer
+ * starts small and grows only up to one maximal frame (PROTO_MAX_FRAME + 4).
+ */
+struct client_decoder {
+    uint8_t *buf;
+    size_t cap, pos, len, consumed;
+    struct proto_msg msg;
+};
+
+/* One decoded reply frame; valid until the next client_decoder_* call. */
+struct client_reply {
+    uint64_t id;
+    bool ok;
+    /*
+     * The request is finished with this frame: it failed (ok: false) or has
+     * no `more: true`. Streamed replies (get, list) end at their last frame.
+     */
+    bool last;
+    enum proto_error code; /* when !ok; PROTO_E_INTERNAL for unknown codes */
+    const char *code_name; /* when !ok: the code as sent, not NUL-terminated */
+    size_t code_name_len;
+    const msgpack_object *map;
+};
+
+#define CLIENT_DECODE_NEED_MORE 1
+
+void client_decoder_init(struct client_decoder *dec);
+void client_decoder_deinit(struct client_decoder *dec);
+/*
+ * Where the next bytes go: 0, -ENOMEM, or -ENOBUFS when the buffer is full of
+ * whole frames that client_decoder_next() has not taken out yet.
+ */
+int client_decoder_space(struct client_decoder *dec, uint8_t **space, size_t *avail);
+/* Accounts for `n` bytes written into the space. */
+void client_decoder_advance(struct client_decoder *dec, size_t n);
+/*
+ * 0 with the next frame in *reply; CLIENT_DECODE_NEED_MORE when no whole frame
+ * is buffered; -EBADMSG when the bytes break the protocol (over-long, empty or
+ * malformed frame, or a reply without an id): the stream is unusable.
+ */
+int client_decoder_next(struct client_decoder *dec, struct client_reply *reply);

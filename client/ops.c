@@ -238,26 +238,20 @@ int client_get(struct client *c, const char *ref, int out_fd)
     }
 }
 
-int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata)
+/* Reads the frames of a streamed reply, calling `fn` for each map in its `key` array. */
+static int stream_items(struct client *c, uint64_t id, const char *key, client_doc_fn *fn,
+                        void *userdata)
 {
     const msgpack_object *reply, *items;
-    uint64_t id = client_begin(c, "list", tag ? 1 : 0);
     bool more;
     int r;
 
-    if (tag) {
-        proto_pack_cstr(&c->pk, "tag");
-        proto_pack_cstr(&c->pk, tag);
-    }
-    r = client_send(c);
-    if (r < 0)
-        return r;
     do {
         r = client_await(c, id, &reply);
         if (r != 0)
             return r;
         more = false;
-        items = proto_map_get(reply, "items");
+        items = proto_map_get(reply, key);
         if ((items && items->type != MSGPACK_OBJECT_ARRAY) ||
             proto_get_bool(reply, "more", &more) < 0)
             return bad_reply(c);
@@ -268,4 +262,28 @@ int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *user
         }
     } while (more);
     return 0;
+}
+
+int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata)
+{
+    uint64_t id = client_begin(c, "list", tag ? 1 : 0);
+    int r;
+
+    if (tag) {
+        proto_pack_cstr(&c->pk, "tag");
+        proto_pack_cstr(&c->pk, tag);
+    }
+    r = client_send(c);
+    return r < 0 ? r : stream_items(c, id, "items", fn, userdata);
+}
+
+int client_search(struct client *c, const struct client_search_req *req, client_doc_fn *fn,
+                  void *userdata)
+{
+    uint64_t id = c->next_id++;
+    int r = client_encode_search(&c->sbuf, id, req);
+
+    if (r == 0)
+        r = client_send(c);
+    return r < 0 ? r : stream_items(c, id, "hits", fn, userdata);
 }

@@ -13,12 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/proto.h"
+
 /* Expected outcome (positive): the query is malformed; the message says how. */
 enum {
     SEARCH_E_INVALID = 1,
 };
 
-#define SEARCH_MAX_QUERY (64u * 1024)
+#define SEARCH_MAX_QUERY PROTO_MAX_QUERY
 #define SEARCH_MAX_TERMS 64
 #define SEARCH_MAX_LIMIT 1000
 

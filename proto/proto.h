@@ -33,6 +33,7 @@
 #define PROTO_MAX_META_KEY 256
 #define PROTO_MAX_META_VALUE 4096
 #define PROTO_MAX_MIME 255
+#define PROTO_MAX_QUERY (64u * 1024)
 
 /*
  * Error codes carried in replies as `error.code` strings. The numeric values
