@@ -1,0 +1,430 @@
+#!/usr/bin/env python3
+"""Round trips through the real `cairn` CLI and `cairnd`: content is returned
+byte for byte, names/tags/metadata/versions behave as specified, references
+resolve (hash, prefix, name), and exit codes and output formats match the
+spec (0 ok, 1 failed, 2 usage, 3 unreachable; `--json` one object a line)."""
+
+import ctypes
+import hashlib
+import os
+import signal
+import socket
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cairntest as ct  # noqa: E402
+
+
+class CliTestCase(unittest.TestCase):
+    def setUp(self):
+        self.tmp = ct.make_tempdir(self)
+        self.d = ct.Daemon(self)
+        self.d.start()
+
+    def stop_daemon(self):
+        self.d.stop()
+
+    def cli(self, *args, **kw):
+        return self.d.cli(*args, **kw)
+
+    def write(self, name, content):
+        path = os.path.join(self.tmp, name)
+        with open(path, "wb") as f:
+            f.write(content)
+        return path
+
+    def add(self, content, *opts):
+        """Adds `content` from stdin; returns its hash."""
+        p = self.cli("add", *opts, "-", input=content)
+        [(h, _)] = ct.parse_add(p.stdout)
+        self.assertEqual(h, ct.sha256_hex(content))
+        return h
+
+    def get(self, ref):
+        return self.cli("get", ref).stdout
+
+
+class RoundTrip(CliTestCase):
+    def test_small_sizes_roundtrip_byte_exact(self):
+        for size in (0, 1, 8192):
+            with self.subTest(size=size):
+                content = os.urandom(size)
+                path = self.write("in-%d" % size, content)
+                p = self.cli("add", "-n", "doc-%d" % size, path)
+                self.assertEqual(ct.parse_add(p.stdout), [(ct.sha256_hex(content), "doc-%d" % size)])
+                h = ct.sha256_hex(content)
+                self.assertEqual(self.get(h), content)
+                self.assertEqual(self.get("doc-%d" % size), content)
+                out = os.path.join(self.tmp, "out-%d" % size)
+                self.cli("get", "-o", out, h)
+                with open(out, "rb") as f:
+                    self.assertEqual(f.read(), content)
+        self.stop_daemon()
+
+    def test_empty_document_hash(self):
+        h = self.add(b"", "-n", "empty")
+        self.assertEqual(h, hashlib.sha256(b"").hexdigest())
+        self.assertEqual(self.get("empty"), b"")
+        self.stop_daemon()
+
+    def test_100mib_file_and_stdin_roundtrip(self):
+        path = os.path.join(self.tmp, "big")
+        digest = ct.write_random_file(path, 100 * ct.MiB)
+        p = self.cli("add", "-n", "big", path)
+        self.assertEqual(ct.parse_add(p.stdout), [(digest, "big")])
+
+        # get to stdout, redirected to a file so nothing is held in memory here
+        out = os.path.join(self.tmp, "big.out")
+        with open(out, "wb") as f:
+            self.cli("get", digest, stdout=f)
+        self.assertEqual(os.path.getsize(out), 100 * ct.MiB)
+        self.assertEqual(ct.sha256_file(out), digest)
+        os.unlink(out)
+
+        # the same content again through stdin: same hash, still one document
+        with open(path, "rb") as f:
+            p = self.cli("add", "-n", "big-stdin", "-", stdin=f)
+        self.assertEqual(ct.parse_add(p.stdout), [(digest, "big-stdin")])
+        self.cli("get", "-o", out, "big-stdin")
+        self.assertEqual(ct.sha256_file(out), digest)
+        listed = ct.parse_ls(self.cli("ls").stdout)
+        self.assertEqual([(h, s) for h, s, _ in listed], [(digest, 100 * ct.MiB)])
+        self.stop_daemon()
+
+    def test_stdin_add_without_name_prints_dash(self):
+        content = b"from stdin\n"
+        p = self.cli("add", "-", input=content)
+        self.assertEqual(ct.parse_add(p.stdout), [(ct.sha256_hex(content), "-")])
+        self.assertEqual(self.get(ct.sha256_hex(content)), content)
+        self.stop_daemon()
+
+    def test_several_paths_and_recursive(self):
+        a = self.write("a.txt", b"alpha\n")
+        b = self.write("b.txt", b"beta\n")
+        p = self.cli("add", a, b)
+        # without -n a document is named by its path as given
+        self.assertEqual(ct.parse_add(p.stdout),
+                         [(ct.sha256_hex(b"alpha\n"), a), (ct.sha256_hex(b"beta\n"), b)])
+        self.assertEqual(self.get(a), b"alpha\n")
+
+        tree = os.path.join(self.tmp, "tree")
+        os.makedirs(os.path.join(tree, "sub", "deeper"))
+        files = {"one": b"1\n", "sub/two": b"22\n", "sub/deeper/three": b"333\n"}
+        for rel, content in files.items():
+            with open(os.path.join(tree, rel), "wb") as f:
+                f.write(content)
+        p = self.cli("add", "-r", tree)
+        self.assertEqual(sorted(ct.parse_add(p.stdout)),
+                         sorted((ct.sha256_hex(c), os.path.join(tree, rel)) for rel, c in files.items()))
+        for content in files.values():
+            self.assertEqual(self.get(ct.sha256_hex(content)), content)
+        self.stop_daemon()
+
+    def test_get_output_file(self):
+        content = os.urandom(5000)
+        h = self.add(content, "-n", "for-o")
+        out = os.path.join(self.tmp, "o.bin")
+        p = self.cli("get", "-o", out, "for-o")
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), content)
+        self.assertNotIn(content, p.stdout)
+        # -o replaces an existing file entirely
+        with open(out, "wb") as f:
+            f.write(b"x" * 100000)
+        self.cli("get", "-o", out, h)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), content)
+        self.stop_daemon()
+
+
+class NamesTagsMeta(CliTestCase):
+    def test_name_with_spaces(self):
+        h = self.add(b"spaced", "-n", "my file.txt")
+        p = self.cli("add", "-n", "my file.txt", "-", input=b"spaced")
+        self.assertEqual(ct.parse_add(p.stdout), [(h, "my file.txt")])
+        self.assertEqual(self.get("my file.txt"), b"spaced")
+        self.stop_daemon()
+
+    def test_versions_same_name_newest_wins(self):
+        h1 = self.add(b"version one\n", "-n", "notes.txt")
+        h2 = self.add(b"version two\n", "-n", "notes.txt")
+        self.assertNotEqual(h1, h2)
+        self.assertEqual(self.get("notes.txt"), b"version two\n")
+        self.assertEqual(self.get(h1), b"version one\n")
+        self.assertEqual(self.get(h2), b"version two\n")
+        h3 = self.add(b"version three\n", "-n", "notes.txt")
+        self.assertEqual(self.get("notes.txt"), b"version three\n")
+        # deleting the newest version makes the name fall back to the previous one
+        p = self.cli("rm", h3)
+        self.assertEqual(p.stdout.decode().split(), [h3])
+        self.assertEqual(self.get("notes.txt"), b"version two\n")
+        self.assertEqual(self.get(h1), b"version one\n")
+        self.stop_daemon()
+
+    def test_tags_filter_ls(self):
+        ha = self.add(b"doc a", "-n", "a", "-t", "red", "-t", "blue")
+        hb = self.add(b"doc b", "-n", "b", "-t", "blue")
+        hc = self.add(b"doc c", "-n", "c")
+        red = ct.parse_ls(self.cli("ls", "-t", "red").stdout)
+        blue = ct.parse_ls(self.cli("ls", "-t", "blue").stdout)
+        every = ct.parse_ls(self.cli("ls").stdout)
+        self.assertEqual(red, [(ha, 5, "a")])
+        self.assertEqual(sorted(blue), sorted([(ha, 5, "a"), (hb, 5, "b")]))
+        self.assertEqual(sorted(every), sorted([(ha, 5, "a"), (hb, 5, "b"), (hc, 5, "c")]))
+        self.assertEqual(self.cli("ls", "-t", "green").stdout, b"")
+        # the alias
+        self.assertEqual(sorted(ct.parse_ls(self.cli("list", "-t", "blue").stdout)), sorted(blue))
+        self.stop_daemon()
+
+    def test_ls_lists_each_document_once(self):
+        h = self.add(b"shared content", "-n", "first")
+        self.add(b"shared content", "-n", "second", "-t", "x")
+        other = self.add(b"other", "-n", "third")
+        hashes = [row[0] for row in ct.parse_ls(self.cli("ls").stdout)]
+        self.assertEqual(sorted(hashes), sorted([h, other]))
+        # tags of a re-added document are merged into the existing one
+        self.assertEqual([row[0] for row in ct.parse_ls(self.cli("ls", "-t", "x").stdout)], [h])
+        self.stop_daemon()
+
+    def test_meta_shown_by_stat(self):
+        h = self.add(b"with meta", "-n", "m.txt", "-m", "author=ada", "-m", "formula=a=b+c",
+                     "-t", "tagged")
+        st = ct.parse_kv(self.cli("stat", h).stdout)
+        self.assertEqual(st.get("hash"), h)
+        self.assertEqual(st.get("size", "").split()[:1], ["9"])
+        self.assertEqual(st.get("name"), "m.txt")
+        text = self.cli("stat", "m.txt").stdout.decode()
+        for needle in ("author", "ada", "formula", "a=b+c", "tagged"):
+            self.assertIn(needle, text)
+        [js] = ct.parse_json_lines(self.cli("--json", "stat", "m.txt").stdout)
+        self.assertEqual(js.get("hash"), h)
+        self.assertEqual(js.get("meta"), {"author": "ada", "formula": "a=b+c"})
+        self.assertEqual(js.get("tags"), ["tagged"])
+        self.stop_daemon()
+
+
+class References(CliTestCase):
+    def test_hash_prefixes(self):
+        content = b"prefix me"
+        h = self.add(content, "-n", "pfx")
+        self.assertEqual(self.get(h[:8]), content)
+        self.assertEqual(self.get(h[:63]), content)
+        self.assertEqual(self.get(h[:20]), content)
+        # fewer than 8 digits is not a prefix but a name, and there is none
+        p = self.cli("get", h[:7], check_exit=1)
+        self.assertEqual(p.stdout, b"")
+        ct.assert_cli_error(self, p)
+        self.stop_daemon()
+
+    def test_ambiguous_prefix_fails(self):
+        a, b = ct.colliding_pair(8)
+        ha = self.add(a)
+        hb = self.add(b)
+        self.assertEqual(ha[:8], hb[:8])
+        self.assertNotEqual(ha, hb)
+        p = self.cli("get", ha[:8], check_exit=1)
+        self.assertEqual(p.stdout, b"")
+        ct.assert_cli_error(self, p)
+        self.cli("stat", ha[:8], check_exit=1)
+        # a longer prefix disambiguates
+        common = 8
+        while ha[common] == hb[common]:
+            common += 1
+        self.assertEqual(self.get(ha[:common + 1]), a)
+        self.assertEqual(self.get(hb[:common + 1]), b)
+        self.stop_daemon()
+
+    def test_hex_name_that_matches_no_hash_resolves_as_name(self):
+        content = b"named like hex"
+        h = self.add(content, "-n", "00000000ff")
+        if h.startswith("00000000ff"):
+            self.skipTest("astronomically unlikely hash collision with the name")
+        self.assertEqual(self.get("00000000ff"), content)
+        self.stop_daemon()
+
+
+class Removal(CliTestCase):
+    def test_rm_then_get_fails(self):
+        h = self.add(b"short-lived", "-n", "tmp.txt")
+        p = self.cli("rm", "tmp.txt")
+        self.assertEqual(p.stdout.decode().split(), [h])
+        for ref in (h, "tmp.txt", h[:8]):
+            p = self.cli("get", ref, check_exit=1)
+            self.assertEqual(p.stdout, b"")
+            ct.assert_cli_error(self, p)
+        self.cli("rm", h, check_exit=1)
+        self.assertEqual(self.cli("ls").stdout, b"")
+        self.stop_daemon()
+
+    def test_rm_several_and_delete_alias(self):
+        h1 = self.add(b"one", "-n", "one")
+        h2 = self.add(b"two", "-n", "two")
+        h3 = self.add(b"three", "-n", "three")
+        p = self.cli("rm", h1, "two")
+        self.assertEqual(p.stdout.decode().split(), [h1, h2])
+        p = self.cli("delete", h3[:10])
+        self.assertEqual(p.stdout.decode().split(), [h3])
+        self.assertEqual(self.cli("ls").stdout, b"")
+        st = ct.parse_kv(self.cli("status").stdout)
+        self.assertEqual(st.get("documents", "").split()[:1], ["0"])
+        self.stop_daemon()
+
+
+class OutputAndExitCodes(CliTestCase):
+    def test_json_output_is_json_lines(self):
+        c1, c2 = b"json one", b"json two"
+        p1 = self.write("j1", c1)
+        p2 = self.write("j2", c2)
+        added = ct.parse_json_lines(self.cli("--json", "add", "-t", "j", p1, p2).stdout)
+        self.assertEqual([a.get("hash") for a in added], [ct.sha256_hex(c1), ct.sha256_hex(c2)])
+        listed = ct.parse_json_lines(self.cli("--json", "ls").stdout)
+        self.assertEqual(sorted(x.get("hash") for x in listed), sorted(a["hash"] for a in added))
+        self.assertEqual(sorted(x.get("size") for x in listed), [8, 8])
+        listed = ct.parse_json_lines(self.cli("--json", "ls", "-t", "j").stdout)
+        self.assertEqual(len(listed), 2)
+        [st] = ct.parse_json_lines(self.cli("--json", "stat", ct.sha256_hex(c1)).stdout)
+        self.assertEqual(st.get("hash"), ct.sha256_hex(c1))
+        self.assertEqual(st.get("size"), 8)
+        [status] = ct.parse_json_lines(self.cli("--json", "status").stdout)
+        self.assertEqual(status.get("documents"), 2)
+        removed = ct.parse_json_lines(self.cli("--json", "rm", ct.sha256_hex(c1)).stdout)
+        self.assertEqual([r.get("hash") for r in removed], [ct.sha256_hex(c1)])
+        self.stop_daemon()
+
+    def test_not_found_exit_1(self):
+        missing = "f" * 64
+        for args in (("get", missing), ("get", "no-such-name"), ("stat", "no-such-name"),
+                     ("rm", "no-such-name"), ("get", "-o", os.path.join(self.tmp, "x"), missing)):
+            with self.subTest(args=args):
+                p = self.cli(*args, check_exit=1)
+                self.assertEqual(p.stdout, b"")
+                ct.assert_cli_error(self, p)
+        # a failed get -o leaves no file behind
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "x")))
+        self.stop_daemon()
+
+    def test_usage_errors_exit_2(self):
+        path = self.write("u.txt", b"usage")
+        cases = [
+            (),
+            ("frobnicate",),
+            ("get",),
+            ("stat",),
+            ("rm",),
+            ("add",),
+            ("add", "-m", "novalue", path),
+            ("add", "-n"),
+            ("ls", "-t"),
+            ("--no-such-option", "status"),
+        ]
+        for args in cases:
+            with self.subTest(args=args):
+                p = self.cli(*args, check_exit=2)
+                self.assertTrue(p.stderr.strip(), "usage error without a message on stderr")
+        # nothing was stored by the bad add
+        self.assertEqual(self.cli("ls").stdout, b"")
+        self.stop_daemon()
+
+    def test_status_fields(self):
+        self.add(b"12345", "-n", "five")
+        self.add(b"1234567890", "-n", "ten")
+        self.add(b"12345", "-n", "five-again")  # same content: no new document
+        st = ct.parse_kv(self.cli("status").stdout)
+        for key in ("version", "uptime", "backend", "documents", "logical_bytes", "stored_bytes"):
+            self.assertIn(key, st)
+        self.assertEqual(st["documents"].split()[:1], ["2"])
+        self.assertEqual(st["logical_bytes"].split()[:1], ["15"])
+        self.assertTrue(st["uptime"] and st["version"] and st["backend"], st)
+        self.assertTrue(st["stored_bytes"][:1].isdigit(), st["stored_bytes"])
+        self.stop_daemon()
+
+    def test_daemon_unreachable_exit_3(self):
+        missing = os.path.join(self.tmp, "nobody-here.sock")
+        p = ct.run_cli("status", socket=missing, check_exit=3)
+        ct.assert_cli_error(self, p)
+        ct.run_cli("get", "x" * 8, socket=missing, check_exit=3)
+        # a stale socket file nobody listens on
+        stale = os.path.join(self.tmp, "stale.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(stale)
+        s.close()
+        p = ct.run_cli("ls", socket=stale, check_exit=3)
+        ct.assert_cli_error(self, p)
+        self.stop_daemon()
+
+
+def _become_subreaper():
+    """Makes this process adopt orphaned descendants (PR_SET_CHILD_SUBREAPER),
+    so a daemon the CLI starts can be reaped and its exit status seen."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class Autostart(unittest.TestCase):
+    def test_autostart_starts_daemon_with_same_socket(self):
+        base = ct.make_tempdir(self)
+        sock = os.path.join(base, "auto", "cairnd.sock")
+        data = os.path.join(base, "auto-data")
+        env = ct.cli_env({"CAIRND": ct.CAIRND, "CAIRN_DATA_DIR": data}, unset=["CAIRN_SOCKET"])
+        reaper = _become_subreaper()
+        pid = None
+
+        def kill_leftover():
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    if reaper:
+                        os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+
+        def find_pid():
+            try:
+                with ct.Conn(sock, timeout=5) as c:
+                    return c.call("status").get("pid")
+            except (OSError, ct.ConnectionClosed):
+                return None
+
+        self.addCleanup(kill_leftover)
+        try:
+            p = ct.run_cli("add", "-n", "auto.txt", "-", socket=sock, autostart=True,
+                           input=b"autostarted\n", env=env, timeout=60 * ct.SLOW)
+        except AssertionError as e:
+            pid = find_pid()
+            raise AssertionError("%s\n(if it hung: does the autostarted cairnd keep the CLI's "
+                                 "stdout/stderr open?)" % e)
+        [(h, name)] = ct.parse_add(p.stdout)
+        self.assertEqual(h, ct.sha256_hex(b"autostarted\n"))
+        pid = find_pid()
+        self.assertIsInstance(pid, int, "no daemon answers on %s after autostart" % sock)
+        self.assertTrue(os.path.isdir(data) and os.listdir(data), "data dir from CAIRN_DATA_DIR unused")
+        p = ct.run_cli("get", "auto.txt", socket=sock, env=env)
+        self.assertEqual(p.stdout, b"autostarted\n")
+
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + ct.STOP_TIMEOUT
+        if reaper:
+            while True:
+                wpid, status = os.waitpid(pid, os.WNOHANG)
+                if wpid == pid:
+                    break
+                self.assertLess(time.monotonic(), deadline, "autostarted cairnd ignores SIGTERM")
+                time.sleep(0.05)
+            pid = None
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        else:
+            while os.path.exists("/proc/%d" % pid) and \
+                    ct.process_status(pid).get("State", "").split()[0] != "Z":
+                self.assertLess(time.monotonic(), deadline, "autostarted cairnd ignores SIGTERM")
+                time.sleep(0.05)
+        # with the daemon gone and --no-autostart the CLI reports unreachable
+        ct.run_cli("status", socket=sock, env=env, check_exit=3)
+
+
+if __name__ == "__main__":
+    ct.main()
