@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "compress/compress.h"
+#include "compress/cdc.h"
 #include "daemon/store.h"
 
 static const char usage_text[] =
@@ -123,10 +124,16 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             cfg->compression_level = (int)u;
             return NULL;
         }
-        if (strcmp(key, "chunk_size") == 0) {
+        if (strcmp(key, "chunk_min") == 0 || strcmp(key, "chunk_avg") == 0 ||
+            strcmp(key, "chunk_max") == 0) {
             if (parse_size(value, &sz) || sz < STORE_MIN_CHUNK || sz > STORE_MAX_CHUNK)
-                return "chunk_size must be between 4K and 4M";
-            cfg->chunk_size = sz;
+                return "chunk sizes must be between 64 and 1M";
+            if (key[6] == 'm' && key[7] == 'i')
+                cfg->chunk_min = sz;
+            else if (key[6] == 'a')
+                cfg->chunk_avg = sz;
+            else
+                cfg->chunk_max = sz;
             return NULL;
         }
     } else if (strcmp(section, "search") == 0) {
@@ -231,7 +238,9 @@ static void set_defaults(struct config *cfg)
     snprintf(cfg->backend_url, sizeof(cfg->backend_url), "local");
     cfg->log_level = LOG_LEVEL_INFO;
     cfg->compression_level = COMPRESS_DEFAULT_LEVEL;
-    cfg->chunk_size = 256 * 1024;
+    cfg->chunk_min = CDC_DEFAULT_MIN;
+    cfg->chunk_avg = CDC_DEFAULT_AVG;
+    cfg->chunk_max = CDC_DEFAULT_MAX;
     cfg->max_text = 16 * 1024 * 1024;
     cfg->max_connections = 4096;
     cfg->threads = 0;
@@ -339,5 +348,13 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     if (fl.log_level && (r = apply_checked(cfg, "daemon", "log_level", fl.log_level,
                                            "--log-level", err, err_len)))
         return r;
+    struct cdc probe;
+    if (cdc_init(&probe, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max) < 0) {
+        snprintf(err, err_len,
+                 "%s: chunk sizes must satisfy chunk_min < chunk_avg < chunk_max, with "
+                 "chunk_avg a power of two",
+                 cfg->config_path);
+        return CONFIG_E_INVALID;
+    }
     return 0;
 }

@@ -21,7 +21,7 @@ struct config {
     char config_path[PATH_MAX];
     enum log_level log_level;
     int compression_level;
-    size_t chunk_size;
+    size_t chunk_min, chunk_avg, chunk_max;
     size_t max_text;
     unsigned max_connections;
     unsigned threads;

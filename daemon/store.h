@@ -3,11 +3,11 @@
 /*
  * The content store: streams documents in and out of the object backend.
  *
- * An add cuts the incoming bytes into chunks, hashes and compresses each on a
- * worker thread (one job per add at a time, so the document hash is computed
- * in order), puts each new chunk object and the document's manifest object
- * on the backend, and finally commits the metadata; its completion fires only
- * when all of that is durable. A get resolves a ref, then reads, decodes and
+ * An add cuts the incoming bytes into content-defined chunks, hashes and
+ * compresses them on worker threads, puts each chunk the store does not
+ * already hold and the document's manifest object on the backend, and
+ * finally commits the metadata; its completion fires only when all of that
+ * is durable (add.c). A get resolves a ref, then reads, decodes and
  * hash-verifies one chunk at a time as the caller asks for more, so neither
  * direction ever holds a whole large document.
  *
@@ -37,16 +37,16 @@ enum {
     STORE_E_UNAVAILABLE, /* the backend cannot be reached */
 };
 
-/* Bounds of the configurable chunk size. */
-#define STORE_MIN_CHUNK (4u * 1024)
-#define STORE_MAX_CHUNK (4u * 1024 * 1024)
+/* Bounds of the configurable chunk sizes (the segment a cut job takes is 1 MiB). */
+#define STORE_MIN_CHUNK 64u
+#define STORE_MAX_CHUNK (1024u * 1024)
 
 /* Largest document: bounds the manifest an add keeps in memory (40 bytes a chunk). */
 #define STORE_MAX_DOCUMENT (1ull << 40)
 
 struct store_config {
     int compression_level;
-    size_t chunk_size;
+    size_t chunk_min, chunk_avg, chunk_max; /* content-defined chunking */
     size_t max_text; /* bytes of a text document's content indexed for search */
 };
 

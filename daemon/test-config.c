@@ -139,7 +139,10 @@ static void assert_built_in_values(const struct config *cfg)
     assert_string_equal(cfg->backend_url, "local");
     assert_int_equal(cfg->log_level, LOG_LEVEL_INFO);
     assert_int_equal(cfg->compression_level, COMPRESS_DEFAULT_LEVEL);
-    assert_int_equal(cfg->chunk_size, 256 * 1024);
+    assert_int_equal(cfg->chunk_min, 16 * 1024);
+    assert_int_equal(cfg->chunk_avg, 64 * 1024);
+    assert_int_equal(cfg->chunk_max, 256 * 1024);
+    assert_int_equal(cfg->max_text, 16 * 1024 * 1024);
     assert_int_equal(cfg->max_connections, 4096);
     assert_int_equal(cfg->threads, 0);
 }
@@ -204,7 +207,12 @@ static const char all_keys_conf[] = "; every documented key\n"
                                     "[store]\n"
                                     "data_dir = /srv/cairn/file-data\n"
                                     "compression_level = 11\n"
-                                    "chunk_size = 64K\n"
+                                    "chunk_min = 8K\n"
+                                    "chunk_avg = 32K\n"
+                                    "chunk_max = 128K\n"
+                                    "\n"
+                                    "[search]\n"
+                                    "max_text = 1M\n"
                                     "\n"
                                     "[backend]\n"
                                     "url = local:/srv/cairn/objects\n";
@@ -223,28 +231,31 @@ static void test_file_every_key(void **state)
     assert_int_equal(e->cfg.threads, 6);
     assert_string_equal(e->cfg.data_dir, "/srv/cairn/file-data");
     assert_int_equal(e->cfg.compression_level, 11);
-    assert_int_equal(e->cfg.chunk_size, 64 * 1024);
+    assert_int_equal(e->cfg.chunk_min, 8 * 1024);
+    assert_int_equal(e->cfg.chunk_avg, 32 * 1024);
+    assert_int_equal(e->cfg.chunk_max, 128 * 1024);
+    assert_int_equal(e->cfg.max_text, 1024 * 1024);
     assert_string_equal(e->cfg.backend_url, "local:/srv/cairn/objects");
 }
 
-/* The K and M suffixes (either case) are powers of 1024; 4K..4M are the bounds. */
+/* The K and M suffixes (either case) are powers of 1024; chunk_max is at most 1M. */
 static void test_file_chunk_size_suffixes(void **state)
 {
     static const struct {
         const char *value;
         size_t bytes;
     } cases[] = {
-        {"4K", 4096},     {"4k", 4096},   {"1M", 1024 * 1024}, {"2m", 2 * 1024 * 1024},
-        {"4M", 4u << 20}, {"4096", 4096}, {"131072", 131072},  {"4194304", 4u << 20},
+        {"128K", 131072}, {"128k", 131072},    {"1M", 1024 * 1024}, {"1m", 1024 * 1024},
+        {"512K", 524288}, {"131072", 131072}, {"1048576", 1u << 20},
     };
     struct env *e = *state;
     char path[PATH_MAX], conf[128];
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        snprintf(conf, sizeof(conf), "[store]\nchunk_size = %s\n", cases[i].value);
+        snprintf(conf, sizeof(conf), "[store]\nchunk_max = %s\n", cases[i].value);
         write_file(e->dir, "chunk.conf", conf, path, sizeof(path));
         assert_int_equal(load(e, "--config", path, NULL), 0);
-        assert_int_equal(e->cfg.chunk_size, cases[i].bytes);
+        assert_int_equal(e->cfg.chunk_max, cases[i].bytes);
     }
 }
 
@@ -441,9 +452,9 @@ static void test_bad_values(void **state)
         const char *section, *key, *value;
     } cases[] = {
         {"store", "compression_level", "0"}, {"store", "compression_level", "20"},
-        {"store", "chunk_size", "1K"},       {"store", "chunk_size", "8M"},
-        {"store", "chunk_size", "4097K"},    {"store", "chunk_size", "64KB"},
-        {"store", "chunk_size", "-64K"},     {"store", "chunk_size", "big"},
+        {"store", "chunk_max", "32"},        {"store", "chunk_max", "2M"},
+        {"store", "chunk_max", "1025K"},     {"store", "chunk_max", "64KB"},
+        {"store", "chunk_max", "-64K"},      {"store", "chunk_avg", "big"},
         {"daemon", "max_connections", "0"},  {"daemon", "max_connections", "1000001"},
         {"daemon", "log_level", "loud"},     {"daemon", "threads", "129"},
         {"daemon", "threads", "-1"},         {"daemon", "threads", "2x"},
@@ -464,6 +475,25 @@ static void test_bad_values(void **state)
         if (load(e, "--config", path, NULL) != CONFIG_E_INVALID)
             fail_msg("%s = '%s' was accepted", cases[i].key, cases[i].value);
         assert_err_at(e, path, 3 + (int)i, cases[i].key);
+    }
+}
+
+/* Each chunk size may be valid alone and the three still not fit together. */
+static void test_chunk_sizes_must_be_ordered(void **state)
+{
+    static const char *const confs[] = {
+        "[store]\nchunk_min = 64K\n",                      /* min == default avg */
+        "[store]\nchunk_avg = 300K\n",                     /* avg not a power of two */
+        "[store]\nchunk_avg = 512K\nchunk_max = 256K\n", /* avg > max */
+    };
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    for (size_t i = 0; i < sizeof(confs) / sizeof(confs[0]); i++) {
+        write_file(e->dir, "order.conf", confs[i], path, sizeof(path));
+        if (load(e, "--config", path, NULL) != CONFIG_E_INVALID)
+            fail_msg("accepted: %s", confs[i]);
+        assert_non_null(strstr(e->err, "chunk_min < chunk_avg < chunk_max"));
     }
 }
 
@@ -596,6 +626,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_defaults_ignore_relative_xdg, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_every_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_chunk_size_suffixes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chunk_sizes_must_be_ordered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_range_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_config_file_is_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_default_config_is_fine, setup, teardown),

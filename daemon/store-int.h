@@ -1,0 +1,64 @@
+#pragma once
+
+/*
+ * What the store's files (store.c: the store and reads; add.c: the add
+ * pipeline; gc.c: garbage collection; verify.c: scrubbing) share. Not for use
+ * outside the store.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "compress/cdc.h"
+#include "daemon/store.h"
+
+/* A multiset of chunk ids that running adds rely on; gc leaves them alone. */
+struct pinset {
+    struct pin *slots;
+    size_t cap, used;
+};
+
+struct store {
+    uv_loop_t *loop;
+    struct backend *be;
+    struct db *db;
+    struct store_config cfg;
+    struct cdc cdc;
+    unsigned active;
+    struct pinset pins;
+    /*
+     * Encode jobs per generation: gc waits for the jobs of the previous
+     * generation, whose "chunk is already stored" answers predate its
+     * deletions, before it deletes objects.
+     */
+    uint64_t encode_gen;
+    unsigned encodes_running[2];
+    struct store_gc *gc;
+    /* Chunks whose objects gc is deleting: puts of them wait (see add.c). */
+    struct pinset deleting;
+    struct store_waiter *deleting_waiters;
+};
+
+/* Object keys: "chunks/<hex>" and "manifests/<hex>". */
+void store_object_key(char *key, size_t len, const char *dir, const uint8_t hash[PROTO_HASH_LEN]);
+
+/* Maps a backend read status to the store's codes. */
+int store_map_read_status(int status);
+
+int pinset_add(struct pinset *s, const uint8_t hash[PROTO_HASH_LEN]);
+void pinset_remove(struct pinset *s, const uint8_t hash[PROTO_HASH_LEN]);
+bool pinset_has(const struct pinset *s, const uint8_t hash[PROTO_HASH_LEN]);
+void pinset_free(struct pinset *s);
+
+/* A put that waits for gc to finish deleting the same object. */
+struct store_waiter {
+    uint8_t hash[PROTO_HASH_LEN];
+    void (*resume)(struct store_waiter *w);
+    struct store_waiter *next;
+};
+/* Queues `w` when its chunk is being deleted (returns true), else returns false. */
+bool store_wait_deletion(struct store *st, struct store_waiter *w);
+/* gc: the object of `hash` is gone; resumes the puts waiting for it. */
+void store_deletion_done(struct store *st, const uint8_t hash[PROTO_HASH_LEN]);
