@@ -459,6 +459,7 @@ static void encode_done(uv_work_t *work, int status)
 
     st->encodes_running[job->gen & 1]--;
     add->encodes_running--;
+    store_gc_poke(st);
     segment_unref(job->seg);
     if (status < 0 || job->status < 0)
         add_fail(add, status < 0 ? status : job->status);

@@ -84,6 +84,10 @@ enum stmt_id {
     S_FTS_GET,
     S_FTS_DELETE,
     S_VOCAB,
+    S_CHUNKS_UNREFERENCED,
+    S_CHUNK_DROP,
+    S_CHUNKS_ALL,
+    S_DOC_MANIFESTS,
     S_COUNT_,
 };
 
@@ -113,12 +117,17 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_LIST_TAG] = "SELECT d.id FROM documents d JOIN tags t ON t.doc = d.id"
                    " WHERE t.tag = ?2 AND d.hash > ?1 ORDER BY d.hash LIMIT ?3",
     [S_TOTALS] = "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM documents",
-    [S_CHUNK_TOTALS] = "SELECT COUNT(*), COALESCE(SUM(stored_size), 0) FROM chunks",
+    [S_CHUNK_TOTALS] = "SELECT COUNT(*), COALESCE(SUM(stored_size), 0), COALESCE(SUM(size), 0)"
+                       " FROM chunks",
     [S_FTS_INSERT] = "INSERT INTO search(rowid, name, body, tags, meta) VALUES(?1, ?2, ?3, ?4, ?5)",
     [S_FTS_UPDATE] = "UPDATE search SET name = ?2, tags = ?3, meta = ?4 WHERE rowid = ?1",
     [S_FTS_GET] = "SELECT name, tags, meta FROM search WHERE rowid = ?1",
     [S_FTS_DELETE] = "DELETE FROM search WHERE rowid = ?1",
     [S_VOCAB] = "SELECT term, doc FROM search_vocab",
+    [S_CHUNKS_UNREFERENCED] = "SELECT hash, size, stored_size FROM chunks WHERE refs = 0",
+    [S_CHUNK_DROP] = "DELETE FROM chunks WHERE hash = ?1 AND refs = 0",
+    [S_CHUNKS_ALL] = "SELECT hash, size, stored_size FROM chunks ORDER BY hash",
+    [S_DOC_MANIFESTS] = "SELECT id, chunks, manifest FROM documents",
 };
 
 struct db_conn {
@@ -759,6 +768,7 @@ int db_totals(struct db *db, struct db_totals *t)
         if ((s = stmt(c, S_CHUNK_TOTALS)) && sqlite3_step(s) == SQLITE_ROW) {
             t->chunks = (uint64_t)sqlite3_column_int64(s, 0);
             t->stored_bytes = (uint64_t)sqlite3_column_int64(s, 1);
+            t->unique_bytes = (uint64_t)sqlite3_column_int64(s, 2);
             r = 0;
         }
     }
@@ -1328,4 +1338,162 @@ out:
     free(expr);
     search_query_clear(&q);
     return r;
+}
+
+/* ---- maintenance ---- */
+
+static int query_chunks(struct db *db, enum stmt_id id, struct db_chunk **out, size_t *n)
+{
+    struct db_conn *c = reader_acquire(db);
+    struct db_chunk *chunks = NULL;
+    size_t cap = 0;
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *out = NULL;
+    *n = 0;
+    if (!c)
+        return -EIO;
+    if (!(s = stmt(c, id))) {
+        reader_release(db, c);
+        return -EIO;
+    }
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (sqlite3_column_bytes(s, 0) != PROTO_HASH_LEN)
+            continue; /* not a chunk id; never written by cairnd */
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 256;
+            struct db_chunk *grown = realloc(chunks, cap * sizeof(*grown));
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            chunks = grown;
+        }
+        memcpy(chunks[*n].hash, sqlite3_column_blob(s, 0), PROTO_HASH_LEN);
+        chunks[*n].size = (uint32_t)sqlite3_column_int64(s, 1);
+        chunks[*n].stored_size = (uint32_t)sqlite3_column_int64(s, 2);
+        (*n)++;
+    }
+    sqlite3_reset(s);
+    reader_release(db, c);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r < 0) {
+        free(chunks);
+        *n = 0;
+        return r;
+    }
+    *out = chunks;
+    return 0;
+}
+
+int db_unreferenced_chunks(struct db *db, struct db_chunk **chunks, size_t *n)
+{
+    return query_chunks(db, S_CHUNKS_UNREFERENCED, chunks, n);
+}
+
+int db_all_chunks(struct db *db, struct db_chunk **chunks, size_t *n)
+{
+    return query_chunks(db, S_CHUNKS_ALL, chunks, n);
+}
+
+int db_txn_drop_chunk(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN], bool *deleted)
+{
+    sqlite3_stmt *s = stmt(txn->conn, S_CHUNK_DROP);
+    int r;
+
+    *deleted = false;
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    r = step_done(txn->conn, s);
+    if (r == 0)
+        *deleted = sqlite3_changes(txn->conn->sql) > 0;
+    return r;
+}
+
+static int hash_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, PROTO_HASH_LEN);
+}
+
+int db_docs_with_chunks(struct db *db, const uint8_t (*sorted)[PROTO_HASH_LEN], size_t n,
+                        struct db_doc **docs, size_t *ndocs)
+{
+    struct db_conn *c = reader_acquire(db);
+    struct db_doc *out = NULL;
+    size_t cap = 0, count = 0;
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *docs = NULL;
+    *ndocs = 0;
+    if (!c)
+        return -EIO;
+    if (!(s = stmt(c, S_DOC_MANIFESTS))) {
+        reader_release(db, c);
+        return -EIO;
+    }
+    /* A scan of every manifest: fine for a scrub, which reads every chunk anyway. */
+    rc = SQLITE_DONE;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const uint8_t *blob = sqlite3_column_blob(s, 2);
+        size_t len = (size_t)sqlite3_column_bytes(s, 2);
+        struct db_chunk *hits = NULL;
+        uint32_t nhits = 0;
+        for (size_t off = 0; off + DB_CHUNK_ENTRY <= len; off += DB_CHUNK_ENTRY) {
+            if (!bsearch(blob + off, sorted, n, PROTO_HASH_LEN, hash_cmp))
+                continue;
+            struct db_chunk *grown = realloc(hits, (nhits + 1) * sizeof(*grown));
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            hits = grown;
+            memcpy(hits[nhits].hash, blob + off, PROTO_HASH_LEN);
+            hits[nhits].size = proto_be32_read(blob + off + 32);
+            hits[nhits].stored_size = proto_be32_read(blob + off + 36);
+            nhits++;
+        }
+        if (r == 0 && nhits > 0) {
+            if (count == cap) {
+                cap = cap ? cap * 2 : 8;
+                struct db_doc *grown = realloc(out, cap * sizeof(*grown));
+                if (!grown) {
+                    free(hits);
+                    r = -ENOMEM;
+                    break;
+                }
+                out = grown;
+            }
+            memset(&out[count], 0, sizeof(out[count]));
+            out[count].rowid = sqlite3_column_int64(s, 0);
+            out[count].chunks = hits;
+            out[count].nchunks = nhits;
+            count++;
+        } else {
+            free(hits);
+        }
+    }
+    sqlite3_reset(s);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    /* Fill in hash and name of each document found. */
+    for (size_t i = 0; r == 0 && i < count; i++) {
+        struct db_chunk *hits = out[i].chunks;
+        uint32_t nhits = out[i].nchunks;
+        out[i].chunks = NULL;
+        r = load_doc(c, out[i].rowid, 0, &out[i]);
+        out[i].chunks = hits;
+        out[i].nchunks = nhits;
+    }
+    reader_release(db, c);
+    if (r < 0) {
+        db_docs_free(out, count);
+        return r;
+    }
+    *docs = out;
+    *ndocs = count;
+    return 0;
 }

@@ -70,7 +70,8 @@ void db_doc_clear(struct db_doc *doc);
 void db_docs_free(struct db_doc *docs, size_t n);
 
 struct db_totals {
-    uint64_t documents, logical_bytes, stored_bytes, chunks;
+    uint64_t documents, logical_bytes; /* logical: the sum of document sizes */
+    uint64_t chunks, unique_bytes, stored_bytes; /* unique: raw bytes of distinct chunks */
 };
 
 /* A document being added, as db_txn_add() records it. */
@@ -154,6 +155,21 @@ void db_hits_free(struct db_hit *hits, size_t n);
  */
 int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits,
               size_t *nhits, const char **msg);
+
+/* ---- maintenance (gc.c, verify.c) ---- */
+
+/* Every chunk with no document referencing it (worker side). */
+int db_unreferenced_chunks(struct db *db, struct db_chunk **chunks, size_t *n);
+/* Deletes a chunk row if it is still unreferenced; *deleted says whether it was. */
+int db_txn_drop_chunk(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN], bool *deleted);
+/* Every chunk the store holds, for a scrub (worker side). */
+int db_all_chunks(struct db *db, struct db_chunk **chunks, size_t *n);
+/*
+ * The documents whose manifests contain any of the `n` sorted chunk ids;
+ * (*docs)[i].chunks lists, for each document, only those chunks.
+ */
+int db_docs_with_chunks(struct db *db, const uint8_t (*sorted)[PROTO_HASH_LEN], size_t n,
+                        struct db_doc **docs, size_t *ndocs);
 
 /* Manifest blob coding, shared with the store. */
 void db_chunks_encode(const struct db_chunk *chunks, size_t n, uint8_t *out);

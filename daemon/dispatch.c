@@ -25,6 +25,8 @@ enum op_kind {
     OP_STAT,
     OP_STATUS,
     OP_SEARCH,
+    OP_GC,
+    OP_VERIFY,
 };
 
 struct op {
@@ -65,8 +67,8 @@ struct op {
     uv_work_t work;
 };
 
-static const char *const op_names[] = {"hello", "add",  "data",   "get",   "delete",
-                                       "list",  "stat", "status", "search"};
+static const char *const op_names[] = {"hello", "add",    "data",   "get", "delete", "list",
+                                       "stat",  "status", "search", "gc",  "verify"};
 
 static void free_strings(char **v, size_t n);
 
@@ -792,7 +794,7 @@ static void status_done(uv_work_t *work, int status)
         op_finish(op);
         return;
     }
-    reply_begin(&r, op->base.id, true, 10);
+    reply_begin(&r, op->base.id, true, 13);
     proto_pack_cstr(&r.pk, "version");
     proto_pack_cstr(&r.pk, CAIRN_VERSION);
     proto_pack_cstr(&r.pk, "protocol");
@@ -811,6 +813,17 @@ static void status_done(uv_work_t *work, int status)
     msgpack_pack_uint64(&r.pk, op->totals.stored_bytes);
     proto_pack_cstr(&r.pk, "chunks");
     msgpack_pack_uint64(&r.pk, op->totals.chunks);
+    proto_pack_cstr(&r.pk, "unique_bytes");
+    msgpack_pack_uint64(&r.pk, op->totals.unique_bytes);
+    /* How many times over the content is stored once (dedup) and how much zstd saves. */
+    proto_pack_cstr(&r.pk, "dedup_ratio");
+    msgpack_pack_double(&r.pk, op->totals.unique_bytes
+                                   ? (double)op->totals.logical_bytes / op->totals.unique_bytes
+                                   : 1.0);
+    proto_pack_cstr(&r.pk, "compression_ratio");
+    msgpack_pack_double(&r.pk, op->totals.stored_bytes
+                                   ? (double)op->totals.unique_bytes / op->totals.stored_bytes
+                                   : 1.0);
     proto_pack_cstr(&r.pk, "connections");
     msgpack_pack_uint32(&r.pk, d->nconns);
     reply_send(op->base.conn, &r);
@@ -975,6 +988,135 @@ static void do_search(struct conn *c, uint64_t id, const msgpack_object *map)
     op_queue(op, search_work, search_done);
 }
 
+/* ---- gc and verify ---- */
+
+/* The store reports to a maintenance op through these; job_running keeps the op alive. */
+static void gc_done(void *userdata, int status, const struct store_gc_result *res)
+{
+    struct op *op = userdata;
+    struct reply r;
+
+    if (!op_job_end(op))
+        return;
+    if (status != 0) {
+        reply_status_error(op, status);
+    } else {
+        reply_begin(&r, op->base.id, true, 2);
+        proto_pack_cstr(&r.pk, "chunks_removed");
+        msgpack_pack_uint64(&r.pk, res->chunks_removed);
+        proto_pack_cstr(&r.pk, "bytes_freed");
+        msgpack_pack_uint64(&r.pk, res->bytes_freed);
+        reply_send(op->base.conn, &r);
+    }
+    op_finish(op);
+}
+
+static void do_gc(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = op_new(c, id, OP_GC);
+    int r;
+
+    if (!op)
+        return;
+    r = store_gc(c->d->store, gc_done, op);
+    if (r < 0) {
+        reply_status_error(op, r);
+        op_finish(op);
+        return;
+    }
+    op->job_running = true;
+}
+
+/* At most this many bad chunks are listed in a verify reply; `bad_count` has them all. */
+#define VERIFY_MAX_LISTED 1000
+
+static void verify_done(void *userdata, int status, const struct store_verify_result *res)
+{
+    struct op *op = userdata;
+    size_t listed = res->nbad < VERIFY_MAX_LISTED ? res->nbad : VERIFY_MAX_LISTED;
+    struct reply r;
+
+    if (!op_job_end(op))
+        return;
+    if (status != 0) {
+        reply_status_error(op, status);
+        op_finish(op);
+        return;
+    }
+    reply_begin(&r, op->base.id, true, 4);
+    proto_pack_cstr(&r.pk, "chunks_checked");
+    msgpack_pack_uint64(&r.pk, res->chunks_checked);
+    proto_pack_cstr(&r.pk, "bytes_checked");
+    msgpack_pack_uint64(&r.pk, res->bytes_checked);
+    proto_pack_cstr(&r.pk, "bad_count");
+    msgpack_pack_uint64(&r.pk, res->nbad);
+    proto_pack_cstr(&r.pk, "bad");
+    msgpack_pack_array(&r.pk, listed);
+    for (size_t i = 0; i < listed; i++) {
+        const struct store_bad_chunk *bad = &res->bad[i];
+        const char *msg;
+        size_t ndocs = bad->ndocs < 64 ? bad->ndocs : 64;
+        msgpack_pack_map(&r.pk, 3);
+        proto_pack_cstr(&r.pk, "chunk");
+        proto_pack_cstr(&r.pk, bad->hash);
+        proto_pack_cstr(&r.pk, "error");
+        proto_pack_cstr(&r.pk, proto_error_name(error_code(bad->status, &msg)));
+        proto_pack_cstr(&r.pk, "documents");
+        msgpack_pack_array(&r.pk, ndocs);
+        for (size_t d = 0; d < ndocs; d++) {
+            msgpack_pack_map(&r.pk, 2);
+            proto_pack_cstr(&r.pk, "hash");
+            proto_pack_cstr(&r.pk, bad->docs[d].hash);
+            proto_pack_cstr(&r.pk, "name");
+            proto_pack_cstr(&r.pk, bad->docs[d].name ? bad->docs[d].name : "");
+        }
+    }
+    reply_send(op->base.conn, &r);
+    op_finish(op);
+}
+
+static void do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    const msgpack_object *refs = proto_map_get(map, "refs");
+    const char *list[PROTO_MAX_TAGS];
+    char *copies[PROTO_MAX_TAGS];
+    size_t n = 0;
+    struct op *op;
+    int r;
+
+    if (refs && (refs->type != MSGPACK_OBJECT_ARRAY || refs->via.array.size > PROTO_MAX_TAGS)) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "refs must be an array of at most 64 strings");
+        return;
+    }
+    for (uint32_t i = 0; refs && i < refs->via.array.size; i++) {
+        const msgpack_object *o = &refs->via.array.ptr[i];
+        if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 ||
+            o->via.str.size > PROTO_MAX_REF || memchr(o->via.str.ptr, '\0', o->via.str.size)) {
+            reply_error(c, id, PROTO_E_BAD_REQUEST, "each ref must be a non-empty string");
+            goto out;
+        }
+        if (!(copies[n] = strndup(o->via.str.ptr, o->via.str.size))) {
+            reply_error(c, id, PROTO_E_BUSY, "out of memory");
+            goto out;
+        }
+        list[n] = copies[n];
+        n++;
+    }
+    op = op_new(c, id, OP_VERIFY);
+    if (!op)
+        goto out;
+    r = store_verify(c->d->store, list, n, verify_done, op);
+    if (r < 0) {
+        reply_status_error(op, r);
+        op_finish(op);
+    } else {
+        op->job_running = true;
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        free(copies[i]);
+}
+
 /* ---- entry points ---- */
 
 static const struct {
@@ -983,7 +1125,7 @@ static const struct {
 } ops[] = {
     {"hello", do_hello}, {"add", do_add},   {"data", do_data}, {"get", do_get},
     {"delete", do_delete}, {"list", do_list}, {"stat", do_stat}, {"status", do_status},
-    {"search", do_search},
+    {"search", do_search}, {"gc", do_gc}, {"verify", do_verify},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)

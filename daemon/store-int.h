@@ -41,6 +41,9 @@ struct store {
     struct store_waiter *deleting_waiters;
 };
 
+/* gc (gc.c): an encode job ended; gc may be waiting for the older ones to drain. */
+void store_gc_poke(struct store *st);
+
 /* Object keys: "chunks/<hex>" and "manifests/<hex>". */
 void store_object_key(char *key, size_t len, const char *dir, const uint8_t hash[PROTO_HASH_LEN]);
 

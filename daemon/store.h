@@ -117,3 +117,40 @@ int store_get_start(struct store *st, const char *ref, size_t ref_len,
 void store_get_next(struct store_get *get);
 /* Frees the get; after `last` or error(), or to cancel one that is still running. */
 void store_get_release(struct store_get *get);
+
+/* ---- maintenance ---- */
+
+struct store_gc_result {
+    uint64_t chunks_removed, bytes_freed;
+};
+
+/*
+ * Removes the chunks no document references, except those a running add
+ * relies on. Only one gc runs at a time; a request while one runs waits for
+ * it and gets its result. `done` comes on the loop thread.
+ */
+typedef void store_gc_cb(void *userdata, int status, const struct store_gc_result *res);
+int store_gc(struct store *st, store_gc_cb *done, void *userdata);
+
+/* One chunk that failed verification, and the documents that use it. */
+struct store_bad_chunk {
+    char hash[PROTO_HASH_HEX + 1];
+    int status; /* STORE_E_INTEGRITY (wrong bytes), or the read failure */
+    struct db_doc *docs;
+    size_t ndocs;
+};
+
+struct store_verify_result {
+    uint64_t chunks_checked, bytes_checked;
+    struct store_bad_chunk *bad;
+    size_t nbad;
+};
+
+/*
+ * Re-reads and re-hashes stored chunks: those of the documents `refs` names,
+ * or every chunk when nrefs is 0. `done` comes on the loop thread; the result
+ * is valid during the call.
+ */
+typedef void store_verify_cb(void *userdata, int status, const struct store_verify_result *res);
+int store_verify(struct store *st, const char *const *refs, size_t nrefs, store_verify_cb *done,
+                 void *userdata);
