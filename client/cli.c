@@ -24,7 +24,7 @@ static const struct command {
     {"add", cli_cmd_add},   {"get", cli_cmd_get},       {"rm", cli_cmd_rm},
     {"delete", cli_cmd_rm}, {"ls", cli_cmd_ls},         {"list", cli_cmd_ls},
     {"stat", cli_cmd_stat}, {"status", cli_cmd_status}, {"search", cli_cmd_search},
-    {"help", cmd_help},
+    {"gc", cli_cmd_gc},     {"verify", cli_cmd_verify}, {"help", cmd_help},
 };
 
 void cli_print_usage(FILE *out)
@@ -41,6 +41,8 @@ void cli_print_usage(FILE *out)
         "  ls [-t TAG]     list documents (alias: list)\n"
         "  stat REF        show a document's details\n"
         "  status          show the daemon's state\n"
+        "  gc              remove chunks no document uses any more\n"
+        "  verify [REF]... re-read and re-hash stored chunks (all without REF)\n"
         "  search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
         "         [--after DATE] [--before DATE] [--fuzzy] QUERY...\n"
         "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"

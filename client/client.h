@@ -116,6 +116,10 @@ int client_search(struct client *c, const struct client_search_req *req, client_
                   void *userdata);
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
 int client_status(struct client *c, const msgpack_object **reply);
+int client_gc(struct client *c, const msgpack_object **reply);
+/* Verifies the chunks of `refs`, or the whole store when nrefs is 0 (at most 64 refs). */
+int client_verify(struct client *c, const char *const *refs, size_t nrefs,
+                  const msgpack_object **reply);
 
 /*
  * The default socket path: $CAIRN_SOCKET, else

@@ -233,8 +233,10 @@ int cli_cmd_stat(struct cli *cli, int argc, char **argv)
 int cli_cmd_status(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {
-        "version",       "protocol",     "pid",    "uptime",      "backend", "documents",
-        "logical_bytes", "stored_bytes", "chunks", "connections", NULL};
+        "version",      "protocol",     "pid",         "uptime",
+        "backend",      "documents",    "logical_bytes", "unique_bytes",
+        "stored_bytes", "chunks",       "dedup_ratio", "compression_ratio",
+        "connections",  NULL};
     int status = parse_operands(argc, argv, 0, 0, "");
     const msgpack_object *reply;
     struct client *c;
@@ -247,4 +249,79 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
         return CLI_EXIT_UNREACHABLE;
     r = client_status(c, &reply);
     return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, NULL, r);
+}
+
+int cli_cmd_gc(struct cli *cli, int argc, char **argv)
+{
+    static const char *const keys[] = {"chunks_removed", "bytes_freed", NULL};
+    int status = parse_operands(argc, argv, 0, 0, "");
+    const msgpack_object *reply;
+    struct client *c;
+    int r;
+
+    if (status >= 0)
+        return status;
+    c = cli_client(cli);
+    if (!c)
+        return CLI_EXIT_UNREACHABLE;
+    r = client_gc(c, &reply);
+    return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, NULL, r);
+}
+
+/* Prints each bad chunk with the documents that use it; exit 1 when any is bad. */
+static int print_verify(struct cli *cli, const msgpack_object *reply)
+{
+    const msgpack_object *bad = proto_map_get(reply, "bad");
+    uint64_t checked = 0, bytes = 0, nbad = 0;
+
+    proto_get_uint(reply, "chunks_checked", &checked);
+    proto_get_uint(reply, "bytes_checked", &bytes);
+    proto_get_uint(reply, "bad_count", &nbad);
+    if (cli->json) {
+        if (cli_print_json(stdout, cli_json_reply(reply)) < 0)
+            return CLI_EXIT_FAILED;
+    } else {
+        for (uint32_t i = 0; bad && bad->type == MSGPACK_OBJECT_ARRAY && i < bad->via.array.size;
+             i++) {
+            const msgpack_object *b = &bad->via.array.ptr[i], *docs;
+            const char *chunk = "", *err = "";
+            size_t chunk_len = 0, err_len = 0;
+            proto_get_str(b, "chunk", &chunk, &chunk_len);
+            proto_get_str(b, "error", &err, &err_len);
+            printf("bad chunk %.*s (%.*s)\n", (int)chunk_len, chunk, (int)err_len, err);
+            docs = proto_map_get(b, "documents");
+            for (uint32_t d = 0; docs && docs->type == MSGPACK_OBJECT_ARRAY && d < docs->via.array.size;
+                 d++) {
+                const char *hash = "", *name = "";
+                size_t hash_len = 0, name_len = 0;
+                proto_get_str(&docs->via.array.ptr[d], "hash", &hash, &hash_len);
+                proto_get_str(&docs->via.array.ptr[d], "name", &name, &name_len);
+                printf("  used by %.*s  %.*s\n", (int)hash_len, hash, name_len ? (int)name_len : 1,
+                       name_len ? name : "-");
+            }
+        }
+        printf("checked %" PRIu64 " chunks (%" PRIu64 " bytes): %" PRIu64 " bad\n", checked, bytes,
+               nbad);
+    }
+    if (nbad > 0) {
+        fprintf(stderr, "cairn: verify: %" PRIu64 " bad chunk%s\n", nbad, nbad == 1 ? "" : "s");
+        return CLI_EXIT_FAILED;
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_verify(struct cli *cli, int argc, char **argv)
+{
+    int status = parse_operands(argc, argv, 0, PROTO_MAX_TAGS, "REF");
+    const msgpack_object *reply;
+    struct client *c;
+    int r;
+
+    if (status >= 0)
+        return status;
+    c = cli_client(cli);
+    if (!c)
+        return CLI_EXIT_UNREACHABLE;
+    r = client_verify(c, (const char *const *)argv + optind, (size_t)(argc - optind), &reply);
+    return r == 0 ? print_verify(cli, reply) : cli_fail(cli, NULL, r);
 }

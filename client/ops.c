@@ -59,6 +59,27 @@ int client_status(struct client *c, const msgpack_object **reply)
     return call(c, "status", NULL, reply);
 }
 
+int client_gc(struct client *c, const msgpack_object **reply)
+{
+    return call(c, "gc", NULL, reply);
+}
+
+int client_verify(struct client *c, const char *const *refs, size_t nrefs,
+                  const msgpack_object **reply)
+{
+    uint64_t id = client_begin(c, "verify", nrefs ? 1 : 0);
+    int r;
+
+    if (nrefs) {
+        proto_pack_cstr(&c->pk, "refs");
+        msgpack_pack_array(&c->pk, nrefs);
+        for (size_t i = 0; i < nrefs; i++)
+            proto_pack_cstr(&c->pk, refs[i]);
+    }
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
+}
+
 /* Reads until buf[0..cap) is full or the input ends; the byte count or -errno. */
 static ssize_t read_full(int fd, uint8_t *buf, size_t have, size_t cap)
 {
