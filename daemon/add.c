@@ -7,8 +7,9 @@
  * gets an encode job of its own, so the chunks of one document are hashed
  * and compressed on several threads at once; a chunk the metadata already
  * knows is not stored again. New chunk objects are put on the backend as
- * their jobs finish; after the last one, the manifest. When every put is
- * durable the metadata is committed, and only then is the add reported done.
+ * their jobs finish; after the last one, the manifest and the add's journal
+ * entry (objects.h). When every put is durable the metadata is committed, and
+ * only then is the add reported done.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 
 #include "compress/compress.h"
 #include "daemon/log.h"
+#include "daemon/objects.h"
 #include "daemon/store-int.h"
 #include "daemon/text.h"
 #include "proto/util.h"
@@ -579,48 +581,42 @@ static void put_object(struct store_add *add, const char *dir, const uint8_t has
     put_issue(op);
 }
 
-/*
- * The manifest object makes the backend self-describing: a msgpack map
- * {v, size, mime, chunks: [[id, size], ...]} in the usual object envelope.
- */
+/* The manifest (what the document is made of) for a document the store did not hold. */
 static void put_manifest(struct store_add *add)
 {
-    msgpack_sbuffer sbuf;
-    msgpack_packer pk;
     uint8_t *obj;
-    size_t obj_len;
-
-    msgpack_sbuffer_init(&sbuf);
-    msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 4);
-    proto_pack_cstr(&pk, "v");
-    msgpack_pack_uint32(&pk, 1);
-    proto_pack_cstr(&pk, "size");
-    msgpack_pack_uint64(&pk, add->received);
-    proto_pack_cstr(&pk, "mime");
-    proto_pack_cstr(&pk, add->p.mime);
-    proto_pack_cstr(&pk, "chunks");
-    msgpack_pack_array(&pk, add->nchunks);
-    for (size_t i = 0; i < add->nchunks; i++) {
-        msgpack_pack_array(&pk, 2);
-        proto_pack_bin(&pk, add->chunks[i].hash, PROTO_HASH_LEN);
-        msgpack_pack_uint32(&pk, add->chunks[i].size);
-    }
-    obj = malloc(compress_bound(sbuf.size));
-    if (!obj) {
-        msgpack_sbuffer_destroy(&sbuf);
-        add_fail(add, -ENOMEM);
-        return;
-    }
-    int r = compress_encode(sbuf.data, sbuf.size, add->st->cfg.compression_level, obj,
-                            compress_bound(sbuf.size), &obj_len);
-    msgpack_sbuffer_destroy(&sbuf);
-    if (r < 0) {
-        free(obj);
+    size_t len;
+    int r = objects_manifest_encode(add->received, add->p.mime, add->chunks, add->nchunks,
+                                    add->st->cfg.compression_level, &obj, &len);
+    if (r < 0)
         add_fail(add, r);
-        return;
-    }
-    put_object(add, "manifests", add->doc_hash, obj, obj_len);
+    else
+        put_object(add, "manifests", add->doc_hash, obj, len);
+}
+
+/* The journal entry of this add: what a rebuild replays to restore names, tags and metadata. */
+static void put_entry(struct store_add *add)
+{
+    struct entry e = {
+        .time_ns = store_entry_time(add->st),
+        .mime = add->p.mime,
+        .name = add->p.name,
+        .tags = add->p.tags,
+        .ntags = add->p.ntags,
+        .meta_keys = add->p.meta_keys,
+        .meta_values = add->p.meta_values,
+        .nmeta = add->p.nmeta,
+    };
+    uint8_t key[PROTO_HASH_LEN], *obj;
+    size_t len;
+    int r;
+
+    memcpy(e.doc, add->doc_hash, PROTO_HASH_LEN);
+    r = objects_entry_encode(&e, add->st->cfg.compression_level, &obj, &len, key);
+    if (r < 0)
+        add_fail(add, r);
+    else
+        put_object(add, "entries", key, obj, len);
 }
 
 /* ---- committing ---- */
@@ -705,6 +701,8 @@ static void add_pump(struct store_add *add)
         add->manifest_started = true;
         if (!add->doc_exists)
             put_manifest(add);
+        if (!add->error)
+            put_entry(add);
     }
     if (!add->error && add->puts_running == 0 && !add->committing)
         add_commit(add);

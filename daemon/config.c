@@ -15,7 +15,7 @@
 
 static const char usage_text[] =
     "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
-    "              [--config FILE]\n"
+    "              [--config FILE] [--rebuild-index]\n"
     "       cairnd --help | --version\n"
     "\n"
     "Runs the cairn storage daemon in the foreground.\n"
@@ -25,11 +25,13 @@ static const char usage_text[] =
     "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn)\n"
     "  --backend URL      object backend: local (default) or local:/PATH\n"
     "  --log-level LEVEL  error, warn, info (default) or debug\n"
-    "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n";
+    "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n"
+    "  --rebuild-index    recreate the metadata database from the backend, then exit\n";
 
 /* Flag values, kept apart so they can be applied after the file and the environment. */
 struct flags {
     const char *socket, *data_dir, *backend, *log_level, *config;
+    bool rebuild_index;
 };
 
 struct ini_state {
@@ -252,7 +254,8 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         {"socket", required_argument, NULL, 's'},  {"data-dir", required_argument, NULL, 'd'},
         {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
         {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0},
+        {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
+        {NULL, 0, NULL, 0},
     };
     int c;
 
@@ -266,6 +269,7 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         case 'b': fl->backend = optarg; break;
         case 'l': fl->log_level = optarg; break;
         case 'c': fl->config = optarg; break;
+        case 'R': fl->rebuild_index = true; break;
         case 'h': fputs(usage_text, stdout); return CONFIG_E_EXIT;
         case 'V': printf("cairnd %s\n", CAIRN_VERSION); return CONFIG_E_EXIT;
         case ':':
@@ -307,6 +311,7 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     r = parse_flags(&fl, argc, argv, err, err_len);
     if (r)
         return r;
+    cfg->rebuild_index = fl.rebuild_index;
 
     if (fl.config && copy_str(cfg->config_path, sizeof(cfg->config_path), fl.config)) {
         snprintf(err, err_len, "--config: path is empty or too long");

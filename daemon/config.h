@@ -25,6 +25,7 @@ struct config {
     size_t max_text;
     unsigned max_connections;
     unsigned threads;
+    bool rebuild_index; /* --rebuild-index: rebuild the database, then exit */
 };
 
 /* config_load() results besides 0. */

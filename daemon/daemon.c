@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/conn.h"
@@ -231,6 +232,28 @@ static void on_signal(uv_signal_t *s, int signum)
     daemon_check_stopped(d);
 }
 
+/*
+ * A rebuild starts from an empty database. The old one is kept beside it
+ * (cairn.db.before-rebuild.<time>), never deleted: it may hold what the
+ * backend lacks.
+ */
+static int set_aside_db(const char *db_path, char *err, size_t err_len)
+{
+    static const char *const suffixes[] = {"", "-wal", "-shm"};
+    char from[PATH_MAX + 32], to[PATH_MAX + 64];
+    long now = (long)time(NULL);
+
+    for (size_t i = 0; i < ARRAY_SIZE(suffixes); i++) {
+        snprintf(from, sizeof(from), "%s%s", db_path, suffixes[i]);
+        snprintf(to, sizeof(to), "%s.before-rebuild.%ld%s", db_path, now, suffixes[i]);
+        if (rename(from, to) < 0 && errno != ENOENT) {
+            snprintf(err, err_len, "cannot move %s aside: %s", from, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+    }
+    return 0;
+}
+
 /* Lets a daemon serving a thousand clients have the descriptors for them. */
 static void raise_fd_limit(void)
 {
@@ -286,6 +309,11 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     }
     d->be->ops->describe(d->be, d->backend_desc, sizeof(d->backend_desc));
     snprintf(db_path, sizeof(db_path), "%s/cairn.db", cfg->data_dir);
+    if (cfg->rebuild_index) {
+        r = set_aside_db(db_path, err, err_len);
+        if (r)
+            return r;
+    }
     r = db_new(&d->db, &d->loop, db_path);
     if (r < 0) {
         snprintf(err, err_len, "metadata database %s: %s", db_path, strerror(-r));
@@ -296,6 +324,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         snprintf(err, err_len, "store: %s", strerror(-r));
         return DAEMON_E_SETUP;
     }
+    if (cfg->rebuild_index)
+        return 0;
     r = setup_socket(d, cfg->socket_path, err, err_len);
     if (r)
         return r;
@@ -305,6 +335,11 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     log_info("cairnd %s listening on %s, data in %s, backend %s", CAIRN_VERSION, cfg->socket_path,
              cfg->data_dir, d->backend_desc);
     return 0;
+}
+
+int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len)
+{
+    return store_rebuild(d->store, summary, summary_len);
 }
 
 int daemon_run(struct daemon *d)

@@ -45,7 +45,10 @@ struct daemon {
     char backend_desc[256];
 };
 
+/* With cfg->rebuild_index the daemon does not listen: call daemon_rebuild() instead of run. */
 int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t err_len);
+/* Recreates the metadata database from the backend; the summary says what came back. */
+int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len);
 /* Runs until a stop signal; returns 0 after a clean stop. */
 int daemon_run(struct daemon *d);
 struct daemon *daemon_free(struct daemon *d);

@@ -909,7 +909,7 @@ int db_txn_add(struct db_txn *txn, struct db_add *add)
 {
     struct db_conn *c = txn->conn;
     char hex[PROTO_HASH_HEX + 1];
-    int64_t id, now = (int64_t)time(NULL);
+    int64_t id, now = add->created_at ? add->created_at : (int64_t)time(NULL);
     sqlite3_stmt *s;
     int r;
 
@@ -1396,6 +1396,18 @@ int db_unreferenced_chunks(struct db *db, struct db_chunk **chunks, size_t *n)
 int db_all_chunks(struct db *db, struct db_chunk **chunks, size_t *n)
 {
     return query_chunks(db, S_CHUNKS_ALL, chunks, n);
+}
+
+int db_txn_orphan_chunk(struct db_txn *txn, const struct db_chunk *chunk)
+{
+    sqlite3_stmt *s = stmt(txn->conn, S_CHUNK_INSERT);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, chunk->hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, chunk->size);
+    sqlite3_bind_int64(s, 3, chunk->stored_size);
+    return step_done(txn->conn, s);
 }
 
 int db_txn_drop_chunk(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN], bool *deleted)

@@ -89,6 +89,7 @@ struct db_add {
     /* The text to index (UTF-8), or NULL for a binary document. */
     const char *text;
     size_t text_len;
+    int64_t created_at; /* Unix seconds; 0 for now (a rebuild passes the original time) */
     /* Outputs. */
     bool created;
     uint64_t stored_size;
@@ -162,6 +163,8 @@ int db_search(struct db *db, const struct db_search_params *p, struct db_hit **h
 int db_unreferenced_chunks(struct db *db, struct db_chunk **chunks, size_t *n);
 /* Deletes a chunk row if it is still unreferenced; *deleted says whether it was. */
 int db_txn_drop_chunk(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN], bool *deleted);
+/* Records a chunk object found on the backend that no document uses (rebuild). */
+int db_txn_orphan_chunk(struct db_txn *txn, const struct db_chunk *chunk);
 /* Every chunk the store holds, for a scrub (worker side). */
 int db_all_chunks(struct db *db, struct db_chunk **chunks, size_t *n);
 /*

@@ -45,8 +45,6 @@ struct op {
     /* delete, get, stat */
     char *ref;
     size_t ref_len;
-    char hash[PROTO_HASH_HEX + 1];
-    struct db_write dbw;
     /* list */
     char *tag;
     uint64_t limit, listed;
@@ -575,25 +573,19 @@ static void do_get(struct conn *c, uint64_t id, const msgpack_object *map)
 
 /* ---- delete ---- */
 
-static int delete_apply(struct db_txn *txn, struct db_write *w)
+static void delete_done(void *userdata, int status, const char *hash)
 {
-    struct op *op = container_of(w, struct op, dbw);
-    return db_txn_delete(txn, op->ref, op->ref_len, op->hash);
-}
-
-static void delete_done(struct db_write *w)
-{
-    struct op *op = container_of(w, struct op, dbw);
+    struct op *op = userdata;
     struct reply r;
 
     if (!op_job_end(op))
         return;
-    if (w->status != 0) {
-        reply_status_error(op, map_db(w->status));
+    if (status != 0) {
+        reply_status_error(op, status);
     } else {
         reply_begin(&r, op->base.id, true, 1);
         proto_pack_cstr(&r.pk, "hash");
-        proto_pack_cstr(&r.pk, op->hash);
+        proto_pack_cstr(&r.pk, hash);
         reply_send(op->base.conn, &r);
     }
     op_finish(op);
@@ -602,13 +594,17 @@ static void delete_done(struct db_write *w)
 static void do_delete(struct conn *c, uint64_t id, const msgpack_object *map)
 {
     struct op *op = op_new(c, id, OP_DELETE);
+    int r;
 
     if (!op || !take_ref(op, map))
         return;
-    op->dbw.apply = delete_apply;
-    op->dbw.done = delete_done;
+    r = store_delete(c->d->store, op->ref, op->ref_len, delete_done, op);
+    if (r < 0) {
+        reply_status_error(op, r);
+        op_finish(op);
+        return;
+    }
     op->job_running = true;
-    db_write(c->d->db, &op->dbw);
 }
 
 /* ---- list ---- */

@@ -1,5 +1,6 @@
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"
@@ -29,6 +30,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "cairnd: %s\n", err);
         daemon_free(d);
         return 1;
+    }
+    if (cfg.rebuild_index) {
+        char summary[512] = "";
+        r = daemon_rebuild(d, summary, sizeof(summary));
+        if (r)
+            fprintf(stderr, "cairnd: rebuild failed: %s\n", r < 0 ? strerror(-r) : "storage error");
+        else
+            printf("cairnd: rebuilt %s: %s\n", cfg.data_dir, summary);
+        daemon_free(d);
+        return r ? 1 : 0;
     }
     r = daemon_run(d);
     daemon_free(d);

@@ -39,7 +39,11 @@ struct store {
     /* Chunks whose objects gc is deleting: puts of them wait (see add.c). */
     struct pinset deleting;
     struct store_waiter *deleting_waiters;
+    uint64_t last_entry_ns;
 };
+
+/* A journal time (ns since the epoch) later than every one handed out before. */
+uint64_t store_entry_time(struct store *st);
 
 /* gc (gc.c): an encode job ended; gc may be waiting for the older ones to drain. */
 void store_gc_poke(struct store *st);

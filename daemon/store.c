@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/sha.h>
 
 #include "compress/compress.h"
 #include "daemon/log.h"
+#include "daemon/objects.h"
 #include "daemon/store-int.h"
 #include "proto/util.h"
 #include "storage/backend.h"
@@ -47,6 +49,18 @@ struct store *store_free(struct store *st)
 unsigned store_active(struct store *st)
 {
     return st->active;
+}
+
+uint64_t store_entry_time(struct store *st)
+{
+    struct timespec ts;
+    uint64_t now;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    /* The journal must stay ordered even if the wall clock steps back. */
+    st->last_entry_ns = now > st->last_entry_ns ? now : st->last_entry_ns + 1;
+    return st->last_entry_ns;
 }
 
 void store_object_key(char *key, size_t len, const char *dir, const uint8_t hash[PROTO_HASH_LEN])
@@ -400,4 +414,124 @@ void store_get_release(struct store_get *get)
         return;
     }
     get_free(get);
+}
+
+/* ---- delete ---- */
+
+struct store_delete {
+    struct store *st;
+    store_delete_cb *done;
+    void *userdata;
+    char *ref;
+    size_t ref_len;
+    uv_work_t work;
+    int status;
+    struct db_doc doc;
+    uint8_t *obj;
+    struct backend_req req;
+    struct db_write dbw;
+    char hash[PROTO_HASH_HEX + 1];
+};
+
+static void delete_end(struct store_delete *del, int status)
+{
+    del->done(del->userdata, status, del->hash);
+    db_doc_clear(&del->doc);
+    free(del->ref);
+    free(del->obj);
+    del->st->active--;
+    free(del);
+}
+
+static int delete_apply(struct db_txn *txn, struct db_write *w)
+{
+    struct store_delete *del = container_of(w, struct store_delete, dbw);
+    char hash[PROTO_HASH_HEX + 1];
+    /* By hash: the ref may name another document by now. */
+    return db_txn_delete(txn, del->doc.hash, PROTO_HASH_HEX, hash);
+}
+
+static void delete_committed(struct db_write *w)
+{
+    struct store_delete *del = container_of(w, struct store_delete, dbw);
+    int status = w->status;
+
+    if (status == DB_E_NOT_FOUND) /* deleted meanwhile by someone else */
+        status = STORE_E_NOT_FOUND;
+    delete_end(del, status);
+}
+
+static void delete_entry_done(struct backend_req *req)
+{
+    struct store_delete *del = container_of(req, struct store_delete, req);
+
+    if (req->status != 0) {
+        delete_end(del, req->status < 0 ? req->status : STORE_E_UNAVAILABLE);
+        return;
+    }
+    del->dbw.apply = delete_apply;
+    del->dbw.done = delete_committed;
+    db_write(del->st->db, &del->dbw);
+}
+
+static void delete_resolve_work(uv_work_t *work)
+{
+    struct store_delete *del = container_of(work, struct store_delete, work);
+    del->status = db_resolve(del->st->db, del->ref, del->ref_len, 0, &del->doc);
+}
+
+static void delete_resolve_done(uv_work_t *work, int status)
+{
+    struct store_delete *del = container_of(work, struct store_delete, work);
+    struct entry e = {.is_delete = true};
+    uint8_t key[PROTO_HASH_LEN];
+    size_t len;
+    int r;
+
+    if (status < 0 || del->status != 0) {
+        int s = status < 0 ? status : del->status;
+        delete_end(del, s == DB_E_NOT_FOUND   ? STORE_E_NOT_FOUND
+                        : s == DB_E_AMBIGUOUS ? STORE_E_AMBIGUOUS
+                                              : s);
+        return;
+    }
+    memcpy(del->hash, del->doc.hash, sizeof(del->hash));
+    e.time_ns = store_entry_time(del->st);
+    proto_hex_decode(del->doc.hash, PROTO_HASH_HEX, e.doc, PROTO_HASH_LEN);
+    r = objects_entry_encode(&e, del->st->cfg.compression_level, &del->obj, &len, key);
+    if (r < 0) {
+        delete_end(del, r);
+        return;
+    }
+    store_object_key(del->req.key, sizeof(del->req.key), "entries", key);
+    del->req.data = del->obj;
+    del->req.len = len;
+    del->req.cb = delete_entry_done;
+    r = backend_put(del->st->be, &del->req);
+    if (r < 0)
+        delete_end(del, r);
+}
+
+int store_delete(struct store *st, const char *ref, size_t ref_len, store_delete_cb *done,
+                 void *userdata)
+{
+    struct store_delete *del = calloc(1, sizeof(*del));
+    int r;
+
+    if (!del || !(del->ref = strndup(ref, ref_len))) {
+        free(del);
+        return -ENOMEM;
+    }
+    del->st = st;
+    del->done = done;
+    del->userdata = userdata;
+    del->ref_len = ref_len;
+    r = uv_queue_work(st->loop, &del->work, delete_resolve_work, delete_resolve_done);
+    if (r < 0) {
+        free(del->ref);
+        free(del);
+        return r;
+    }
+    st->active++;
+    return 0;
 }

@@ -154,3 +154,20 @@ struct store_verify_result {
 typedef void store_verify_cb(void *userdata, int status, const struct store_verify_result *res);
 int store_verify(struct store *st, const char *const *refs, size_t nrefs, store_verify_cb *done,
                  void *userdata);
+
+/*
+ * Deletes the document `ref` resolves to: its journal entry goes to the
+ * backend first (so a rebuild never brings it back), then the metadata.
+ * `done` gets the hash; it comes on the loop thread.
+ */
+typedef void store_delete_cb(void *userdata, int status, const char *hash);
+int store_delete(struct store *st, const char *ref, size_t ref_len, store_delete_cb *done,
+                 void *userdata);
+
+/*
+ * Recreates the metadata database from the backend's manifests and journal
+ * (objects.h), replacing whatever it holds. Runs the loop itself until done;
+ * for `cairnd --rebuild-index`, before the daemon serves. *summary describes
+ * what was restored.
+ */
+int store_rebuild(struct store *st, char *summary, size_t summary_len);
