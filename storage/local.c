@@ -76,14 +76,18 @@ static int fsync_dir_at(int root_fd, const char *rel)
     return r;
 }
 
-/* Creates "dir" and "dir/xx" below the root as needed, making each creation durable. */
-static int ensure_dirs(int root_fd, const char *shard)
+/*
+ * Creates "dir" and "dir/xx" below the root as needed. The new entries are
+ * made durable by the batch's final sync; *created tells the batch there is
+ * one to make durable.
+ */
+static int ensure_dirs(int root_fd, const char *shard, bool *created)
 {
     char parent[BACKEND_MAX_KEY];
 
     if (mkdirat(root_fd, shard, 0755) == 0) {
-        shard_dir(shard, parent, sizeof(parent));
-        return fsync_dir_at(root_fd, parent);
+        *created = true;
+        return 0;
     }
     if (errno == EEXIST)
         return 0;
@@ -92,12 +96,10 @@ static int ensure_dirs(int root_fd, const char *shard)
     shard_dir(shard, parent, sizeof(parent));
     if (mkdirat(root_fd, parent, 0755) < 0 && errno != EEXIST)
         return -errno;
-    int r = fsync_dir_at(root_fd, ".");
-    if (r < 0)
-        return r;
     if (mkdirat(root_fd, shard, 0755) < 0 && errno != EEXIST)
         return -errno;
-    return fsync_dir_at(root_fd, parent);
+    *created = true;
+    return 0;
 }
 
 static int write_all(int fd, const uint8_t *p, size_t len)
@@ -119,41 +121,50 @@ static int write_all(int fd, const uint8_t *p, size_t len)
 struct batch_item {
     struct backend_req *req;
     int fd;
+    bool via_tmp; /* written to `tmp`, renamed into place after the sync */
     char tmp[48];
     char path[BACKEND_MAX_KEY + 8];
     char shard[BACKEND_MAX_KEY + 8];
-    bool shard_first; /* the first item of its directory: that one fsyncs it */
 };
 
-/* Creates and fills a temporary file for one object, leaving it open for the sync phase. */
-static int write_tmp(struct local *lp, struct batch_item *it)
+/*
+ * Writes one object, leaving the file open for the sync phase. A new object
+ * is created in place: nothing reads it before the metadata that names it is
+ * committed, which happens only after the batch's sync. An object that
+ * already exists (a concurrent writer of the same content, or a leftover of
+ * a crash) is replaced atomically through a temporary file instead, so a
+ * reader of the existing one never sees it half-written.
+ */
+static int write_object(struct local *lp, struct batch_item *it)
 {
-    uint64_t seq = atomic_fetch_add(&lp->tmp_seq, 1);
+    const char *name = it->path;
     int r;
 
-    snprintf(it->tmp, sizeof(it->tmp), LOCAL_TMP_DIR "/%ld.%llu", (long)getpid(),
-             (unsigned long long)seq);
-    it->fd = openat(lp->root_fd, it->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    it->fd = openat(lp->root_fd, it->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (it->fd < 0 && errno == EEXIST) {
+        uint64_t seq = atomic_fetch_add(&lp->tmp_seq, 1);
+        snprintf(it->tmp, sizeof(it->tmp), LOCAL_TMP_DIR "/%ld.%llu", (long)getpid(),
+                 (unsigned long long)seq);
+        it->via_tmp = true;
+        name = it->tmp;
+        it->fd = openat(lp->root_fd, it->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
     if (it->fd < 0)
         return -errno;
     r = write_all(it->fd, it->req->data, it->req->len);
     if (r < 0) {
         close(it->fd);
         it->fd = -1;
-        unlinkat(lp->root_fd, it->tmp, 0);
+        unlinkat(lp->root_fd, name, 0);
     }
     return r;
 }
 
-/*
- * Makes every file and directory entry the batch wrote durable. One object
- * needs its own fsync; for several, one syncfs() of the store's filesystem
- * costs a single journal commit and cache flush instead of one per file, which
- * is what lets concurrent writers share the price of durability.
- */
-static int sync_files(struct local *lp, struct batch_item *items, size_t n, size_t nok)
+/* Makes everything written so far durable: the one file's fsync, or one syncfs for many. */
+static int sync_batch(struct local *lp, struct batch_item *items, size_t n, size_t nfiles,
+                      bool dirs_changed)
 {
-    if (nok > 1)
+    if (nfiles > 1 || dirs_changed)
         return syncfs(lp->root_fd) < 0 ? -errno : 0;
     for (size_t i = 0; i < n; i++) {
         if (items[i].fd >= 0 && items[i].req->status == 0 && fsync(items[i].fd) < 0)
@@ -162,16 +173,28 @@ static int sync_files(struct local *lp, struct batch_item *items, size_t n, size
     return 0;
 }
 
+static void fail_all(struct batch_item *items, size_t n, int r)
+{
+    for (size_t i = 0; r < 0 && i < n; i++) {
+        if (items[i].req->status == 0)
+            items[i].req->status = r;
+    }
+}
+
 /*
- * Writes a batch in phases so that its objects share sync work: every
- * temporary file is written, then all are made durable together, renamed in
- * place, and the renames are made durable together.
+ * Writes a batch so that its objects share the cost of durability: every
+ * file is written, then one sync covers them all (syncfs() for several: one
+ * journal commit and cache flush however many files). Objects replaced
+ * through temporary files are renamed after that sync, and their renames
+ * made durable by a second one. A lone new object costs an fsync of the file
+ * and of its directory.
  */
 static void batch_work(uv_work_t *work)
 {
     struct local *lp = container_of(work, struct local, batch_work);
     struct batch_item *items;
-    size_t n = 0, nok = 0, ndirs = 0;
+    size_t n = 0, nfiles = 0, nrenamed = 0;
+    bool dirs_created = false;
     int r;
 
     for (struct backend_req *req = lp->batch; req; req = req->next_)
@@ -189,51 +212,44 @@ static void batch_work(uv_work_t *work)
         it->fd = -1;
         object_path(req->key, it->path, sizeof(it->path));
         shard_dir(it->path, it->shard, sizeof(it->shard));
-        req->status = ensure_dirs(lp->root_fd, it->shard);
+        req->status = ensure_dirs(lp->root_fd, it->shard, &dirs_created);
         if (req->status == 0)
-            req->status = write_tmp(lp, it);
-        if (req->status == 0)
-            nok++;
+            req->status = write_object(lp, it);
+        nfiles += req->status == 0;
     }
 
-    r = sync_files(lp, items, n, nok);
+    r = sync_batch(lp, items, n, nfiles, dirs_created);
+    fail_all(items, n, r);
     for (size_t i = 0; i < n; i++) {
         struct batch_item *it = &items[i];
         if (it->fd < 0)
             continue;
-        if (it->req->status == 0)
-            it->req->status = r;
         if (close(it->fd) < 0 && it->req->status == 0)
             it->req->status = -errno;
         it->fd = -1;
-        if (it->req->status == 0 && renameat(lp->root_fd, it->tmp, lp->root_fd, it->path) < 0)
-            it->req->status = -errno;
-        if (it->req->status != 0)
-            unlinkat(lp->root_fd, it->tmp, 0);
+        if (it->via_tmp) {
+            if (it->req->status == 0 &&
+                renameat(lp->root_fd, it->tmp, lp->root_fd, it->path) < 0)
+                it->req->status = -errno;
+            if (it->req->status != 0)
+                unlinkat(lp->root_fd, it->tmp, 0);
+            else
+                nrenamed++;
+        } else if (it->req->status != 0) {
+            unlinkat(lp->root_fd, it->path, 0);
+        }
     }
 
-    for (size_t i = 0; i < n; i++) {
-        items[i].shard_first = items[i].req->status == 0;
-        for (size_t j = 0; j < i && items[i].shard_first; j++) {
-            if (items[j].req->status == 0 && strcmp(items[j].shard, items[i].shard) == 0)
-                items[i].shard_first = false;
-        }
-        ndirs += items[i].shard_first;
-    }
-    if (ndirs > 1) {
+    /* Directory entries: covered by syncfs above, except for renames and a lone new file. */
+    if (nrenamed > 1) {
         r = syncfs(lp->root_fd) < 0 ? -errno : 0;
+        fail_all(items, n, r);
+    } else if (nrenamed == 1 || (nfiles == 1 && !dirs_created)) {
         for (size_t i = 0; i < n; i++) {
-            if (items[i].req->status == 0)
-                items[i].req->status = r;
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            if (!items[i].shard_first)
-                continue;
-            r = fsync_dir_at(lp->root_fd, items[i].shard);
-            for (size_t j = i; r < 0 && j < n; j++) {
-                if (items[j].req->status == 0 && strcmp(items[j].shard, items[i].shard) == 0)
-                    items[j].req->status = r;
+            if (items[i].req->status == 0 && (items[i].via_tmp || nfiles == 1)) {
+                r = fsync_dir_at(lp->root_fd, items[i].shard);
+                if (r < 0)
+                    items[i].req->status = r;
             }
         }
     }
