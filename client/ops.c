@@ -2,6 +2,7 @@
 
 #include "client/client.h"
 #include "client/internal.h"
+#include "proto/util.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -205,21 +206,6 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
     return r < 0 ? r : client_await(c, id, reply);
 }
 
-static int write_all(int fd, const uint8_t *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 int client_get(struct client *c, const char *ref, int out_fd)
 {
     const msgpack_object *reply;
@@ -246,7 +232,7 @@ int client_get(struct client *c, const char *ref, int out_fd)
         total += len;
         if (sized && (total > size || (!more && total != size)))
             return bad_reply(c);
-        if (len > 0 && (r = write_all(out_fd, data, len)) < 0) {
+        if (len > 0 && (r = util_write_all(out_fd, data, len)) < 0) {
             /* The rest of the stream is of no use now; hanging up stops it. */
             client_disconnect(c);
             return client_io_error(c, -r);

@@ -24,26 +24,6 @@
 /* How long a stop waits for requests in progress before dropping their clients. */
 #define DAEMON_STOP_GRACE_MS 30000
 
-/* Creates `path` and its missing parents; the last component gets `mode`. */
-static int mkdir_parents(const char *path, mode_t mode)
-{
-    char buf[PATH_MAX];
-
-    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, mode) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 static int take_lock(struct daemon *d, const char *data_dir, char *err, size_t err_len)
 {
     char path[PATH_MAX + 16], pid[32];
@@ -120,7 +100,7 @@ static int setup_socket(struct daemon *d, const char *path, char *err, size_t er
     slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = '\0';
-        r = mkdir_parents(dir, 0700);
+        r = util_mkdir_p(dir, 0700);
         if (r < 0 || stat(dir, &st) < 0) {
             snprintf(err, err_len, "socket directory %s: %s", dir, strerror(r < 0 ? -r : errno));
             return DAEMON_E_SETUP;
@@ -294,7 +274,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     d->sig_term.data = d->sig_int.data = d;
     *out = d;
 
-    r = mkdir_parents(cfg->data_dir, 0700);
+    r = util_mkdir_p(cfg->data_dir, 0700);
     if (r < 0) {
         snprintf(err, err_len, "data dir %s: %s", cfg->data_dir, strerror(-r));
         return DAEMON_E_SETUP;

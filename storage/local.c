@@ -102,21 +102,6 @@ static int ensure_dirs(int root_fd, const char *shard, bool *created)
     return 0;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Per-object state of a batch, kept on the heap: batches may hold LOCAL_BATCH_MAX objects. */
 struct batch_item {
     struct backend_req *req;
@@ -151,7 +136,7 @@ static int write_object(struct local *lp, struct batch_item *it)
     }
     if (it->fd < 0)
         return -errno;
-    r = write_all(it->fd, it->req->data, it->req->len);
+    r = util_write_all(it->fd, it->req->data, it->req->len);
     if (r < 0) {
         close(it->fd);
         it->fd = -1;
@@ -499,25 +484,6 @@ static void clean_tmp(struct local *lp)
     closedir(d);
 }
 
-static int mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-
-    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 static int local_open(struct backend *be, const char *url, const char *data_dir)
 {
     struct local *lp = local_of(be);
@@ -535,7 +501,7 @@ static int local_open(struct backend *be, const char *url, const char *data_dir)
         return -EINVAL;
     if (n < 0 || (size_t)n >= sizeof(lp->root))
         return -ENAMETOOLONG;
-    r = mkdir_p(lp->root);
+    r = util_mkdir_p(lp->root, 0755);
     if (r < 0)
         return r;
     lp->root_fd = open(lp->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
