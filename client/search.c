@@ -120,7 +120,8 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv)
     struct client *c;
     int opt, r;
 
-    while ((opt = getopt_long(argc, argv, ":l:t:h", options, NULL)) != -1) {
+    /* "+": options end at the first word, so `search eggs -butter` keeps -butter in the query. */
+    while ((opt = getopt_long(argc, argv, "+:l:t:h", options, NULL)) != -1) {
         switch (opt) {
         case 'l':
             if (parse_count(optarg, 1, 1000, &req.limit))

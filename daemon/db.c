@@ -88,6 +88,7 @@ enum stmt_id {
     S_CHUNK_DROP,
     S_CHUNKS_ALL,
     S_DOC_MANIFESTS,
+    S_FTS_TEXT,
     S_COUNT_,
 };
 
@@ -128,6 +129,7 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_CHUNK_DROP] = "DELETE FROM chunks WHERE hash = ?1 AND refs = 0",
     [S_CHUNKS_ALL] = "SELECT hash, size, stored_size FROM chunks ORDER BY hash",
     [S_DOC_MANIFESTS] = "SELECT id, chunks, manifest FROM documents",
+    [S_FTS_TEXT] = "SELECT substr(CAST(body AS BLOB), 1, ?2), name FROM search WHERE rowid = ?1",
 };
 
 struct db_conn {
@@ -1145,22 +1147,19 @@ static int fuzzy_expand(struct db *db, struct search_term *t)
 {
     struct fuzzy_candidate best[FUZZY_MAX_ALTS];
     size_t nbest = 0;
-    char word[65];
-    size_t len = strlen(t->text);
-    unsigned maxd = len >= 8 ? 2 : len >= 4 ? 1 : 0;
+    char word[256];
+    size_t len = search_fold(t->text, strlen(t->text), word, sizeof(word));
+    size_t letters = search_letters(word, len);
+    unsigned maxd = letters >= 8 ? 2 : letters >= 4 ? 1 : 0;
 
-    if (len > 64 || !db->vocab)
+    if (!db->vocab || letters > 64)
         return 0;
-    for (size_t i = 0; i <= len; i++) {
-        char ch = t->text[i];
-        word[i] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
-    }
     for (size_t i = 0; i < db->nvocab; i++) {
         const struct db_term *v = &db->vocab[i];
         unsigned d;
         if (v->len == len && memcmp(v->text, word, len) == 0)
             continue;
-        if (len >= 3 && v->len > len && memmem(v->text, v->len, word, len))
+        if (letters >= 3 && v->len > len && memmem(v->text, v->len, word, len))
             d = maxd + 1; /* a containing word ranks after near spellings */
         else if (maxd > 0 && (d = search_distance(word, len, v->text, v->len, maxd)) <= maxd)
             ;
@@ -1215,17 +1214,16 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
 
     if (!f)
         return NULL;
+    /* Snippets are made afterwards (db_search): FTS5's snippet() is quadratic in a document's matches. */
     if (match)
         fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
-              " LIMIT 1), -rank, d.size,"
-              " COALESCE(NULLIF(snippet(search, 1, '**', '**', '...', 16), ''),"
-              " snippet(search, 0, '**', '**', '...', 16))"
+              " LIMIT 1), -rank, d.size, d.id"
               " FROM search JOIN documents d ON d.id = search.rowid"
               " WHERE search MATCH ?1 AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)'",
               f);
     else
         fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
-              " LIMIT 1), 0.0, d.size, '' FROM documents d WHERE ?1 IS NULL",
+              " LIMIT 1), 0.0, d.size, d.id FROM documents d WHERE ?1 IS NULL",
               f);
     if (p->mime)
         fputs(" AND d.mime = ?2", f);
@@ -1245,6 +1243,44 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
         return NULL;
     }
     return sql;
+}
+
+/*
+ * A hit's snippet: from its content, or from its names when the content has
+ * no match (binary documents have none).
+ */
+static int make_snippet(struct db_conn *c, const struct search_query *q, bool match,
+                        struct db_hit *h)
+{
+    sqlite3_stmt *s = stmt(c, S_FTS_TEXT);
+    int r = 0;
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, h->rowid);
+    sqlite3_bind_int64(s, 2, SEARCH_SNIPPET_READ);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        const char *body = sqlite3_column_blob(s, 0);
+        size_t body_len = (size_t)sqlite3_column_bytes(s, 0);
+        const char *names = (const char *)sqlite3_column_text(s, 1);
+        h->snippet = search_snippet(body ? body : "", body ? body_len : 0, q, 16);
+        /* No mark in the content: the names may be what matched. */
+        if (h->snippet && match && !strstr(h->snippet, "**") && names) {
+            char *alt = search_snippet(names, strlen(names), q, 16);
+            if (alt && strstr(alt, "**")) {
+                free(h->snippet);
+                h->snippet = alt;
+            } else {
+                free(alt);
+            }
+        }
+    } else {
+        h->snippet = strdup("");
+    }
+    sqlite3_reset(s);
+    if (!h->snippet)
+        r = -ENOMEM;
+    return r;
 }
 
 int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits,
@@ -1313,8 +1349,8 @@ int db_search(struct db *db, const struct db_search_params *p, struct db_hit **h
         h->name = column_strdup(s, 1);
         h->score = sqlite3_column_double(s, 2);
         h->size = (uint64_t)sqlite3_column_int64(s, 3);
-        h->snippet = column_strdup(s, 4);
-        if (!h->name || !h->snippet) {
+        h->rowid = sqlite3_column_int64(s, 4);
+        if (!h->name) {
             r = -ENOMEM;
             goto out;
         }
@@ -1325,6 +1361,10 @@ int db_search(struct db *db, const struct db_search_params *p, struct db_hit **h
         r = -EIO;
         goto out;
     }
+    for (size_t i = 0; i < n && r == 0; i++)
+        r = make_snippet(c, &q, match, &out[i]);
+    if (r < 0)
+        goto out;
     *hits = out;
     *nhits = n;
     out = NULL;

@@ -141,6 +141,7 @@ struct db_search_params {
 };
 
 struct db_hit {
+    int64_t rowid;
     char hash[PROTO_HASH_HEX + 1];
     char *name;
     double score;

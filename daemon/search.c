@@ -3,17 +3,144 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+/* Decodes one UTF-8 sequence; invalid bytes decode as themselves (one byte, no letter). */
+static uint32_t utf8_next(const char *s, size_t len, size_t *i)
+{
+    unsigned char c = (unsigned char)s[*i];
+    size_t n = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+
+    if (*i + n > len) {
+        (*i)++;
+        return 0xfffd;
+    }
+    for (size_t k = 1; k < n; k++) {
+        unsigned char cc = (unsigned char)s[*i + k];
+        if ((cc & 0xc0) != 0x80) {
+            (*i)++;
+            return 0xfffd;
+        }
+        cp = (cp << 6) | (cc & 0x3f);
+    }
+    *i += n;
+    return cp;
+}
+
+/*
+ * Whether the tokenizer (unicode61) keeps a code point as part of a word: an
+ * approximation by blocks, enough to ignore words that are only punctuation,
+ * symbols or emoji, which would otherwise match nothing and empty a query.
+ */
+static bool is_word_char(uint32_t cp)
+{
+    if (cp < 0x80)
+        return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
+    if (cp == 0xfffd || (cp >= 0x80 && cp <= 0xbf && cp != 0xaa && cp != 0xb5 && cp != 0xba) ||
+        cp == 0xd7 || cp == 0xf7)
+        return false;
+    if ((cp >= 0x2000 && cp <= 0x2bff) || (cp >= 0x3000 && cp <= 0x303f) ||
+        (cp >= 0xe000 && cp <= 0xf8ff) || (cp >= 0xfe30 && cp <= 0xfe4f) ||
+        (cp >= 0xff00 && cp <= 0xff0f) || (cp >= 0x1f000 && cp <= 0x1faff))
+        return false;
+    return true;
+}
 
 /* A word counts only if the tokenizer will keep something of it. */
 static bool searchable(const char *s, size_t len)
 {
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-            c >= 0x80)
+    for (size_t i = 0; i < len;) {
+        if (is_word_char(utf8_next(s, len, &i)))
             return true;
     }
     return false;
+}
+
+/*
+ * Folds a code point the way the index does (unicode61 with
+ * "remove_diacritics 2": lower case, and letters with a canonical
+ * decomposition reduced to their base letter), for Latin-1 and Latin
+ * Extended-A, Greek and Cyrillic capitals; others pass through. A '.' in the
+ * tables marks a letter without a decomposition (æ, ð, ø, þ, ł, ...), which
+ * only loses its capital.
+ */
+static uint32_t fold(uint32_t cp)
+{
+    static const char latin1[] = "aaaaaa.ceeeeiiii"
+                                 ".nooooo..uuuuy.."
+                                 "aaaaaa.ceeeeiiii"
+                                 ".nooooo..uuuuy.y";
+    static const char ext_a[] = "aaaaaaccccccccdd"
+                                "..eeeeeeeeeegggg"
+                                "gggghh..iiiiiiii"
+                                "i...jjkk.llllll."
+                                "...nnnnnn...oooo"
+                                "oo..rrrrrrssssss"
+                                "sstttt..uuuuuuuu"
+                                "uuuuwwyyyzzzzzz.";
+
+    if (cp >= 'A' && cp <= 'Z')
+        return cp + 32;
+    if (cp >= 0xc0 && cp <= 0xff) {
+        char base = latin1[cp - 0xc0];
+        if (base != '.')
+            return (uint32_t)base;
+        return cp >= 0xc0 && cp <= 0xde && cp != 0xd7 ? cp + 32 : cp;
+    }
+    if (cp >= 0x100 && cp <= 0x17f) {
+        char base = ext_a[cp - 0x100];
+        if (base != '.')
+            return (uint32_t)base;
+        switch (cp) { /* capitals of the letters without a decomposition */
+        case 0x110: case 0x126: case 0x132: case 0x14a: case 0x152: case 0x166: return cp + 1;
+        case 0x13f: case 0x141: return cp + 1;
+        default: return cp;
+        }
+    }
+    if ((cp >= 0x391 && cp <= 0x3a9) || (cp >= 0x410 && cp <= 0x42f))
+        return cp + 32; /* Greek and Cyrillic capitals */
+    return cp;
+}
+
+static size_t utf8_put(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xc0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xe0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        out[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (char)(0xf0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    out[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+size_t search_fold(const char *s, size_t len, char *out, size_t cap)
+{
+    size_t n = 0;
+    char enc[4];
+
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_put(fold(utf8_next(s, len, &i)), enc);
+        if (n + k >= cap)
+            break;
+        memcpy(out + n, enc, k);
+        n += k;
+    }
+    out[n] = '\0';
+    return n;
 }
 
 static bool is_space(char c)
@@ -67,6 +194,7 @@ static int push(void **arr, size_t *n, size_t size, const void *item)
 struct parser {
     struct search_query *q;
     bool pending_or, pending_not;
+    bool after_positive; /* the last token was a positive term: OR may follow */
     size_t nterms;
 };
 
@@ -86,8 +214,10 @@ static int add_term(struct parser *p, enum search_term_kind kind, bool negative,
             *msg = "invalid query: OR needs a word on each side";
             return SEARCH_E_INVALID;
         }
+        p->after_positive = false;
         return 0;
     }
+    p->after_positive = !negative;
     if (++p->nterms > SEARCH_MAX_TERMS) {
         *msg = "invalid query: more than 64 terms";
         return SEARCH_E_INVALID;
@@ -125,11 +255,12 @@ static int add_word(struct parser *p, const char *s, size_t len, const char **ms
     bool negative = false;
 
     if (len == 2 && memcmp(s, "OR", 2) == 0) {
-        if (p->q->ngroups == 0 || p->pending_or || p->pending_not) {
+        if (!p->after_positive || p->pending_or || p->pending_not) {
             *msg = "invalid query: OR needs a word on each side";
             return SEARCH_E_INVALID;
         }
         p->pending_or = true;
+        p->after_positive = false;
         return 0;
     }
     if (len == 3 && memcmp(s, "NOT", 3) == 0) {
@@ -152,6 +283,7 @@ static int add_word(struct parser *p, const char *s, size_t len, const char **ms
             *msg = "invalid query: tag: filters cannot be negated or joined with OR";
             return SEARCH_E_INVALID;
         }
+        p->after_positive = false;
         char *tag = strndup(s + 4, len - 4);
         if (!tag)
             return -ENOMEM;
@@ -170,7 +302,7 @@ static int add_word(struct parser *p, const char *s, size_t len, const char **ms
 
 int search_parse(const char *text, size_t len, struct search_query *q, const char **msg)
 {
-    struct parser p = {q, false, false, 0};
+    struct parser p = {q, false, false, false, 0};
     size_t i = 0;
     int r = 0;
 
@@ -330,20 +462,29 @@ int search_fts_expr(const struct search_query *q, char **out)
 
 unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen, unsigned max)
 {
-    /* Two rows of the Levenshtein table; words longer than 64 bytes are never similar. */
+    /* Over code points; words longer than 64 letters are never similar. */
+    uint32_t x[64], y[64];
+    size_t xn = 0, yn = 0;
     unsigned row0[65], row1[65], *prev = row0, *cur = row1;
 
-    if (alen > 64 || blen > 64)
+    for (size_t i = 0; i < alen; xn++) {
+        if (xn == 64)
+            return max + 1;
+        x[xn] = utf8_next(a, alen, &i);
+    }
+    for (size_t i = 0; i < blen; yn++) {
+        if (yn == 64)
+            return max + 1;
+        y[yn] = utf8_next(b, blen, &i);
+    }
+    if ((xn > yn ? xn - yn : yn - xn) > max)
         return max + 1;
-    if ((alen > blen ? alen - blen : blen - alen) > max)
-        return max + 1;
-    for (size_t j = 0; j <= blen; j++)
+    for (size_t j = 0; j <= yn; j++)
         prev[j] = (unsigned)j;
-    for (size_t i = 1; i <= alen; i++) {
+    for (size_t i = 1; i <= xn; i++) {
         unsigned best = cur[0] = (unsigned)i;
-        for (size_t j = 1; j <= blen; j++) {
-            unsigned cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            unsigned v = prev[j - 1] + cost;
+        for (size_t j = 1; j <= yn; j++) {
+            unsigned v = prev[j - 1] + (x[i - 1] == y[j - 1] ? 0 : 1);
             if (prev[j] + 1 < v)
                 v = prev[j] + 1;
             if (cur[j - 1] + 1 < v)
@@ -358,5 +499,231 @@ unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen,
         prev = cur;
         cur = t;
     }
-    return prev[blen] > max ? max + 1 : prev[blen];
+    return prev[yn] > max ? max + 1 : prev[yn];
+}
+
+size_t search_letters(const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; n++)
+        (void)utf8_next(s, len, &i);
+    return n;
+}
+
+/* ---- snippets ---- */
+
+struct pattern {
+    char text[256]; /* folded */
+    size_t len;
+    bool prefix;
+};
+
+struct patterns {
+    struct pattern *v;
+    size_t n;
+};
+
+static void patterns_add(struct patterns *ps, const char *s, size_t len, bool prefix)
+{
+    struct pattern *grown = realloc(ps->v, (ps->n + 1) * sizeof(*grown));
+    if (!grown)
+        return; /* a snippet with fewer marks is still a snippet */
+    ps->v = grown;
+    struct pattern *p = &ps->v[ps->n++];
+    p->len = search_fold(s, len, p->text, sizeof(p->text));
+    p->prefix = prefix;
+}
+
+/* Every word of a term, and of its fuzzy alternatives, as something to mark. */
+static void patterns_add_term(struct patterns *ps, const struct search_term *t)
+{
+    const char *s = t->text;
+    size_t len = strlen(s);
+
+    for (size_t i = 0; i < len;) {
+        size_t start = i, end = i;
+        while (i < len) {
+            size_t k = i;
+            if (!is_word_char(utf8_next(s, len, &k)))
+                break;
+            i = end = k;
+        }
+        if (end > start)
+            patterns_add(ps, s + start, end - start, t->kind == SEARCH_PREFIX);
+        if (i == start)
+            (void)utf8_next(s, len, &i);
+    }
+    for (size_t a = 0; a < t->nalts; a++)
+        patterns_add(ps, t->alts[a], strlen(t->alts[a]), false);
+}
+
+static bool token_matches(const struct patterns *ps, const char *tok, size_t len)
+{
+    char folded[256];
+    size_t n = search_fold(tok, len, folded, sizeof(folded));
+
+    for (size_t i = 0; i < ps->n; i++) {
+        const struct pattern *p = &ps->v[i];
+        if (p->prefix ? n >= p->len && memcmp(folded, p->text, p->len) == 0
+                      : n == p->len && memcmp(folded, p->text, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+struct span {
+    size_t start, end;
+    bool match;
+};
+
+/* The next word of text[*pos..len): false when there is none. */
+static bool next_token(const char *text, size_t len, size_t *pos, struct span *tok)
+{
+    size_t i = *pos;
+
+    while (i < len) {
+        size_t k = i;
+        if (is_word_char(utf8_next(text, len, &k)))
+            break;
+        i = k;
+    }
+    if (i >= len)
+        return false;
+    tok->start = i;
+    while (i < len) {
+        size_t k = i;
+        if (!is_word_char(utf8_next(text, len, &k)))
+            break;
+        i = k;
+    }
+    tok->end = i;
+    *pos = i;
+    return true;
+}
+
+#define SNIPPET_BEFORE 3
+#define SNIPPET_MAX_BYTES 1024
+/* How far before a match the snippet's words are looked for. */
+#define SNIPPET_LOOKBACK 256
+
+static bool ascii_word_byte(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           c >= 0x80;
+}
+
+/*
+ * The offset of the earliest whole-word occurrence of an ASCII pattern, by
+ * a case-insensitive byte search: linear, so a match deep in a large text is
+ * found without tokenizing everything before it. Patterns with other
+ * letters are left to the tokenizing scan.
+ */
+static bool find_ascii_match(const char *text, size_t len, const struct patterns *ps, size_t *at)
+{
+    bool found = false;
+
+    for (size_t k = 0; k < ps->n; k++) {
+        const struct pattern *p = &ps->v[k];
+        bool ascii = p->len > 0;
+        for (size_t i = 0; i < p->len && ascii; i++)
+            ascii = (unsigned char)p->text[i] < 0x80;
+        if (!ascii)
+            continue;
+        size_t limit = found ? *at : len;
+        for (size_t i = 0; i + p->len <= limit; i++) {
+            unsigned char c = (unsigned char)text[i];
+            if ((c | 0x20) != (unsigned char)p->text[0] && c != (unsigned char)p->text[0])
+                continue;
+            if (strncasecmp(text + i, p->text, p->len) != 0)
+                continue;
+            if (i > 0 && ascii_word_byte((unsigned char)text[i - 1]))
+                continue;
+            if (!p->prefix && i + p->len < len && ascii_word_byte((unsigned char)text[i + p->len]))
+                continue;
+            *at = i;
+            found = true;
+            break;
+        }
+    }
+    return found;
+}
+
+char *search_snippet(const char *text, size_t len, const struct search_query *q, unsigned words)
+{
+    struct patterns ps = {NULL, 0};
+    struct span window[64], tok;
+    size_t nwin = 0, pos = 0, first = 0, at = 0;
+    bool found = false, more = false;
+    struct sbuf b = {0};
+
+    if (words > 64 - SNIPPET_BEFORE)
+        words = 64 - SNIPPET_BEFORE;
+    for (size_t g = 0; g < q->ngroups; g++) {
+        for (size_t i = 0; i < q->groups[g].nterms; i++)
+            patterns_add_term(&ps, &q->groups[g].terms[i]);
+    }
+    /* Jump close to a match found by byte search; else tokenize the start of the text. */
+    if (find_ascii_match(text, len, &ps, &at) && at > SNIPPET_LOOKBACK) {
+        pos = at - SNIPPET_LOOKBACK;
+        while (pos < at && ascii_word_byte((unsigned char)text[pos]))
+            pos++; /* never start inside a word */
+        first = 1;
+    }
+    if (len - pos > SEARCH_SNIPPET_SCAN)
+        len = pos + SEARCH_SNIPPET_SCAN;
+    /* Slide a window of words until the first match, then fill the words after it. */
+    while (ps.n > 0 && next_token(text, len, &pos, &tok)) {
+        tok.match = token_matches(&ps, text + tok.start, tok.end - tok.start);
+        if (!found) {
+            if (nwin == SNIPPET_BEFORE + 1) {
+                memmove(window, window + 1, SNIPPET_BEFORE * sizeof(window[0]));
+                nwin--;
+                first++;
+            }
+            window[nwin++] = tok;
+            found = tok.match;
+            continue;
+        }
+        if (nwin == words + SNIPPET_BEFORE) {
+            more = true;
+            break;
+        }
+        window[nwin++] = tok;
+    }
+    if (!found) {
+        /* No match in what was scanned: the beginning of the text. */
+        len = len < SEARCH_SNIPPET_SCAN ? len : SEARCH_SNIPPET_SCAN;
+        nwin = 0;
+        pos = 0;
+        first = 0;
+        while (nwin < words && next_token(text, len, &pos, &tok)) {
+            tok.match = false;
+            window[nwin++] = tok;
+        }
+        more = next_token(text, len, &pos, &tok);
+    }
+    if (first > 0)
+        sb_cstr(&b, "...");
+    for (size_t i = 0; i < nwin && b.len < SNIPPET_MAX_BYTES; i++) {
+        const struct span *t = &window[i];
+        if (i > 0) {
+            /* What stands between two words, cut short when it is long. */
+            size_t gap = t->start - window[i - 1].end;
+            sb_put(&b, text + window[i - 1].end, gap > 16 ? 16 : gap);
+        }
+        if (t->match)
+            sb_cstr(&b, "**");
+        sb_put(&b, text + t->start, t->end - t->start > 256 ? 256 : t->end - t->start);
+        if (t->match)
+            sb_cstr(&b, "**");
+    }
+    if (more)
+        sb_cstr(&b, "...");
+    sb_put(&b, "", 0);
+    free(ps.v);
+    if (b.failed) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s ? b.s : strdup("");
 }

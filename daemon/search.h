@@ -65,7 +65,26 @@ bool search_has_match(const struct search_query *q);
 int search_fts_expr(const struct search_query *q, char **out);
 
 /*
- * Edit distance between two short UTF-8 byte strings, capped: returns at most
- * max + 1. Used to widen fuzzy words with similar indexed words.
+ * Edit distance in letters (code points) between two short UTF-8 strings,
+ * capped: returns at most max + 1. Used to widen fuzzy words with similar
+ * indexed words.
  */
 unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen, unsigned max);
+/* The number of letters (code points) of a UTF-8 string. */
+size_t search_letters(const char *s, size_t len);
+/*
+ * Folds a word the way the index does (lower case, Latin diacritics removed)
+ * into out[0..cap), NUL-terminated; returns its length.
+ */
+size_t search_fold(const char *s, size_t len, char *out, size_t cap);
+
+/*
+ * A snippet of `text` for a query: about `words` words around the first
+ * match, matched words marked **like this**. Linear in the text: a byte
+ * search finds ASCII words anywhere, the tokenizing scan looks at most
+ * SEARCH_SNIPPET_SCAN bytes. NULL when out of memory.
+ */
+#define SEARCH_SNIPPET_SCAN (1024u * 1024)
+/* Bytes of a document read to make its snippet. */
+#define SEARCH_SNIPPET_READ (16u * 1024 * 1024)
+char *search_snippet(const char *text, size_t len, const struct search_query *q, unsigned words);
