@@ -107,6 +107,7 @@ struct store_add {
     uint8_t doc_hash[PROTO_HASH_LEN];
     bool doc_exists;
 
+    uint64_t entry_ns; /* the journal time of this add; its commit uses the same */
     struct db_write dbw;
     struct db_add dba;
 };
@@ -475,7 +476,7 @@ static void encode_done(uv_work_t *work, int status)
          * waits for encode jobs older than its deletions) then sees the pin
          * before it deletes, whether the chunk was found stored or is new.
          */
-        if (pinset_add(&st->pins, c->hash) < 0)
+        if (store_pin(st, c->hash) < 0)
             add_fail(add, -ENOMEM);
         else
             add->pinned[job->index] = true;
@@ -597,8 +598,9 @@ static void put_manifest(struct store_add *add)
 /* The journal entry of this add: what a rebuild replays to restore names, tags and metadata. */
 static void put_entry(struct store_add *add)
 {
+    add->entry_ns = store_entry_time(add->st);
     struct entry e = {
-        .time_ns = store_entry_time(add->st),
+        .time_ns = add->entry_ns,
         .mime = add->p.mime,
         .name = add->p.name,
         .tags = add->p.tags,
@@ -665,6 +667,8 @@ static void add_commit(struct store_add *add)
     d->chunks = add->chunks;
     d->nchunks = add->nchunks;
     d->text = text_acc_text(&add->text, &d->text_len);
+    /* The time the journal recorded, so a rebuild restores exactly this. */
+    d->created_at = (int64_t)(add->entry_ns / 1000000000u);
     add->dbw.apply = commit_apply;
     add->dbw.done = commit_done;
     add->committing = true;

@@ -67,6 +67,7 @@ enum stmt_id {
     S_TAGS_OF_DOC,
     S_META_OF_DOC,
     S_CHUNK_LOOKUP,
+    S_CHUNK_REFS,
     S_CHUNK_INSERT,
     S_CHUNK_REF,
     S_CHUNK_UNREF,
@@ -103,6 +104,7 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_TAGS_OF_DOC] = "SELECT tag FROM tags WHERE doc = ?1 ORDER BY tag",
     [S_META_OF_DOC] = "SELECT key, value FROM meta WHERE doc = ?1 ORDER BY key",
     [S_CHUNK_LOOKUP] = "SELECT stored_size FROM chunks WHERE hash = ?1",
+    [S_CHUNK_REFS] = "SELECT refs FROM chunks WHERE hash = ?1",
     [S_CHUNK_INSERT] = "INSERT INTO chunks(hash, size, stored_size, refs) VALUES(?1, ?2, ?3, 0)"
                        " ON CONFLICT(hash) DO NOTHING",
     [S_CHUNK_REF] = "UPDATE chunks SET refs = refs + 1 WHERE hash = ?1",
@@ -127,7 +129,7 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_VOCAB] = "SELECT term, doc FROM search_vocab",
     [S_CHUNKS_UNREFERENCED] = "SELECT hash, size, stored_size FROM chunks WHERE refs = 0",
     [S_CHUNK_DROP] = "DELETE FROM chunks WHERE hash = ?1 AND refs = 0",
-    [S_CHUNKS_ALL] = "SELECT hash, size, stored_size FROM chunks ORDER BY hash",
+    [S_CHUNKS_ALL] = "SELECT hash, size, stored_size FROM chunks WHERE refs > 0 ORDER BY hash",
     [S_DOC_MANIFESTS] = "SELECT id, chunks, manifest FROM documents",
     [S_FTS_TEXT] = "SELECT substr(CAST(body AS BLOB), 1, ?2), name FROM search WHERE rowid = ?1",
 };
@@ -1431,6 +1433,24 @@ static int query_chunks(struct db *db, enum stmt_id id, struct db_chunk **out, s
 int db_unreferenced_chunks(struct db *db, struct db_chunk **chunks, size_t *n)
 {
     return query_chunks(db, S_CHUNKS_UNREFERENCED, chunks, n);
+}
+
+int db_chunk_refs(struct db *db, const uint8_t hash[PROTO_HASH_LEN], int64_t *refs)
+{
+    struct db_conn *c = reader_acquire(db);
+    sqlite3_stmt *s;
+    int r;
+
+    if (!c)
+        return -EIO;
+    if (!(s = stmt(c, S_CHUNK_REFS))) {
+        reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    r = query_id(c, s, refs);
+    reader_release(db, c);
+    return r;
 }
 
 int db_all_chunks(struct db *db, struct db_chunk **chunks, size_t *n)

@@ -166,8 +166,10 @@ int db_unreferenced_chunks(struct db *db, struct db_chunk **chunks, size_t *n);
 int db_txn_drop_chunk(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN], bool *deleted);
 /* Records a chunk object found on the backend that no document uses (rebuild). */
 int db_txn_orphan_chunk(struct db_txn *txn, const struct db_chunk *chunk);
-/* Every chunk the store holds, for a scrub (worker side). */
+/* Every chunk some document uses, for a scrub (worker side). */
 int db_all_chunks(struct db *db, struct db_chunk **chunks, size_t *n);
+/* How many documents use a chunk; DB_E_NOT_FOUND when it has no row. */
+int db_chunk_refs(struct db *db, const uint8_t hash[PROTO_HASH_LEN], int64_t *refs);
 /*
  * The documents whose manifests contain any of the `n` sorted chunk ids;
  * (*docs)[i].chunks lists, for each document, only those chunks.

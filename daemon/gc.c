@@ -8,7 +8,8 @@
  *   2. deletes their rows, each only if still unreferenced, in one commit;
  *   3. waits for every encode job that started before that commit, because
  *      those may have seen the rows and will pin the chunks when they end;
- *   4. deletes the objects of the chunks still unpinned, marking them as
+ *   4. deletes the objects of the chunks no add has pinned since step 1 (adds
+ *      record what they pin while a gc runs), marking them as
  *      being deleted so that an add wanting one now writes it only after the
  *      deletion (add.c put_object). Any add that looks a chunk up after step 2
  *      finds no row and writes the chunk itself.
@@ -44,6 +45,7 @@ struct store_gc {
     size_t next; /* next candidate whose object to delete */
     unsigned deletes_running;
     struct store_gc_result res;
+    struct pinset touched; /* chunks adds pinned while this gc ran */
 };
 
 struct gc_delete {
@@ -70,7 +72,18 @@ static void gc_finish(struct store_gc *gc)
     }
     free(gc->cands);
     free(gc->dropped);
+    pinset_free(&gc->touched);
     free(gc);
+}
+
+int store_gc_touch(struct store *st, const uint8_t hash[PROTO_HASH_LEN])
+{
+    return pinset_has(&st->gc->touched, hash) ? 0 : pinset_add(&st->gc->touched, hash);
+}
+
+bool store_gc_touched(const struct store *st, const uint8_t hash[PROTO_HASH_LEN])
+{
+    return st->gc && pinset_has(&st->gc->touched, hash);
 }
 
 static void delete_more(struct store_gc *gc);
@@ -102,8 +115,11 @@ static void delete_more(struct store_gc *gc)
     while (gc->deletes_running < GC_MAX_DELETES && gc->next < gc->ncands) {
         size_t i = gc->next++;
         const struct db_chunk *c = &gc->cands[i];
-        /* Pinned now: an add found it stored before step 2 and its commit restores the row. */
-        if (!gc->dropped[i] || pinset_has(&st->pins, c->hash))
+        /*
+         * Used by an add since this gc began (pinned now, or pinned, committed
+         * and released): its commit restored the row, so the object stays.
+         */
+        if (!gc->dropped[i] || pinset_has(&st->pins, c->hash) || store_gc_touched(st, c->hash))
             continue;
         struct gc_delete *del = calloc(1, sizeof(*del));
         if (!del || pinset_add(&st->deleting, c->hash) < 0) {

@@ -42,6 +42,16 @@ struct store {
     uint64_t last_entry_ns;
 };
 
+/*
+ * Pins a chunk a running add relies on. While a gc runs, it also remembers
+ * the chunk: an add may pin, commit and unpin before gc reaches the chunk,
+ * and its object must survive that gc all the same.
+ */
+int store_pin(struct store *st, const uint8_t hash[PROTO_HASH_LEN]);
+/* gc.c: whether the running gc must leave this chunk's object alone. */
+bool store_gc_touched(const struct store *st, const uint8_t hash[PROTO_HASH_LEN]);
+int store_gc_touch(struct store *st, const uint8_t hash[PROTO_HASH_LEN]);
+
 /* A journal time (ns since the epoch) later than every one handed out before. */
 uint64_t store_entry_time(struct store *st);
 

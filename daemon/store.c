@@ -173,6 +173,14 @@ void pinset_free(struct pinset *s)
     memset(s, 0, sizeof(*s));
 }
 
+int store_pin(struct store *st, const uint8_t hash[PROTO_HASH_LEN])
+{
+    int r = pinset_add(&st->pins, hash);
+    if (r == 0 && st->gc && (r = store_gc_touch(st, hash)) < 0)
+        pinset_remove(&st->pins, hash);
+    return r;
+}
+
 /* ---- puts that wait for gc's deletion of the same object ---- */
 
 bool store_wait_deletion(struct store *st, struct store_waiter *w)

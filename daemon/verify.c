@@ -117,12 +117,30 @@ static void users_work(uv_work_t *work)
     struct store_verify *v = container_of(work, struct store_verify, work);
     uint8_t(*hashes)[PROTO_HASH_LEN] = malloc(v->res.nbad * PROTO_HASH_LEN);
     struct db_doc *docs = NULL;
-    size_t ndocs = 0;
+    size_t ndocs = 0, kept = 0;
 
     if (!hashes) {
         v->status = -ENOMEM;
         return;
     }
+    /*
+     * A chunk whose last document was deleted while the scrub ran may be gone
+     * already (gc): that is no damage. Only chunks still in use are reported.
+     */
+    for (size_t i = 0; i < v->res.nbad; i++) {
+        uint8_t hash[PROTO_HASH_LEN];
+        int64_t refs = 0;
+        proto_hex_decode(v->res.bad[i].hash, PROTO_HASH_HEX, hash, PROTO_HASH_LEN);
+        int r = db_chunk_refs(v->st->db, hash, &refs);
+        if (r < 0) {
+            v->status = r;
+            free(hashes);
+            return;
+        }
+        if (r == 0 && refs > 0)
+            v->res.bad[kept++] = v->res.bad[i];
+    }
+    v->res.nbad = kept;
     for (size_t i = 0; i < v->res.nbad; i++)
         proto_hex_decode(v->res.bad[i].hash, PROTO_HASH_HEX, hashes[i], PROTO_HASH_LEN);
     v->status = db_docs_with_chunks(v->st->db, (const uint8_t(*)[PROTO_HASH_LEN])hashes,
@@ -159,6 +177,9 @@ static void users_done(uv_work_t *work, int status)
     struct store_verify *v = container_of(work, struct store_verify, work);
     if (status < 0)
         v->status = status;
+    for (size_t i = 0; v->status == 0 && i < v->res.nbad; i++)
+        log_error("verify: chunk %s is bad (%s)", v->res.bad[i].hash,
+                  v->res.bad[i].status == STORE_E_INTEGRITY ? "integrity" : "unreadable");
     verify_finish(v);
 }
 
@@ -188,8 +209,6 @@ static void checks_complete(struct store_verify *v)
         struct store_bad_chunk *bad = &v->res.bad[v->res.nbad++];
         proto_hex_encode(v->chunks[i].hash, PROTO_HASH_LEN, bad->hash);
         bad->status = v->chunk_status[i];
-        log_error("verify: chunk %s is bad (%s)", bad->hash,
-                  bad->status == STORE_E_INTEGRITY ? "integrity" : "unreadable");
     }
     if (uv_queue_work(v->st->loop, &v->work, users_work, users_done) < 0)
         verify_finish(v);

@@ -11,11 +11,9 @@ format says, also across its internal 1 MiB segments.
 
 import glob
 import hashlib
-import json
 import os
 import random
 import shutil
-import signal
 import struct
 import subprocess
 import sys
