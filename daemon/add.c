@@ -287,7 +287,8 @@ static void cut_work(uv_work_t *work)
             return;
         }
         job->carry.data = NULL; /* consumed */
-        memcpy(data + job->carry.len, job->in.data, job->in.len);
+        if (job->in.len > 0) /* the last segment may be empty */
+            memcpy(data + job->carry.len, job->in.data, job->in.len);
         free(job->in.data);
         job->in.data = NULL;
     }
