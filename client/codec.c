@@ -38,8 +38,8 @@ static int encoder_write(void *data, const char *bytes, size_t len)
 }
 
 /* Opens a frame whose map holds `nfields` entries besides id and op. */
-static void encoder_begin(struct encoder *enc, msgpack_sbuffer *sbuf, uint64_t id,
-                          const char *op, uint32_t nfields)
+static void encoder_begin(struct encoder *enc, msgpack_sbuffer *sbuf, uint64_t id, const char *op,
+                          uint32_t nfields)
 {
     enc->sbuf = sbuf;
     enc->failed = false;
@@ -133,8 +133,7 @@ int client_encode_add(msgpack_sbuffer *sbuf, uint64_t id, const struct client_ad
     return encoder_end(&enc);
 }
 
-int client_encode_data(msgpack_sbuffer *sbuf, uint64_t id, const void *data, size_t len,
-                       bool more)
+int client_encode_data(msgpack_sbuffer *sbuf, uint64_t id, const void *data, size_t len, bool more)
 {
     struct encoder enc;
 

@@ -145,8 +145,8 @@ static void test_encode_add_stream(void **state)
 {
     static const char *const tags[] = {"a", "bb"};
     static const struct client_meta meta[] = {{"k", "v"}};
-    struct client_add_req req = {.name = "doc", .tags = tags, .n_tags = 2, .meta = meta,
-                                 .n_meta = 1};
+    struct client_add_req req = {
+        .name = "doc", .tags = tags, .n_tags = 2, .meta = meta, .n_meta = 1};
     msgpack_sbuffer sbuf;
     struct proto_msg msg = {0};
     const uint8_t *data;
@@ -201,10 +201,18 @@ static void test_encode_add_minimal(void **state)
 static void test_encode_search(void **state)
 {
     static const char *const tags[] = {"man"};
-    struct client_search_req full = {.query = "socket option", .limit = 5, .offset = 10,
-                                     .tags = tags, .n_tags = 1, .name = "*.2", .mime = "text/plain",
-                                     .has_after = true, .after = 1700000000, .has_before = true,
-                                     .before = -1, .fuzzy = true};
+    struct client_search_req full = {.query = "socket option",
+                                     .limit = 5,
+                                     .offset = 10,
+                                     .tags = tags,
+                                     .n_tags = 1,
+                                     .name = "*.2",
+                                     .mime = "text/plain",
+                                     .has_after = true,
+                                     .after = 1700000000,
+                                     .has_before = true,
+                                     .before = -1,
+                                     .fuzzy = true};
     struct client_search_req bare = {.query = "x"};
     msgpack_sbuffer sbuf;
     struct proto_msg msg = {0};
@@ -385,14 +393,10 @@ static void test_decode_bad_frames(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_encode_get_delete_status),
-        cmocka_unit_test(test_encode_add_stream),
-        cmocka_unit_test(test_encode_add_minimal),
-        cmocka_unit_test(test_encode_search),
-        cmocka_unit_test(test_encode_too_large),
-        cmocka_unit_test(test_decode_byte_by_byte),
-        cmocka_unit_test(test_decode_error_code),
-        cmocka_unit_test(test_decode_large_frame),
+        cmocka_unit_test(test_encode_get_delete_status), cmocka_unit_test(test_encode_add_stream),
+        cmocka_unit_test(test_encode_add_minimal),       cmocka_unit_test(test_encode_search),
+        cmocka_unit_test(test_encode_too_large),         cmocka_unit_test(test_decode_byte_by_byte),
+        cmocka_unit_test(test_decode_error_code),        cmocka_unit_test(test_decode_large_frame),
         cmocka_unit_test(test_decode_bad_frames),
     };
 

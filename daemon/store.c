@@ -227,6 +227,7 @@ struct store_get {
     struct db_doc doc;
     uint32_t next_chunk;
     bool busy, released, sent_first;
+    bool prefetched; /* resolve_work also read and decoded the first chunk */
     int status;
     uv_work_t work;
     struct backend_req req;
@@ -255,10 +256,39 @@ static bool get_step_end(struct store_get *get)
     return false;
 }
 
+static void decode_chunk(struct store_get *get);
+
+/*
+ * Reads the next chunk in this worker job, when the backend reads cheaply
+ * enough for that (backend_read_sync), and decodes it. Sets get->status.
+ */
+static void read_decode_chunk(struct store_get *get)
+{
+    char key[BACKEND_MAX_KEY];
+    int r;
+
+    store_object_key(key, sizeof(key), "chunks", get->doc.chunks[get->next_chunk].hash);
+    r = backend_read_sync(get->st->be, key, compress_bound(STORE_MAX_CHUNK), &get->req.out,
+                          &get->req.out_len);
+    if (r != 0) {
+        if (r == BACKEND_E_NOT_FOUND)
+            log_error("integrity: %s of document %s is missing", key, get->doc.hash);
+        get->status = store_map_read_status(r);
+        return;
+    }
+    decode_chunk(get);
+}
+
 static void resolve_work(uv_work_t *work)
 {
     struct store_get *get = container_of(work, struct store_get, work);
+
     get->status = db_resolve(get->st->db, get->ref, get->ref_len, DB_WANT_CHUNKS, &get->doc);
+    /* The common small document: its first chunk comes back with the lookup, in one job. */
+    if (get->status == 0 && get->doc.nchunks > 0 && backend_can_read_sync(get->st->be)) {
+        get->prefetched = true;
+        read_decode_chunk(get);
+    }
 }
 
 static void deliver(struct store_get *get, const uint8_t *data, size_t len, bool last)
@@ -277,10 +307,16 @@ static int map_db_status(int status)
     return status;
 }
 
+static void decode_done(uv_work_t *work, int status);
+
 static void resolve_done(uv_work_t *work, int status)
 {
     struct store_get *get = container_of(work, struct store_get, work);
 
+    if (get->prefetched) {
+        decode_done(work, status);
+        return;
+    }
     if (get_step_end(get))
         return;
     if (status < 0 || get->status != 0) {
@@ -295,7 +331,17 @@ static void resolve_done(uv_work_t *work, int status)
 
 static void decode_work(uv_work_t *work)
 {
-    struct store_get *get = container_of(work, struct store_get, work);
+    decode_chunk(container_of(work, struct store_get, work));
+}
+
+static void read_decode_work(uv_work_t *work)
+{
+    read_decode_chunk(container_of(work, struct store_get, work));
+}
+
+/* Decodes get->req.out into get->raw and checks it against the chunk's id. */
+static void decode_chunk(struct store_get *get)
+{
     const struct db_chunk *c = &get->doc.chunks[get->next_chunk];
     uint8_t hash[PROTO_HASH_LEN];
     int r;
@@ -326,6 +372,7 @@ static void decode_done(uv_work_t *work, int status)
 {
     struct store_get *get = container_of(work, struct store_get, work);
 
+    get->prefetched = false;
     if (get_step_end(get))
         return;
     if (status < 0 || get->status != 0) {
@@ -374,6 +421,15 @@ void store_get_next(struct store_get *get)
 
     if (get->busy || get->next_chunk >= get->doc.nchunks)
         return;
+    if (backend_can_read_sync(get->st->be)) {
+        get->busy = true;
+        r = uv_queue_work(get->st->loop, &get->work, read_decode_work, decode_done);
+        if (r < 0) {
+            get->busy = false;
+            get->ops->error(get->userdata, r);
+        }
+        return;
+    }
     proto_hex_encode(get->doc.chunks[get->next_chunk].hash, PROTO_HASH_LEN, hex);
     memset(&get->req, 0, sizeof(get->req));
     snprintf(get->req.key, sizeof(get->req.key), "chunks/%s", hex);

@@ -9,6 +9,13 @@ CAIRN_DEB_PACKAGES=(
     libinih-dev libjansson-dev libcmocka-dev python3
 )
 
+# Peers of the benchmarks (bench/run), whose smoke tier runs with the tests.
+# GNU time measures the peak RSS of commands.
+CAIRN_BENCH_DEB_PACKAGES=(
+    redis-server redis-tools git gnuplot-nox xapian-tools xapian-omega
+    restic ripgrep rclone zstd time
+)
+
 cairn_log() {
     printf '==> %s\n' "$*"
 }

@@ -92,6 +92,14 @@ struct backend_ops {
     int (*list)(struct backend *be, struct backend_req *req);
     /* URL for display, without secrets. */
     void (*describe)(struct backend *be, char *out, size_t out_len);
+    /*
+     * Optional: a blocking read, for worker threads, where a read is as cheap
+     * as a local file read. Callers use it to fold a read into the job that
+     * decodes the object, instead of a round trip through the loop. Returns
+     * 0 with a malloc'd object, BACKEND_E_*, or negative errno.
+     */
+    int (*read_sync)(struct backend *be, const char *key, size_t max_len, uint8_t **out,
+                     size_t *len);
 };
 
 struct backend_stats {
@@ -130,6 +138,19 @@ bool backend_key_valid(const char *key);
 void backend_complete(struct backend_req *req);
 
 int backend_start(struct backend *be, struct backend_req *req, enum backend_op op);
+
+/* True when backend_read_sync() may be used (from worker threads). */
+static inline bool backend_can_read_sync(const struct backend *be)
+{
+    return be->ops->read_sync != NULL;
+}
+
+/* See backend_ops.read_sync; the key must be valid (backend_key_valid). */
+static inline int backend_read_sync(struct backend *be, const char *key, size_t max_len,
+                                    uint8_t **out, size_t *len)
+{
+    return be->ops->read_sync(be, key, max_len, out, len);
+}
 
 static inline int backend_put(struct backend *be, struct backend_req *req)
 {

@@ -312,7 +312,12 @@ static int local_put(struct backend *be, struct backend_req *req)
     return 0;
 }
 
-static int read_object(struct local *lp, struct backend_req *req)
+/*
+ * Reads an object whole (out != NULL) or only its size. 0, BACKEND_E_NOT_FOUND,
+ * BACKEND_E_TOO_LARGE, or negative errno.
+ */
+static int read_object(struct local *lp, const char *key, size_t max_len, uint8_t **out,
+                       size_t *len, uint64_t *size)
 {
     char path[BACKEND_MAX_KEY + 8];
     struct stat st;
@@ -320,7 +325,7 @@ static int read_object(struct local *lp, struct backend_req *req)
     size_t got = 0;
     int fd, r = 0;
 
-    object_path(req->key, path, sizeof(path));
+    object_path(key, path, sizeof(path));
     fd = openat(lp->root_fd, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? BACKEND_E_NOT_FOUND : -errno;
@@ -328,11 +333,11 @@ static int read_object(struct local *lp, struct backend_req *req)
         r = -errno;
         goto out;
     }
-    if (req->op == BACKEND_OP_HEAD) {
-        req->size = (uint64_t)st.st_size;
+    if (size)
+        *size = (uint64_t)st.st_size;
+    if (!out)
         goto out;
-    }
-    if ((uint64_t)st.st_size > req->max_len) {
+    if ((uint64_t)st.st_size > max_len) {
         r = BACKEND_E_TOO_LARGE;
         goto out;
     }
@@ -353,13 +358,19 @@ static int read_object(struct local *lp, struct backend_req *req)
             break; /* truncated underneath us: return what is there, the caller verifies */
         got += (size_t)n;
     }
-    req->out = buf;
-    req->out_len = got;
+    *out = buf;
+    *len = got;
     buf = NULL;
 out:
     free(buf);
     close(fd);
     return r;
+}
+
+static int local_read_sync(struct backend *be, const char *key, size_t max_len, uint8_t **out,
+                           size_t *len)
+{
+    return read_object(local_of(be), key, max_len, out, len, NULL);
 }
 
 static int delete_object(struct local *lp, struct backend_req *req)
@@ -433,7 +444,11 @@ static void job_work(uv_work_t *work)
 
     switch (req->op) {
     case BACKEND_OP_GET:
-    case BACKEND_OP_HEAD: req->status = read_object(job->lp, req); break;
+        req->status = read_object(job->lp, req->key, req->max_len, &req->out, &req->out_len, NULL);
+        break;
+    case BACKEND_OP_HEAD:
+        req->status = read_object(job->lp, req->key, 0, NULL, NULL, &req->size);
+        break;
     case BACKEND_OP_DELETE: req->status = delete_object(job->lp, req); break;
     case BACKEND_OP_LIST: req->status = list_objects(job->lp, req); break;
     case BACKEND_OP_PUT: req->status = -EINVAL; break;
@@ -551,4 +566,5 @@ const struct backend_ops backend_local_ops = {
     .del = local_job,
     .list = local_job,
     .describe = local_describe,
+    .read_sync = local_read_sync,
 };

@@ -1,0 +1,1 @@
+"""The benchmark runner behind bench/run: suites, peers, reports and charts."""
