@@ -8,13 +8,33 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
+
+/*
+ * Documents that fit one frame are sent without waiting for the previous
+ * ones: up to ADD_WINDOW adds are in flight at once, so the daemon commits
+ * them together instead of one sync each. Results are printed in the order
+ * the paths were given, as their replies arrive.
+ */
+#define ADD_WINDOW 32
+
+struct pending {
+    uint64_t id;
+    char *what; /* the path, for messages */
+    char *name; /* the name sent */
+    bool done;
+    int status;
+    char *out; /* what to print for it */
+};
 
 struct add {
     struct cli *cli;
     struct client_add_req req;
     const char *name; /* -n */
     bool recursive;
+    struct pending win[ADD_WINDOW];
+    size_t head, count;
 };
 
 int cli_parse_meta(char *arg, struct client_meta *out)
@@ -29,31 +49,158 @@ int cli_parse_meta(char *arg, struct client_meta *out)
     return 0;
 }
 
+/* Prints an add's reply: a JSON line, or "<hash>  <name>". */
+static int print_added(struct add *add, FILE *out, const msgpack_object *reply, const char *name)
+{
+    const char *hash = "", *echoed = name;
+    size_t hash_len = 0, echoed_len = strlen(name);
+
+    if (add->cli->json)
+        return cli_print_json(out, cli_json_reply(reply)) < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    proto_get_str(reply, "hash", &hash, &hash_len);
+    proto_get_str(reply, "name", &echoed, &echoed_len);
+    if (echoed_len == 0)
+        fprintf(out, "%.*s  -\n", (int)hash_len, hash);
+    else
+        fprintf(out, "%.*s  %.*s\n", (int)hash_len, hash, (int)echoed_len, echoed);
+    return CLI_EXIT_OK;
+}
+
+static int merge(int status, int r);
+
+/* Prints the finished adds at the front of the window, in order; their worst status. */
+static int flush_done(struct add *add)
+{
+    int status = CLI_EXIT_OK;
+
+    while (add->count > 0 && add->win[add->head].done) {
+        struct pending *p = &add->win[add->head];
+        if (p->out)
+            fputs(p->out, stdout);
+        status = merge(status, p->status);
+        free(p->what);
+        free(p->name);
+        free(p->out);
+        memset(p, 0, sizeof(*p));
+        add->head = (add->head + 1) % ADD_WINDOW;
+        add->count--;
+    }
+    return status;
+}
+
+/* Waits for one reply and files it with its add. */
+static int collect_one(struct add *add)
+{
+    struct client *c = cli_client(add->cli);
+    const msgpack_object *reply;
+    uint64_t id = 0;
+    int r = client_await_next(c, &id, &reply);
+    /* A broken connection, or an error about no request in particular, fails them all. */
+    bool all = r < 0 || id == 0;
+
+    for (size_t k = 0; k < add->count; k++) {
+        struct pending *p = &add->win[(add->head + k) % ADD_WINDOW];
+        if (p->done || (!all && id != p->id))
+            continue;
+        p->done = true;
+        if (r == 0) {
+            size_t len;
+            FILE *f = open_memstream(&p->out, &len);
+            p->status = f ? print_added(add, f, reply, p->name) : CLI_EXIT_FAILED;
+            if (f)
+                fclose(f);
+        } else {
+            p->status = cli_fail(add->cli, p->what, r);
+        }
+        if (!all)
+            break;
+    }
+    return all ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+}
+
+/* Waits until at most `limit` adds are in flight; the worst status of those finished. */
+static int drain(struct add *add, size_t limit)
+{
+    int status = flush_done(add);
+
+    while (add->count > limit) {
+        collect_one(add);
+        status = merge(status, flush_done(add));
+    }
+    return status;
+}
+
+/* Sends a document that fits one frame and goes on; see ADD_WINDOW. */
+static int add_small(struct add *add, int fd, const char *what, const char *name, size_t size)
+{
+    _cleanup_free_ uint8_t *data = malloc(size ? size : 1);
+    struct client *c = cli_client(add->cli);
+    struct pending *p;
+    size_t got = 0;
+    int status = CLI_EXIT_OK, r;
+
+    if (!c)
+        return CLI_EXIT_UNREACHABLE;
+    if (!data)
+        return cli_fail(add->cli, what, -ENOMEM);
+    while (got < size) {
+        ssize_t n = read(fd, data + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return cli_fail_errno(what);
+        if (n == 0)
+            break; /* shrank since fstat: send what is there */
+        got += (size_t)n;
+    }
+    /* The same name twice: the first must be committed first, so its version is older. */
+    for (size_t k = 0; k < add->count; k++) {
+        if (strcmp(add->win[(add->head + k) % ADD_WINDOW].name, name) == 0) {
+            status = drain(add, 0);
+            break;
+        }
+    }
+    if (add->count == ADD_WINDOW)
+        status = merge(status, drain(add, ADD_WINDOW - 1));
+    p = &add->win[(add->head + add->count) % ADD_WINDOW];
+    if (!(p->what = strdup(what)) || !(p->name = strdup(name))) {
+        free(p->what);
+        p->what = NULL;
+        return merge(status, cli_fail(add->cli, what, -ENOMEM));
+    }
+    add->req.name = name;
+    r = client_add_send(c, &add->req, data, got, &p->id);
+    if (r != 0) {
+        free(p->what);
+        free(p->name);
+        memset(p, 0, sizeof(*p));
+        return merge(status, cli_fail(add->cli, what, r));
+    }
+    add->count++;
+    return status;
+}
+
 /* Adds the content of fd (closed here) as `name`; `what` names it in messages. */
 static int add_fd(struct add *add, int fd, const char *what, const char *name)
 {
     _cleanup_close_ int in = fd;
     const msgpack_object *reply;
-    struct client *c = cli_client(add->cli);
-    const char *hash = "", *echoed = name;
-    size_t hash_len = 0, echoed_len = strlen(name);
-    int r;
+    struct client *c;
+    struct stat st;
+    int status, r;
 
+    if (fstat(in, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= PROTO_MAX_DATA)
+        return add_small(add, in, what, name, (size_t)st.st_size);
+    /* Streamed: after the adds in flight, so the output stays in order. */
+    status = drain(add, 0);
+    c = cli_client(add->cli);
     if (!c)
         return CLI_EXIT_UNREACHABLE;
     add->req.name = name;
     r = client_add(c, &add->req, in, &reply);
     if (r != 0)
-        return cli_fail(add->cli, what, r);
-    if (add->cli->json)
-        return cli_print_json(stdout, cli_json_reply(reply)) < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
-    proto_get_str(reply, "hash", &hash, &hash_len);
-    proto_get_str(reply, "name", &echoed, &echoed_len);
-    if (echoed_len == 0)
-        printf("%.*s  -\n", (int)hash_len, hash);
-    else
-        printf("%.*s  %.*s\n", (int)hash_len, hash, (int)echoed_len, echoed);
-    return CLI_EXIT_OK;
+        return merge(status, cli_fail(add->cli, what, r));
+    return merge(status, print_added(add, stdout, reply, name));
 }
 
 static int skip_dots(const struct dirent *entry)
@@ -218,5 +365,5 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
         return cli_usage_error("add: -n names one document, not %d", argc - optind);
     for (int i = optind; i < argc && status != CLI_EXIT_UNREACHABLE; i++)
         status = merge(status, add_path(&add, argv[i]));
-    return status;
+    return merge(status, drain(&add, 0));
 }

@@ -357,3 +357,16 @@ int client_poll(struct client *c, uint64_t id, const msgpack_object **reply)
 {
     return await(c, id, reply, false);
 }
+
+int client_await_next(struct client *c, uint64_t *id, const msgpack_object **reply)
+{
+    bool ok = true;
+    int r = next_frame(c, true);
+
+    if (r < 0)
+        return r;
+    if (proto_get_uint(c->msg.map, "id", id) != 0 || proto_get_bool(c->msg.map, "ok", &ok) < 0)
+        return fail(c, -EBADMSG);
+    *reply = c->msg.map;
+    return ok ? 0 : daemon_error(c, c->msg.map);
+}

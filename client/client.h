@@ -96,6 +96,12 @@ int client_send_data(struct client *c, const void *data, size_t len);
 int client_await(struct client *c, uint64_t id, const msgpack_object **reply);
 /* Like client_await(), but -EAGAIN instead of blocking when no frame is there. */
 int client_poll(struct client *c, uint64_t id, const msgpack_object **reply);
+/*
+ * The next reply frame whatever its request, with that request's id in *id
+ * (0 for errors about no particular request); for callers with several
+ * requests in flight. Returns like client_await().
+ */
+int client_await_next(struct client *c, uint64_t *id, const msgpack_object **reply);
 
 /* The operations of PROTOCOL.md; *reply as for client_await(). */
 int client_hello(struct client *c, const msgpack_object **reply);
@@ -117,6 +123,12 @@ int client_search(struct client *c, const struct client_search_req *req, client_
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
 int client_status(struct client *c, const msgpack_object **reply);
 int client_gc(struct client *c, const msgpack_object **reply);
+/*
+ * Sends a whole document of at most PROTO_MAX_DATA bytes as one add frame and
+ * returns without waiting: *id is the request to await (client_await_next).
+ */
+int client_add_send(struct client *c, const struct client_add_req *req, const void *data,
+                    size_t len, uint64_t *id);
 /* Verifies the chunks of `refs`, or the whole store when nrefs is 0 (at most 64 refs). */
 int client_verify(struct client *c, const char *const *refs, size_t nrefs,
                   const msgpack_object **reply);

@@ -60,6 +60,16 @@ int client_status(struct client *c, const msgpack_object **reply)
     return call(c, "status", NULL, reply);
 }
 
+int client_add_send(struct client *c, const struct client_add_req *req, const void *data,
+                    size_t len, uint64_t *id)
+{
+    int r;
+
+    *id = c->next_id++;
+    r = client_encode_add(&c->sbuf, *id, req, (int64_t)len, data, len, false);
+    return r < 0 ? r : client_send(c);
+}
+
 int client_gc(struct client *c, const msgpack_object **reply)
 {
     return call(c, "gc", NULL, reply);

@@ -57,6 +57,8 @@ struct cut_job {
     size_t nends;
     struct rawbuf rest; /* bytes after the last cut: the next job's carry */
     bool doc_exists;
+    bool unchanged; /* the store already holds this, under this name: nothing to write */
+    uint64_t stored_size;
 };
 
 struct encode_job {
@@ -103,16 +105,19 @@ struct store_add {
     size_t nchunks, chunks_cap;
 
     bool finishing, final_cut_done, manifest_started, committing, aborted;
+    bool unchanged; /* see cut_job */
     int error;
     uint8_t doc_hash[PROTO_HASH_LEN];
     bool doc_exists;
 
     uint64_t entry_ns; /* the journal time of this add; its commit uses the same */
+    uv_work_t report_work;
     struct db_write dbw;
     struct db_add dba;
 };
 
 static void add_pump(struct store_add *add);
+static void add_report_unchanged(struct store_add *add);
 
 static void params_clear(struct store_add_params *p)
 {
@@ -331,6 +336,14 @@ static void cut_work(uv_work_t *work)
             return;
         }
         job->doc_exists = (r == 0);
+        /* Adding what is already there, as it is named, changes nothing: skip every write. */
+        if (job->doc_exists && add->p.ntags == 0 && add->p.nmeta == 0) {
+            bool current = !add->p.name || !add->p.name[0];
+            if (!current && db_name_current(add->st->db, add->p.name, doc.rowid, &current) < 0)
+                current = false;
+            job->unchanged = current;
+            job->stored_size = doc.stored_size;
+        }
         db_doc_clear(&doc);
     }
 }
@@ -387,6 +400,8 @@ static void cut_done(uv_work_t *work, int status)
         if (job->final) {
             add->final_cut_done = true;
             add->doc_exists = job->doc_exists;
+            add->unchanged = job->unchanged;
+            add->dba.stored_size = job->stored_size;
         }
     }
     free(job->carry.data);
@@ -646,6 +661,45 @@ static void commit_done(struct db_write *w)
     add_free(add);
 }
 
+/*
+ * Ends an add that changed nothing: reported like a committed one, from a
+ * loop turn of its own (the caller may be inside store_add_write).
+ */
+static void unchanged_done(uv_work_t *work, int status)
+{
+    struct store_add *add = container_of(work, struct store_add, report_work);
+    struct store_add_result res = {0};
+
+    add->committing = false;
+    if (status < 0 || add->aborted) {
+        add_fail(add, status < 0 ? status : -ECANCELED);
+        (void)add_maybe_end(add);
+        return;
+    }
+    proto_hex_encode(add->doc_hash, PROTO_HASH_LEN, res.hash);
+    res.name = add->p.name ? add->p.name : "";
+    res.size = add->received;
+    res.stored_size = add->dba.stored_size;
+    res.created = false;
+    add->ops->done(add->userdata, 0, &res);
+    add_free(add);
+}
+
+static void nothing_work(uv_work_t *work)
+{
+}
+
+static void add_report_unchanged(struct store_add *add)
+{
+    if (add->committing)
+        return;
+    add->committing = true; /* keeps the add alive until the report */
+    if (uv_queue_work(add->st->loop, &add->report_work, nothing_work, unchanged_done) < 0) {
+        add->committing = false;
+        add_fail(add, -ENOMEM);
+    }
+}
+
 static int commit_apply(struct db_txn *txn, struct db_write *w)
 {
     struct store_add *add = container_of(w, struct store_add, dbw);
@@ -702,6 +756,11 @@ static void add_pump(struct store_add *add)
     }
     if (!add->final_cut_done || add->encodes_running > 0)
         return;
+    if (add->unchanged) {
+        if (add->puts_running == 0)
+            add_report_unchanged(add);
+        return;
+    }
     if (!add->manifest_started) {
         add->manifest_started = true;
         if (!add->doc_exists)

@@ -678,6 +678,29 @@ int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, st
     return r;
 }
 
+int db_name_current(struct db *db, const char *name, int64_t doc, bool *current)
+{
+    struct db_conn *c = reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t id = -1;
+    int r;
+
+    *current = false;
+    if (!c)
+        return -EIO;
+    if (!(s = stmt(c, S_DOC_BY_NAME))) {
+        reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    r = query_id(c, s, &id);
+    reader_release(db, c);
+    if (r < 0)
+        return r;
+    *current = r == 0 && id == doc;
+    return 0;
+}
+
 int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored_size)
 {
     struct db_conn *c = reader_acquire(db);

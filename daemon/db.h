@@ -119,6 +119,8 @@ int db_txn_delete(struct db_txn *txn, const char *ref, size_t ref_len,
 
 /* Worker-side reads. */
 int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc);
+/* Whether the newest document named `name` is the document with row id `doc`. */
+int db_name_current(struct db *db, const char *name, int64_t doc, bool *current);
 /* 0 and the stored size when the chunk is durable on the backend, else DB_E_NOT_FOUND. */
 int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored_size);
 /* Documents ordered by hash, after `after` (may be NULL), with `tag` (may be NULL). */
