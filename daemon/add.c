@@ -7,9 +7,9 @@
  * gets an encode job of its own, so the chunks of one document are hashed
  * and compressed on several threads at once; a chunk the metadata already
  * knows is not stored again. New chunk objects are put on the backend as
- * their jobs finish; after the last one, the manifest and the add's journal
- * entry (objects.h). When every put is durable the metadata is committed, and
- * only then is the add reported done.
+ * their jobs finish; after the last one, the add's journal entry, which is
+ * also the document's manifest (objects.h). When every put is durable the
+ * metadata is committed, and only then is the add reported done.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -104,7 +104,7 @@ struct store_add {
     bool *pinned;            /* chunks[i] is pinned against gc */
     size_t nchunks, chunks_cap;
 
-    bool finishing, final_cut_done, manifest_started, committing, aborted;
+    bool finishing, final_cut_done, entry_started, committing, aborted;
     bool unchanged; /* see cut_job */
     int error;
     uint8_t doc_hash[PROTO_HASH_LEN];
@@ -598,25 +598,18 @@ static void put_object(struct store_add *add, const char *dir, const uint8_t has
     put_issue(op);
 }
 
-/* The manifest (what the document is made of) for a document the store did not hold. */
-static void put_manifest(struct store_add *add)
-{
-    uint8_t *obj;
-    size_t len;
-    int r = objects_manifest_encode(add->received, add->p.mime, add->chunks, add->nchunks,
-                                    add->st->cfg.compression_level, &obj, &len);
-    if (r < 0)
-        add_fail(add, r);
-    else
-        put_object(add, "manifests", add->doc_hash, obj, len);
-}
-
-/* The journal entry of this add: what a rebuild replays to restore names, tags and metadata. */
+/*
+ * The journal entry of this add: the document's manifest (its chunks) with the
+ * name, tags and metadata the add brought; what a rebuild replays.
+ */
 static void put_entry(struct store_add *add)
 {
     add->entry_ns = store_entry_time(add->st);
     struct entry e = {
         .time_ns = add->entry_ns,
+        .size = add->received,
+        .chunks = add->chunks,
+        .nchunks = add->nchunks,
         .mime = add->p.mime,
         .name = add->p.name,
         .tags = add->p.tags,
@@ -761,12 +754,9 @@ static void add_pump(struct store_add *add)
             add_report_unchanged(add);
         return;
     }
-    if (!add->manifest_started) {
-        add->manifest_started = true;
-        if (!add->doc_exists)
-            put_manifest(add);
-        if (!add->error)
-            put_entry(add);
+    if (!add->entry_started) {
+        add->entry_started = true;
+        put_entry(add);
     }
     if (!add->error && add->puts_running == 0 && !add->committing)
         add_commit(add);

@@ -26,34 +26,6 @@ static int seal(msgpack_sbuffer *sbuf, int level, uint8_t **obj, size_t *len)
     return 0;
 }
 
-int objects_manifest_encode(uint64_t size, const char *mime, const struct db_chunk *chunks,
-                            size_t nchunks, int level, uint8_t **obj, size_t *len)
-{
-    msgpack_sbuffer sbuf;
-    msgpack_packer pk;
-    int r;
-
-    msgpack_sbuffer_init(&sbuf);
-    msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 4);
-    proto_pack_cstr(&pk, "v");
-    msgpack_pack_uint32(&pk, 1);
-    proto_pack_cstr(&pk, "size");
-    msgpack_pack_uint64(&pk, size);
-    proto_pack_cstr(&pk, "mime");
-    proto_pack_cstr(&pk, mime);
-    proto_pack_cstr(&pk, "chunks");
-    msgpack_pack_array(&pk, nchunks);
-    for (size_t i = 0; i < nchunks; i++) {
-        msgpack_pack_array(&pk, 2);
-        proto_pack_bin(&pk, chunks[i].hash, PROTO_HASH_LEN);
-        msgpack_pack_uint32(&pk, chunks[i].size);
-    }
-    r = seal(&sbuf, level, obj, len);
-    msgpack_sbuffer_destroy(&sbuf);
-    return r;
-}
-
 static void pack_strings(msgpack_packer *pk, const char *key, char **v, size_t n)
 {
     proto_pack_cstr(pk, key);
@@ -72,7 +44,7 @@ int objects_entry_encode(const struct entry *e, int level, uint8_t **obj, size_t
     int r;
 
     if (!e->is_delete)
-        n += 1 + (e->name && e->name[0]) + (e->ntags > 0) + (e->nmeta > 0);
+        n += 3 + (e->name && e->name[0]) + (e->ntags > 0) + (e->nmeta > 0);
     proto_hex_encode(e->doc, PROTO_HASH_LEN, hex);
     msgpack_sbuffer_init(&sbuf);
     msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
@@ -86,8 +58,17 @@ int objects_entry_encode(const struct entry *e, int level, uint8_t **obj, size_t
     proto_pack_cstr(&pk, "time");
     msgpack_pack_uint64(&pk, e->time_ns);
     if (!e->is_delete) {
+        proto_pack_cstr(&pk, "size");
+        msgpack_pack_uint64(&pk, e->size);
         proto_pack_cstr(&pk, "mime");
         proto_pack_cstr(&pk, e->mime ? e->mime : "application/octet-stream");
+        proto_pack_cstr(&pk, "chunks");
+        msgpack_pack_array(&pk, e->nchunks);
+        for (size_t i = 0; i < e->nchunks; i++) {
+            msgpack_pack_array(&pk, 2);
+            proto_pack_bin(&pk, e->chunks[i].hash, PROTO_HASH_LEN);
+            msgpack_pack_uint32(&pk, e->chunks[i].size);
+        }
         if (e->name && e->name[0]) {
             proto_pack_cstr(&pk, "name");
             proto_pack_cstr(&pk, e->name);
@@ -146,47 +127,27 @@ static int get_hash(const msgpack_object *map, const char *key, uint8_t hash[PRO
     return proto_hex_decode(hex, len, hash, PROTO_HASH_LEN) < 0 ? -EBADMSG : 0;
 }
 
-int objects_manifest_decode(const uint8_t *obj, size_t len, struct manifest *m)
+/* The [[id, size], ...] list of an add entry. */
+static int get_chunks(const msgpack_object *chunks, struct entry *e)
 {
-    struct proto_msg msg;
-    const msgpack_object *chunks;
-    uint8_t *raw;
-    int r = unseal(obj, len, &raw, &msg);
-
-    memset(m, 0, sizeof(*m));
-    if (r < 0)
-        return r;
-    chunks = proto_map_get(msg.map, "chunks");
-    if (proto_get_uint(msg.map, "size", &m->size) != 0 || !chunks ||
-        chunks->type != MSGPACK_OBJECT_ARRAY || !(m->mime = dup_str(proto_map_get(msg.map, "mime")))) {
-        r = -EBADMSG;
-        goto out;
-    }
-    m->chunks = calloc(chunks->via.array.size ? chunks->via.array.size : 1, sizeof(*m->chunks));
-    if (!m->chunks) {
-        r = -ENOMEM;
-        goto out;
-    }
+    if (!chunks || chunks->type != MSGPACK_OBJECT_ARRAY)
+        return -EBADMSG;
+    e->chunks = calloc(chunks->via.array.size ? chunks->via.array.size : 1, sizeof(*e->chunks));
+    if (!e->chunks)
+        return -ENOMEM;
     for (uint32_t i = 0; i < chunks->via.array.size; i++) {
         const msgpack_object *c = &chunks->via.array.ptr[i];
         if (c->type != MSGPACK_OBJECT_ARRAY || c->via.array.size != 2 ||
             c->via.array.ptr[0].type != MSGPACK_OBJECT_BIN ||
             c->via.array.ptr[0].via.bin.size != PROTO_HASH_LEN ||
             c->via.array.ptr[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-            c->via.array.ptr[1].via.u64 > UINT32_MAX) {
-            r = -EBADMSG;
-            goto out;
-        }
-        memcpy(m->chunks[i].hash, c->via.array.ptr[0].via.bin.ptr, PROTO_HASH_LEN);
-        m->chunks[i].size = (uint32_t)c->via.array.ptr[1].via.u64;
-        m->nchunks++;
+            c->via.array.ptr[1].via.u64 > UINT32_MAX)
+            return -EBADMSG;
+        memcpy(e->chunks[i].hash, c->via.array.ptr[0].via.bin.ptr, PROTO_HASH_LEN);
+        e->chunks[i].size = (uint32_t)c->via.array.ptr[1].via.u64;
+        e->nchunks++;
     }
-out:
-    proto_msg_deinit(&msg);
-    free(raw);
-    if (r < 0)
-        objects_manifest_clear(m);
-    return r;
+    return 0;
 }
 
 static int get_strings(const msgpack_object *o, char ***out, size_t *n)
@@ -226,10 +187,13 @@ int objects_entry_decode(const uint8_t *obj, size_t len, struct entry *e)
         e->is_delete = true;
         goto out;
     }
-    if (!proto_str_eq(op, "add") || !(e->mime = dup_str(proto_map_get(msg.map, "mime")))) {
+    if (!proto_str_eq(op, "add") || !(e->mime = dup_str(proto_map_get(msg.map, "mime"))) ||
+        proto_get_uint(msg.map, "size", &e->size) != 0) {
         r = -EBADMSG;
         goto out;
     }
+    if ((r = get_chunks(proto_map_get(msg.map, "chunks"), e)) < 0)
+        goto out;
     if (proto_map_get(msg.map, "name") && !(e->name = dup_str(proto_map_get(msg.map, "name")))) {
         r = -EBADMSG;
         goto out;
@@ -266,13 +230,6 @@ out:
     return r;
 }
 
-void objects_manifest_clear(struct manifest *m)
-{
-    free(m->mime);
-    free(m->chunks);
-    memset(m, 0, sizeof(*m));
-}
-
 static void free_strings(char **v, size_t n)
 {
     if (!v)
@@ -286,6 +243,7 @@ void objects_entry_clear(struct entry *e)
 {
     free(e->mime);
     free(e->name);
+    free(e->chunks);
     free_strings(e->tags, e->ntags);
     free_strings(e->meta_keys, e->nmeta);
     free_strings(e->meta_values, e->nmeta);

@@ -1,17 +1,19 @@
 #pragma once
 
 /*
- * The metadata objects that make the backend self-describing, so that the
- * database can be rebuilt from the backend alone (`cairnd --rebuild-index`):
+ * The journal: the metadata objects that make the backend self-describing, so
+ * that the database can be rebuilt from the backend alone
+ * (`cairnd --rebuild-index`). One entry per add and per delete:
  *
- *   manifests/<document hash>  {v: 1, size, mime, chunks: [[id (bin 32), size], ...]}
- *   entries/<sha256 of entry>  {v: 1, op: "add", doc, time, mime, name?, tags?, meta?}
- *                              {v: 1, op: "delete", doc, time}
+ *   entries/<sha256 of entry>
+ *     {v: 1, op: "add", doc, time, size, mime, chunks: [[id (bin 32), size], ...],
+ *      name?, tags?, meta?}
+ *     {v: 1, op: "delete", doc, time}
  *
- * Both are msgpack maps in the usual object envelope (compress.h). A manifest
- * says what a document is made of; entries are the journal of adds and
- * deletes, with the names, tags and metadata each add brought; `time` is in
- * nanoseconds since the epoch and orders the journal.
+ * msgpack maps in the usual object envelope (compress.h). An add entry is the
+ * document's manifest (its ordered chunks) together with the name, tags and
+ * metadata that add brought; `time` is in nanoseconds since the epoch and
+ * orders the journal.
  */
 
 #include <stdbool.h>
@@ -20,36 +22,27 @@
 
 #include "daemon/db.h"
 
-/* Largest manifest or entry object accepted when reading one back. */
+/* Largest journal entry accepted when reading one back. */
 #define OBJECTS_MAX_META_OBJECT (64u * 1024 * 1024)
 
 struct entry {
     bool is_delete;
     uint8_t doc[PROTO_HASH_LEN];
     uint64_t time_ns;
-    char *mime, *name; /* adds; name may be NULL */
+    /* adds only */
+    uint64_t size;
+    char *mime, *name; /* name may be NULL */
+    struct db_chunk *chunks; /* stored_size is not recorded: 0 when decoded */
+    size_t nchunks;
     char **tags;
     size_t ntags;
     char **meta_keys, **meta_values;
     size_t nmeta;
 };
 
-struct manifest {
-    uint64_t size;
-    char *mime;
-    struct db_chunk *chunks; /* stored_size 0: a manifest does not record it */
-    size_t nchunks;
-};
-
-/* Each encoder returns a malloc'd object and the hash its key is made of. */
-int objects_manifest_encode(uint64_t size, const char *mime, const struct db_chunk *chunks,
-                            size_t nchunks, int level, uint8_t **obj, size_t *len);
+/* Returns a malloc'd object and the hash its key is made of. */
 int objects_entry_encode(const struct entry *e, int level, uint8_t **obj, size_t *len,
                          uint8_t key_hash[PROTO_HASH_LEN]);
-
-/* Decoders: 0, -EBADMSG for a malformed object, or -ENOMEM. */
-int objects_manifest_decode(const uint8_t *obj, size_t len, struct manifest *m);
+/* 0, -EBADMSG for a malformed object, or -ENOMEM. */
 int objects_entry_decode(const uint8_t *obj, size_t len, struct entry *e);
-
-void objects_manifest_clear(struct manifest *m);
 void objects_entry_clear(struct entry *e);

@@ -1,8 +1,8 @@
 /*
  * Rebuilding the metadata database from the backend (`cairnd --rebuild-index`).
  *
- * The journal entries say what happened; the manifests say what each
- * document is made of. A document whose last journal event is a delete is
+ * The journal entries say what happened and what each document is made of
+ * (an add entry carries its manifest). A document whose last journal event is a
  * gone, and so is everything that happened to it before that delete; the
  * adds after it are replayed in journal order, each restoring the names, tags
  * and metadata it brought, with its original time. Text documents have their
@@ -131,8 +131,7 @@ static int entry_cmp(const void *a, const void *b)
 
 /* What the replay needs per live add entry. */
 struct doc_state {
-    struct entry *e;
-    struct manifest m;
+    struct entry *e; /* its chunks get their stored sizes filled in */
     struct text_acc text;
     bool loaded;
 };
@@ -153,7 +152,7 @@ static int apply_batch(struct db_txn *txn, void *ctx)
             continue;
         size_t text_len = 0;
         struct db_add add = {
-            .size = d->m.size,
+            .size = d->e->size,
             .mime = d->e->mime,
             .name = d->e->name,
             .tags = (const char *const *)d->e->tags,
@@ -161,8 +160,8 @@ static int apply_batch(struct db_txn *txn, void *ctx)
             .meta_keys = (const char *const *)d->e->meta_keys,
             .meta_values = (const char *const *)d->e->meta_values,
             .nmeta = d->e->nmeta,
-            .chunks = d->m.chunks,
-            .nchunks = d->m.nchunks,
+            .chunks = d->e->chunks,
+            .nchunks = d->e->nchunks,
             .created_at = (int64_t)(d->e->time_ns / 1000000000u),
         };
         memcpy(add.hash, d->e->doc, PROTO_HASH_LEN);
@@ -177,8 +176,8 @@ static int apply_batch(struct db_txn *txn, void *ctx)
 }
 
 /*
- * Loads what an add entry's document needs: its manifest, the stored size of
- * each chunk, and, for text, its content up to the index limit.
+ * Loads what an add entry's document needs: the stored size of each chunk,
+ * and, for text, its content up to the index limit.
  */
 static int load_doc(struct store *st, struct doc_state *d)
 {
@@ -187,20 +186,10 @@ static int load_doc(struct store *st, struct doc_state *d)
     size_t len;
     int r;
 
-    store_object_key(key, sizeof(key), "manifests", d->e->doc);
-    r = read_object(st, key, OBJECTS_MAX_META_OBJECT, &obj, &len);
-    if (r == 0) {
-        r = objects_manifest_decode(obj, len, &d->m);
-        free(obj);
-    }
     proto_hex_encode(d->e->doc, PROTO_HASH_LEN, hex);
-    if (r != 0) {
-        log_warn("rebuild: document %s has no readable manifest; skipped", hex);
-        return 0;
-    }
     text_acc_init(&d->text, st->cfg.max_text);
-    for (size_t i = 0; i < d->m.nchunks; i++) {
-        struct db_chunk *c = &d->m.chunks[i];
+    for (size_t i = 0; i < d->e->nchunks; i++) {
+        struct db_chunk *c = &d->e->chunks[i];
         struct backend_req head = {0};
         uint8_t *raw = NULL;
         size_t raw_len;
@@ -226,7 +215,7 @@ static int load_doc(struct store *st, struct doc_state *d)
         c->stored_size = (uint32_t)len;
         raw = malloc(c->size ? c->size : 1);
         if (raw && compress_decode(obj, len, STORE_MAX_CHUNK, raw, c->size, &raw_len) == 0) {
-            text_acc_feed(&d->text, raw, raw_len, i + 1 == d->m.nchunks);
+            text_acc_feed(&d->text, raw, raw_len, i + 1 == d->e->nchunks);
         } else {
             text_acc_clear(&d->text);
             d->text.ok = false;
@@ -234,7 +223,7 @@ static int load_doc(struct store *st, struct doc_state *d)
         free(raw);
         free(obj);
     }
-    if (d->m.nchunks == 0 || (d->text.ok && d->text.len >= d->text.max))
+    if (d->e->nchunks == 0 || (d->text.ok && d->text.len >= d->text.max))
         text_acc_feed(&d->text, NULL, 0, true);
     d->loaded = true;
     return 0;
@@ -244,7 +233,7 @@ static int apply_orphans(struct db_txn *txn, void *ctx)
 {
     struct replay_batch *b = ctx;
     for (size_t i = 0; i < b->n; i++) {
-        int r = db_txn_orphan_chunk(txn, &b->docs[i].m.chunks[0]);
+        int r = db_txn_orphan_chunk(txn, &b->docs[i].e->chunks[0]);
         if (r < 0)
             return r;
     }
@@ -303,17 +292,22 @@ static int record_orphans(struct store *st, size_t *norphans)
     }
     /* One pseudo-document per orphan keeps apply_orphans' loop simple. */
     struct doc_state *wrap = calloc(n ? n : 1, sizeof(*wrap));
-    if (!wrap) {
+    struct entry *fake = calloc(n ? n : 1, sizeof(*fake));
+    if (!wrap || !fake) {
+        free(wrap);
+        free(fake);
         r = -ENOMEM;
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        wrap[i].m.chunks = &orphans[i];
-        wrap[i].m.nchunks = 1;
+        fake[i].chunks = &orphans[i];
+        fake[i].nchunks = 1;
+        wrap[i].e = &fake[i];
     }
     struct replay_batch b = {wrap, n, 0};
     r = n ? sync_commit(st, apply_orphans, &b) : 0;
     free(wrap);
+    free(fake);
     if (r == 0)
         *norphans = n;
 out:
@@ -405,10 +399,8 @@ int store_rebuild(struct store *st, char *summary, size_t summary_len)
         r = sync_commit(st, apply_batch, &b);
         if (r != 0)
             break;
-        for (size_t i = start; i < start + n; i++) {
-            objects_manifest_clear(&live[i].m);
+        for (size_t i = start; i < start + n; i++)
             text_acc_clear(&live[i].text);
-        }
     }
     pinset_free(&loaded);
     if (r == 0)
@@ -419,10 +411,8 @@ int store_rebuild(struct store *st, char *summary, size_t summary_len)
                  "unreadable); %zu unreferenced chunks recorded for gc",
                  ndocs, nentries, nlive, nbad, norphans);
 out:
-    for (size_t i = 0; live && i < nlive; i++) {
-        objects_manifest_clear(&live[i].m);
+    for (size_t i = 0; live && i < nlive; i++)
         text_acc_clear(&live[i].text);
-    }
     free(live);
     for (size_t i = 0; i < nentries; i++)
         objects_entry_clear(&entries[i]);

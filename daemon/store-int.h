@@ -58,7 +58,7 @@ uint64_t store_entry_time(struct store *st);
 /* gc (gc.c): an encode job ended; gc may be waiting for the older ones to drain. */
 void store_gc_poke(struct store *st);
 
-/* Object keys: "chunks/<hex>" and "manifests/<hex>". */
+/* Object keys: "chunks/<hex>" and "entries/<hex>". */
 void store_object_key(char *key, size_t len, const char *dir, const uint8_t hash[PROTO_HASH_LEN]);
 
 /* Maps a backend read status to the store's codes. */

@@ -5,7 +5,7 @@
  *
  * An add cuts the incoming bytes into content-defined chunks, hashes and
  * compresses them on worker threads, puts each chunk the store does not
- * already hold and the document's manifest object on the backend, and
+ * already hold and the add's journal entry (with the manifest) on the backend, and
  * finally commits the metadata; its completion fires only when all of that
  * is durable (add.c). A get resolves a ref, then reads, decodes and
  * hash-verifies one chunk at a time as the caller asks for more, so neither
@@ -165,8 +165,8 @@ int store_delete(struct store *st, const char *ref, size_t ref_len, store_delete
                  void *userdata);
 
 /*
- * Recreates the metadata database from the backend's manifests and journal
- * (objects.h), replacing whatever it holds. Runs the loop itself until done;
+ * Recreates the metadata database from the backend's journal (objects.h),
+ * replacing whatever it holds. Runs the loop itself until done;
  * for `cairnd --rebuild-index`, before the daemon serves. *summary describes
  * what was restored.
  */
