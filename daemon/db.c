@@ -134,9 +134,14 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_FTS_TEXT] = "SELECT substr(CAST(body AS BLOB), 1, ?2), name FROM search WHERE rowid = ?1",
 };
 
+/* Searches build their SQL from the filters given; the few shapes in use stay prepared. */
+#define DB_SEARCH_SHAPES 8
+
 struct db_conn {
     sqlite3 *sql;
     sqlite3_stmt *stmts[S_COUNT_];
+    sqlite3_stmt *search_stmts[DB_SEARCH_SHAPES];
+    unsigned search_next; /* round-robin eviction */
     struct db_conn *next_free;
 };
 
@@ -196,6 +201,8 @@ static void conn_close(struct db_conn *c)
         return;
     for (int i = 0; i < S_COUNT_; i++)
         sqlite3_finalize(c->stmts[i]);
+    for (int i = 0; i < DB_SEARCH_SHAPES; i++)
+        sqlite3_finalize(c->search_stmts[i]);
     sqlite3_close(c->sql);
     free(c);
 }
@@ -1270,6 +1277,25 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
     return sql;
 }
 
+/* The prepared statement for a search's SQL, kept per connection by its text. */
+static sqlite3_stmt *search_stmt(struct db_conn *c, const char *sql)
+{
+    sqlite3_stmt *st;
+
+    for (int i = 0; i < DB_SEARCH_SHAPES; i++) {
+        if (c->search_stmts[i] && strcmp(sqlite3_sql(c->search_stmts[i]), sql) == 0)
+            return c->search_stmts[i];
+    }
+    if (sqlite3_prepare_v3(c->sql, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+        return NULL;
+    }
+    unsigned slot = c->search_next++ % DB_SEARCH_SHAPES;
+    sqlite3_finalize(c->search_stmts[slot]);
+    c->search_stmts[slot] = st;
+    return st;
+}
+
 /*
  * A hit's snippet: from its content, or from its names when the content has
  * no match (binary documents have none).
@@ -1338,8 +1364,7 @@ int db_search(struct db *db, const struct db_search_params *p, struct db_hit **h
         r = -ENOMEM;
         goto out;
     }
-    if (sqlite3_prepare_v2(c->sql, sql, -1, &s, NULL) != SQLITE_OK) {
-        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+    if (!(s = search_stmt(c, sql))) {
         r = -EIO;
         goto out;
     }
@@ -1395,7 +1420,10 @@ int db_search(struct db *db, const struct db_search_params *p, struct db_hit **h
     out = NULL;
     n = 0;
 out:
-    sqlite3_finalize(s);
+    if (s) {
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+    }
     if (c)
         reader_release(db, c);
     db_hits_free(out, n);
