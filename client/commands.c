@@ -230,6 +230,25 @@ int cli_cmd_stat(struct cli *cli, int argc, char **argv)
     return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, argv[optind], r);
 }
 
+/* A command without operands: one request, its reply printed as `keys`. */
+static int reply_command(struct cli *cli, int argc, char **argv,
+                         int (*call)(struct client *, const msgpack_object **),
+                         const char *const *keys)
+{
+    int status = parse_operands(argc, argv, 0, 0, "");
+    const msgpack_object *reply;
+    struct client *c;
+    int r;
+
+    if (status >= 0)
+        return status;
+    c = cli_client(cli);
+    if (!c)
+        return CLI_EXIT_UNREACHABLE;
+    r = call(c, &reply);
+    return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, NULL, r);
+}
+
 int cli_cmd_status(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {
@@ -237,35 +256,13 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
         "backend",      "documents",    "logical_bytes", "unique_bytes",
         "stored_bytes", "chunks",       "dedup_ratio", "compression_ratio",
         "connections",  NULL};
-    int status = parse_operands(argc, argv, 0, 0, "");
-    const msgpack_object *reply;
-    struct client *c;
-    int r;
-
-    if (status >= 0)
-        return status;
-    c = cli_client(cli);
-    if (!c)
-        return CLI_EXIT_UNREACHABLE;
-    r = client_status(c, &reply);
-    return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, NULL, r);
+    return reply_command(cli, argc, argv, client_status, keys);
 }
 
 int cli_cmd_gc(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {"chunks_removed", "bytes_freed", NULL};
-    int status = parse_operands(argc, argv, 0, 0, "");
-    const msgpack_object *reply;
-    struct client *c;
-    int r;
-
-    if (status >= 0)
-        return status;
-    c = cli_client(cli);
-    if (!c)
-        return CLI_EXIT_UNREACHABLE;
-    r = client_gc(c, &reply);
-    return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, NULL, r);
+    return reply_command(cli, argc, argv, client_gc, keys);
 }
 
 /* Prints each bad chunk with the documents that use it; exit 1 when any is bad. */
