@@ -91,6 +91,7 @@ struct store_add {
     EVP_MD_CTX *doc_ctx; /* used by the running cut job only */
     struct text_acc text; /* likewise */
     struct rawbuf fill;
+    size_t fill_cap; /* grows to STORE_SEGMENT: small documents never hold a whole segment */
     struct rawbuf ready[STORE_MAX_READY]; /* full segments waiting for a cut job, FIFO */
     unsigned nready;
     struct rawbuf carry;
@@ -230,11 +231,24 @@ bool store_add_write(struct store_add *add, const uint8_t *data, size_t len, boo
     if (!add->error)
         add->received += len;
     while (!add->error && len > 0) {
-        if (!add->fill.data && !(add->fill.data = malloc(STORE_SEGMENT))) {
-            add_fail(add, -ENOMEM);
-            break;
+        if (add->fill.len == add->fill_cap) {
+            /* Start at what is announced or arriving, then double, up to a segment. */
+            size_t want = add->fill_cap ? add->fill_cap * 2 : len;
+            if (add->p.has_size && add->fill_cap == 0 && add->p.size > want)
+                want = add->p.size;
+            if (want < 4096)
+                want = 4096;
+            if (want > STORE_SEGMENT)
+                want = STORE_SEGMENT;
+            uint8_t *grown = realloc(add->fill.data, want);
+            if (!grown) {
+                add_fail(add, -ENOMEM);
+                break;
+            }
+            add->fill.data = grown;
+            add->fill_cap = want;
         }
-        size_t n = STORE_SEGMENT - add->fill.len < len ? STORE_SEGMENT - add->fill.len : len;
+        size_t n = add->fill_cap - add->fill.len < len ? add->fill_cap - add->fill.len : len;
         memcpy(add->fill.data + add->fill.len, data, n);
         add->fill.len += n;
         data += n;
@@ -247,6 +261,7 @@ bool store_add_write(struct store_add *add, const uint8_t *data, size_t len, boo
             }
             add->ready[add->nready++] = add->fill;
             add->fill = (struct rawbuf){0};
+            add->fill_cap = 0;
         }
     }
     if (last)
@@ -743,6 +758,7 @@ static void add_pump(struct store_add *add)
             }
             struct rawbuf last = add->fill;
             add->fill = (struct rawbuf){0};
+            add->fill_cap = 0;
             cut_start(add, last, true);
             return;
         }
