@@ -189,8 +189,7 @@ struct client_search_req {
 int client_encode_add(msgpack_sbuffer *sbuf, uint64_t id, const struct client_add_req *req,
                       int64_t size, const void *data, size_t len, bool more);
 /* A continuation {id, op: "data", data, more} of the add `id`. */
-int client_encode_data(msgpack_sbuffer *sbuf, uint64_t id, const void *data, size_t len,
-                       bool more);
+int client_encode_data(msgpack_sbuffer *sbuf, uint64_t id, const void *data, size_t len, bool more);
 int client_encode_get(msgpack_sbuffer *sbuf, uint64_t id, const char *ref);
 int client_encode_delete(msgpack_sbuffer *sbuf, uint64_t id, const char *ref);
 int client_encode_stat(msgpack_sbuffer *sbuf, uint64_t id, const char *ref);

@@ -252,9 +252,9 @@ static int reply_command(struct cli *cli, int argc, char **argv,
 int cli_cmd_status(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {
-        "version",      "protocol",     "pid",         "uptime",
-        "backend",      "documents",    "logical_bytes", "unique_bytes",
-        "stored_bytes", "chunks",       "dedup_ratio", "compression_ratio",
+        "version",      "protocol",  "pid",           "uptime",
+        "backend",      "documents", "logical_bytes", "unique_bytes",
+        "stored_bytes", "chunks",    "dedup_ratio",   "compression_ratio",
         "connections",  NULL};
     return reply_command(cli, argc, argv, client_status, keys);
 }
@@ -287,8 +287,8 @@ static int print_verify(struct cli *cli, const msgpack_object *reply)
             proto_get_str(b, "error", &err, &err_len);
             printf("bad chunk %.*s (%.*s)\n", (int)chunk_len, chunk, (int)err_len, err);
             docs = proto_map_get(b, "documents");
-            for (uint32_t d = 0; docs && docs->type == MSGPACK_OBJECT_ARRAY && d < docs->via.array.size;
-                 d++) {
+            for (uint32_t d = 0;
+                 docs && docs->type == MSGPACK_OBJECT_ARRAY && d < docs->via.array.size; d++) {
                 const char *hash = "", *name = "";
                 size_t hash_len = 0, name_len = 0;
                 proto_get_str(&docs->via.array.ptr[d], "hash", &hash, &hash_len);

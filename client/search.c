@@ -108,11 +108,11 @@ static void print_hit(void *userdata, const msgpack_object *hit)
 int cli_cmd_search(struct cli *cli, int argc, char **argv)
 {
     static const struct option options[] = {
-        {"limit", required_argument, NULL, 'l'}, {"offset", required_argument, NULL, 'O'},
-        {"tag", required_argument, NULL, 't'},   {"name", required_argument, NULL, 'N'},
-        {"mime", required_argument, NULL, 'M'},  {"after", required_argument, NULL, 'A'},
+        {"limit", required_argument, NULL, 'l'},  {"offset", required_argument, NULL, 'O'},
+        {"tag", required_argument, NULL, 't'},    {"name", required_argument, NULL, 'N'},
+        {"mime", required_argument, NULL, 'M'},   {"after", required_argument, NULL, 'A'},
         {"before", required_argument, NULL, 'B'}, {"fuzzy", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},        {0},
+        {"help", no_argument, NULL, 'h'},         {0},
     };
     const char *tags[SEARCH_MAX_TAGS];
     struct client_search_req req = {.limit = 10};
@@ -138,8 +138,12 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv)
                 return cli_usage_error("%s: at most %d tags", argv[0], SEARCH_MAX_TAGS);
             tags[req.n_tags++] = optarg;
             break;
-        case 'N': req.name = optarg; break;
-        case 'M': req.mime = optarg; break;
+        case 'N':
+            req.name = optarg;
+            break;
+        case 'M':
+            req.mime = optarg;
+            break;
         case 'A':
         case 'B':
             if (parse_date(optarg, opt == 'A' ? &req.after : &req.before))
@@ -151,9 +155,14 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv)
             else
                 req.has_before = true;
             break;
-        case 'f': req.fuzzy = true; break;
-        case 'h': cli_print_usage(stdout); return CLI_EXIT_OK;
-        default: return cli_option_error(argv[0], opt, argv);
+        case 'f':
+            req.fuzzy = true;
+            break;
+        case 'h':
+            cli_print_usage(stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_option_error(argv[0], opt, argv);
         }
     }
     if (optind >= argc)

@@ -13,7 +13,6 @@
 
 #include "proto/util.h"
 
-
 /*
  * Returns fd, or a close-on-exec copy above 2 in its place (fd is closed).
  * A failed open's -1 passes through with its errno, so calls can nest.

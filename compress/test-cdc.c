@@ -47,8 +47,8 @@ static uint8_t *random_bytes(size_t len, uint64_t seed)
 /* Text-like, low-entropy data. */
 static uint8_t *text_bytes(size_t len, uint64_t seed)
 {
-    static const char *const words[] = {"cairn ", "stores ", "chunks ", "by ", "content; ",
-                                        "the ", "daemon ", "keeps ", "manifests.\n", "zstd "};
+    static const char *const words[] = {"cairn ", "stores ", "chunks ", "by ",          "content; ",
+                                        "the ",   "daemon ", "keeps ",  "manifests.\n", "zstd "};
     uint8_t *p = malloc(len ? len : 1);
     size_t n = 0;
     assert_non_null(p);
@@ -93,8 +93,8 @@ static struct cuts cut_whole(const struct cdc *c, const uint8_t *data, size_t le
     while (off < len) {
         size_t n = cdc_next(c, data + off, len - off, true);
         if (n == 0 || n > len - off)
-            fail_msg("cdc_next(final) returned %zu with %zu bytes left at offset %zu", n,
-                     len - off, off);
+            fail_msg("cdc_next(final) returned %zu with %zu bytes left at offset %zu", n, len - off,
+                     off);
         off += n;
         cuts_push(&out, off);
     }
@@ -106,8 +106,8 @@ static struct cuts cut_whole(const struct cdc *c, const uint8_t *data, size_t le
  * `max_piece` bytes): cdc_next() is always called on the unconsumed bytes,
  * and a 0 means append the next piece. `final` only once everything arrived.
  */
-static struct cuts cut_streamed(const struct cdc *c, const uint8_t *data, size_t len,
-                                uint64_t seed, size_t max_piece)
+static struct cuts cut_streamed(const struct cdc *c, const uint8_t *data, size_t len, uint64_t seed,
+                                size_t max_piece)
 {
     struct cuts out = {0};
     size_t off = 0, avail = 0;
@@ -123,8 +123,8 @@ static struct cuts cut_streamed(const struct cdc *c, const uint8_t *data, size_t
             if (final)
                 fail_msg("cdc_next(final) returned 0 with %zu bytes left", len - off);
             if (avail - off >= c->max)
-                fail_msg("cdc_next asked for more data holding %zu >= max %zu bytes",
-                         avail - off, c->max);
+                fail_msg("cdc_next asked for more data holding %zu >= max %zu bytes", avail - off,
+                         c->max);
             /* mostly small pieces, sometimes large ones */
             uint64_t r = rng_next();
             size_t limit = (r & 3) == 0 ? max_piece : (r & 3) == 1 ? 97 : max_piece / 16 + 1;
@@ -462,12 +462,12 @@ static void test_edit_locality(void **state)
     size_t len = 16 * MiB;
     uint8_t *a = random_bytes(len, 10);
 
-    check_edit(&c, a, len, len / 2, 0, 1, 11);             /* one byte inserted */
-    check_edit(&c, a, len, len / 2 + 333, 0, 100, 12);     /* 100 bytes inserted */
-    check_edit(&c, a, len, len / 3, 0, MiB, 13);           /* 1 MiB inserted */
-    check_edit(&c, a, len, len / 4 + 17, 5000, 0, 14);     /* 5000 bytes removed */
-    check_edit(&c, a, len, 3 * len / 4, 1, 1, 15);         /* one byte changed */
-    check_edit(&c, a, len, 100, 0, 50, 16);                /* near the start */
+    check_edit(&c, a, len, len / 2, 0, 1, 11);         /* one byte inserted */
+    check_edit(&c, a, len, len / 2 + 333, 0, 100, 12); /* 100 bytes inserted */
+    check_edit(&c, a, len, len / 3, 0, MiB, 13);       /* 1 MiB inserted */
+    check_edit(&c, a, len, len / 4 + 17, 5000, 0, 14); /* 5000 bytes removed */
+    check_edit(&c, a, len, 3 * len / 4, 1, 1, 15);     /* one byte changed */
+    check_edit(&c, a, len, 100, 0, 50, 16);            /* near the start */
     free(a);
 
     a = text_bytes(8 * MiB, 17);
@@ -479,19 +479,19 @@ static void test_init_rejects_bad_params(void **state)
 {
     (void)state;
     static const size_t bad[][3] = {
-        {63, 256, 1024},                  /* min below 64 */
-        {0, 256, 1024},                   /* min 0 */
-        {256, 256, 1024},                 /* min == avg */
-        {512, 256, 1024},                 /* min > avg */
-        {64, 1024, 1024},                 /* avg == max */
-        {64, 1024, 512},                  /* max < avg */
-        {64, 1000, 4096},                 /* avg not a power of two */
-        {64, 3 * 1024, 8192},             /* avg not a power of two */
-        {64, 65537, 262144},              /* avg not a power of two */
-        {64, 128, 1024},                  /* avg below 256 */
+        {63, 256, 1024},                              /* min below 64 */
+        {0, 256, 1024},                               /* min 0 */
+        {256, 256, 1024},                             /* min == avg */
+        {512, 256, 1024},                             /* min > avg */
+        {64, 1024, 1024},                             /* avg == max */
+        {64, 1024, 512},                              /* max < avg */
+        {64, 1000, 4096},                             /* avg not a power of two */
+        {64, 3 * 1024, 8192},                         /* avg not a power of two */
+        {64, 65537, 262144},                          /* avg not a power of two */
+        {64, 128, 1024},                              /* avg below 256 */
         {1024, 32u * 1024 * 1024, 64u * 1024 * 1024}, /* avg over 16 MiB */
-        {64, 0, 1024},                    /* avg 0 */
-        {64, 256, 0},                     /* max 0 */
+        {64, 0, 1024},                                /* avg 0 */
+        {64, 256, 0},                                 /* max 0 */
     };
     static const size_t good[][3] = {
         {64, 256, 257},
@@ -504,8 +504,8 @@ static void test_init_rejects_bad_params(void **state)
         struct cdc c;
         int r = cdc_init(&c, bad[i][0], bad[i][1], bad[i][2]);
         if (r != -EINVAL)
-            fail_msg("cdc_init(%zu, %zu, %zu) returned %d, expected -EINVAL", bad[i][0],
-                     bad[i][1], bad[i][2], r);
+            fail_msg("cdc_init(%zu, %zu, %zu) returned %d, expected -EINVAL", bad[i][0], bad[i][1],
+                     bad[i][2], r);
     }
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         struct cdc c;
@@ -567,14 +567,10 @@ static void test_small_inputs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_cut_points),
-        cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_split_independent),
-        cmocka_unit_test(test_chunk_size_bounds),
-        cmocka_unit_test(test_average_chunk_size),
-        cmocka_unit_test(test_edit_locality),
-        cmocka_unit_test(test_init_rejects_bad_params),
-        cmocka_unit_test(test_small_inputs),
+        cmocka_unit_test(test_golden_cut_points),       cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_split_independent),       cmocka_unit_test(test_chunk_size_bounds),
+        cmocka_unit_test(test_average_chunk_size),      cmocka_unit_test(test_edit_locality),
+        cmocka_unit_test(test_init_rejects_bad_params), cmocka_unit_test(test_small_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,8 +50,8 @@ static uint8_t *random_bytes(size_t len, uint64_t seed)
 /* Text-like data: words from a small vocabulary, highly compressible. */
 static uint8_t *text_bytes(size_t len, uint64_t seed)
 {
-    static const char *const words[] = {"cairn ", "stores ", "chunks ", "by ", "content; ",
-                                        "the ", "daemon ", "keeps ", "manifests.\n", "zstd "};
+    static const char *const words[] = {"cairn ", "stores ", "chunks ", "by ",          "content; ",
+                                        "the ",   "daemon ", "keeps ",  "manifests.\n", "zstd "};
     uint8_t *p = malloc(len ? len : 1);
     size_t n = 0;
     assert_non_null(p);
@@ -181,9 +181,9 @@ static void test_roundtrip_text(void **state)
     check_header(&o, COMPRESS_ZSTD);
     assert_true(o.obj_len < BIG / 2);
     /* The body is one zstd frame that announces its size. */
-    assert_int_equal(ZSTD_getFrameContentSize(o.obj + COMPRESS_HEADER_SIZE,
-                                              o.obj_len - COMPRESS_HEADER_SIZE),
-                     BIG);
+    assert_int_equal(
+        ZSTD_getFrameContentSize(o.obj + COMPRESS_HEADER_SIZE, o.obj_len - COMPRESS_HEADER_SIZE),
+        BIG);
     check_roundtrip(&o);
     object_free(&o);
 }
@@ -313,11 +313,13 @@ static void test_decode_bad_header(void **state)
         /* The unmodified object decodes: the failures below are the patch's doing. */
         assert_int_equal(decode_patched(o, SIZE_MAX, 0, o->obj_len), 0);
         for (size_t i = 0; i < 4; i++) {
-            assert_int_equal(decode_patched(o, i, o->obj[i] ^ 0x20, o->obj_len), COMPRESS_E_CORRUPT);
+            assert_int_equal(decode_patched(o, i, o->obj[i] ^ 0x20, o->obj_len),
+                             COMPRESS_E_CORRUPT);
             assert_int_equal(decode_patched(o, i, 0, o->obj_len), COMPRESS_E_CORRUPT);
         }
         assert_int_equal(decode_patched(o, 4, 0, o->obj_len), COMPRESS_E_CORRUPT);
-        assert_int_equal(decode_patched(o, 4, COMPRESS_VERSION + 1, o->obj_len), COMPRESS_E_CORRUPT);
+        assert_int_equal(decode_patched(o, 4, COMPRESS_VERSION + 1, o->obj_len),
+                         COMPRESS_E_CORRUPT);
         assert_int_equal(decode_patched(o, 4, 0xff, o->obj_len), COMPRESS_E_CORRUPT);
         assert_int_equal(decode_patched(o, 5, 2, o->obj_len), COMPRESS_E_CORRUPT);
         assert_int_equal(decode_patched(o, 5, 0xff, o->obj_len), COMPRESS_E_CORRUPT);
@@ -369,9 +371,9 @@ static void test_decode_trailing_bytes(void **state)
         memcpy(longer, o->obj, o->obj_len);
         memset(longer + o->obj_len, 0, 8);
         /* Out capacity generous, so only the check on the body can refuse it. */
-        assert_int_equal(decode_exact(longer, o->obj_len + 8, o->raw_len + 8, o->raw_len + 8, &out,
-                                      &raw_len),
-                         COMPRESS_E_CORRUPT);
+        assert_int_equal(
+            decode_exact(longer, o->obj_len + 8, o->raw_len + 8, o->raw_len + 8, &out, &raw_len),
+            COMPRESS_E_CORRUPT);
         free(out);
         free(longer);
     }
@@ -427,11 +429,9 @@ static void test_decode_out_cap_too_small(void **state)
         uint8_t *out;
         size_t raw_len = 4242;
         assert_int_equal(
-            decode_exact(o->obj, o->obj_len, o->raw_len, o->raw_len - 1, &out, &raw_len),
-            -ENOBUFS);
+            decode_exact(o->obj, o->obj_len, o->raw_len, o->raw_len - 1, &out, &raw_len), -ENOBUFS);
         free(out);
-        assert_int_equal(decode_exact(o->obj, o->obj_len, o->raw_len, 0, &out, &raw_len),
-                         -ENOBUFS);
+        assert_int_equal(decode_exact(o->obj, o->obj_len, o->raw_len, 0, &out, &raw_len), -ENOBUFS);
         free(out);
         assert_int_equal(raw_len, 4242);
     }

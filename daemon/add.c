@@ -88,7 +88,7 @@ struct store_add {
     const struct store_add_ops *ops;
     void *userdata;
 
-    EVP_MD_CTX *doc_ctx; /* used by the running cut job only */
+    EVP_MD_CTX *doc_ctx;  /* used by the running cut job only */
     struct text_acc text; /* likewise */
     struct rawbuf fill;
     size_t fill_cap; /* grows to STORE_SEGMENT: small documents never hold a whole segment */
@@ -307,7 +307,7 @@ static void cut_work(uv_work_t *work)
             return;
         }
         job->carry.data = NULL; /* consumed */
-        if (job->in.len > 0) /* the last segment may be empty */
+        if (job->in.len > 0)    /* the last segment may be empty */
             memcpy(data + job->carry.len, job->in.data, job->in.len);
         free(job->in.data);
         job->in.data = NULL;
@@ -383,8 +383,7 @@ static void cut_done(uv_work_t *work, int status)
     add->cut_running = false;
     if (status < 0 || job->status < 0)
         add_fail(add, status < 0 ? status : job->status);
-    if (!add->error && job->nends > 0 &&
-        add->nchunks + job->nends > add->chunks_cap) {
+    if (!add->error && job->nends > 0 && add->nchunks + job->nends > add->chunks_cap) {
         size_t cap = add->chunks_cap ? add->chunks_cap : 16;
         while (cap < add->nchunks + job->nends)
             cap *= 2;
@@ -477,8 +476,8 @@ static void encode_work(uv_work_t *work)
         job->status = -ENOMEM;
         return;
     }
-    job->status = compress_encode(data, job->len, st->cfg.compression_level, job->obj, cap,
-                                  &job->obj_len);
+    job->status =
+        compress_encode(data, job->len, st->cfg.compression_level, job->obj, cap, &job->obj_len);
     job->stored_size = (uint32_t)job->obj_len;
 }
 

@@ -21,7 +21,8 @@ static const char usage_text[] =
     "Runs the cairn storage daemon in the foreground.\n"
     "\n"
     "  --socket PATH      Unix socket to listen on\n"
-    "                     (default $XDG_RUNTIME_DIR/cairn/cairnd.sock or /tmp/cairn-$UID/cairnd.sock)\n"
+    "                     (default $XDG_RUNTIME_DIR/cairn/cairnd.sock or "
+    "/tmp/cairn-$UID/cairnd.sock)\n"
     "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn)\n"
     "  --backend URL      object backend: local (default) or local:/PATH\n"
     "  --log-level LEVEL  error, warn, info (default) or debug\n"
@@ -251,10 +252,14 @@ static void set_defaults(struct config *cfg)
 static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_t err_len)
 {
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},  {"data-dir", required_argument, NULL, 'd'},
-        {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
-        {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
+        {"socket", required_argument, NULL, 's'},
+        {"data-dir", required_argument, NULL, 'd'},
+        {"backend", required_argument, NULL, 'b'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"config", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"rebuild-index", no_argument, NULL, 'R'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -264,14 +269,30 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
     optind = 0; /* 0, not 1: glibc then also forgets a half-read "-xy" cluster */
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
-        case 's': fl->socket = optarg; break;
-        case 'd': fl->data_dir = optarg; break;
-        case 'b': fl->backend = optarg; break;
-        case 'l': fl->log_level = optarg; break;
-        case 'c': fl->config = optarg; break;
-        case 'R': fl->rebuild_index = true; break;
-        case 'h': fputs(usage_text, stdout); return CONFIG_E_EXIT;
-        case 'V': printf("cairnd %s\n", CAIRN_VERSION); return CONFIG_E_EXIT;
+        case 's':
+            fl->socket = optarg;
+            break;
+        case 'd':
+            fl->data_dir = optarg;
+            break;
+        case 'b':
+            fl->backend = optarg;
+            break;
+        case 'l':
+            fl->log_level = optarg;
+            break;
+        case 'c':
+            fl->config = optarg;
+            break;
+        case 'R':
+            fl->rebuild_index = true;
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            return CONFIG_E_EXIT;
+        case 'V':
+            printf("cairnd %s\n", CAIRN_VERSION);
+            return CONFIG_E_EXIT;
         case ':':
             snprintf(err, err_len, "option %s needs a value", argv[optind - 1]);
             return CONFIG_E_USAGE;
@@ -341,17 +362,17 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         (r = apply_checked(cfg, "store", "data_dir", env, "CAIRN_DATA_DIR", err, err_len)))
         return r;
 
-    if (fl.socket && (r = apply_checked(cfg, "daemon", "socket", fl.socket, "--socket", err,
-                                        err_len)))
+    if (fl.socket &&
+        (r = apply_checked(cfg, "daemon", "socket", fl.socket, "--socket", err, err_len)))
         return r;
-    if (fl.data_dir && (r = apply_checked(cfg, "store", "data_dir", fl.data_dir, "--data-dir",
-                                          err, err_len)))
+    if (fl.data_dir &&
+        (r = apply_checked(cfg, "store", "data_dir", fl.data_dir, "--data-dir", err, err_len)))
         return r;
     if (fl.backend &&
         (r = apply_checked(cfg, "backend", "url", fl.backend, "--backend", err, err_len)))
         return r;
-    if (fl.log_level && (r = apply_checked(cfg, "daemon", "log_level", fl.log_level,
-                                           "--log-level", err, err_len)))
+    if (fl.log_level &&
+        (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
         return r;
     struct cdc probe;
     if (cdc_init(&probe, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max) < 0) {

@@ -271,7 +271,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     struct conn *c = container_of((uv_pipe_t *)s, struct conn, pipe);
 
     if (nread == UV_EOF) {
-        /* Requests already received still get their replies (a half-closed client waits for them). */
+        /* Requests already received still get their replies (a half-closed client waits for them).
+         */
         c->eof = true;
         set_reading(c, false);
         conn_kick(c);

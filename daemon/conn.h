@@ -40,7 +40,7 @@ struct conn {
     unsigned inflight;
     unsigned full_adds;
     unsigned refs;
-    struct request *reqs;     /* requests in progress */
+    struct request *reqs;          /* requests in progress */
     struct request *drain_waiters; /* streams waiting for wqueued to drop */
     bool reading, closing, close_after_flush, pending;
     bool eof; /* the client shut down its side: answer what it sent, then close */

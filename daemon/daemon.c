@@ -248,7 +248,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
 {
     struct daemon *d = calloc(1, sizeof(*d));
     struct store_config scfg = {cfg->compression_level, cfg->chunk_min, cfg->chunk_avg,
-                               cfg->chunk_max, cfg->max_text};
+                                cfg->chunk_max, cfg->max_text};
     char db_path[PATH_MAX + 16], threads[16];
     const char *msg;
     int r;

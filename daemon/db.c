@@ -168,7 +168,7 @@ struct db {
     pthread_mutex_t vocab_lock;
     struct db_term *vocab;
     size_t nvocab;
-    uint64_t vocab_gen;           /* index_gen the copy was made at */
+    uint64_t vocab_gen;         /* index_gen the copy was made at */
     _Atomic uint64_t index_gen; /* bumped by every commit that changed the index */
 };
 
@@ -221,8 +221,8 @@ static int exec(struct db_conn *c, const char *sql)
 static int conn_open(const char *path, bool writer, struct db_conn **out)
 {
     struct db_conn *c = calloc(1, sizeof(*c));
-    int flags = SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-                                              : SQLITE_OPEN_READONLY);
+    int flags = SQLITE_OPEN_NOMUTEX |
+                (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY);
 
     if (!c)
         return -ENOMEM;
@@ -1246,7 +1246,8 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
 
     if (!f)
         return NULL;
-    /* Snippets are made afterwards (db_search): FTS5's snippet() is quadratic in a document's matches. */
+    /* Snippets are made afterwards (db_search): FTS5's snippet() is quadratic in a document's
+     * matches. */
     if (match)
         fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
               " LIMIT 1), -rank, d.size, d.id"
@@ -1266,9 +1267,9 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
     if (p->name_glob)
         fputs(" AND EXISTS (SELECT 1 FROM names n WHERE n.doc = d.id AND n.name GLOB ?5)", f);
     for (size_t i = 0; i < p->ntags + q->ntags; i++)
-        fprintf(f, " AND EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?%zu)",
-                8 + i);
-    fputs(match ? " ORDER BY rank LIMIT ?6 OFFSET ?7" : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
+        fprintf(f, " AND EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?%zu)", 8 + i);
+    fputs(match ? " ORDER BY rank LIMIT ?6 OFFSET ?7"
+                : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
           f);
     if (fclose(f) != 0) {
         free(sql);
@@ -1334,8 +1335,8 @@ static int make_snippet(struct db_conn *c, const struct search_query *q, bool ma
     return r;
 }
 
-int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits,
-              size_t *nhits, const char **msg)
+int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits, size_t *nhits,
+              const char **msg)
 {
     struct search_query q;
     struct db_conn *c = NULL;

@@ -70,7 +70,7 @@ void db_doc_clear(struct db_doc *doc);
 void db_docs_free(struct db_doc *docs, size_t n);
 
 struct db_totals {
-    uint64_t documents, logical_bytes; /* logical: the sum of document sizes */
+    uint64_t documents, logical_bytes;           /* logical: the sum of document sizes */
     uint64_t chunks, unique_bytes, stored_bytes; /* unique: raw bytes of distinct chunks */
 };
 
@@ -157,8 +157,8 @@ void db_hits_free(struct db_hit *hits, size_t n);
  * Runs a ranked search. 0 with the hits, DB_E_INVALID_QUERY with a message
  * for the user in *msg, or negative errno.
  */
-int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits,
-              size_t *nhits, const char **msg);
+int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits, size_t *nhits,
+              const char **msg);
 
 /* ---- maintenance (gc.c, verify.c) ---- */
 

@@ -103,15 +103,30 @@ static void op_finish(struct op *op)
 static enum proto_error error_code(int status, const char **msg)
 {
     switch (status) {
-    case STORE_E_NOT_FOUND: *msg = "not found"; return PROTO_E_NOT_FOUND;
-    case STORE_E_AMBIGUOUS: *msg = "hash prefix matches more than one document"; return PROTO_E_AMBIGUOUS;
-    case STORE_E_INTEGRITY: *msg = "stored data failed its integrity check"; return PROTO_E_INTEGRITY;
-    case STORE_E_SIZE: *msg = "content size differs from the announced size"; return PROTO_E_BAD_REQUEST;
-    case STORE_E_TOO_LARGE: *msg = "document larger than the 1 TiB limit"; return PROTO_E_TOO_LARGE;
-    case STORE_E_UNAVAILABLE: *msg = "the storage backend is unavailable"; return PROTO_E_BACKEND_UNAVAILABLE;
+    case STORE_E_NOT_FOUND:
+        *msg = "not found";
+        return PROTO_E_NOT_FOUND;
+    case STORE_E_AMBIGUOUS:
+        *msg = "hash prefix matches more than one document";
+        return PROTO_E_AMBIGUOUS;
+    case STORE_E_INTEGRITY:
+        *msg = "stored data failed its integrity check";
+        return PROTO_E_INTEGRITY;
+    case STORE_E_SIZE:
+        *msg = "content size differs from the announced size";
+        return PROTO_E_BAD_REQUEST;
+    case STORE_E_TOO_LARGE:
+        *msg = "document larger than the 1 TiB limit";
+        return PROTO_E_TOO_LARGE;
+    case STORE_E_UNAVAILABLE:
+        *msg = "the storage backend is unavailable";
+        return PROTO_E_BACKEND_UNAVAILABLE;
     case -ENOMEM:
-    case -ENOBUFS: *msg = "out of memory"; return PROTO_E_BUSY;
-    default: break;
+    case -ENOBUFS:
+        *msg = "out of memory";
+        return PROTO_E_BUSY;
+    default:
+        break;
     }
     *msg = status < 0 ? strerror(-status) : "storage error";
     return PROTO_E_STORAGE;
@@ -1119,9 +1134,9 @@ static const struct {
     const char *name;
     void (*fn)(struct conn *c, uint64_t id, const msgpack_object *map);
 } ops[] = {
-    {"hello", do_hello}, {"add", do_add},   {"data", do_data}, {"get", do_get},
-    {"delete", do_delete}, {"list", do_list}, {"stat", do_stat}, {"status", do_status},
-    {"search", do_search}, {"gc", do_gc}, {"verify", do_verify},
+    {"hello", do_hello},   {"add", do_add},   {"data", do_data},     {"get", do_get},
+    {"delete", do_delete}, {"list", do_list}, {"stat", do_stat},     {"status", do_status},
+    {"search", do_search}, {"gc", do_gc},     {"verify", do_verify},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
@@ -1134,7 +1149,8 @@ void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
     if (proto_msg_parse(&msg, payload, len) < 0) {
         /* Distinguish a valid non-map value (the stream is intact) from garbage. */
         if (proto_validate(payload, len, PROTO_MAX_DEPTH) == 0) {
-            reply_error(c, 0, PROTO_E_BAD_REQUEST, "a request must be a msgpack map with string keys");
+            reply_error(c, 0, PROTO_E_BAD_REQUEST,
+                        "a request must be a msgpack map with string keys");
             return;
         }
         log_info("closing a connection that sent malformed msgpack");
@@ -1154,7 +1170,8 @@ void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
     }
     if (!proto_str_eq(op, "data")) {
         if (conn_request_find(c, id)) {
-            reply_error(c, id, PROTO_E_BAD_REQUEST, "id is already in use by a request in progress");
+            reply_error(c, id, PROTO_E_BAD_REQUEST,
+                        "id is already in use by a request in progress");
             goto out;
         }
         if (c->d->stopping) {

@@ -61,8 +61,7 @@ static void gc_finish(struct store_gc *gc)
 
     st->gc = NULL;
     if (gc->status == 0)
-        log_info("gc: removed %llu chunks, %llu bytes",
-                 (unsigned long long)gc->res.chunks_removed,
+        log_info("gc: removed %llu chunks, %llu bytes", (unsigned long long)gc->res.chunks_removed,
                  (unsigned long long)gc->res.bytes_freed);
     while (w) {
         struct gc_waiter *next = w->next;

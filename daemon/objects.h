@@ -31,7 +31,7 @@ struct entry {
     uint64_t time_ns;
     /* adds only */
     uint64_t size;
-    char *mime, *name; /* name may be NULL */
+    char *mime, *name;       /* name may be NULL */
     struct db_chunk *chunks; /* stored_size is not recorded: 0 when decoded */
     size_t nchunks;
     char **tags;

@@ -70,9 +70,8 @@ static int sync_apply(struct db_txn *txn, struct db_write *w)
 
 static int sync_commit(struct store *st, int (*apply)(struct db_txn *, void *), void *ctx)
 {
-    struct sync_write sw = {.w = {.apply = sync_apply, .done = sync_write_done},
-                            .apply = apply,
-                            .ctx = ctx};
+    struct sync_write sw = {
+        .w = {.apply = sync_apply, .done = sync_write_done}, .apply = apply, .ctx = ctx};
 
     db_write(st->db, &sw.w);
     while (!sw.done)

@@ -93,9 +93,18 @@ static uint32_t fold(uint32_t cp)
         if (base != '.')
             return (uint32_t)base;
         switch (cp) { /* capitals of the letters without a decomposition */
-        case 0x110: case 0x126: case 0x132: case 0x14a: case 0x152: case 0x166: return cp + 1;
-        case 0x13f: case 0x141: return cp + 1;
-        default: return cp;
+        case 0x110:
+        case 0x126:
+        case 0x132:
+        case 0x14a:
+        case 0x152:
+        case 0x166:
+            return cp + 1;
+        case 0x13f:
+        case 0x141:
+            return cp + 1;
+        default:
+            return cp;
         }
     }
     if ((cp >= 0x391 && cp <= 0x3a9) || (cp >= 0x410 && cp <= 0x42f))
@@ -608,8 +617,7 @@ static bool next_token(const char *text, size_t len, size_t *pos, struct span *t
 
 static bool ascii_word_byte(unsigned char c)
 {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           c >= 0x80;
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;
 }
 
 /*

@@ -148,8 +148,7 @@ void pinset_remove(struct pinset *s, const uint8_t hash[PROTO_HASH_LEN])
         return;
     /* Backward-shift deletion keeps every probe chain unbroken without tombstones. */
     size_t hole = (size_t)(p - s->slots);
-    for (size_t i = (hole + 1) & (s->cap - 1); s->slots[i].count;
-         i = (i + 1) & (s->cap - 1)) {
+    for (size_t i = (hole + 1) & (s->cap - 1); s->slots[i].count; i = (i + 1) & (s->cap - 1)) {
         size_t home = pin_slot(s, s->slots[i].hash);
         bool movable = hole <= i ? (home <= hole || home > i) : (home <= hole && home > i);
         if (movable) {

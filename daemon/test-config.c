@@ -245,7 +245,7 @@ static void test_file_chunk_size_suffixes(void **state)
         const char *value;
         size_t bytes;
     } cases[] = {
-        {"128K", 131072}, {"128k", 131072},    {"1M", 1024 * 1024}, {"1m", 1024 * 1024},
+        {"128K", 131072}, {"128k", 131072},   {"1M", 1024 * 1024},   {"1m", 1024 * 1024},
         {"512K", 524288}, {"131072", 131072}, {"1048576", 1u << 20},
     };
     struct env *e = *state;
@@ -482,8 +482,8 @@ static void test_bad_values(void **state)
 static void test_chunk_sizes_must_be_ordered(void **state)
 {
     static const char *const confs[] = {
-        "[store]\nchunk_min = 64K\n",                      /* min == default avg */
-        "[store]\nchunk_avg = 300K\n",                     /* avg not a power of two */
+        "[store]\nchunk_min = 64K\n",                    /* min == default avg */
+        "[store]\nchunk_avg = 300K\n",                   /* avg not a power of two */
         "[store]\nchunk_avg = 512K\nchunk_max = 256K\n", /* avg > max */
     };
     struct env *e = *state;

@@ -113,7 +113,10 @@ static void test_fold_and_distance(void **state)
     search_fold("\xc3\x86sir", 5, out, sizeof(out)); /* Æ has no base letter: only lower case */
     assert_string_equal(out, "\xc3\xa6sir");
     assert_int_equal(search_distance("kubernets", 9, "kubernetes", 10, 2), 1);
-    assert_int_equal(search_distance("stra\xc3\x9f" "e", 7, "strase", 6, 2), 1); /* letters */
+    assert_int_equal(search_distance("stra\xc3\x9f"
+                                     "e",
+                                     7, "strase", 6, 2),
+                     1);                                         /* letters */
     assert_int_equal(search_distance("abc", 3, "xyz", 3, 1), 2); /* capped at max + 1 */
     assert_int_equal(search_letters("caf\xc3\xa9", 5), 4);
 }
@@ -137,8 +140,10 @@ static void test_snippets(void **state)
     assert_string_equal(s, "The quick brown **fox** jumps over the lazy dog");
     free(s);
     /* Three words of context before the match, `words` from it, "..." for what is cut. */
-    s = snippet_for("one two three four five six seven eight nine ten eleven twelve thirteen", "six");
-    assert_string_equal(s, "...three four five **six** seven eight nine ten eleven twelve thirteen");
+    s = snippet_for("one two three four five six seven eight nine ten eleven twelve thirteen",
+                    "six");
+    assert_string_equal(s,
+                        "...three four five **six** seven eight nine ten eleven twelve thirteen");
     free(s);
     s = snippet_for("a b c d e f g h i j k l m n o p", "e");
     assert_string_equal(s, "...b c d **e** f g h i j k l...");
@@ -170,8 +175,10 @@ static void test_snippets(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_words_and_operators), cmocka_unit_test(test_filter_only),
-        cmocka_unit_test(test_invalid),             cmocka_unit_test(test_fold_and_distance),
+        cmocka_unit_test(test_words_and_operators),
+        cmocka_unit_test(test_filter_only),
+        cmocka_unit_test(test_invalid),
+        cmocka_unit_test(test_fold_and_distance),
         cmocka_unit_test(test_snippets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -105,8 +105,7 @@ void text_acc_feed(struct text_acc *t, const uint8_t *data, size_t len, bool fin
     }
     memcpy(t->buf + t->len, data, len);
     t->len += len;
-    t->valid += utf8_prefix((uint8_t *)t->buf + t->valid,
-                                   t->len - t->valid, &bad);
+    t->valid += utf8_prefix((uint8_t *)t->buf + t->valid, t->len - t->valid, &bad);
     if (bad)
         t->ok = false;
 check_end:
@@ -120,4 +119,3 @@ check_end:
     if (!t->ok)
         text_acc_clear(t);
 }
-

@@ -284,8 +284,7 @@ static void check_more(struct store_verify *v)
         }
         chk->v = v;
         chk->index = v->next++;
-        store_object_key(chk->req.key, sizeof(chk->req.key), "chunks",
-                         v->chunks[chk->index].hash);
+        store_object_key(chk->req.key, sizeof(chk->req.key), "chunks", v->chunks[chk->index].hash);
         chk->req.max_len = compress_bound(STORE_MAX_CHUNK);
         chk->req.cb = check_read_done;
         if (backend_get(v->st->be, &chk->req) < 0) {
@@ -309,8 +308,7 @@ static void collect_done(uv_work_t *work, int status)
 
     if (status < 0)
         v->status = status;
-    if (v->status == 0 && v->nchunks > 0 &&
-        !(v->chunk_status = calloc(v->nchunks, sizeof(int))))
+    if (v->status == 0 && v->nchunks > 0 && !(v->chunk_status = calloc(v->nchunks, sizeof(int))))
         v->status = -ENOMEM;
     if (v->status != 0) {
         verify_finish(v);

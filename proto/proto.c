@@ -92,24 +92,71 @@ static int header_info(const uint8_t *p, size_t avail, size_t *hdr, uint64_t *sk
         return 0;
     }
     switch (b) {
-    case 0xc4: case 0xd9: lw = 1; break; /* bin8, str8 */
-    case 0xc5: case 0xda: lw = 2; break;
-    case 0xc6: case 0xdb: lw = 4; break;
-    case 0xc7: lw = 1; *skip = 1; break; /* ext8: length + type byte */
-    case 0xc8: lw = 2; *skip = 1; break;
-    case 0xc9: lw = 4; *skip = 1; break;
-    case 0xca: *skip = 4; return 0;
-    case 0xcb: *skip = 8; return 0;
-    case 0xcc: case 0xd0: *skip = 1; return 0;
-    case 0xcd: case 0xd1: *skip = 2; return 0;
-    case 0xce: case 0xd2: *skip = 4; return 0;
-    case 0xcf: case 0xd3: *skip = 8; return 0;
-    case 0xd4: *skip = 2; return 0;
-    case 0xd5: *skip = 3; return 0;
-    case 0xd6: *skip = 5; return 0;
-    case 0xd7: *skip = 9; return 0;
-    case 0xd8: *skip = 17; return 0;
-    case 0xdc: case 0xdd: case 0xde: case 0xdf: {
+    case 0xc4:
+    case 0xd9:
+        lw = 1;
+        break; /* bin8, str8 */
+    case 0xc5:
+    case 0xda:
+        lw = 2;
+        break;
+    case 0xc6:
+    case 0xdb:
+        lw = 4;
+        break;
+    case 0xc7:
+        lw = 1;
+        *skip = 1;
+        break; /* ext8: length + type byte */
+    case 0xc8:
+        lw = 2;
+        *skip = 1;
+        break;
+    case 0xc9:
+        lw = 4;
+        *skip = 1;
+        break;
+    case 0xca:
+        *skip = 4;
+        return 0;
+    case 0xcb:
+        *skip = 8;
+        return 0;
+    case 0xcc:
+    case 0xd0:
+        *skip = 1;
+        return 0;
+    case 0xcd:
+    case 0xd1:
+        *skip = 2;
+        return 0;
+    case 0xce:
+    case 0xd2:
+        *skip = 4;
+        return 0;
+    case 0xcf:
+    case 0xd3:
+        *skip = 8;
+        return 0;
+    case 0xd4:
+        *skip = 2;
+        return 0;
+    case 0xd5:
+        *skip = 3;
+        return 0;
+    case 0xd6:
+        *skip = 5;
+        return 0;
+    case 0xd7:
+        *skip = 9;
+        return 0;
+    case 0xd8:
+        *skip = 17;
+        return 0;
+    case 0xdc:
+    case 0xdd:
+    case 0xde:
+    case 0xdf: {
         unsigned w = (b == 0xdc || b == 0xde) ? 2 : 4;
         if (avail < 1 + (size_t)w)
             return -EBADMSG;

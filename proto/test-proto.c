@@ -80,15 +80,15 @@ static void test_frame_split_need_more(void **state)
 
     /* Less than the length prefix: nothing is known yet. */
     for (size_t n = 0; n < 4; n++)
-        assert_int_equal(proto_frame_split(buf, n, PROTO_MAX_FRAME, &payload, &payload_len,
-                                           &consumed),
-                         PROTO_FRAME_NEED_MORE);
+        assert_int_equal(
+            proto_frame_split(buf, n, PROTO_MAX_FRAME, &payload, &payload_len, &consumed),
+            PROTO_FRAME_NEED_MORE);
     /* Prefix present, payload incomplete: the announced length is reported. */
     for (size_t n = 4; n < sizeof(buf); n++) {
         payload_len = 0;
-        assert_int_equal(proto_frame_split(buf, n, PROTO_MAX_FRAME, &payload, &payload_len,
-                                           &consumed),
-                         PROTO_FRAME_NEED_MORE);
+        assert_int_equal(
+            proto_frame_split(buf, n, PROTO_MAX_FRAME, &payload, &payload_len, &consumed),
+            PROTO_FRAME_NEED_MORE);
         assert_int_equal(payload_len, 5);
     }
     assert_null(payload);
@@ -104,9 +104,9 @@ static void test_frame_split_empty(void **state)
     assert_int_equal(proto_frame_split(buf, 4, PROTO_MAX_FRAME, &payload, &payload_len, &consumed),
                      PROTO_FRAME_EMPTY);
     assert_int_equal(payload_len, 0);
-    assert_int_equal(proto_frame_split(buf, sizeof(buf), PROTO_MAX_FRAME, &payload, &payload_len,
-                                       &consumed),
-                     PROTO_FRAME_EMPTY);
+    assert_int_equal(
+        proto_frame_split(buf, sizeof(buf), PROTO_MAX_FRAME, &payload, &payload_len, &consumed),
+        PROTO_FRAME_EMPTY);
     assert_null(payload);
 }
 
@@ -149,8 +149,8 @@ static void test_frame_split_exact_limit(void **state)
 
     memset(buf, 0xc0, sizeof(buf));
     proto_be32_write(buf, LIMIT);
-    assert_int_equal(
-        proto_frame_split(buf, sizeof(buf), LIMIT, &payload, &payload_len, &consumed), 0);
+    assert_int_equal(proto_frame_split(buf, sizeof(buf), LIMIT, &payload, &payload_len, &consumed),
+                     0);
     assert_ptr_equal(payload, buf + 4);
     assert_int_equal(payload_len, LIMIT);
     assert_int_equal(consumed, sizeof(buf));
@@ -171,8 +171,7 @@ static void test_frame_split_exact(void **state)
     const uint8_t *buf = (const uint8_t *)f.sbuf.data;
     assert_int_equal(proto_be32_read(buf), f.sbuf.size - 4);
     assert_int_equal(
-        proto_frame_split(buf, f.sbuf.size, PROTO_MAX_FRAME, &payload, &payload_len, &consumed),
-        0);
+        proto_frame_split(buf, f.sbuf.size, PROTO_MAX_FRAME, &payload, &payload_len, &consumed), 0);
     assert_ptr_equal(payload, buf + 4);
     assert_int_equal(payload_len, f.sbuf.size - 4);
     assert_int_equal(consumed, f.sbuf.size);
@@ -248,30 +247,102 @@ struct value_case {
     void (*pack)(msgpack_packer *pk);
 };
 
-static void pk_nil(msgpack_packer *pk) { msgpack_pack_nil(pk); }
-static void pk_false(msgpack_packer *pk) { msgpack_pack_false(pk); }
-static void pk_true(msgpack_packer *pk) { msgpack_pack_true(pk); }
-static void pk_posfix(msgpack_packer *pk) { msgpack_pack_uint64(pk, 0x7f); }
-static void pk_u8(msgpack_packer *pk) { msgpack_pack_uint64(pk, 0xff); }
-static void pk_u16(msgpack_packer *pk) { msgpack_pack_uint64(pk, 0xffff); }
-static void pk_u32(msgpack_packer *pk) { msgpack_pack_uint64(pk, 0xffffffffu); }
-static void pk_u64(msgpack_packer *pk) { msgpack_pack_uint64(pk, UINT64_MAX); }
-static void pk_negfix(msgpack_packer *pk) { msgpack_pack_int64(pk, -32); }
-static void pk_i8(msgpack_packer *pk) { msgpack_pack_int64(pk, -128); }
-static void pk_i16(msgpack_packer *pk) { msgpack_pack_int64(pk, -32768); }
-static void pk_i32(msgpack_packer *pk) { msgpack_pack_int64(pk, INT32_MIN); }
-static void pk_i64(msgpack_packer *pk) { msgpack_pack_int64(pk, INT64_MIN); }
-static void pk_f32(msgpack_packer *pk) { msgpack_pack_float(pk, 1.5f); }
-static void pk_f64(msgpack_packer *pk) { msgpack_pack_double(pk, 2.25); }
-static void pk_fixstr(msgpack_packer *pk) { proto_pack_cstr(pk, "hello"); }
-static void pk_fixstr0(msgpack_packer *pk) { proto_pack_str(pk, "", 0); }
-static void pk_str8(msgpack_packer *pk) { proto_pack_str(pk, (const char *)big_body, 200); }
-static void pk_str16(msgpack_packer *pk) { proto_pack_str(pk, (const char *)big_body, 300); }
-static void pk_str32(msgpack_packer *pk) { proto_pack_str(pk, (const char *)big_body, 70000); }
-static void pk_bin8(msgpack_packer *pk) { proto_pack_bin(pk, big_body, 3); }
-static void pk_bin16(msgpack_packer *pk) { proto_pack_bin(pk, big_body, 256); }
-static void pk_bin32(msgpack_packer *pk) { proto_pack_bin(pk, big_body, 65536); }
-static void pk_bin0(msgpack_packer *pk) { proto_pack_bin(pk, big_body, 0); }
+static void pk_nil(msgpack_packer *pk)
+{
+    msgpack_pack_nil(pk);
+}
+static void pk_false(msgpack_packer *pk)
+{
+    msgpack_pack_false(pk);
+}
+static void pk_true(msgpack_packer *pk)
+{
+    msgpack_pack_true(pk);
+}
+static void pk_posfix(msgpack_packer *pk)
+{
+    msgpack_pack_uint64(pk, 0x7f);
+}
+static void pk_u8(msgpack_packer *pk)
+{
+    msgpack_pack_uint64(pk, 0xff);
+}
+static void pk_u16(msgpack_packer *pk)
+{
+    msgpack_pack_uint64(pk, 0xffff);
+}
+static void pk_u32(msgpack_packer *pk)
+{
+    msgpack_pack_uint64(pk, 0xffffffffu);
+}
+static void pk_u64(msgpack_packer *pk)
+{
+    msgpack_pack_uint64(pk, UINT64_MAX);
+}
+static void pk_negfix(msgpack_packer *pk)
+{
+    msgpack_pack_int64(pk, -32);
+}
+static void pk_i8(msgpack_packer *pk)
+{
+    msgpack_pack_int64(pk, -128);
+}
+static void pk_i16(msgpack_packer *pk)
+{
+    msgpack_pack_int64(pk, -32768);
+}
+static void pk_i32(msgpack_packer *pk)
+{
+    msgpack_pack_int64(pk, INT32_MIN);
+}
+static void pk_i64(msgpack_packer *pk)
+{
+    msgpack_pack_int64(pk, INT64_MIN);
+}
+static void pk_f32(msgpack_packer *pk)
+{
+    msgpack_pack_float(pk, 1.5f);
+}
+static void pk_f64(msgpack_packer *pk)
+{
+    msgpack_pack_double(pk, 2.25);
+}
+static void pk_fixstr(msgpack_packer *pk)
+{
+    proto_pack_cstr(pk, "hello");
+}
+static void pk_fixstr0(msgpack_packer *pk)
+{
+    proto_pack_str(pk, "", 0);
+}
+static void pk_str8(msgpack_packer *pk)
+{
+    proto_pack_str(pk, (const char *)big_body, 200);
+}
+static void pk_str16(msgpack_packer *pk)
+{
+    proto_pack_str(pk, (const char *)big_body, 300);
+}
+static void pk_str32(msgpack_packer *pk)
+{
+    proto_pack_str(pk, (const char *)big_body, 70000);
+}
+static void pk_bin8(msgpack_packer *pk)
+{
+    proto_pack_bin(pk, big_body, 3);
+}
+static void pk_bin16(msgpack_packer *pk)
+{
+    proto_pack_bin(pk, big_body, 256);
+}
+static void pk_bin32(msgpack_packer *pk)
+{
+    proto_pack_bin(pk, big_body, 65536);
+}
+static void pk_bin0(msgpack_packer *pk)
+{
+    proto_pack_bin(pk, big_body, 0);
+}
 
 static void pk_fixarray(msgpack_packer *pk)
 {
@@ -328,15 +399,42 @@ static void pack_ext(msgpack_packer *pk, size_t len, int8_t type)
     msgpack_pack_ext_body(pk, big_body, len);
 }
 
-static void pk_fixext1(msgpack_packer *pk) { pack_ext(pk, 1, 5); }
-static void pk_fixext2(msgpack_packer *pk) { pack_ext(pk, 2, -5); }
-static void pk_fixext4(msgpack_packer *pk) { pack_ext(pk, 4, 1); }
-static void pk_fixext8(msgpack_packer *pk) { pack_ext(pk, 8, 2); }
-static void pk_fixext16(msgpack_packer *pk) { pack_ext(pk, 16, 3); }
-static void pk_ext8(msgpack_packer *pk) { pack_ext(pk, 3, 4); }
-static void pk_ext8_0(msgpack_packer *pk) { pack_ext(pk, 0, 4); }
-static void pk_ext16(msgpack_packer *pk) { pack_ext(pk, 300, 6); }
-static void pk_ext32(msgpack_packer *pk) { pack_ext(pk, 65536, 7); }
+static void pk_fixext1(msgpack_packer *pk)
+{
+    pack_ext(pk, 1, 5);
+}
+static void pk_fixext2(msgpack_packer *pk)
+{
+    pack_ext(pk, 2, -5);
+}
+static void pk_fixext4(msgpack_packer *pk)
+{
+    pack_ext(pk, 4, 1);
+}
+static void pk_fixext8(msgpack_packer *pk)
+{
+    pack_ext(pk, 8, 2);
+}
+static void pk_fixext16(msgpack_packer *pk)
+{
+    pack_ext(pk, 16, 3);
+}
+static void pk_ext8(msgpack_packer *pk)
+{
+    pack_ext(pk, 3, 4);
+}
+static void pk_ext8_0(msgpack_packer *pk)
+{
+    pack_ext(pk, 0, 4);
+}
+static void pk_ext16(msgpack_packer *pk)
+{
+    pack_ext(pk, 300, 6);
+}
+static void pk_ext32(msgpack_packer *pk)
+{
+    pack_ext(pk, 65536, 7);
+}
 
 static const struct value_case value_cases[] = {
     {"nil", 0xc0, MSGPACK_OBJECT_NIL, pk_nil},
@@ -448,8 +546,8 @@ static void test_validate_single_byte_values(void **state)
 {
     for (unsigned b = 0; b < 256; b++) {
         uint8_t v = (uint8_t)b;
-        bool single = b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3 ||
-                      b == 0x80 || b == 0x90 || b == 0xa0;
+        bool single = b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3 || b == 0x80 ||
+                      b == 0x90 || b == 0xa0;
         int r = validate_exact(&v, 1, PROTO_MAX_DEPTH);
         if (single && r != 0)
             fail_msg("0x%02x alone rejected", b);
@@ -467,7 +565,10 @@ struct bad_case {
     size_t len;
 };
 
-#define BAD(name, lit) {name, lit, sizeof(lit) - 1}
+#define BAD(name, lit)                                                                             \
+    {                                                                                              \
+        name, lit, sizeof(lit) - 1                                                                 \
+    }
 
 static const struct bad_case bad_cases[] = {
     BAD("reserved 0xc1 alone", "\xc1"),
@@ -481,15 +582,20 @@ static const struct bad_case bad_cases[] = {
     BAD("array16 one element short", "\x81\xa1v\xdc\x00\x05\xc0\xc0\xc0\xc0"),
     BAD("map16 one value short", "\xde\x00\x02\x01\x02\x03"),
     BAD("fixarray one element short", "\x81\xa1v\x93\x01\x02"),
-    BAD("fixmap one value short", "\x82\xa1" "a\x01\xa1" "b"),
+    BAD("fixmap one value short", "\x82\xa1"
+                                  "a\x01\xa1"
+                                  "b"),
     BAD("fixmap missing pairs", "\x8f\x01\x02"),
     BAD("array16 header truncated", "\x81\xa1v\xdc\x00"),
     BAD("map32 header truncated", "\x81\xa1v\xdf\x00\x00\x00"),
-    BAD("fixstr past end", "\x81\xa1v\xa5" "ab"),
+    BAD("fixstr past end", "\x81\xa1v\xa5"
+                           "ab"),
     BAD("fixstr key past end", "\x81\xa9key"),
-    BAD("str8 past end", "\x81\xa1v\xd9\x10" "abc"),
+    BAD("str8 past end", "\x81\xa1v\xd9\x10"
+                         "abc"),
     BAD("str8 length missing", "\x81\xa1v\xd9"),
-    BAD("str16 past end", "\x81\xa1v\xda\x01\x00" "abc"),
+    BAD("str16 past end", "\x81\xa1v\xda\x01\x00"
+                          "abc"),
     BAD("str16 length truncated", "\x81\xa1v\xda\x01"),
     BAD("str32 past end", "\x81\xa1v\xdb\xff\xff\xff\xff"),
     BAD("str32 length truncated", "\x81\xa1v\xdb\x00\x00\x01"),
@@ -569,8 +675,7 @@ static void test_validate_depth(void **state)
                          -EBADMSG);
         /* A larger limit is capped at PROTO_MAX_DEPTH: the stack is sized for it. */
         assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), 1000), -EBADMSG);
-        assert_int_equal(proto_msg_parse(&msg, frame_payload(&f), frame_payload_len(&f)),
-                         -EBADMSG);
+        assert_int_equal(proto_msg_parse(&msg, frame_payload(&f), frame_payload_len(&f)), -EBADMSG);
         proto_msg_deinit(&msg);
         frame_destroy(&f);
 
@@ -855,7 +960,7 @@ static void test_error_names(void **state)
     }
 
     assert_string_equal(proto_error_name(PROTO_E_COUNT_), "internal");
-    assert_string_equal(proto_error_name((enum proto_error)-1), "internal");
+    assert_string_equal(proto_error_name((enum proto_error) - 1), "internal");
     assert_string_equal(proto_error_name((enum proto_error)1000), "internal");
 }
 
@@ -915,7 +1020,8 @@ static void test_hex(void **state)
         assert_int_equal(strlen(idhex), PROTO_HASH_HEX);
         assert_true(proto_is_hex(idhex, PROTO_HASH_HEX));
         for (unsigned i = 0; i < PROTO_HASH_HEX; i++)
-            assert_true((idhex[i] >= '0' && idhex[i] <= '9') || (idhex[i] >= 'a' && idhex[i] <= 'f'));
+            assert_true((idhex[i] >= '0' && idhex[i] <= '9') ||
+                        (idhex[i] >= 'a' && idhex[i] <= 'f'));
         assert_int_equal(proto_hex_decode(idhex, PROTO_HASH_HEX, id2, sizeof(id2)), 0);
         assert_memory_equal(id, id2, sizeof(id));
     }
@@ -1094,11 +1200,19 @@ static void test_fuzz_mutated_frame(void **state)
         for (unsigned m = 0; m < nmut && len > 0; m++) {
             size_t at = rng_below((unsigned)len);
             switch (rng_below(7)) {
-            case 0: buf[at] ^= (uint8_t)(1u << rng_below(8)); break;
-            case 1: buf[at] = (uint8_t)rng_next(); break;
-            case 2: buf[at] = (uint8_t)(0xc1 + rng_below(31)); break; /* type bytes */
-            case 3: len = at; break;                                   /* truncate */
-            case 4:                                                     /* insert a byte */
+            case 0:
+                buf[at] ^= (uint8_t)(1u << rng_below(8));
+                break;
+            case 1:
+                buf[at] = (uint8_t)rng_next();
+                break;
+            case 2:
+                buf[at] = (uint8_t)(0xc1 + rng_below(31));
+                break; /* type bytes */
+            case 3:
+                len = at;
+                break; /* truncate */
+            case 4:    /* insert a byte */
                 if (len < sizeof(buf)) {
                     memmove(buf + at + 1, buf + at, len - at);
                     buf[at] = (uint8_t)rng_next();

@@ -105,8 +105,7 @@ static bool list_prefix_valid(const char *prefix)
         return false;
     for (size_t i = 0; i + 1 < len; i++) {
         char c = prefix[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
             return false;
     }
     return true;
@@ -128,11 +127,21 @@ int backend_start(struct backend *be, struct backend_req *req, enum backend_op o
     req->nkeys = 0;
     req->next_ = NULL;
     switch (op) {
-    case BACKEND_OP_PUT: fn = be->ops->put; break;
-    case BACKEND_OP_GET: fn = be->ops->get; break;
-    case BACKEND_OP_HEAD: fn = be->ops->head; break;
-    case BACKEND_OP_DELETE: fn = be->ops->del; break;
-    case BACKEND_OP_LIST: fn = be->ops->list; break;
+    case BACKEND_OP_PUT:
+        fn = be->ops->put;
+        break;
+    case BACKEND_OP_GET:
+        fn = be->ops->get;
+        break;
+    case BACKEND_OP_HEAD:
+        fn = be->ops->head;
+        break;
+    case BACKEND_OP_DELETE:
+        fn = be->ops->del;
+        break;
+    case BACKEND_OP_LIST:
+        fn = be->ops->list;
+        break;
     }
     if (!fn)
         return -EOPNOTSUPP;
@@ -161,9 +170,15 @@ void backend_complete(struct backend_req *req)
         if (req->status == 0)
             st->bytes_read += req->out_len;
         break;
-    case BACKEND_OP_HEAD: st->heads++; break;
-    case BACKEND_OP_DELETE: st->deletes++; break;
-    case BACKEND_OP_LIST: st->lists++; break;
+    case BACKEND_OP_HEAD:
+        st->heads++;
+        break;
+    case BACKEND_OP_DELETE:
+        st->deletes++;
+        break;
+    case BACKEND_OP_LIST:
+        st->lists++;
+        break;
     }
     req->cb(req);
 }

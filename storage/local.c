@@ -213,8 +213,7 @@ static void batch_work(uv_work_t *work)
             it->req->status = -errno;
         it->fd = -1;
         if (it->via_tmp) {
-            if (it->req->status == 0 &&
-                renameat(lp->root_fd, it->tmp, lp->root_fd, it->path) < 0)
+            if (it->req->status == 0 && renameat(lp->root_fd, it->tmp, lp->root_fd, it->path) < 0)
                 it->req->status = -errno;
             if (it->req->status != 0)
                 unlinkat(lp->root_fd, it->tmp, 0);
@@ -449,9 +448,15 @@ static void job_work(uv_work_t *work)
     case BACKEND_OP_HEAD:
         req->status = read_object(job->lp, req->key, 0, NULL, NULL, &req->size);
         break;
-    case BACKEND_OP_DELETE: req->status = delete_object(job->lp, req); break;
-    case BACKEND_OP_LIST: req->status = list_objects(job->lp, req); break;
-    case BACKEND_OP_PUT: req->status = -EINVAL; break;
+    case BACKEND_OP_DELETE:
+        req->status = delete_object(job->lp, req);
+        break;
+    case BACKEND_OP_LIST:
+        req->status = list_objects(job->lp, req);
+        break;
+    case BACKEND_OP_PUT:
+        req->status = -EINVAL;
+        break;
     }
 }
 

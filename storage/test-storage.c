@@ -331,10 +331,10 @@ static void test_open_data_dir(void **state)
 
 static void test_open_errors(void **state)
 {
-    static const char *const unknown[] = {"s4://bucket/x", "", "http://example.com/",
+    static const char *const unknown[] = {"s4://bucket/x", "",        "http://example.com/",
                                           "localx:/tmp/x", ":/tmp/x", "LOCAL:/tmp/x"};
     static const char *const bad_local[] = {"local:rel", "local:", "local:./x", "file://rel",
-                                            "file:/abs", "file:", "file:/", "file://"};
+                                            "file:/abs", "file:",  "file:/",    "file://"};
     struct env e;
     struct backend *be = (struct backend *)&e; /* must stay untouched */
     const char *msg;
@@ -432,12 +432,34 @@ static void test_key_valid(void **state)
         "chunks/a..",
     };
     static const char *const bad[] = {
-        "", "noslash", "a/b/c", "../x", "A/BC", "chunks/.", "chunks/..", "chunks/.ab",
-        "chunks/a", "/abc", "/", "chunks/", "chunks/AB", "Chunks/ab", "chunks/a b",
-        "chunks/ab\n", "chunks/ab/", "chunks//ab", "chunks/a\\b", "chunks/\xc3\xa9t",
-        "chunks/ab:c", "chunks/ab*",
+        "",
+        "noslash",
+        "a/b/c",
+        "../x",
+        "A/BC",
+        "chunks/.",
+        "chunks/..",
+        "chunks/.ab",
+        "chunks/a",
+        "/abc",
+        "/",
+        "chunks/",
+        "chunks/AB",
+        "Chunks/ab",
+        "chunks/a b",
+        "chunks/ab\n",
+        "chunks/ab/",
+        "chunks//ab",
+        "chunks/a\\b",
+        "chunks/\xc3\xa9t",
+        "chunks/ab:c",
+        "chunks/ab*",
         /* The directory part must not leave the root either. */
-        "../xy", "./ab", "../../etc/passwd", "..", ".hidden/ab",
+        "../xy",
+        "./ab",
+        "../../etc/passwd",
+        "..",
+        ".hidden/ab",
     };
 
     for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
@@ -462,8 +484,8 @@ static void test_key_valid(void **state)
 
 static void test_invalid_key_no_callback(void **state)
 {
-    static const char *const bad[] = {"", "noslash", "a/b/c", "../x", "A/BC", "chunks/.",
-                                      "../xy", "./ab", "chunks/a"};
+    static const char *const bad[] = {"",         "noslash", "a/b/c", "../x",    "A/BC",
+                                      "chunks/.", "../xy",   "./ab",  "chunks/a"};
     static const enum backend_op kinds[] = {BACKEND_OP_PUT, BACKEND_OP_GET, BACKEND_OP_HEAD,
                                             BACKEND_OP_DELETE};
     static struct op ops[ARRAY_SIZE(bad)][ARRAY_SIZE(kinds)];
@@ -502,8 +524,8 @@ static void test_invalid_key_no_callback(void **state)
             assert_int_equal(ops[k][o].calls, 0);
     }
     assert_int_equal(e.be->inflight, 0);
-    assert_int_equal(e.be->stats.puts + e.be->stats.gets + e.be->stats.heads +
-                         e.be->stats.deletes + e.be->stats.failures,
+    assert_int_equal(e.be->stats.puts + e.be->stats.gets + e.be->stats.heads + e.be->stats.deletes +
+                         e.be->stats.failures,
                      0);
     /* Only the tmp directory exists under the root, and nothing beside it. */
     assert_int_equal(count_entries(e.root), 1);
