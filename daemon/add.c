@@ -492,7 +492,6 @@ static void encode_done(uv_work_t *work, int status)
 
     st->encodes_running[job->gen & 1]--;
     add->encodes_running--;
-    store_gc_poke(st);
     segment_unref(job->seg);
     if (status < 0 || job->status < 0)
         add_fail(add, status < 0 ? status : job->status);
@@ -515,6 +514,8 @@ static void encode_done(uv_work_t *work, int status)
             job->obj = NULL; /* consumed */
         }
     }
+    /* Only now, with the chunk pinned, may a gc waiting for this job go on deleting. */
+    store_gc_poke(st);
     free(job->obj);
     free(job);
     add_progress(add);

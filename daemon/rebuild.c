@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/sha.h>
+
 #include "compress/compress.h"
 #include "daemon/log.h"
 #include "daemon/objects.h"
@@ -175,52 +177,78 @@ static int apply_batch(struct db_txn *txn, void *ctx)
 }
 
 /*
+ * Reads a chunk object back and checks it against its id. 0 with the raw
+ * bytes (malloc'd) and the object's stored size; BACKEND_E_NOT_FOUND when it
+ * is missing; STORE_E_INTEGRITY when it is damaged; negative errno when the
+ * backend cannot be read at all.
+ */
+static int read_chunk(struct store *st, const struct db_chunk *c, uint8_t **raw, size_t *raw_len,
+                      uint32_t *stored_size)
+{
+    char key[BACKEND_MAX_KEY];
+    uint8_t hash[PROTO_HASH_LEN], *obj;
+    size_t len;
+    int r;
+
+    *raw = NULL;
+    store_object_key(key, sizeof(key), "chunks", c->hash);
+    r = read_object(st, key, compress_bound(STORE_MAX_CHUNK), &obj, &len);
+    if (r == BACKEND_E_NOT_FOUND)
+        return r;
+    if (r == BACKEND_E_TOO_LARGE)
+        return STORE_E_INTEGRITY;
+    if (r != 0)
+        return r < 0 ? r : -EIO;
+    *raw = malloc(c->size ? c->size : 1);
+    if (!*raw) {
+        free(obj);
+        return -ENOMEM;
+    }
+    r = compress_decode(obj, len, STORE_MAX_CHUNK, *raw, c->size, raw_len);
+    free(obj);
+    if (r == 0 && *raw_len == c->size) {
+        SHA256(*raw, *raw_len, hash);
+        if (memcmp(hash, c->hash, PROTO_HASH_LEN) == 0) {
+            *stored_size = (uint32_t)len;
+            return 0;
+        }
+    }
+    free(*raw);
+    *raw = NULL;
+    return r < 0 && r != -ENOBUFS ? r : STORE_E_INTEGRITY;
+}
+
+/*
  * Loads what an add entry's document needs: the stored size of each chunk,
- * and, for text, its content up to the index limit.
+ * and, for text, its content up to the index limit. Every chunk is read and
+ * checked: a document with a missing or damaged chunk is not restored (its
+ * add may never have completed: the entry can reach the disk before the
+ * chunks when the daemon dies mid-add), and the log says which.
  */
 static int load_doc(struct store *st, struct doc_state *d)
 {
-    char key[BACKEND_MAX_KEY], hex[PROTO_HASH_HEX + 1];
-    uint8_t *obj;
-    size_t len;
-    int r;
+    char hex[PROTO_HASH_HEX + 1], chunk_hex[PROTO_HASH_HEX + 1];
 
     proto_hex_encode(d->e->doc, PROTO_HASH_LEN, hex);
     text_acc_init(&d->text, st->cfg.max_text);
     for (size_t i = 0; i < d->e->nchunks; i++) {
         struct db_chunk *c = &d->e->chunks[i];
-        struct backend_req head = {0};
-        uint8_t *raw = NULL;
+        uint8_t *raw;
         size_t raw_len;
-        bool want_text = d->text.ok && d->text.len < d->text.max;
-
-        store_object_key(key, sizeof(key), "chunks", c->hash);
-        if (!want_text) {
-            /* Only the stored size is needed. */
-            snprintf(head.key, sizeof(head.key), "%s", key);
-            if (sync_request(st, &head, BACKEND_OP_HEAD) == 0)
-                c->stored_size = (uint32_t)head.size;
-            else
-                log_warn("rebuild: %s of document %s is missing", key, hex);
-            continue;
-        }
-        r = read_object(st, key, compress_bound(STORE_MAX_CHUNK), &obj, &len);
+        int r = read_chunk(st, c, &raw, &raw_len, &c->stored_size);
+        if (r < 0)
+            return r; /* the backend itself failed: the rebuild cannot go on */
         if (r != 0) {
-            log_warn("rebuild: %s of document %s is missing", key, hex);
+            proto_hex_encode(c->hash, PROTO_HASH_LEN, chunk_hex);
+            log_warn("rebuild: document %s (%s) not restored: chunk %s is %s", hex,
+                     d->e->name ? d->e->name : "no name", chunk_hex,
+                     r == BACKEND_E_NOT_FOUND ? "missing" : "damaged");
             text_acc_clear(&d->text);
-            d->text.ok = false;
-            continue;
+            return 0;
         }
-        c->stored_size = (uint32_t)len;
-        raw = malloc(c->size ? c->size : 1);
-        if (raw && compress_decode(obj, len, STORE_MAX_CHUNK, raw, c->size, &raw_len) == 0) {
+        if (d->text.ok && d->text.len < d->text.max)
             text_acc_feed(&d->text, raw, raw_len, i + 1 == d->e->nchunks);
-        } else {
-            text_acc_clear(&d->text);
-            d->text.ok = false;
-        }
         free(raw);
-        free(obj);
     }
     if (d->e->nchunks == 0 || (d->text.ok && d->text.len >= d->text.max))
         text_acc_feed(&d->text, NULL, 0, true);
@@ -282,10 +310,18 @@ static int record_orphans(struct store *st, size_t *norphans)
         }
         if (found || read_object(st, keys[i], compress_bound(STORE_MAX_CHUNK), &obj, &len) != 0)
             continue;
+        /*
+         * Only an intact object is recorded: a file torn by a crash must stay
+         * unknown, so the next add of that chunk writes it again.
+         */
         if (compress_header_parse(obj, len, &hdr) == 0 && hdr.raw_size <= STORE_MAX_CHUNK) {
+            uint8_t *raw;
+            size_t raw_len;
             c.size = (uint32_t)hdr.raw_size;
-            c.stored_size = (uint32_t)len;
-            orphans[n++] = c;
+            if (read_chunk(st, &c, &raw, &raw_len, &c.stored_size) == 0) {
+                orphans[n++] = c;
+                free(raw);
+            }
         }
         free(obj);
     }
