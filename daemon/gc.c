@@ -46,6 +46,8 @@ struct store_gc {
     unsigned deletes_running;
     struct store_gc_result res;
     struct pinset touched; /* chunks adds pinned while this gc ran */
+    bool *kept;            /* dropped in step 2, but an add wanted it: its row comes back */
+    bool restoring;
 };
 
 struct gc_delete {
@@ -71,8 +73,53 @@ static void gc_finish(struct store_gc *gc)
     }
     free(gc->cands);
     free(gc->dropped);
+    free(gc->kept);
     pinset_free(&gc->touched);
     free(gc);
+}
+
+/*
+ * A chunk gc dropped but kept for an add gets its row back (unreferenced,
+ * unless the add committed meanwhile): if that add fails, the next gc still
+ * sees the chunk instead of losing track of its object.
+ */
+static int restore_apply(struct db_txn *txn, struct db_write *w)
+{
+    struct store_gc *gc = container_of(w, struct store_gc, dbw);
+
+    for (size_t i = 0; i < gc->ncands; i++) {
+        if (gc->kept[i]) {
+            int r = db_txn_orphan_chunk(txn, &gc->cands[i]);
+            if (r < 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
+static void restore_done(struct db_write *w)
+{
+    struct store_gc *gc = container_of(w, struct store_gc, dbw);
+
+    if (w->status != 0 && gc->status == 0)
+        gc->status = w->status < 0 ? w->status : -EIO;
+    gc_finish(gc);
+}
+
+static void gc_end(struct store_gc *gc)
+{
+    bool any = false;
+
+    for (size_t i = 0; gc->kept && i < gc->ncands && !any; i++)
+        any = gc->kept[i];
+    if (!any || gc->restoring) {
+        gc_finish(gc);
+        return;
+    }
+    gc->restoring = true;
+    gc->dbw.apply = restore_apply;
+    gc->dbw.done = restore_done;
+    db_write(gc->st->db, &gc->dbw);
 }
 
 int store_gc_touch(struct store *st, const uint8_t hash[PROTO_HASH_LEN])
@@ -118,8 +165,12 @@ static void delete_more(struct store_gc *gc)
          * Used by an add since this gc began (pinned now, or pinned, committed
          * and released): its commit restored the row, so the object stays.
          */
-        if (!gc->dropped[i] || pinset_has(&st->pins, c->hash) || store_gc_touched(st, c->hash))
+        if (!gc->dropped[i])
             continue;
+        if (pinset_has(&st->pins, c->hash) || store_gc_touched(st, c->hash)) {
+            gc->kept[i] = true;
+            continue;
+        }
         struct gc_delete *del = calloc(1, sizeof(*del));
         if (!del || pinset_add(&st->deleting, c->hash) < 0) {
             free(del);
@@ -138,7 +189,7 @@ static void delete_more(struct store_gc *gc)
         gc->deletes_running++;
     }
     if (gc->deletes_running == 0 && (gc->next == gc->ncands || gc->status < 0))
-        gc_finish(gc);
+        gc_end(gc);
 }
 
 void store_gc_poke(struct store *st)
@@ -195,7 +246,9 @@ static void list_done(uv_work_t *work, int status)
 
     if (status < 0 && gc->status == 0)
         gc->status = status;
-    if (gc->status == 0 && gc->ncands > 0 && !(gc->dropped = calloc(gc->ncands, sizeof(bool))))
+    if (gc->status == 0 && gc->ncands > 0 &&
+        (!(gc->dropped = calloc(gc->ncands, sizeof(bool))) ||
+         !(gc->kept = calloc(gc->ncands, sizeof(bool)))))
         gc->status = -ENOMEM;
     if (gc->status != 0 || gc->ncands == 0) {
         gc_finish(gc);
