@@ -516,7 +516,7 @@ static void put_be32(uint8_t *p, uint32_t v)
     proto_be32_write(p, v);
 }
 
-void db_chunks_encode(const struct db_chunk *chunks, size_t n, uint8_t *out)
+static void db_chunks_encode(const struct db_chunk *chunks, size_t n, uint8_t *out)
 {
     for (size_t i = 0; i < n; i++, out += DB_CHUNK_ENTRY) {
         memcpy(out, chunks[i].hash, PROTO_HASH_LEN);

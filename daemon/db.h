@@ -178,6 +178,3 @@ int db_chunk_refs(struct db *db, const uint8_t hash[PROTO_HASH_LEN], int64_t *re
  */
 int db_docs_with_chunks(struct db *db, const uint8_t (*sorted)[PROTO_HASH_LEN], size_t n,
                         struct db_doc **docs, size_t *ndocs);
-
-/* Manifest blob coding, shared with the store. */
-void db_chunks_encode(const struct db_chunk *chunks, size_t n, uint8_t *out);

@@ -140,15 +140,6 @@ static void reply_status_error(struct op *op, int status)
     reply_error(op->base.conn, op->base.id, code, msg);
 }
 
-static int map_db(int status)
-{
-    if (status == DB_E_NOT_FOUND)
-        return STORE_E_NOT_FOUND;
-    if (status == DB_E_AMBIGUOUS)
-        return STORE_E_AMBIGUOUS;
-    return status;
-}
-
 /* ---- field validation ---- */
 
 /* Copies a str field into a new C string; NULL when absent. -EINVAL when invalid. */
@@ -743,7 +734,7 @@ static void stat_done(uv_work_t *work, int status)
     if (!op_job_end(op))
         return;
     if (status < 0 || op->status != 0) {
-        reply_status_error(op, status < 0 ? status : map_db(op->status));
+        reply_status_error(op, status < 0 ? status : store_status_from_db(op->status));
         op_finish(op);
         return;
     }

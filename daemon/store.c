@@ -46,6 +46,15 @@ struct store *store_free(struct store *st)
     return NULL;
 }
 
+int store_status_from_db(int status)
+{
+    if (status == DB_E_NOT_FOUND)
+        return STORE_E_NOT_FOUND;
+    if (status == DB_E_AMBIGUOUS)
+        return STORE_E_AMBIGUOUS;
+    return status;
+}
+
 unsigned store_active(struct store *st)
 {
     return st->active;
@@ -297,15 +306,6 @@ static void deliver(struct store_get *get, const uint8_t *data, size_t len, bool
     get->ops->data(get->userdata, &get->doc, data, len, first, last);
 }
 
-static int map_db_status(int status)
-{
-    if (status == DB_E_NOT_FOUND)
-        return STORE_E_NOT_FOUND;
-    if (status == DB_E_AMBIGUOUS)
-        return STORE_E_AMBIGUOUS;
-    return status;
-}
-
 static void decode_done(uv_work_t *work, int status);
 
 static void resolve_done(uv_work_t *work, int status)
@@ -319,7 +319,7 @@ static void resolve_done(uv_work_t *work, int status)
     if (get_step_end(get))
         return;
     if (status < 0 || get->status != 0) {
-        get->ops->error(get->userdata, status < 0 ? status : map_db_status(get->status));
+        get->ops->error(get->userdata, status < 0 ? status : store_status_from_db(get->status));
         return;
     }
     if (get->doc.nchunks == 0)
@@ -519,9 +519,8 @@ static void delete_committed(struct db_write *w)
     struct store_delete *del = container_of(w, struct store_delete, dbw);
     int status = w->status;
 
-    if (status == DB_E_NOT_FOUND) /* deleted meanwhile by someone else */
-        status = STORE_E_NOT_FOUND;
-    delete_end(del, status);
+    /* DB_E_NOT_FOUND: deleted meanwhile by someone else. */
+    delete_end(del, store_status_from_db(status));
 }
 
 static void delete_entry_done(struct backend_req *req)
@@ -552,10 +551,7 @@ static void delete_resolve_done(uv_work_t *work, int status)
     int r;
 
     if (status < 0 || del->status != 0) {
-        int s = status < 0 ? status : del->status;
-        delete_end(del, s == DB_E_NOT_FOUND   ? STORE_E_NOT_FOUND
-                        : s == DB_E_AMBIGUOUS ? STORE_E_AMBIGUOUS
-                                              : s);
+        delete_end(del, status < 0 ? status : store_status_from_db(del->status));
         return;
     }
     memcpy(del->hash, del->doc.hash, sizeof(del->hash));

@@ -41,6 +41,9 @@ enum {
 #define STORE_MIN_CHUNK 64u
 #define STORE_MAX_CHUNK (1024u * 1024)
 
+/* The store's code for a database outcome (DB_E_NOT_FOUND, DB_E_AMBIGUOUS); others pass through. */
+int store_status_from_db(int status);
+
 /* Largest document: bounds the manifest an add keeps in memory (40 bytes a chunk). */
 #define STORE_MAX_DOCUMENT (1ull << 40)
 

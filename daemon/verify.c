@@ -81,9 +81,7 @@ static void collect_work(uv_work_t *work)
         struct db_doc doc;
         int r = db_resolve(v->st->db, v->refs[i], strlen(v->refs[i]), DB_WANT_CHUNKS, &doc);
         if (r != 0) {
-            v->status = r == DB_E_NOT_FOUND   ? STORE_E_NOT_FOUND
-                        : r == DB_E_AMBIGUOUS ? STORE_E_AMBIGUOUS
-                                              : r;
+            v->status = store_status_from_db(r);
             return;
         }
         if (v->nchunks + doc.nchunks > cap) {
