@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/sha.h>
-
 #include "compress/compress.h"
 #include "daemon/log.h"
 #include "daemon/objects.h"
@@ -186,7 +184,7 @@ static int read_chunk(struct store *st, const struct db_chunk *c, uint8_t **raw,
                       uint32_t *stored_size)
 {
     char key[BACKEND_MAX_KEY];
-    uint8_t hash[PROTO_HASH_LEN], *obj;
+    uint8_t *obj;
     size_t len;
     int r;
 
@@ -199,23 +197,12 @@ static int read_chunk(struct store *st, const struct db_chunk *c, uint8_t **raw,
         return STORE_E_INTEGRITY;
     if (r != 0)
         return r < 0 ? r : -EIO;
-    *raw = malloc(c->size ? c->size : 1);
-    if (!*raw) {
-        free(obj);
-        return -ENOMEM;
-    }
-    r = compress_decode(obj, len, STORE_MAX_CHUNK, *raw, c->size, raw_len);
+    r = store_decode_chunk(obj, len, c, raw);
     free(obj);
-    if (r == 0 && *raw_len == c->size) {
-        SHA256(*raw, *raw_len, hash);
-        if (memcmp(hash, c->hash, PROTO_HASH_LEN) == 0) {
-            *stored_size = (uint32_t)len;
-            return 0;
-        }
-    }
-    free(*raw);
-    *raw = NULL;
-    return r < 0 && r != -ENOBUFS ? r : STORE_E_INTEGRITY;
+    *raw_len = c->size;
+    if (r == 0)
+        *stored_size = (uint32_t)len;
+    return r;
 }
 
 /*
@@ -316,9 +303,9 @@ static int record_orphans(struct store *st, size_t *norphans)
          */
         if (compress_header_parse(obj, len, &hdr) == 0 && hdr.raw_size <= STORE_MAX_CHUNK) {
             uint8_t *raw;
-            size_t raw_len;
             c.size = (uint32_t)hdr.raw_size;
-            if (read_chunk(st, &c, &raw, &raw_len, &c.stored_size) == 0) {
+            c.stored_size = (uint32_t)len;
+            if (store_decode_chunk(obj, len, &c, &raw) == 0) {
                 orphans[n++] = c;
                 free(raw);
             }

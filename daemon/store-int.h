@@ -61,6 +61,14 @@ void store_gc_poke(struct store *st);
 /* Object keys: "chunks/<hex>" and "entries/<hex>". */
 void store_object_key(char *key, size_t len, const char *dir, const uint8_t hash[PROTO_HASH_LEN]);
 
+/*
+ * Decodes a chunk object and checks it against the chunk's id and size: 0
+ * with its c->size raw bytes in *raw (malloc'd), STORE_E_INTEGRITY when it
+ * does not decode to exactly those bytes, or -ENOMEM. The one place where
+ * what the store hands out is checked.
+ */
+int store_decode_chunk(const uint8_t *obj, size_t len, const struct db_chunk *c, uint8_t **raw);
+
 /* Maps a backend read status to the store's codes. */
 int store_map_read_status(int status);
 

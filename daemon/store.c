@@ -79,6 +79,26 @@ void store_object_key(char *key, size_t len, const char *dir, const uint8_t hash
     snprintf(key, len, "%s/%s", dir, hex);
 }
 
+int store_decode_chunk(const uint8_t *obj, size_t len, const struct db_chunk *c, uint8_t **raw)
+{
+    uint8_t hash[PROTO_HASH_LEN];
+    size_t raw_len;
+
+    *raw = malloc(c->size ? c->size : 1);
+    if (!*raw)
+        return -ENOMEM;
+    /* Never hand out bytes that do not hash to the id the manifest names. */
+    if (compress_decode(obj, len, STORE_MAX_CHUNK, *raw, c->size, &raw_len) == 0 &&
+        raw_len == c->size) {
+        SHA256(*raw, raw_len, hash);
+        if (memcmp(hash, c->hash, PROTO_HASH_LEN) == 0)
+            return 0;
+    }
+    free(*raw);
+    *raw = NULL;
+    return STORE_E_INTEGRITY;
+}
+
 int store_map_read_status(int status)
 {
     if (status == BACKEND_E_UNAVAILABLE)
@@ -342,29 +362,11 @@ static void read_decode_work(uv_work_t *work)
 static void decode_chunk(struct store_get *get)
 {
     const struct db_chunk *c = &get->doc.chunks[get->next_chunk];
-    uint8_t hash[PROTO_HASH_LEN];
-    int r;
 
-    get->raw = malloc(c->size ? c->size : 1);
-    if (!get->raw) {
-        get->status = -ENOMEM;
-        return;
-    }
-    r = compress_decode(get->req.out, get->req.out_len, STORE_MAX_CHUNK, get->raw, c->size,
-                        &get->raw_len);
+    get->status = store_decode_chunk(get->req.out, get->req.out_len, c, &get->raw);
+    get->raw_len = c->size;
     free(get->req.out);
     get->req.out = NULL;
-    if (r < 0 && r != -ENOBUFS) {
-        get->status = r;
-        return;
-    }
-    /* Never hand out bytes that do not hash to the id the manifest names. */
-    if (r != 0 || get->raw_len != c->size ||
-        (SHA256(get->raw, get->raw_len, hash), memcmp(hash, c->hash, PROTO_HASH_LEN) != 0)) {
-        get->status = STORE_E_INTEGRITY;
-        return;
-    }
-    get->status = 0;
 }
 
 static void decode_done(uv_work_t *work, int status)

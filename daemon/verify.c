@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/sha.h>
-
 #include "compress/compress.h"
 #include "daemon/log.h"
 #include "daemon/store-int.h"
@@ -215,23 +213,10 @@ static void checks_complete(struct store_verify *v)
 static void check_decode_work(uv_work_t *work)
 {
     struct verify_check *chk = container_of(work, struct verify_check, work);
-    const struct db_chunk *c = &chk->v->chunks[chk->index];
-    uint8_t hash[PROTO_HASH_LEN];
-    size_t raw_len;
-    uint8_t *raw = malloc(c->size ? c->size : 1);
-    int r;
+    uint8_t *raw;
 
-    if (!raw) {
-        chk->status = -ENOMEM;
-        return;
-    }
-    r = compress_decode(chk->req.out, chk->req.out_len, STORE_MAX_CHUNK, raw, c->size, &raw_len);
-    if (r == 0 && raw_len == c->size) {
-        SHA256(raw, raw_len, hash);
-        chk->status = memcmp(hash, c->hash, PROTO_HASH_LEN) == 0 ? 0 : STORE_E_INTEGRITY;
-    } else {
-        chk->status = r == -ENOMEM ? r : STORE_E_INTEGRITY;
-    }
+    chk->status =
+        store_decode_chunk(chk->req.out, chk->req.out_len, &chk->v->chunks[chk->index], &raw);
     free(raw);
 }
 
