@@ -1,0 +1,515 @@
+/*
+ * The search index: keeping each document's FTS5 row in step with its
+ * tables, ranked searches with their filters, fuzzy search's expansion of
+ * words from the index vocabulary, and the snippets of hits.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "daemon/db-int.h"
+#include "daemon/log.h"
+#include "daemon/search.h"
+
+const char *const db_search_sql[DB_S_COUNT_] = {
+    [DB_S_FTS_INSERT] =
+        "INSERT INTO search(rowid, name, body, tags, meta) VALUES(?1, ?2, ?3, ?4, ?5)",
+    [DB_S_FTS_UPDATE] = "UPDATE search SET name = ?2, tags = ?3, meta = ?4 WHERE rowid = ?1",
+    [DB_S_FTS_GET] = "SELECT name, tags, meta FROM search WHERE rowid = ?1",
+    [DB_S_FTS_DELETE] = "DELETE FROM search WHERE rowid = ?1",
+    [DB_S_VOCAB] = "SELECT term, doc FROM search_vocab",
+    [DB_S_FTS_TEXT] = "SELECT substr(CAST(body AS BLOB), 1, ?2), name FROM search WHERE rowid = ?1",
+};
+
+struct db_term {
+    char *text;
+    size_t len;
+    int64_t docs;
+};
+
+/* ---- keeping the index rows current ---- */
+
+/*
+ * Joins column `col` (and, when `col2` >= 0, a space and column `col2`) of
+ * every row of a per-document statement, one row per line.
+ */
+static int query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col, int col2,
+                        char **out)
+{
+    sqlite3_stmt *s = db_stmt(c, id);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f;
+    int rc;
+
+    if (!s)
+        return -EIO;
+    f = open_memstream(&buf, &len);
+    if (!f)
+        return -ENOMEM;
+    sqlite3_bind_int64(s, 1, doc);
+    for (bool first = true; (rc = sqlite3_step(s)) == SQLITE_ROW; first = false) {
+        const unsigned char *a = sqlite3_column_text(s, col);
+        const unsigned char *b = col2 >= 0 ? sqlite3_column_text(s, col2) : NULL;
+        fprintf(f, "%s%s%s%s", first ? "" : "\n", a ? (const char *)a : "", b ? " " : "",
+                b ? (const char *)b : "");
+    }
+    sqlite3_reset(s);
+    if (fclose(f) != 0) {
+        free(buf);
+        return -ENOMEM;
+    }
+    if (rc != SQLITE_DONE) {
+        free(buf);
+        return -EIO;
+    }
+    *out = buf;
+    return 0;
+}
+
+struct fts_fields {
+    char *name, *tags, *meta;
+};
+
+static void fts_fields_clear(struct fts_fields *f)
+{
+    free(f->name);
+    free(f->tags);
+    free(f->meta);
+    memset(f, 0, sizeof(*f));
+}
+
+/* The indexed name, tags and metadata of a document, from the tables. */
+static int fts_fields_load(struct db_conn *c, int64_t doc, struct fts_fields *f)
+{
+    int r;
+
+    memset(f, 0, sizeof(*f));
+    if ((r = query_joined(c, DB_S_NAMES_OF_DOC, doc, 0, -1, &f->name)) < 0 ||
+        (r = query_joined(c, DB_S_TAGS_OF_DOC, doc, 0, -1, &f->tags)) < 0 ||
+        (r = query_joined(c, DB_S_META_OF_DOC, doc, 0, 1, &f->meta)) < 0)
+        fts_fields_clear(f);
+    return r;
+}
+
+static bool text_eq(sqlite3_stmt *s, int col, const char *v)
+{
+    const unsigned char *t = sqlite3_column_text(s, col);
+    return strcmp(t ? (const char *)t : "", v) == 0;
+}
+
+/*
+ * Brings a document's index row up to date: a new document gets its body
+ * indexed; an existing one is re-indexed only when its names, tags or
+ * metadata changed (FTS5 re-tokenizes the whole row on update).
+ */
+int db_fts_sync(struct db_txn *txn, int64_t doc, bool created, const char *body, size_t body_len)
+{
+    struct db_conn *c = txn->conn;
+    struct fts_fields f;
+    sqlite3_stmt *s;
+    int r = fts_fields_load(c, doc, &f);
+
+    if (r < 0)
+        return r;
+    if (created) {
+        if (!(s = db_stmt(c, DB_S_FTS_INSERT))) {
+            r = -EIO;
+            goto out;
+        }
+        sqlite3_bind_int64(s, 1, doc);
+        sqlite3_bind_text(s, 2, f.name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, body ? body : "", body ? (int)body_len : 0, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, f.tags, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 5, f.meta, -1, SQLITE_STATIC);
+        r = db_step_done(c, s);
+    } else {
+        if (!(s = db_stmt(c, DB_S_FTS_GET))) {
+            r = -EIO;
+            goto out;
+        }
+        sqlite3_bind_int64(s, 1, doc);
+        bool same = sqlite3_step(s) != SQLITE_ROW ||
+                    (text_eq(s, 0, f.name) && text_eq(s, 1, f.tags) && text_eq(s, 2, f.meta));
+        sqlite3_reset(s);
+        if (same)
+            goto out;
+        if (!(s = db_stmt(c, DB_S_FTS_UPDATE))) {
+            r = -EIO;
+            goto out;
+        }
+        sqlite3_bind_int64(s, 1, doc);
+        sqlite3_bind_text(s, 2, f.name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, f.tags, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, f.meta, -1, SQLITE_STATIC);
+        r = db_step_done(c, s);
+    }
+    if (r == 0)
+        txn->index_changed = true;
+out:
+    fts_fields_clear(&f);
+    return r;
+}
+
+int db_fts_delete(struct db_txn *txn, int64_t doc)
+{
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_FTS_DELETE);
+    int r;
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, doc);
+    r = db_step_done(txn->conn, s);
+    if (r == 0)
+        txn->index_changed = true;
+    return r;
+}
+
+/* ---- searches ---- */
+
+void db_hits_free(struct db_hit *hits, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(hits[i].name);
+        free(hits[i].snippet);
+    }
+    free(hits);
+}
+
+void db_vocab_clear(struct db *db)
+{
+    for (size_t i = 0; i < db->nvocab; i++)
+        free(db->vocab[i].text);
+    free(db->vocab);
+    db->vocab = NULL;
+    db->nvocab = 0;
+}
+
+/* Refreshes the in-memory vocabulary when the index changed since it was read. */
+static int vocab_refresh(struct db *db, struct db_conn *c)
+{
+    uint64_t gen = atomic_load(&db->index_gen);
+    sqlite3_stmt *s;
+    size_t cap = 0;
+    int rc;
+
+    if (db->vocab && db->vocab_gen == gen)
+        return 0;
+    db_vocab_clear(db);
+    if (!(s = db_stmt(c, DB_S_VOCAB)))
+        return -EIO;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (db->nvocab == cap) {
+            cap = cap ? cap * 2 : 4096;
+            struct db_term *grown = realloc(db->vocab, cap * sizeof(*grown));
+            if (!grown) {
+                sqlite3_reset(s);
+                db_vocab_clear(db);
+                return -ENOMEM;
+            }
+            db->vocab = grown;
+        }
+        struct db_term *t = &db->vocab[db->nvocab];
+        t->len = (size_t)sqlite3_column_bytes(s, 0);
+        t->text = strndup((const char *)sqlite3_column_text(s, 0), t->len);
+        t->docs = sqlite3_column_int64(s, 1);
+        if (!t->text) {
+            sqlite3_reset(s);
+            db_vocab_clear(db);
+            return -ENOMEM;
+        }
+        db->nvocab++;
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) {
+        db_vocab_clear(db);
+        return -EIO;
+    }
+    db->vocab_gen = gen;
+    return 0;
+}
+
+#define FUZZY_MAX_ALTS 16
+
+struct fuzzy_candidate {
+    const struct db_term *term;
+    unsigned distance;
+};
+
+/* Better candidates first: closer, then more common. */
+static int candidate_cmp(const void *a, const void *b)
+{
+    const struct fuzzy_candidate *x = a, *y = b;
+    if (x->distance != y->distance)
+        return x->distance < y->distance ? -1 : 1;
+    return x->term->docs > y->term->docs ? -1 : x->term->docs < y->term->docs;
+}
+
+/*
+ * Widens one word with indexed words that are a small edit away (one edit for
+ * words of 4 to 7 letters, two from 8) or that contain it (from 3 letters),
+ * so a typo or a fragment still finds its documents.
+ */
+static int fuzzy_expand(struct db *db, struct search_term *t)
+{
+    struct fuzzy_candidate best[FUZZY_MAX_ALTS];
+    size_t nbest = 0;
+    char word[256];
+    size_t len = search_fold(t->text, strlen(t->text), word, sizeof(word));
+    size_t letters = search_letters(word, len);
+    unsigned maxd = letters >= 8 ? 2 : letters >= 4 ? 1 : 0;
+
+    if (!db->vocab || letters > 64)
+        return 0;
+    for (size_t i = 0; i < db->nvocab; i++) {
+        const struct db_term *v = &db->vocab[i];
+        unsigned d;
+        if (v->len == len && memcmp(v->text, word, len) == 0)
+            continue;
+        if (letters >= 3 && v->len > len && memmem(v->text, v->len, word, len))
+            d = maxd + 1; /* a containing word ranks after near spellings */
+        else if (maxd > 0 && (d = search_distance(word, len, v->text, v->len, maxd)) <= maxd)
+            ;
+        else
+            continue;
+        struct fuzzy_candidate cand = {v, d};
+        if (nbest < FUZZY_MAX_ALTS) {
+            best[nbest++] = cand;
+        } else if (candidate_cmp(&cand, &best[FUZZY_MAX_ALTS - 1]) < 0) {
+            best[FUZZY_MAX_ALTS - 1] = cand;
+        } else {
+            continue;
+        }
+        qsort(best, nbest, sizeof(best[0]), candidate_cmp);
+    }
+    if (nbest == 0)
+        return 0;
+    t->alts = calloc(nbest, sizeof(char *));
+    if (!t->alts)
+        return -ENOMEM;
+    for (size_t i = 0; i < nbest; i++) {
+        if (!(t->alts[i] = strndup(best[i].term->text, best[i].term->len)))
+            return -ENOMEM;
+        t->nalts++;
+    }
+    return 0;
+}
+
+static int fuzzy_expand_query(struct db *db, struct db_conn *c, struct search_query *q)
+{
+    int r;
+
+    pthread_mutex_lock(&db->vocab_lock);
+    r = vocab_refresh(db, c);
+    for (size_t g = 0; r == 0 && g < q->ngroups; g++) {
+        for (size_t i = 0; r == 0 && i < q->groups[g].nterms; i++) {
+            struct search_term *t = &q->groups[g].terms[i];
+            if (t->kind == SEARCH_WORD || t->kind == SEARCH_NAME)
+                r = fuzzy_expand(db, t);
+        }
+    }
+    pthread_mutex_unlock(&db->vocab_lock);
+    return r;
+}
+
+/* Builds the SQL of a search: the ranked FTS5 query, or a filter-only listing. */
+static char *search_sql(const struct db_search_params *p, const struct search_query *q, bool match)
+{
+    char *sql = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&sql, &len);
+
+    if (!f)
+        return NULL;
+    /* Snippets are made afterwards (db_search): FTS5's snippet() is quadratic in a document's
+     * matches. */
+    if (match)
+        fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
+              " LIMIT 1), -rank, d.size, d.id"
+              " FROM search JOIN documents d ON d.id = search.rowid"
+              " WHERE search MATCH ?1 AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)'",
+              f);
+    else
+        fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
+              " LIMIT 1), 0.0, d.size, d.id FROM documents d WHERE ?1 IS NULL",
+              f);
+    if (p->mime)
+        fputs(" AND d.mime = ?2", f);
+    if (p->has_after)
+        fputs(" AND d.created >= ?3", f);
+    if (p->has_before)
+        fputs(" AND d.created < ?4", f);
+    if (p->name_glob)
+        fputs(" AND EXISTS (SELECT 1 FROM names n WHERE n.doc = d.id AND n.name GLOB ?5)", f);
+    for (size_t i = 0; i < p->ntags + q->ntags; i++)
+        fprintf(f, " AND EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?%zu)", 8 + i);
+    fputs(match ? " ORDER BY rank LIMIT ?6 OFFSET ?7"
+                : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
+          f);
+    if (fclose(f) != 0) {
+        free(sql);
+        return NULL;
+    }
+    return sql;
+}
+
+/* The prepared statement for a search's SQL, kept per connection by its text. */
+static sqlite3_stmt *search_stmt(struct db_conn *c, const char *sql)
+{
+    sqlite3_stmt *st;
+
+    for (int i = 0; i < DB_SEARCH_SHAPES; i++) {
+        if (c->search_stmts[i] && strcmp(sqlite3_sql(c->search_stmts[i]), sql) == 0)
+            return c->search_stmts[i];
+    }
+    if (sqlite3_prepare_v3(c->sql, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+        return NULL;
+    }
+    unsigned slot = c->search_next++ % DB_SEARCH_SHAPES;
+    sqlite3_finalize(c->search_stmts[slot]);
+    c->search_stmts[slot] = st;
+    return st;
+}
+
+/*
+ * A hit's snippet: from its content, or from its names when the content has
+ * no match (binary documents have none).
+ */
+static int make_snippet(struct db_conn *c, const struct search_query *q, bool match,
+                        struct db_hit *h)
+{
+    sqlite3_stmt *s = db_stmt(c, DB_S_FTS_TEXT);
+    int r = 0;
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, h->rowid);
+    sqlite3_bind_int64(s, 2, SEARCH_SNIPPET_READ);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        const char *body = sqlite3_column_blob(s, 0);
+        size_t body_len = (size_t)sqlite3_column_bytes(s, 0);
+        const char *names = (const char *)sqlite3_column_text(s, 1);
+        h->snippet = search_snippet(body ? body : "", body ? body_len : 0, q, 16);
+        /* No mark in the content: the names may be what matched. */
+        if (h->snippet && match && !strstr(h->snippet, "**") && names) {
+            char *alt = search_snippet(names, strlen(names), q, 16);
+            if (alt && strstr(alt, "**")) {
+                free(h->snippet);
+                h->snippet = alt;
+            } else {
+                free(alt);
+            }
+        }
+    } else {
+        h->snippet = strdup("");
+    }
+    sqlite3_reset(s);
+    if (!h->snippet)
+        r = -ENOMEM;
+    return r;
+}
+
+int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits, size_t *nhits,
+              const char **msg)
+{
+    struct search_query q;
+    struct db_conn *c = NULL;
+    sqlite3_stmt *s = NULL;
+    struct db_hit *out = NULL;
+    char *expr = NULL, *sql = NULL;
+    size_t n = 0, cap = 0;
+    int rc, r;
+
+    *hits = NULL;
+    *nhits = 0;
+    *msg = NULL;
+    r = search_parse(p->query, p->query_len, &q, msg);
+    if (r != 0)
+        return r == SEARCH_E_INVALID ? DB_E_INVALID_QUERY : r;
+    if (!(c = db_reader_acquire(db))) {
+        r = -EIO;
+        goto out;
+    }
+    bool match = search_has_match(&q);
+    if (match && p->fuzzy && (r = fuzzy_expand_query(db, c, &q)) < 0)
+        goto out;
+    if (match && (r = search_fts_expr(&q, &expr)) < 0)
+        goto out;
+    if (!(sql = search_sql(p, &q, match))) {
+        r = -ENOMEM;
+        goto out;
+    }
+    if (!(s = search_stmt(c, sql))) {
+        r = -EIO;
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, expr, -1, SQLITE_STATIC);
+    if (p->mime)
+        sqlite3_bind_text(s, 2, p->mime, -1, SQLITE_STATIC);
+    if (p->has_after)
+        sqlite3_bind_int64(s, 3, p->after);
+    if (p->has_before)
+        sqlite3_bind_int64(s, 4, p->before);
+    if (p->name_glob)
+        sqlite3_bind_text(s, 5, p->name_glob, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 6, (int64_t)p->limit);
+    sqlite3_bind_int64(s, 7, (int64_t)(p->offset > INT64_MAX ? INT64_MAX : p->offset));
+    for (size_t i = 0; i < p->ntags; i++)
+        sqlite3_bind_text(s, (int)(8 + i), p->tags[i], -1, SQLITE_STATIC);
+    for (size_t i = 0; i < q.ntags; i++)
+        sqlite3_bind_text(s, (int)(8 + p->ntags + i), q.tags[i], -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            struct db_hit *grown = realloc(out, cap * sizeof(*grown));
+            if (!grown) {
+                r = -ENOMEM;
+                goto out;
+            }
+            out = grown;
+        }
+        struct db_hit *h = &out[n++];
+        memset(h, 0, sizeof(*h));
+        snprintf(h->hash, sizeof(h->hash), "%s", (const char *)sqlite3_column_text(s, 0));
+        h->name = db_column_strdup(s, 1);
+        h->score = sqlite3_column_double(s, 2);
+        h->size = (uint64_t)sqlite3_column_int64(s, 3);
+        h->rowid = sqlite3_column_int64(s, 4);
+        if (!h->name) {
+            r = -ENOMEM;
+            goto out;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        /* Every word reaches FTS5 quoted, so this is not the user's syntax. */
+        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+        r = -EIO;
+        goto out;
+    }
+    for (size_t i = 0; i < n && r == 0; i++)
+        r = make_snippet(c, &q, match, &out[i]);
+    if (r < 0)
+        goto out;
+    *hits = out;
+    *nhits = n;
+    out = NULL;
+    n = 0;
+out:
+    if (s) {
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+    }
+    if (c)
+        db_reader_release(db, c);
+    db_hits_free(out, n);
+    free(sql);
+    free(expr);
+    search_query_clear(&q);
+    return r;
+}
