@@ -1,0 +1,262 @@
+/*
+ * The ops that manage the store rather than read it: delete, status, gc and
+ * verify. Delete, gc and verify run inside the store, which reports back
+ * through a callback; job_running keeps their op alive until it does.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/db.h"
+#include "daemon/dispatch-int.h"
+#include "daemon/store.h"
+
+/* At most this many bad chunks are listed in a verify reply; `bad_count` has them all. */
+#define VERIFY_MAX_LISTED 1000
+
+struct op_status {
+    struct op op;
+    uv_work_t work;
+    int status; /* the worker's result */
+    struct db_totals totals;
+};
+OP_ASSERT_FIRST(struct op_status);
+
+/*
+ * Delete, gc and verify keep no state of their own: the store copies what it
+ * needs, owns the job and hands its result to the callback, so they are a
+ * bare struct op.
+ */
+
+/* ---- delete ---- */
+
+static void delete_done(void *userdata, int status, const char *hash)
+{
+    struct op *op = userdata;
+    struct reply r;
+
+    if (!dispatch_op_job_end(op))
+        return;
+    if (status != 0) {
+        dispatch_reply_status_error(op, status);
+    } else {
+        reply_begin(&r, op->base.id, true, 1);
+        proto_pack_cstr(&r.pk, "hash");
+        proto_pack_cstr(&r.pk, hash);
+        reply_send(op->base.conn, &r);
+    }
+    dispatch_op_finish(op);
+}
+
+void dispatch_do_delete(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = dispatch_op_new(c, id, OP_DELETE, sizeof(struct op), NULL);
+    _cleanup_free_ char *ref = NULL; /* store_delete keeps its own copy */
+    size_t ref_len;
+    int r;
+
+    if (!op || !dispatch_take_ref(op, map, &ref, &ref_len))
+        return;
+    r = store_delete(c->d->store, ref, ref_len, delete_done, op);
+    if (r < 0) {
+        dispatch_reply_status_error(op, r);
+        dispatch_op_finish(op);
+        return;
+    }
+    op->job_running = true;
+}
+
+/* ---- status ---- */
+
+static void status_work(uv_work_t *work)
+{
+    struct op_status *st = container_of(work, struct op_status, work);
+    st->status = db_totals(st->op.d->db, &st->totals);
+}
+
+static void status_done(uv_work_t *work, int status)
+{
+    struct op_status *st = container_of(work, struct op_status, work);
+    const struct db_totals *t = &st->totals;
+    struct daemon *d = st->op.d;
+    struct reply r;
+
+    if (!dispatch_op_job_end(&st->op))
+        return;
+    if (status < 0 || st->status != 0) {
+        dispatch_reply_status_error(&st->op, status < 0 ? status : st->status);
+        dispatch_op_finish(&st->op);
+        return;
+    }
+    reply_begin(&r, st->op.base.id, true, 13);
+    proto_pack_cstr(&r.pk, "version");
+    proto_pack_cstr(&r.pk, CAIRN_VERSION);
+    proto_pack_cstr(&r.pk, "protocol");
+    msgpack_pack_uint32(&r.pk, PROTO_VERSION);
+    proto_pack_cstr(&r.pk, "pid");
+    msgpack_pack_uint64(&r.pk, (uint64_t)getpid());
+    proto_pack_cstr(&r.pk, "uptime");
+    msgpack_pack_uint64(&r.pk, (uv_now(&d->loop) - d->started_ms) / 1000);
+    proto_pack_cstr(&r.pk, "backend");
+    proto_pack_cstr(&r.pk, d->backend_desc);
+    proto_pack_cstr(&r.pk, "documents");
+    msgpack_pack_uint64(&r.pk, t->documents);
+    proto_pack_cstr(&r.pk, "logical_bytes");
+    msgpack_pack_uint64(&r.pk, t->logical_bytes);
+    proto_pack_cstr(&r.pk, "stored_bytes");
+    msgpack_pack_uint64(&r.pk, t->stored_bytes);
+    proto_pack_cstr(&r.pk, "chunks");
+    msgpack_pack_uint64(&r.pk, t->chunks);
+    proto_pack_cstr(&r.pk, "unique_bytes");
+    msgpack_pack_uint64(&r.pk, t->unique_bytes);
+    /* How many times over the content is stored once (dedup) and how much zstd saves. */
+    proto_pack_cstr(&r.pk, "dedup_ratio");
+    msgpack_pack_double(&r.pk, t->unique_bytes ? (double)t->logical_bytes / t->unique_bytes : 1.0);
+    proto_pack_cstr(&r.pk, "compression_ratio");
+    msgpack_pack_double(&r.pk, t->stored_bytes ? (double)t->unique_bytes / t->stored_bytes : 1.0);
+    proto_pack_cstr(&r.pk, "connections");
+    msgpack_pack_uint32(&r.pk, d->nconns);
+    reply_send(st->op.base.conn, &r);
+    dispatch_op_finish(&st->op);
+}
+
+void dispatch_do_status(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = dispatch_op_new(c, id, OP_STATUS, sizeof(struct op_status), NULL);
+    struct op_status *st;
+
+    if (!op)
+        return;
+    st = container_of(op, struct op_status, op);
+    dispatch_op_queue(op, &st->work, status_work, status_done);
+}
+
+/* ---- gc ---- */
+
+static void gc_done(void *userdata, int status, const struct store_gc_result *res)
+{
+    struct op *op = userdata;
+    struct reply r;
+
+    if (!dispatch_op_job_end(op))
+        return;
+    if (status != 0) {
+        dispatch_reply_status_error(op, status);
+    } else {
+        reply_begin(&r, op->base.id, true, 2);
+        proto_pack_cstr(&r.pk, "chunks_removed");
+        msgpack_pack_uint64(&r.pk, res->chunks_removed);
+        proto_pack_cstr(&r.pk, "bytes_freed");
+        msgpack_pack_uint64(&r.pk, res->bytes_freed);
+        reply_send(op->base.conn, &r);
+    }
+    dispatch_op_finish(op);
+}
+
+void dispatch_do_gc(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = dispatch_op_new(c, id, OP_GC, sizeof(struct op), NULL);
+    int r;
+
+    if (!op)
+        return;
+    r = store_gc(c->d->store, gc_done, op);
+    if (r < 0) {
+        dispatch_reply_status_error(op, r);
+        dispatch_op_finish(op);
+        return;
+    }
+    op->job_running = true;
+}
+
+/* ---- verify ---- */
+
+static void verify_done(void *userdata, int status, const struct store_verify_result *res)
+{
+    struct op *op = userdata;
+    size_t listed = res->nbad < VERIFY_MAX_LISTED ? res->nbad : VERIFY_MAX_LISTED;
+    struct reply r;
+
+    if (!dispatch_op_job_end(op))
+        return;
+    if (status != 0) {
+        dispatch_reply_status_error(op, status);
+        dispatch_op_finish(op);
+        return;
+    }
+    reply_begin(&r, op->base.id, true, 4);
+    proto_pack_cstr(&r.pk, "chunks_checked");
+    msgpack_pack_uint64(&r.pk, res->chunks_checked);
+    proto_pack_cstr(&r.pk, "bytes_checked");
+    msgpack_pack_uint64(&r.pk, res->bytes_checked);
+    proto_pack_cstr(&r.pk, "bad_count");
+    msgpack_pack_uint64(&r.pk, res->nbad);
+    proto_pack_cstr(&r.pk, "bad");
+    msgpack_pack_array(&r.pk, listed);
+    for (size_t i = 0; i < listed; i++) {
+        const struct store_bad_chunk *bad = &res->bad[i];
+        const char *msg;
+        size_t ndocs = bad->ndocs < 64 ? bad->ndocs : 64;
+        msgpack_pack_map(&r.pk, 3);
+        proto_pack_cstr(&r.pk, "chunk");
+        proto_pack_cstr(&r.pk, bad->hash);
+        proto_pack_cstr(&r.pk, "error");
+        proto_pack_cstr(&r.pk, proto_error_name(dispatch_error_code(bad->status, &msg)));
+        proto_pack_cstr(&r.pk, "documents");
+        msgpack_pack_array(&r.pk, ndocs);
+        for (size_t d = 0; d < ndocs; d++) {
+            msgpack_pack_map(&r.pk, 2);
+            proto_pack_cstr(&r.pk, "hash");
+            proto_pack_cstr(&r.pk, bad->docs[d].hash);
+            proto_pack_cstr(&r.pk, "name");
+            proto_pack_cstr(&r.pk, bad->docs[d].name ? bad->docs[d].name : "");
+        }
+    }
+    reply_send(op->base.conn, &r);
+    dispatch_op_finish(op);
+}
+
+void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    const msgpack_object *refs = proto_map_get(map, "refs");
+    const char *list[PROTO_MAX_TAGS];
+    char *copies[PROTO_MAX_TAGS];
+    size_t n = 0;
+    struct op *op;
+    int r;
+
+    if (refs && (refs->type != MSGPACK_OBJECT_ARRAY || refs->via.array.size > PROTO_MAX_TAGS)) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "refs must be an array of at most 64 strings");
+        return;
+    }
+    for (uint32_t i = 0; refs && i < refs->via.array.size; i++) {
+        const msgpack_object *o = &refs->via.array.ptr[i];
+        if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 ||
+            o->via.str.size > PROTO_MAX_REF || memchr(o->via.str.ptr, '\0', o->via.str.size)) {
+            reply_error(c, id, PROTO_E_BAD_REQUEST, "each ref must be a non-empty string");
+            goto out;
+        }
+        if (!(copies[n] = strndup(o->via.str.ptr, o->via.str.size))) {
+            reply_error(c, id, PROTO_E_BUSY, "out of memory");
+            goto out;
+        }
+        list[n] = copies[n];
+        n++;
+    }
+    op = dispatch_op_new(c, id, OP_VERIFY, sizeof(struct op), NULL);
+    if (!op)
+        goto out;
+    r = store_verify(c->d->store, list, n, verify_done, op);
+    if (r < 0) {
+        dispatch_reply_status_error(op, r);
+        dispatch_op_finish(op);
+    } else {
+        op->job_running = true;
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        free(copies[i]);
+}

@@ -1,0 +1,367 @@
+/*
+ * The ops that read documents: get streams one document's content, list
+ * pages through the catalogue, stat describes one document. Get and list
+ * stop reading ahead while the client has not read what is queued for it.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/db.h"
+#include "daemon/dispatch-int.h"
+#include "daemon/store.h"
+
+#define LIST_PAGE 500
+
+struct op_get {
+    struct op op;
+    struct store_get *get; /* NULL once released */
+    char *ref;
+    size_t ref_len;
+};
+OP_ASSERT_FIRST(struct op_get);
+
+struct op_list {
+    struct op op;
+    uv_work_t work;
+    int status; /* the worker's result */
+    char *tag;
+    uint64_t limit, listed;
+    char after[PROTO_HASH_HEX + 1]; /* the last hash listed; the next page starts after it */
+    struct db_doc *docs;            /* the current page */
+    size_t ndocs;
+};
+OP_ASSERT_FIRST(struct op_list);
+
+struct op_stat {
+    struct op op;
+    uv_work_t work;
+    int status; /* the worker's result */
+    char *ref;
+    size_t ref_len;
+    struct db_doc doc;
+};
+OP_ASSERT_FIRST(struct op_stat);
+
+static void pack_strings(msgpack_packer *pk, char **v, size_t n)
+{
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
+        proto_pack_cstr(pk, v[i]);
+}
+
+/* ---- get ---- */
+
+static struct op_get *op_get_of(struct op *op)
+{
+    return container_of(op, struct op_get, op);
+}
+
+static void get_clear(struct op *op)
+{
+    free(op_get_of(op)->ref);
+}
+
+static void get_release(struct op_get *g)
+{
+    store_get_release(g->get);
+    g->get = NULL;
+}
+
+static void get_data_cb(void *userdata, const struct db_doc *doc, const uint8_t *data, size_t len,
+                        bool first, bool last)
+{
+    struct op_get *g = userdata;
+    struct conn *c = g->op.base.conn;
+    uint64_t id = g->op.base.id;
+    struct reply r;
+    size_t off = 0;
+
+    /* Split pieces larger than a frame's data allowance; always send at least one frame. */
+    do {
+        size_t n = len - off > PROTO_MAX_DATA ? PROTO_MAX_DATA : len - off;
+        bool final = last && off + n == len;
+        if (off == 0)
+            reply_begin(&r, id, true, first ? 6 : 2);
+        else
+            reply_next(&r, id, true, 2);
+        if (first && off == 0) {
+            proto_pack_cstr(&r.pk, "hash");
+            proto_pack_cstr(&r.pk, doc->hash);
+            proto_pack_cstr(&r.pk, "name");
+            proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
+            proto_pack_cstr(&r.pk, "size");
+            msgpack_pack_uint64(&r.pk, doc->size);
+            proto_pack_cstr(&r.pk, "mime");
+            proto_pack_cstr(&r.pk, doc->mime);
+        }
+        proto_pack_cstr(&r.pk, "data");
+        proto_pack_bin(&r.pk, data ? data + off : (const uint8_t *)"", n);
+        proto_pack_cstr(&r.pk, "more");
+        if (final)
+            msgpack_pack_false(&r.pk);
+        else
+            msgpack_pack_true(&r.pk);
+        reply_end(&r);
+        off += n;
+    } while (off < len);
+    conn_send(c, &r.sbuf);
+
+    if (last) {
+        get_release(g);
+        dispatch_op_finish(&g->op);
+    } else if (c->wqueued < CONN_STREAM_WINDOW) {
+        store_get_next(g->get);
+    } else {
+        conn_wait_drain(c, &g->op.base);
+    }
+}
+
+static void get_error_cb(void *userdata, int status)
+{
+    struct op_get *g = userdata;
+
+    dispatch_reply_status_error(&g->op, status);
+    get_release(g);
+    dispatch_op_finish(&g->op);
+}
+
+static const struct store_get_ops get_ops = {
+    .data = get_data_cb,
+    .error = get_error_cb,
+};
+
+void dispatch_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = dispatch_op_new(c, id, OP_GET, sizeof(struct op_get), get_clear);
+    struct op_get *g;
+    int r;
+
+    if (!op)
+        return;
+    g = op_get_of(op);
+    if (!dispatch_take_ref(op, map, &g->ref, &g->ref_len))
+        return;
+    r = store_get_start(c->d->store, g->ref, g->ref_len, &get_ops, g, &g->get);
+    if (r < 0) {
+        dispatch_reply_status_error(op, r);
+        dispatch_op_finish(op);
+    }
+}
+
+void dispatch_get_abandon(struct op *op)
+{
+    struct op_get *g = op_get_of(op);
+
+    if (g->get)
+        get_release(g);
+}
+
+void dispatch_get_drained(struct op *op)
+{
+    struct op_get *g = op_get_of(op);
+
+    if (g->get)
+        store_get_next(g->get);
+}
+
+/* ---- list ---- */
+
+static struct op_list *op_list_of(struct op *op)
+{
+    return container_of(op, struct op_list, op);
+}
+
+static void list_clear(struct op *op)
+{
+    struct op_list *l = op_list_of(op);
+
+    free(l->tag);
+    db_docs_free(l->docs, l->ndocs);
+}
+
+static void list_work(uv_work_t *work)
+{
+    struct op_list *l = container_of(work, struct op_list, work);
+    uint64_t page = LIST_PAGE;
+
+    if (l->limit && l->limit - l->listed < page)
+        page = l->limit - l->listed;
+    db_docs_free(l->docs, l->ndocs);
+    l->docs = NULL;
+    l->ndocs = 0;
+    l->status = db_list(l->op.d->db, l->tag, l->after, (size_t)page, &l->docs, &l->ndocs);
+}
+
+static void list_done(uv_work_t *work, int status);
+
+static void list_queue(struct op_list *l)
+{
+    dispatch_op_queue(&l->op, &l->work, list_work, list_done);
+}
+
+static void list_done(uv_work_t *work, int status)
+{
+    struct op_list *l = container_of(work, struct op_list, work);
+    struct conn *c;
+    struct reply r;
+    bool more;
+
+    if (!dispatch_op_job_end(&l->op))
+        return;
+    c = l->op.base.conn;
+    if (status < 0 || l->status != 0) {
+        dispatch_reply_status_error(&l->op, status < 0 ? status : l->status);
+        dispatch_op_finish(&l->op);
+        return;
+    }
+    l->listed += l->ndocs;
+    more = l->ndocs == LIST_PAGE && (!l->limit || l->listed < l->limit);
+    reply_begin(&r, l->op.base.id, true, 2);
+    proto_pack_cstr(&r.pk, "items");
+    msgpack_pack_array(&r.pk, l->ndocs);
+    for (size_t i = 0; i < l->ndocs; i++) {
+        const struct db_doc *doc = &l->docs[i];
+        msgpack_pack_map(&r.pk, 7);
+        proto_pack_cstr(&r.pk, "hash");
+        proto_pack_cstr(&r.pk, doc->hash);
+        proto_pack_cstr(&r.pk, "name");
+        proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
+        proto_pack_cstr(&r.pk, "size");
+        msgpack_pack_uint64(&r.pk, doc->size);
+        proto_pack_cstr(&r.pk, "stored_size");
+        msgpack_pack_uint64(&r.pk, doc->stored_size);
+        proto_pack_cstr(&r.pk, "mime");
+        proto_pack_cstr(&r.pk, doc->mime);
+        proto_pack_cstr(&r.pk, "created");
+        msgpack_pack_int64(&r.pk, doc->created);
+        proto_pack_cstr(&r.pk, "tags");
+        pack_strings(&r.pk, doc->tags, doc->ntags);
+    }
+    proto_pack_cstr(&r.pk, "more");
+    if (more)
+        msgpack_pack_true(&r.pk);
+    else
+        msgpack_pack_false(&r.pk);
+    if (l->ndocs > 0)
+        memcpy(l->after, l->docs[l->ndocs - 1].hash, sizeof(l->after));
+    reply_send(c, &r);
+    if (!more)
+        dispatch_op_finish(&l->op);
+    else if (c->wqueued < CONN_STREAM_WINDOW)
+        list_queue(l);
+    else
+        conn_wait_drain(c, &l->op.base);
+}
+
+void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = dispatch_op_new(c, id, OP_LIST, sizeof(struct op_list), list_clear);
+    struct op_list *l;
+    const char *after;
+    size_t after_len;
+    int r;
+
+    if (!op)
+        return;
+    l = op_list_of(op);
+    if (dispatch_get_string(map, "tag", PROTO_MAX_TAG, false, &l->tag) ||
+        proto_get_uint(map, "limit", &l->limit) < 0) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "tag must be a string and limit an integer");
+        dispatch_op_finish(op);
+        return;
+    }
+    r = proto_get_str(map, "after", &after, &after_len);
+    if (r < 0 || (r == 0 && (after_len > PROTO_HASH_HEX || !proto_is_hex(after, after_len)))) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "after must be a hash");
+        dispatch_op_finish(op);
+        return;
+    }
+    if (r == 0) {
+        for (size_t i = 0; i < after_len; i++)
+            l->after[i] = (char)(after[i] >= 'A' && after[i] <= 'F' ? after[i] + 32 : after[i]);
+    }
+    list_queue(l);
+}
+
+void dispatch_list_drained(struct op *op)
+{
+    list_queue(op_list_of(op));
+}
+
+/* ---- stat ---- */
+
+static struct op_stat *op_stat_of(struct op *op)
+{
+    return container_of(op, struct op_stat, op);
+}
+
+static void stat_clear(struct op *op)
+{
+    struct op_stat *s = op_stat_of(op);
+
+    free(s->ref);
+    db_doc_clear(&s->doc);
+}
+
+static void stat_work(uv_work_t *work)
+{
+    struct op_stat *s = container_of(work, struct op_stat, work);
+    s->status = db_resolve(s->op.d->db, s->ref, s->ref_len, DB_WANT_DETAILS, &s->doc);
+}
+
+static void stat_done(uv_work_t *work, int status)
+{
+    struct op_stat *s = container_of(work, struct op_stat, work);
+    const struct db_doc *doc = &s->doc;
+    struct reply r;
+
+    if (!dispatch_op_job_end(&s->op))
+        return;
+    if (status < 0 || s->status != 0) {
+        dispatch_reply_status_error(&s->op, status < 0 ? status : store_status_from_db(s->status));
+        dispatch_op_finish(&s->op);
+        return;
+    }
+    reply_begin(&r, s->op.base.id, true, 10);
+    proto_pack_cstr(&r.pk, "hash");
+    proto_pack_cstr(&r.pk, doc->hash);
+    proto_pack_cstr(&r.pk, "name");
+    proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
+    proto_pack_cstr(&r.pk, "names");
+    pack_strings(&r.pk, doc->names, doc->nnames);
+    proto_pack_cstr(&r.pk, "size");
+    msgpack_pack_uint64(&r.pk, doc->size);
+    proto_pack_cstr(&r.pk, "stored_size");
+    msgpack_pack_uint64(&r.pk, doc->stored_size);
+    proto_pack_cstr(&r.pk, "chunks");
+    msgpack_pack_uint32(&r.pk, doc->nchunks);
+    proto_pack_cstr(&r.pk, "mime");
+    proto_pack_cstr(&r.pk, doc->mime);
+    proto_pack_cstr(&r.pk, "created");
+    msgpack_pack_int64(&r.pk, doc->created);
+    proto_pack_cstr(&r.pk, "tags");
+    pack_strings(&r.pk, doc->tags, doc->ntags);
+    proto_pack_cstr(&r.pk, "meta");
+    msgpack_pack_map(&r.pk, doc->nmeta);
+    for (size_t i = 0; i < doc->nmeta; i++) {
+        proto_pack_cstr(&r.pk, doc->meta_keys[i]);
+        proto_pack_cstr(&r.pk, doc->meta_values[i]);
+    }
+    reply_send(s->op.base.conn, &r);
+    dispatch_op_finish(&s->op);
+}
+
+void dispatch_do_stat(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = dispatch_op_new(c, id, OP_STAT, sizeof(struct op_stat), stat_clear);
+    struct op_stat *s;
+
+    if (!op)
+        return;
+    s = op_stat_of(op);
+    if (dispatch_take_ref(op, map, &s->ref, &s->ref_len))
+        dispatch_op_queue(op, &s->work, stat_work, stat_done);
+}
