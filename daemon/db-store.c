@@ -36,6 +36,7 @@ const char *const db_store_sql[DB_S_COUNT_] = {
                              " ORDER BY time LIMIT ?1",
     [DB_S_JOURNAL_APPLIED] = "UPDATE journal SET applied = 1 WHERE hash = ?1",
     [DB_S_JOURNAL_REFUSED] = "DELETE FROM journal WHERE hash = ?1",
+    [DB_S_JOURNAL_NEWEST] = "SELECT COALESCE(MAX(time), 0) FROM journal",
     [DB_S_PACK_SET] = "INSERT INTO packs(seq, size, state) VALUES(?1, ?2, ?3)"
                       " ON CONFLICT(seq) DO UPDATE SET size = excluded.size,"
                       " state = excluded.state",
@@ -208,6 +209,27 @@ int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
         return -EIO;
     sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
     return db_step_done(txn->conn, s);
+}
+
+int db_journal_newest(struct db *db, uint64_t *time_ns)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t v = 0;
+    int r;
+
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_JOURNAL_NEWEST))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    r = db_query_id(c, s, &v);
+    db_reader_release(db, c);
+    if (r < 0)
+        return r;
+    *time_ns = (uint64_t)v;
+    return 0;
 }
 
 int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pack_state state)

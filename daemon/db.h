@@ -196,6 +196,8 @@ struct db_pending_entry {
 int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out, size_t *n);
 /* The event is applied (or, with `drop`, refused: its row goes, its record is dead). */
 int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool drop);
+/* The time of the newest journal entry (0 when none): new entries come after it. */
+int db_journal_newest(struct db *db, uint64_t *time_ns);
 /* Creates or updates a pack's row. */
 int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pack_state state);
 int db_txn_pack_drop(struct db_txn *txn, uint64_t seq);

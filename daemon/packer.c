@@ -308,6 +308,8 @@ static void batch_written(struct packer_batch *b, int status)
         }
     }
     pk->txns++;
+    for (struct packer_group *g = b->groups; g; g = g->next_)
+        b->dbw.durable |= g->durable;
     b->dbw.apply = batch_apply;
     b->dbw.done = batch_committed;
     db_write(pk->db, &b->dbw);
@@ -516,6 +518,8 @@ static void batch_written(struct packer_batch *b, int status)
         }
     }
     pk->txns++;
+    for (struct packer_group *g = b->groups; g; g = g->next_)
+        b->dbw.durable |= g->durable;
     b->dbw.apply = batch_apply;
     b->dbw.done = batch_committed;
     db_write(pk->db, &b->dbw);

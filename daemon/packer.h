@@ -69,6 +69,8 @@ struct packer_group {
      * moves existing rows instead of adding new ones).
      */
     bool own_locations;
+    /* The batch's commit must be synced (a repack deletes the old pack after it). */
+    bool durable;
     /* Runs in the batch's transaction on the writer thread; NULL for none. */
     int (*apply)(struct db_txn *txn, struct packer_group *g);
     /* On the loop thread once durable and committed (0), or failed. */
