@@ -236,6 +236,12 @@ extern const struct backend_ops backend_local_ops;
  * and opens it. 0 or negative errno; *msg explains a failure.
  */
 int backend_new(struct backend **out, uv_loop_t *loop, const char *url, const char **msg);
+/*
+ * The same with the backend given instead of looked up by the URL's scheme:
+ * backend_new() calls it, and tests use it to plug in backends of their own.
+ */
+int backend_new_ops(struct backend **out, uv_loop_t *loop, const struct backend_ops *ops,
+                    const char *url, const char **msg);
 /* Starts closing the backend (no request may be in flight); its memory goes
  * once the loop has run its close callbacks. Returns NULL. */
 struct backend *backend_free(struct backend *be);
