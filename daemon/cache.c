@@ -179,8 +179,9 @@ const struct cache_buf *cache_insert(struct cache *c, const uint8_t hash[PROTO_H
                                      const uint8_t *data, size_t len, bool keep)
 {
     struct cache_entry *e, *old;
+    bool fits = c->max_bytes > 0 && entry_cost(len) <= c->max_bytes;
 
-    if (c->max_bytes == 0 || entry_cost(len) > c->max_bytes)
+    if (!fits && !keep)
         return NULL;
     /* Copy outside the lock: the bytes may be a whole chunk. */
     e = malloc(sizeof(*e) + (len ? len : 1));
@@ -191,7 +192,9 @@ const struct cache_buf *cache_insert(struct cache *c, const uint8_t hash[PROTO_H
     e->buf.data = e->data;
     e->buf.len = len;
     e->refs = keep ? 1 : 0;
-    e->linked = true;
+    e->linked = fits;
+    if (!fits)
+        return &e->buf; /* not kept: the caller's alone, freed at its release */
     pthread_mutex_lock(&c->lock);
     old = find(c, hash);
     if (old) {

@@ -44,7 +44,9 @@ const struct cache_buf *cache_peek(struct cache *c, const uint8_t hash[PROTO_HAS
 /*
  * Stores a copy of data[0..len) under `hash` (replacing nothing: an entry
  * already there wins) and returns a reference to the entry, or NULL when out
- * of memory. With `keep` false the reference is dropped at once.
+ * of memory. With `keep` false the reference is dropped at once (and NULL
+ * returned). With the cache disabled or too small for the bytes, `keep`
+ * still gets a reference to a copy that is the caller's alone.
  */
 const struct cache_buf *cache_insert(struct cache *c, const uint8_t hash[PROTO_HASH_LEN],
                                      const uint8_t *data, size_t len, bool keep);

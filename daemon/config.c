@@ -15,7 +15,7 @@
 
 static const char usage_text[] =
     "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
-    "              [--config FILE] [--rebuild-index]\n"
+    "              [--config FILE] [--rebuild-index | --upgrade]\n"
     "       cairnd --help | --version\n"
     "\n"
     "Runs the cairn storage daemon in the foreground.\n"
@@ -27,12 +27,13 @@ static const char usage_text[] =
     "  --backend URL      object backend: local (default) or local:/PATH\n"
     "  --log-level LEVEL  error, warn, info (default) or debug\n"
     "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n"
-    "  --rebuild-index    recreate the metadata database from the backend, then exit\n";
+    "  --rebuild-index    recreate the metadata database from the packs, then exit\n"
+    "  --upgrade          convert a data directory of format 1 to packs, then exit\n";
 
 /* Flag values, kept apart so they can be applied after the file and the environment. */
 struct flags {
     const char *socket, *data_dir, *backend, *log_level, *config;
-    bool rebuild_index;
+    bool rebuild_index, upgrade;
 };
 
 struct ini_state {
@@ -125,6 +126,24 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             if (parse_uint(value, 1, 19, &u))
                 return "compression_level must be between 1 and 19";
             cfg->compression_level = (int)u;
+            return NULL;
+        }
+        if (strcmp(key, "pack_size") == 0) {
+            if (parse_size(value, &sz) || sz < 1024u * 1024 || sz > 1024u * 1024 * 1024)
+                return "pack_size must be between 1M and 1024M";
+            cfg->pack_size = sz;
+            return NULL;
+        }
+        if (strcmp(key, "repack_threshold") == 0) {
+            if (parse_uint(value, 1, 100, &u))
+                return "repack_threshold must be a percentage from 1 to 100";
+            cfg->repack_threshold = u;
+            return NULL;
+        }
+        if (strcmp(key, "cache_size") == 0) {
+            if (parse_size(value, &sz) || sz > 64ull * 1024 * 1024 * 1024)
+                return "cache_size must be between 0 and 65536M";
+            cfg->cache_size = sz;
             return NULL;
         }
         if (strcmp(key, "chunk_min") == 0 || strcmp(key, "chunk_avg") == 0 ||
@@ -245,6 +264,9 @@ static void set_defaults(struct config *cfg)
     cfg->chunk_avg = CDC_DEFAULT_AVG;
     cfg->chunk_max = CDC_DEFAULT_MAX;
     cfg->max_text = 16 * 1024 * 1024;
+    cfg->pack_size = 16 * 1024 * 1024;
+    cfg->repack_threshold = 50;
+    cfg->cache_size = 64 * 1024 * 1024;
     cfg->max_connections = 4096;
     cfg->threads = 0;
 }
@@ -260,6 +282,7 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {"rebuild-index", no_argument, NULL, 'R'},
+        {"upgrade", no_argument, NULL, 'U'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -287,6 +310,9 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         case 'R':
             fl->rebuild_index = true;
             break;
+        case 'U':
+            fl->upgrade = true;
+            break;
         case 'h':
             fputs(usage_text, stdout);
             return CONFIG_E_EXIT;
@@ -306,6 +332,10 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
     }
     if (optind < argc) {
         snprintf(err, err_len, "unexpected argument '%s'", argv[optind]);
+        return CONFIG_E_USAGE;
+    }
+    if (fl->rebuild_index && fl->upgrade) {
+        snprintf(err, err_len, "--rebuild-index and --upgrade do not go together");
         return CONFIG_E_USAGE;
     }
     return 0;
@@ -333,6 +363,7 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     if (r)
         return r;
     cfg->rebuild_index = fl.rebuild_index;
+    cfg->upgrade = fl.upgrade;
 
     if (fl.config && copy_str(cfg->config_path, sizeof(cfg->config_path), fl.config)) {
         snprintf(err, err_len, "--config: path is empty or too long");

@@ -262,6 +262,21 @@ int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, st
     return r;
 }
 
+int db_load(struct db *db, int64_t rowid, unsigned want, struct db_doc *doc)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    int r;
+
+    memset(doc, 0, sizeof(*doc));
+    if (!c)
+        return -EIO;
+    r = db_load_doc(c, rowid, want, doc);
+    db_reader_release(db, c);
+    if (r != 0)
+        db_doc_clear(doc);
+    return r;
+}
+
 int db_name_current(struct db *db, const char *name, int64_t doc, bool *current)
 {
     struct db_conn *c = db_reader_acquire(db);

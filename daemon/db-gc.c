@@ -32,8 +32,8 @@ const char *const db_gc_sql[DB_S_COUNT_] = {
     [DB_S_STATE_GET] = "SELECT value FROM state WHERE key = ?1",
     [DB_S_STATE_SET] = "INSERT INTO state(key, value) VALUES(?1, ?2)"
                        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-    [DB_S_MANIFESTS] = "SELECT depth, manifest FROM documents",
-    [DB_S_REMOVAL_MANIFESTS] = "SELECT depth, manifest FROM search_removals",
+    [DB_S_MANIFESTS] = "SELECT depth, manifest, id FROM documents",
+    [DB_S_REMOVAL_MANIFESTS] = "SELECT depth, manifest, -1 FROM search_removals",
     [DB_S_CHUNK_PAGE] = "SELECT hash, condemned FROM chunks WHERE hash > ?1 ORDER BY hash LIMIT ?2",
     [DB_S_SEGMENT_PAGE] =
         "SELECT hash, condemned FROM segments WHERE hash > ?1 ORDER BY hash LIMIT ?2",
@@ -62,6 +62,9 @@ const char *const db_gc_sql[DB_S_COUNT_] = {
     [DB_S_SEGMENT_DROP] = "DELETE FROM segments WHERE hash = ?1 AND pack = ?2 AND off = ?3"
                           " AND condemned = ?4",
     [DB_S_JOURNAL_DROP] = "DELETE FROM journal WHERE hash = ?1 AND pack = ?2 AND off = ?3",
+    [DB_S_PACK_ROWS_LEFT] = "SELECT (SELECT count(*) FROM chunks WHERE pack = ?1)"
+                            " + (SELECT count(*) FROM segments WHERE pack = ?1)"
+                            " + (SELECT count(*) FROM journal WHERE pack = ?1)",
 };
 
 /* ---- the gc run counter ---- */
@@ -133,7 +136,7 @@ static int each_row(struct db_conn *c, enum db_stmt_id id, db_manifest_fn *fn, v
             r = -EIO;
             break;
         }
-        r = fn(ctx, depth, root, len);
+        r = fn(ctx, sqlite3_column_int64(s, 2), depth, root, len);
     }
     if (r == 0 && rc != SQLITE_DONE)
         r = -EIO;
@@ -203,7 +206,7 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
     for (size_t i = 0; r == 0 && i < n; i++) {
         bool is_live = live(ctx, rows[i].hash);
         uint64_t to;
-        if (!is_live && rows[i].condemned == 0)
+        if (!is_live && rows[i].condemned == 0 && gen != 0)
             to = gen;
         else if (is_live && rows[i].condemned != 0)
             to = 0;
@@ -432,4 +435,18 @@ int db_txn_row_drop(struct db_txn *txn, const struct db_pack_row *row)
     if (row->kind != DB_ROW_ENTRY)
         sqlite3_bind_int64(s, 4, (int64_t)row->condemned);
     return db_step_done(txn->conn, s);
+}
+
+int db_txn_pack_rows_left(struct db_txn *txn, uint64_t seq, uint64_t *n)
+{
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_ROWS_LEFT);
+    int64_t v = 0;
+    int r;
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, (int64_t)seq);
+    r = db_query_id(txn->conn, s, &v);
+    *n = (uint64_t)v;
+    return r < 0 ? r : 0;
 }

@@ -85,6 +85,7 @@ enum db_stmt_id {
     DB_S_CHUNK_DROP,
     DB_S_SEGMENT_DROP,
     DB_S_JOURNAL_DROP,
+    DB_S_PACK_ROWS_LEFT,
     /* db-search.c */
     DB_S_VOCAB,
     DB_S_COUNT_,

@@ -136,6 +136,8 @@ int db_txn_add(struct db_txn *txn, struct db_add *add);
 int db_txn_delete(struct db_txn *txn, const char *hash_hex);
 
 int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc);
+/* The document with this row id; DB_E_NOT_FOUND when it is gone. */
+int db_load(struct db *db, int64_t rowid, unsigned want, struct db_doc *doc);
 /* Whether the newest document named `name` is the document with row id `doc`. */
 int db_name_current(struct db *db, const char *name, int64_t doc, bool *current);
 /* Documents ordered by hash, after `after` (may be NULL), with `tag` (may be NULL). */
@@ -210,15 +212,20 @@ int db_packs(struct db *db, struct db_pack **packs, size_t *n);
 int db_txn_gc_generation(struct db_txn *txn, uint64_t *gen);
 int db_gc_generation(struct db *db, uint64_t *gen);
 
-/* Calls fn for every document's manifest (depth, root) and every pending index removal's. */
-typedef int db_manifest_fn(void *ctx, unsigned depth, const uint8_t *root, size_t root_len);
+/*
+ * Calls fn for every document's manifest (its row id, depth and root) and
+ * every pending index removal's (row id -1), in one snapshot.
+ */
+typedef int db_manifest_fn(void *ctx, int64_t rowid, unsigned depth, const uint8_t *root,
+                           size_t root_len);
 int db_each_manifest(struct db *db, db_manifest_fn *fn, void *ctx);
 
 /*
  * One page of gc's sweep over the chunks (or segments) table, in hash order
  * after *cursor: rows `live` says are dead and not yet condemned get
- * condemned = gen; condemned rows that are live again are revived. *done
- * when the table is finished; counts are added to.
+ * condemned = gen (unless gen is 0: revive only); condemned rows that are
+ * live again are revived. *done when the table is finished; counts are
+ * added to.
  */
 enum db_record_table { DB_TABLE_CHUNKS, DB_TABLE_SEGMENTS };
 typedef bool db_live_fn(void *ctx, const uint8_t hash[PROTO_HASH_LEN]);
@@ -249,6 +256,8 @@ int db_pack_rows(struct db *db, uint64_t seq, uint64_t safe_gen, struct db_pack_
 int db_txn_row_move(struct db_txn *txn, const struct db_pack_row *row, const struct db_loc *to);
 /* A dead record is dropped: its row goes if it still points there (and is still condemned). */
 int db_txn_row_drop(struct db_txn *txn, const struct db_pack_row *row);
+/* How many rows still point into pack `seq` (a repack must leave none). */
+int db_txn_pack_rows_left(struct db_txn *txn, uint64_t seq, uint64_t *n);
 
 /* ---- the search index's queue (db-docs.c) ---- */
 

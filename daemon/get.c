@@ -112,7 +112,7 @@ static void job_work(uv_work_t *work)
         }
         break;
     case GET_SEGMENT:
-        get->status = store_load_segment(st, get->want, &get->buf);
+        get->status = store_load_segment(st, get->want, false, &get->buf);
         break;
     case GET_CHUNK:
         get->status = store_load_chunk(st, get->chunk.hash, get->chunk.bytes, &get->buf);

@@ -374,6 +374,14 @@ static int index_doc(struct indexer *ix, int64_t rowid, char *text, size_t text_
         f.body_len = text_len;
     } else if (d.text) {
         r = read_text(ix, &d, ix->max_text, &f.body, &f.body_len);
+        if (r == STORE_E_INTEGRITY) {
+            /* Damaged, or not text under this max_text: indexed by its names alone. */
+            log_warn("search index: the text of document %s cannot be read back; indexed without it",
+                     d.hash);
+            f.body = NULL;
+            f.body_len = 0;
+            r = 0;
+        }
     }
     if (r == 0)
         r = remove_entry(ix, rowid, &d, &f, &had);

@@ -79,6 +79,8 @@ int store_bridge_init(struct store *st)
     if (r == 0) {
         pthread_mutex_init(&st->bridge_lock, NULL);
         st->bridge_open = true;
+        /* Only the jobs that use it keep the loop running, not the handle itself. */
+        uv_unref((uv_handle_t *)&st->bridge_async);
     }
     return r;
 }
@@ -136,8 +138,7 @@ int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, siz
 
 /* ---- records ---- */
 
-/* Reads a whole record at a location; RECORD_E_BAD when it is not all there. */
-static int read_record(struct store *st, const struct db_loc *loc, uint8_t **out)
+int store_read_record(struct store *st, const struct db_loc *loc, uint8_t **out)
 {
     uint8_t *buf = malloc(loc->len ? loc->len : 1);
     size_t got = 0;
@@ -187,7 +188,7 @@ static int load_block(struct store *st, const struct db_loc *loc, const uint8_t 
     uint8_t *bytes, *raw = NULL;
     size_t raw_len;
     uint32_t count;
-    int r = read_record(st, loc, &bytes);
+    int r = store_read_record(st, loc, &bytes);
 
     if (r != 0)
         return r;
@@ -259,11 +260,11 @@ int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint6
     return 0;
 }
 
-int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN],
+int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,
                        const struct cache_buf **out)
 {
     char hex[PROTO_HASH_HEX + 1];
-    const struct cache_buf *b = cache_lookup(st->cache, hash);
+    const struct cache_buf *b = from_disk ? NULL : cache_lookup(st->cache, hash);
     struct db_loc loc;
     uint8_t *bytes, *raw;
     size_t raw_len;
@@ -279,7 +280,7 @@ int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN],
     }
     proto_hex_encode(hash, PROTO_HASH_LEN, hex);
     r = db_segment_find(st->db, hash, &loc);
-    if (r == 0 && (r = read_record(st, &loc, &bytes)) == 0) {
+    if (r == 0 && (r = store_read_record(st, &loc, &bytes)) == 0) {
         r = record_seal_open(bytes, loc.len, PACK_REC_MANIFEST, hash, MANIFEST_MAX_SEGMENT, &raw,
                              &raw_len);
         free(bytes);
@@ -317,7 +318,7 @@ const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[
 /* ---- walking manifests from workers ---- */
 
 int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
-                        bool segments_too, store_chunk_fn *fn, void *ctx)
+                        unsigned flags, store_chunk_fn *fn, void *ctx)
 {
     struct manifest_cursor cur;
     struct manifest_entry e;
@@ -334,13 +335,13 @@ int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, s
         }
         if (r == MANIFEST_E_NEED) {
             const struct cache_buf *seg;
-            if (segments_too) {
+            if (flags & STORE_WALK_SEGMENTS) {
                 struct manifest_entry s = {.bytes = 0};
                 memcpy(s.hash, want, PROTO_HASH_LEN);
                 if ((r = fn(ctx, &s)) != 0)
                     break;
             }
-            if ((r = store_load_segment(st, want, &seg)) != 0)
+            if ((r = store_load_segment(st, want, flags & STORE_WALK_DISK, &seg)) != 0)
                 break;
             r = manifest_cursor_feed(&cur, seg->data, seg->len);
             cache_release(st->cache, seg);
@@ -388,7 +389,7 @@ int store_read_prefix(struct store *st, unsigned depth, const uint8_t *root, siz
 
     if (!(p.buf = malloc(max + 1)))
         return -ENOMEM;
-    r = store_walk_manifest(st, depth, root, root_len, false, prefix_chunk, &p);
+    r = store_walk_manifest(st, depth, root, root_len, 0, prefix_chunk, &p);
     if (r < 0 || (r > 0 && r != 1)) {
         free(p.buf);
         return r;

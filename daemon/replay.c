@@ -745,7 +745,7 @@ static void page_work(void *arg)
         }
         if (r == 0 && !ev->e.is_delete) {
             struct check_ctx c = {st};
-            r = store_walk_manifest(st, ev->e.depth, ev->e.root, ev->e.root_len, false,
+            r = store_walk_manifest(st, ev->e.depth, ev->e.root, ev->e.root_len, 0,
                                     check_chunk, &c);
         }
         if (r < 0 && r != -ENOMEM && r != -EIO)

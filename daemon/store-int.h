@@ -45,6 +45,11 @@ struct store_op {
 /* A blocking read handed from a worker thread to the loop (backends without READ_SYNC). */
 struct store_bridge_req;
 
+/* A gc run's number and the first operation that did not predate its condemnations. */
+struct store_gc_barrier {
+    uint64_t gen, barrier;
+};
+
 struct store {
     uv_loop_t *loop;
     struct backend *be;
@@ -60,6 +65,10 @@ struct store {
     struct store_op *ops_head, *ops_tail;
     uint64_t next_op_seq;
     struct store_gc *gc;
+    /* gc runs of this life of the daemon; earlier ones (<= gc_boot_gen) are all safe. */
+    uint64_t gc_boot_gen;
+    struct store_gc_barrier *gc_barriers;
+    size_t ngc_barriers;
     /* Repacked packs waiting for their readers to end before deletion. */
     struct store_reap *reaping;
     uint64_t last_entry_ns; /* replay starts it at the newest entry in the packs */
@@ -78,11 +87,20 @@ uint64_t store_oldest_op(const struct store *st);
 /* gc.c: the oldest running operation ended; gc may be waiting for that. */
 void store_gc_ops_ended(struct store *st);
 
+/*
+ * repack.c: rewrites or deletes the packs that are mostly dead, counting rows
+ * condemned by runs up to safe_gen as dead; adds to *res and calls cb once
+ * every chosen pack is done.
+ */
+typedef void store_repack_cb(void *ctx, int status);
+void store_repack(struct store *st, uint64_t safe_gen, struct store_gc_result *res,
+                  store_repack_cb *cb, void *ctx);
+/* Deletes repacked packs no running operation can read any more. */
+void store_reap(struct store *st);
+
 /* A journal time (ns since the epoch) later than every one handed out before. */
 uint64_t store_entry_time(struct store *st);
 
-/* The store's code for a database outcome (DB_E_NOT_FOUND, DB_E_AMBIGUOUS); others pass through. */
-int store_status_from_db(int status);
 /* Maps a backend read status to the store's codes. */
 int store_map_read_status(int status);
 
@@ -106,7 +124,7 @@ int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint6
                      const struct cache_buf **out);
 void store_chunk_release(struct store *st, const struct cache_buf *buf);
 /* A manifest segment's raw bytes, checked against its id: same outcomes. */
-int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN],
+int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,
                        const struct cache_buf **out);
 /* Loop thread: a cached chunk, checked, or NULL (not cached, or damaged and dropped). */
 const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN],
@@ -115,11 +133,19 @@ const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[
 /*
  * Walks a manifest from a worker thread, reading segments as needed: calls
  * fn for each chunk in order until it returns non-zero (returned) or the end
- * (0). STORE_E_INTEGRITY for a missing or damaged segment.
+ * (0). STORE_E_INTEGRITY for a missing or damaged segment. Flags:
+ * STORE_WALK_SEGMENTS also calls fn for each segment (bytes 0) before its
+ * chunks; STORE_WALK_DISK reads segments from their packs, not the cache.
  */
+enum {
+    STORE_WALK_SEGMENTS = 1u << 0,
+    STORE_WALK_DISK = 1u << 1,
+};
 typedef int store_chunk_fn(void *ctx, const struct manifest_entry *chunk);
 int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
-                        bool segments_too, store_chunk_fn *fn, void *ctx);
+                        unsigned flags, store_chunk_fn *fn, void *ctx);
+/* Reads a whole record at a location: 0 with it (malloc'd), RECORD_E_BAD when not all there. */
+int store_read_record(struct store *st, const struct db_loc *loc, uint8_t **out);
 
 /*
  * The first `max` bytes of a text document, read back from the store (for

@@ -42,7 +42,7 @@ int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db
     if ((r = cdc_init(&st->cdc, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max)) < 0 ||
         (r = cache_new(&st->cache, cfg->cache_size)) < 0 ||
         (r = refcache_new(&st->refs, STORE_REFCACHE_BYTES)) < 0 ||
-        (r = store_bridge_init(st)) < 0)
+        (r = store_bridge_init(st)) < 0 || (r = db_gc_generation(db, &st->gc_boot_gen)) < 0)
         return r;
     /* The database may lack the last commits before a crash: the packs have them. */
     r = store_replay(st, &resume, st->replay_summary, sizeof(st->replay_summary));
@@ -63,6 +63,7 @@ struct store *store_free(struct store *st)
     store_bridge_close(st);
     st->refs = refcache_free(st->refs);
     st->cache = cache_free(st->cache);
+    free(st->gc_barriers);
     free(st);
     return NULL;
 }
@@ -76,6 +77,23 @@ bool store_busy(struct store *st)
 {
     return (st->packer && packer_busy(st->packer)) ||
            (st->indexer && indexer_busy(st->indexer)) || st->reaping;
+}
+
+static void drained(void *ctx)
+{
+    *(bool *)ctx = true;
+}
+
+int store_drain(struct store *st)
+{
+    bool caught_up = false;
+    int r = indexer_wait(st->indexer, drained, &caught_up);
+
+    if (r < 0)
+        return r;
+    while (!caught_up || store_busy(st))
+        uv_run(st->loop, UV_RUN_ONCE);
+    return 0;
 }
 
 const char *store_replay_summary(const struct store *st)

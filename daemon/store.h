@@ -43,6 +43,9 @@ enum {
 #define STORE_MIN_CHUNK 64u
 #define STORE_MAX_CHUNK (1024u * 1024)
 
+/* The store's code for a database outcome (DB_E_NOT_FOUND, DB_E_AMBIGUOUS); others pass through. */
+int store_status_from_db(int status);
+
 /* Largest document. */
 #define STORE_MAX_DOCUMENT (1ull << 40)
 
@@ -199,5 +202,24 @@ struct store_stats {
 };
 void store_get_stats(struct store *st, struct store_stats *out);
 
+/*
+ * Runs the loop until the background work is done and the search index has
+ * caught up (for --rebuild-index and --upgrade, before the exit).
+ */
+int store_drain(struct store *st);
+
 /* What store_new recovered from the packs, in a sentence (empty when nothing). */
 const char *store_replay_summary(const struct store *st);
+
+/* ---- search ---- */
+
+/*
+ * Runs a search once every add and delete acknowledged before it is in the
+ * index, and makes each hit's snippet from its text read back from the
+ * store. `done` gets the hits (owned by the callee: db_hits_free), or
+ * DB_E_INVALID_QUERY with a message for the user, or a failure.
+ */
+typedef void store_search_cb(void *userdata, int status, const char *msg, struct db_hit *hits,
+                             size_t nhits);
+int store_search(struct store *st, const struct db_search_params *p, store_search_cb *done,
+                 void *userdata);
