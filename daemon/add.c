@@ -49,10 +49,16 @@ struct rawbuf {
     size_t len;
 };
 
+/* Records, as a growing array. */
+struct rec_list {
+    struct packer_rec *v;
+    size_t n;
+};
+
 /* A record group this add sent to the pack writer. */
 struct add_group {
     struct packer_group g;
-    struct packer_rec recs[2];
+    struct rec_list recs;
     struct store_add *add;
 };
 
@@ -67,7 +73,7 @@ struct seg_job {
     int status;
     struct manifest_entry *chunks; /* per chunk, in order */
     uint64_t stored;               /* the stored bytes of its chunks */
-    struct packer_rec block;       /* bytes NULL when every chunk was known */
+    struct rec_list blocks;        /* its new chunks, in blocks of at most RECORD_BLOCK_MAX */
     struct seg_job *next;
 };
 
@@ -127,7 +133,7 @@ struct store_add {
     struct spill *spills, *spills_tail; /* run one at a time, in order */
     unsigned groups;                    /* groups sent and not yet called back */
     uint64_t stored;
-    struct packer_rec last_block; /* the final segment's block, sent with the entry */
+    struct rec_list last; /* the final segment's blocks, sent with the entry */
 
     bool finishing, final_cut_done, entry_started, committing, aborted;
     bool unchanged;
@@ -140,7 +146,8 @@ struct store_add {
     uv_work_t entry_work;
     struct packer_rec entry;
     int entry_status;
-    struct add_group final;
+    struct packer_group final;
+    struct rec_list final_recs;
     struct db_add dba;
 };
 
@@ -169,12 +176,34 @@ static void rec_clear(struct packer_rec *rec)
     memset(rec, 0, sizeof(*rec));
 }
 
+static void list_clear(struct rec_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        rec_clear(&l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+/* Appends a record (taken over); -ENOMEM leaves it with the caller. */
+static int list_push(struct rec_list *l, struct packer_rec *rec)
+{
+    struct packer_rec *grown = realloc(l->v, (l->n + 1) * sizeof(*grown));
+
+    if (!grown)
+        return -ENOMEM;
+    l->v = grown;
+    l->v[l->n++] = *rec;
+    memset(rec, 0, sizeof(*rec));
+    return 0;
+}
+
 static void seg_free(struct seg_job *sj)
 {
     free(sj->seg.data);
     free(sj->ends);
     free(sj->chunks);
-    rec_clear(&sj->block);
+    list_clear(&sj->blocks);
     free(sj);
 }
 
@@ -201,7 +230,8 @@ static void add_free(struct store_add *add)
     EVP_MD_CTX_free(add->doc_ctx);
     text_acc_clear(&add->text);
     manifest_builder_clear(&add->mb);
-    rec_clear(&add->last_block);
+    list_clear(&add->last);
+    list_clear(&add->final_recs);
     rec_clear(&add->entry);
     free(add->root);
     params_clear(&add->p);
@@ -351,15 +381,32 @@ void store_add_abort(struct store_add *add)
 
 /* ---- worker side: cutting, segments, blocks, the entry ---- */
 
+/* Compresses pieces into one block record, appended to the segment's blocks. */
+static int seg_block(struct store *st, struct seg_job *sj, const struct record_piece *pieces,
+                     size_t n)
+{
+    struct packer_rec rec = {.type = PACK_REC_BLOCK, .nidx = n};
+    int r = record_block_build(pieces, n, st->cfg.compression_level, &rec.bytes, &rec.len, rec.id,
+                               &rec.idx);
+
+    if (r < 0)
+        return r;
+    sj->stored += rec.len;
+    if ((r = list_push(&sj->blocks, &rec)) < 0)
+        rec_clear(&rec);
+    return r;
+}
+
 /*
  * Hashes a segment's chunks, looks each up, and compresses the new ones into
- * one block. A chunk that repeats within the segment is stored once.
+ * blocks of at most RECORD_BLOCK_MAX bytes. A chunk that repeats within the
+ * segment is stored once.
  */
 static int seg_process(struct store *st, struct seg_job *sj)
 {
     struct record_piece *pieces = NULL;
     uint32_t *known = NULL;
-    size_t npieces = 0;
+    size_t npieces = 0, first = 0, raw = 0;
     int r = 0;
 
     sj->chunks = calloc(sj->nends ? sj->nends : 1, sizeof(*sj->chunks));
@@ -381,24 +428,25 @@ static int seg_process(struct store *st, struct seg_job *sj)
             continue;
         r = db_chunk_lookup(st->db, c->hash, &known[i]);
         if (r == DB_E_NOT_FOUND) {
+            /* A full block goes first; the next one starts with this chunk. */
+            if (npieces > first &&
+                (raw + len > RECORD_BLOCK_MAX || npieces - first == PACK_MAX_BLOCK_CHUNKS)) {
+                r = seg_block(st, sj, pieces + first, npieces - first);
+                first = npieces;
+                raw = 0;
+            }
             pieces[npieces] = (struct record_piece){sj->seg.data + start, len, {0}};
             memcpy(pieces[npieces].hash, c->hash, PROTO_HASH_LEN);
             npieces++;
+            raw += len;
             known[i] = 0;
-            r = 0;
+            r = r < 0 ? r : 0;
         } else if (r == 0) {
             sj->stored += known[i];
         }
     }
-    if (r == 0 && npieces > 0) {
-        r = record_block_build(pieces, npieces, st->cfg.compression_level, &sj->block.bytes,
-                               &sj->block.len, sj->block.id, &sj->block.idx);
-        if (r == 0) {
-            sj->block.type = PACK_REC_BLOCK;
-            sj->block.nidx = npieces;
-            sj->stored += sj->block.len;
-        }
-    }
+    if (r == 0 && npieces > first)
+        r = seg_block(st, sj, pieces + first, npieces - first);
 out:
     free(pieces);
     free(known);
@@ -562,24 +610,21 @@ static void cut_work(uv_work_t *work)
 
 static void group_done(struct packer_group *g, int status);
 
-/* Sends records to the pack writer as one group (taken over). */
-static void send_group(struct store_add *add, struct packer_rec *recs, size_t n)
+/* Sends records to the pack writer as one group (the list is taken over). */
+static void send_group(struct store_add *add, struct rec_list *recs)
 {
     struct add_group *ag = calloc(1, sizeof(*ag));
 
     if (!ag) {
-        for (size_t i = 0; i < n; i++)
-            rec_clear(&recs[i]);
+        list_clear(recs);
         add_fail(add, -ENOMEM);
         return;
     }
     ag->add = add;
-    for (size_t i = 0; i < n; i++) {
-        ag->recs[i] = recs[i];
-        memset(&recs[i], 0, sizeof(recs[i]));
-    }
-    ag->g.recs = ag->recs;
-    ag->g.nrecs = n;
+    ag->recs = *recs;
+    *recs = (struct rec_list){0};
+    ag->g.recs = ag->recs.v;
+    ag->g.nrecs = ag->recs.n;
     ag->g.done = group_done;
     add->groups++;
     packer_submit(add->st->packer, &ag->g);
@@ -595,8 +640,7 @@ static void group_done(struct packer_group *g, int status)
                  status < 0 ? strerror(-status) : "backend unavailable");
         add_fail(add, status < 0 ? status : STORE_E_UNAVAILABLE);
     }
-    for (size_t i = 0; i < g->nrecs; i++)
-        rec_clear(&ag->recs[i]);
+    list_clear(&ag->recs);
     free(ag);
     add->groups--;
     add_progress(add);
@@ -679,8 +723,12 @@ static void spill_done(uv_work_t *work, int status)
         add->spills_tail = NULL;
     if (!add->error && !add->aborted) {
         struct manifest_entry up = {.bytes = sp->bytes};
+        struct rec_list one = {0};
         memcpy(up.hash, sp->rec.id, PROTO_HASH_LEN);
-        send_group(add, &sp->rec, 1);
+        if (list_push(&one, &sp->rec) < 0)
+            add_fail(add, -ENOMEM);
+        else
+            send_group(add, &one);
         push_entry(add, sp->level + 1, &up);
     }
     free(sp->list);
@@ -702,13 +750,13 @@ static void seg_collect(struct store_add *add)
         for (size_t i = 0; i < sj->nends && !add->error; i++)
             push_entry(add, 0, &sj->chunks[i]);
         add->stored += sj->stored;
-        if (sj->block.bytes) {
-            /* The document's last block travels with its entry: one sync for a small add. */
-            if (add->final_cut_done && !add->segs && add->last_block.bytes == NULL) {
-                add->last_block = sj->block;
-                memset(&sj->block, 0, sizeof(sj->block));
+        if (sj->blocks.n) {
+            /* The document's last blocks travel with its entry: one sync for a small add. */
+            if (add->final_cut_done && !add->segs && add->last.n == 0) {
+                add->last = sj->blocks;
+                sj->blocks = (struct rec_list){0};
             } else {
-                send_group(add, &sj->block, 1);
+                send_group(add, &sj->blocks);
             }
         }
         seg_free(sj);
@@ -877,7 +925,7 @@ static void entry_start(struct store_add *add)
 
 static int final_apply(struct db_txn *txn, struct packer_group *g)
 {
-    struct store_add *add = container_of(g, struct store_add, final.g);
+    struct store_add *add = container_of(g, struct store_add, final);
     return db_txn_add(txn, &add->dba);
 }
 
@@ -895,13 +943,12 @@ static void report(struct store_add *add, bool created)
 
 static void final_done(struct packer_group *g, int status)
 {
-    struct store_add *add = container_of(g, struct store_add, final.g);
+    struct store_add *add = container_of(g, struct store_add, final);
     struct store *st = add->st;
 
     add->committing = false;
     add->ticket = 0; /* used */
-    for (size_t i = 0; i < g->nrecs; i++)
-        rec_clear(&add->final.recs[i]);
+    list_clear(&add->final_recs);
     if (status != 0) {
         add_fail(add, status < 0 ? status : STORE_E_UNAVAILABLE);
         (void)add_maybe_end(add);
@@ -930,7 +977,7 @@ static void final_done(struct packer_group *g, int status)
 static void final_send(struct store_add *add)
 {
     struct db_add *d = &add->dba;
-    size_t text_len, n = 0;
+    size_t text_len;
 
     memcpy(d->hash, add->doc_hash, PROTO_HASH_LEN);
     d->size = add->received;
@@ -949,19 +996,19 @@ static void final_send(struct store_add *add)
     d->text = text_acc_text(&add->text, &text_len) != NULL;
     /* The time the journal recorded, so a rebuild restores exactly this. */
     d->created_at = (int64_t)(add->entry_ns / 1000000000u);
-    if (add->last_block.bytes) {
-        add->final.recs[n++] = add->last_block;
-        memset(&add->last_block, 0, sizeof(add->last_block));
+    add->final_recs = add->last;
+    add->last = (struct rec_list){0};
+    if (list_push(&add->final_recs, &add->entry) < 0) {
+        add_fail(add, -ENOMEM);
+        return;
     }
-    add->final.recs[n++] = add->entry;
-    memset(&add->entry, 0, sizeof(add->entry));
-    add->final.g.recs = add->final.recs;
-    add->final.g.nrecs = n;
-    add->final.g.ticket = add->ticket;
-    add->final.g.apply = final_apply;
-    add->final.g.done = final_done;
+    add->final.recs = add->final_recs.v;
+    add->final.nrecs = add->final_recs.n;
+    add->final.ticket = add->ticket;
+    add->final.apply = final_apply;
+    add->final.done = final_done;
     add->committing = true;
-    packer_submit(add->st->packer, &add->final.g);
+    packer_submit(add->st->packer, &add->final);
 }
 
 /*

@@ -37,6 +37,8 @@ struct packer_batch {
 /* The seal of a pack: its index and trailer appended, then the database told. */
 struct packer_seal {
     struct packer *pk;
+    void (*cb)(void *ctx); /* packer_rotate's caller, told when the seal is in */
+    void *ctx;
     uint64_t seq, size;
     uint8_t *bytes;
     struct iovec iov;
@@ -65,6 +67,9 @@ struct packer {
     unsigned txns, seals;
     uv_idle_t kick;
     bool kick_active;
+    /* packer_rotate waiting for the running append. */
+    void (*rotate_cb)(void *ctx);
+    void *rotate_ctx;
     struct packer_stats stats;
 };
 
@@ -272,7 +277,22 @@ static void batch_fail(struct packer_batch *b, int status)
 
 static int batch_apply(struct db_txn *txn, struct db_write *w);
 static void batch_committed(struct db_write *w);
-static void seal_start(struct packer *pk);
+static void seal_start(struct packer *pk, void (*cb)(void *), void *ctx);
+
+/* A rotation waited for the append that just ended: seal now. True when it did. */
+static bool rotate_pending(struct packer *pk)
+{
+    void (*cb)(void *) = pk->rotate_cb;
+
+    if (!cb)
+        return false;
+    pk->rotate_cb = NULL;
+    if (pk->size > 0)
+        seal_start(pk, cb, pk->rotate_ctx);
+    else
+        cb(pk->rotate_ctx);
+    return true;
+}
 
 /* The append (or put) of a batch ended. */
 static void batch_written(struct packer_batch *b, int status)
@@ -290,6 +310,7 @@ static void batch_written(struct packer_batch *b, int status)
             pk->seq = pk->next_seq++;
         }
         batch_fail(b, status < 0 ? status : -EIO);
+        rotate_pending(pk);
         batch_start(pk);
         return;
     }
@@ -313,8 +334,8 @@ static void batch_written(struct packer_batch *b, int status)
     b->dbw.apply = batch_apply;
     b->dbw.done = batch_committed;
     db_write(pk->db, &b->dbw);
-    if (!b->whole_pack && pk->size >= pk->cfg.pack_size)
-        seal_start(pk);
+    if (!rotate_pending(pk) && !b->whole_pack && pk->size >= pk->cfg.pack_size)
+        seal_start(pk, NULL, NULL);
     batch_start(pk);
 }
 
@@ -522,13 +543,18 @@ static int seal_apply(struct db_txn *txn, struct db_write *w)
     return db_txn_pack_set(txn, s->seq, s->size, DB_PACK_SEALED);
 }
 
+static void seal_end(struct packer_seal *s)
+{
+    s->pk->seals--;
+    if (s->cb)
+        s->cb(s->ctx);
+    free(s);
+}
+
 static void seal_committed(struct db_write *w)
 {
-    struct packer_seal *s = container_of(w, struct packer_seal, dbw);
-
     /* A failed update only means replay checks the trailer; the pack is sealed all the same. */
-    s->pk->seals--;
-    free(s);
+    seal_end(container_of(w, struct packer_seal, dbw));
 }
 
 static void on_sealed(struct backend_req *req)
@@ -541,8 +567,7 @@ static void on_sealed(struct backend_req *req)
     if (req->status != 0) {
         log_error("pack %s: writing its index failed: %s; it stays readable unsealed", req->key,
                   req->status < 0 ? strerror(-req->status) : "backend unavailable");
-        pk->seals--;
-        free(s);
+        seal_end(s);
         return;
     }
     pk->stats.packs_sealed++;
@@ -552,7 +577,7 @@ static void on_sealed(struct backend_req *req)
 }
 
 /* Ends the open pack with its index; new records go to a new pack meanwhile. */
-static void seal_start(struct packer *pk)
+static void seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
 {
     struct packer_seal *s = calloc(1, sizeof(*s));
     size_t len = pack_index_size(pk->nindex);
@@ -562,6 +587,8 @@ static void seal_start(struct packer *pk)
     if (s && (s->bytes = malloc(len))) {
         pack_index_encode(s->bytes, pk->index, pk->nindex, size, seq);
         s->pk = pk;
+        s->cb = cb;
+        s->ctx = ctx;
         s->seq = seq;
         s->size = size + len;
         s->iov.iov_base = s->bytes;
@@ -579,6 +606,8 @@ static void seal_start(struct packer *pk)
         if (s)
             free(s->bytes);
         free(s);
+        if (cb)
+            cb(ctx);
     } else {
         pk->seals++;
     }
@@ -587,4 +616,19 @@ static void seal_start(struct packer *pk)
     pk->nindex = pk->index_cap = 0;
     pk->seq = pk->next_seq++;
     pk->size = 0;
+}
+
+int packer_rotate(struct packer *pk, void (*cb)(void *ctx), void *ctx)
+{
+    if (!backend_has(pk->be, BACKEND_CAP_APPEND) || pk->rotate_cb)
+        return 1;
+    if (pk->appending) {
+        pk->rotate_cb = cb; /* after the append: the batch may be the pack's first */
+        pk->rotate_ctx = ctx;
+        return 0;
+    }
+    if (pk->size == 0)
+        return 1;
+    seal_start(pk, cb, ctx);
+    return 0;
 }

@@ -111,6 +111,13 @@ void packer_cancel(struct packer *pk, uint64_t ticket);
 /* Queues a group; its callback always comes, on a later loop turn. */
 void packer_submit(struct packer *pk, struct packer_group *g);
 
+/*
+ * Seals the open pack now, so gc can rewrite it (a later record goes to a
+ * new pack). Returns 1 when there is nothing to seal (cb is not called), else
+ * 0 and cb comes once the seal is written.
+ */
+int packer_rotate(struct packer *pk, void (*cb)(void *ctx), void *ctx);
+
 /* Sequence number of the pack being written now (0 before the first). */
 uint64_t packer_open_seq(const struct packer *pk);
 void packer_get_stats(const struct packer *pk, struct packer_stats *out);

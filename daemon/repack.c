@@ -70,6 +70,7 @@ struct repack_run {
     void *ctx;
     uv_work_t work;
     int status;
+    bool rotated; /* the open pack was sealed to be looked at too */
     struct db_pack_use *use;
     size_t nuse, next;
 };
@@ -533,15 +534,42 @@ static void usage_work(uv_work_t *work)
     run->status = db_pack_usage(run->st->db, run->safe_gen, &run->use, &run->nuse);
 }
 
+static void usage_done(uv_work_t *work, int status);
+
+static void rotated(void *ctx)
+{
+    struct repack_run *run = ctx;
+
+    free(run->use);
+    run->use = NULL;
+    run->nuse = 0;
+    if (uv_queue_work(run->st->loop, &run->work, usage_work, usage_done) < 0) {
+        run->status = -ENOMEM;
+        run_finish(run);
+    }
+}
+
 static void usage_done(uv_work_t *work, int status)
 {
     struct repack_run *run = container_of(work, struct repack_run, work);
+    struct store *st = run->st;
+    uint64_t open_seq = packer_open_seq(st->packer);
 
     if (status < 0)
         run->status = status;
     if (run->status != 0) {
         run_finish(run);
         return;
+    }
+    /* The pack being written holds dead records too: sealed now, it can be rewritten. */
+    for (size_t i = 0; !run->rotated && i < run->nuse; i++) {
+        struct db_pack_use *u = &run->use[i];
+        if (u->seq == open_seq && u->state == DB_PACK_OPEN && u->size > 0 &&
+            u->live * 100 < u->size * st->cfg.repack_below) {
+            run->rotated = true;
+            if (packer_rotate(st->packer, rotated, run) == 0)
+                return;
+        }
     }
     run_next(run);
 }
