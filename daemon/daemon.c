@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "daemon/conn.h"
+#include "daemon/crash.h"
 #include "daemon/db.h"
 #include "daemon/log.h"
 #include "daemon/store.h"
@@ -317,6 +319,15 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     setenv("UV_THREADPOOL_SIZE", threads, 1);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
+    /*
+     * Blocks and segments are up to a few MiB and come and go on many
+     * threads. A fixed mmap threshold gives such buffers back to the system
+     * when freed, and two arenas keep freed memory of one thread usable by
+     * the others: peak memory follows what is in use, not its history.
+     */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_ARENA_MAX, 2);
+    crash_init();
 
     uv_loop_init(&d->loop);
     uv_idle_init(&d->loop, &d->pending_idle);

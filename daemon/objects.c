@@ -23,7 +23,7 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
     uint32_t n = 4;
 
     if (!e->is_delete)
-        n += 8 + (e->name && e->name[0]) + (e->ntags > 0) + (e->nmeta > 0);
+        n += 7 + (e->name && e->name[0]) + (e->ntags > 0) + (e->nmeta > 0);
     msgpack_sbuffer_init(&sbuf);
     msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, n);

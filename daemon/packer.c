@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon/db.h"
+#include "daemon/crash.h"
 #include "daemon/log.h"
 #include "proto/util.h"
 #include "storage/backend.h"
@@ -299,6 +300,9 @@ static void batch_written(struct packer_batch *b, int status)
 {
     struct packer *pk = b->pk;
 
+    /* The batch is durable in the pack; the database does not name it yet. */
+    if (status == 0)
+        crash_point("batch-written");
     pk->appending = NULL;
     if (status != 0) {
         char key[BACKEND_MAX_KEY];
@@ -562,6 +566,8 @@ static void on_sealed(struct backend_req *req)
     struct packer_seal *s = container_of(req, struct packer_seal, app.req);
     struct packer *pk = s->pk;
 
+    /* The index is written; the database still has the pack as open. */
+    crash_point("pack-sealed");
     free(s->bytes);
     s->bytes = NULL;
     if (req->status != 0) {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "compress/compress.h"
+#include "daemon/crash.h"
 #include "daemon/log.h"
 #include "daemon/packer.h"
 #include "daemon/record.h"
@@ -100,6 +101,8 @@ static void reap_deleted(struct backend_req *req)
 {
     struct store_reap *rp = container_of(req, struct store_reap, del.req);
 
+    /* The old pack is gone; its row still says it is being deleted. */
+    crash_point("repack-deleted");
     if (req->status != 0 && req->status != BACKEND_E_NOT_FOUND) {
         /* The row stays marked: the next start (replay) tries again. */
         log_warn("gc: deleting %s failed: %s", req->key,
@@ -403,6 +406,8 @@ static int pack_apply_rows(struct db_txn *txn, struct repack_pack *p)
 
 static int group_apply(struct db_txn *txn, struct packer_group *g)
 {
+    /* The copies are durable in the open pack; the database does not know them yet. */
+    crash_point("repack-copied");
     return pack_apply_rows(txn, container_of(g, struct repack_pack, g));
 }
 
@@ -419,6 +424,8 @@ static void pack_end(struct repack_pack *p, int status)
     struct store_gc_result *res = run->res;
 
     if (status == 0) {
+        /* The database has moved over, synced; the old pack is still there. */
+        crash_point("repack-committed");
         res->bytes_reclaimed += p->size > p->copied ? p->size - p->copied : 0;
         res->chunks_removed += p->dropped_chunks;
         if (p->delete_only)
