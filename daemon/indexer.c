@@ -81,7 +81,7 @@ struct ix_waiter {
 struct ix_batch {
     struct indexer *ix;
     struct store_op op;
-    struct db_write barrier, cleanup;
+    struct db_write cleanup;
     uv_work_t work;
     struct ix_item *items;
     bool catch_up, removals, first;
@@ -487,6 +487,13 @@ static void batch_work(uv_work_t *work)
         r = index_doc(ix, it->rowid, it->text, it->len, &b->nindexed);
     if (r == 0 && b->catch_up)
         r = do_catch_up(b);
+    /*
+     * The index must never get ahead of the durable metadata: what it is
+     * about to record was committed to cairn.db without a sync (the packs
+     * are that database's log), so its write-ahead log is synced first.
+     */
+    if (r == 0)
+        r = db_sync_log(ix->db);
     if (r == 0)
         r = ix_exec(ix->conn, "COMMIT");
     if (r != 0) {
@@ -614,29 +621,20 @@ static void batch_done(uv_work_t *work, int status)
     batch_end(b);
 }
 
-static void barrier_done(struct db_write *w)
+static void batch_run(struct ix_batch *b)
 {
-    struct ix_batch *b = container_of(w, struct ix_batch, barrier);
     struct indexer *ix = b->ix;
-    int r = w->status;
+    int r;
 
-    if (r == 0) {
-        store_op_begin(ix->st, &b->op);
-        r = uv_queue_work(ix->loop, &b->work, batch_work, batch_done);
-        if (r < 0)
-            store_op_end(ix->st, &b->op);
-    }
-    if (r != 0) {
+    store_op_begin(ix->st, &b->op);
+    r = uv_queue_work(ix->loop, &b->work, batch_work, batch_done);
+    if (r < 0) {
+        store_op_end(ix->st, &b->op);
         b->status = r;
         set_catch_up(ix);
         set_removals(ix);
         batch_end(b);
     }
-}
-
-static int barrier_apply(struct db_txn *txn, struct db_write *w)
-{
-    return 0;
 }
 
 static void kick(struct indexer *ix)
@@ -673,11 +671,7 @@ static void kick(struct indexer *ix)
         ix->tail = NULL;
     b->target = ix->head ? 0 : ix->queued_seq;
     ix->batch = b;
-    /* The index must never get ahead of the durable metadata. */
-    b->barrier.apply = barrier_apply;
-    b->barrier.done = barrier_done;
-    b->barrier.durable = true;
-    db_write(ix->db, &b->barrier);
+    batch_run(b);
 }
 
 void indexer_queue(struct indexer *ix, int64_t rowid, char *text, size_t len)
