@@ -692,7 +692,12 @@ void indexer_queue(struct indexer *ix, int64_t rowid, char *text, size_t len)
         set_catch_up(ix);
     }
     if (ix->catch_up) {
+        /*
+         * The database scan finds it, but only a scan that starts after its
+         * commit: a batch already scanning must not end catch-up mode.
+         */
         free(text);
+        set_catch_up(ix);
         kick(ix);
         return;
     }
