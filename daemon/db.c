@@ -173,7 +173,7 @@ static int conn_open(const char *path, bool writer, struct db_conn **out)
          * a pack already and is replayed from there after a crash. Writes that
          * must stand on their own ask for a durable commit (db_write.durable).
          */
-        if (exec(c, "PRAGMA journal_mode=WAL") || exec(c, "PRAGMA synchronous=NORMAL") ||
+        if (exec(c, "PRAGMA page_size=1024") || exec(c, "PRAGMA journal_mode=WAL") || exec(c, "PRAGMA synchronous=NORMAL") ||
             exec(c, "PRAGMA foreign_keys=ON") || exec(c, "PRAGMA temp_store=MEMORY")) {
             conn_close(c);
             return -EIO;
