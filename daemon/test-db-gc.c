@@ -490,7 +490,18 @@ static void test_row_move_drop(void **state)
     assert_int_equal(db_pack_rows(e->db, 1, 3, &rows, &n), 0);
     assert_int_equal(n, 5);
 
-    /* Live rows move to pack 5, dead ones are dropped. */
+    /* c3 is referenced again after the rows were read: a revive-only pass. */
+    uint8_t again[4][PROTO_HASH_LEN];
+    memcpy(again[0], f.h[C1], PROTO_HASH_LEN);
+    memcpy(again[1], f.h[C3], PROTO_HASH_LEN);
+    memcpy(again[2], f.h[C4], PROTO_HASH_LEN);
+    memcpy(again[3], f.h[C9], PROTO_HASH_LEN);
+    struct test_live la = {.hashes = again, .n = 4};
+    uint64_t condemned = 0, revived = 0;
+    assert_int_equal(test_sweep(e, DB_TABLE_CHUNKS, &la, 0, 10, &condemned, &revived, NULL), 0);
+    assert_int_equal(revived, 1);
+
+    /* Live rows move to pack 5, dead ones are dropped: but c3 is not dropped, it lives. */
     struct db_loc to[5] = {
         {5, 16, 300, 0, 0, 80}, {0}, {5, 316, 60, 0, 0, 60}, {5, 376, 20, 0, 0, 20}, {0}};
     for (size_t i = 0; i < n; i++) {
@@ -499,8 +510,13 @@ static void test_row_move_drop(void **state)
         else
             row_drop(e, &rows[i]);
     }
+    assert_int_equal(rows_left(e, 1), 1);
+    assert_int_equal(db_chunk_find(e->db, f.h[C3], &got), 0);
+    assert_int_equal(got.pack, 1);
+    struct db_loc c3_to = {5, 396, 300, 0, 0, 300};
+    row_move(e, &rows[4], &c3_to);
     assert_int_equal(rows_left(e, 1), 0);
-    assert_int_equal(rows_left(e, 5), 3);
+    assert_int_equal(rows_left(e, 5), 4);
     /* A moved chunk keeps its size, and takes its new place in its new block. */
     assert_int_equal(db_chunk_find(e->db, f.h[C1], &got), 0);
     assert_int_equal(got.pack, 5);
@@ -514,12 +530,13 @@ static void test_row_move_drop(void **state)
     assert_int_equal(got.off, 316);
     assert_int_equal(got.size, 48);
     assert_int_equal(db_chunk_find(e->db, f.h[C2], &got), DB_E_NOT_FOUND);
-    assert_int_equal(db_chunk_find(e->db, f.h[C3], &got), DB_E_NOT_FOUND);
     assert_int_equal(db_pack_rows(e->db, 5, 3, &rows2, &n2), 0);
-    assert_int_equal(n2, 3);
+    assert_int_equal(n2, 4);
     assert_int_equal(rows2[2].kind, DB_ROW_ENTRY);
     assert_memory_equal(rows2[2].hash, f.j[JF_ADD], PROTO_HASH_LEN);
     assert_int_equal(rows2[2].loc.off, 376);
+    assert_memory_equal(rows2[3].hash, f.h[C3], PROTO_HASH_LEN);
+    assert_true(rows2[3].live);
     free(rows2);
 
     /* A row that no longer points where it was is left alone by both. */
@@ -541,7 +558,7 @@ static void test_row_move_drop(void **state)
     memcpy(live[1], f.h[S2], PROTO_HASH_LEN);
     memcpy(live[2], f.h[S3], PROTO_HASH_LEN);
     struct test_live l = {.hashes = live, .n = 3};
-    uint64_t condemned = 0, revived = 0;
+    condemned = revived = 0;
     assert_int_equal(test_sweep(e, DB_TABLE_SEGMENTS, &l, 0, 10, &condemned, &revived, NULL), 0);
     assert_int_equal(revived, 1);
     row_drop(e, &rows[2]);

@@ -4,7 +4,7 @@
  * round-trip through encode and decode; hostile bytes (every truncation,
  * trailing bytes, not a map, each field missing or of the wrong type, roots
  * of a bad length, versions other than 2, strings with NUL bytes, entries
- * over the size limit) are refused with -EBADMSG and leave nothing to free.
+ * one byte over the size limit) are refused with -EBADMSG and leave nothing to free.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -186,13 +186,41 @@ static void test_truncated(void **state)
     expect_bad(longer, len + 1, "a trailing byte");
     free(longer);
     free(raw);
+}
 
-    /* Past the size limit, whatever it holds. */
-    uint8_t *big = calloc(1, OBJECTS_MAX_ENTRY + 1);
-    assert_non_null(big);
-    big[0] = 0x80; /* an empty map */
-    expect_bad(big, OBJECTS_MAX_ENTRY + 1, "over the limit");
-    free(big);
+/* A well-formed entry up to OBJECTS_MAX_ENTRY bytes decodes; one byte more does not. */
+static void test_size_limit(void **state)
+{
+    char *tag = malloc(OBJECTS_MAX_ENTRY);
+    char *tags[1] = {tag};
+    struct entry in = {.time_ns = 1, .tags = tags, .ntags = 1}, out;
+    uint8_t *raw;
+    size_t len, tag_len = OBJECTS_MAX_ENTRY - 1000;
+
+    assert_non_null(tag);
+    make_hash(in.doc, 5);
+    /* Grow the one tag until the entry is exactly at the limit. */
+    for (;;) {
+        memset(tag, 'x', tag_len);
+        tag[tag_len] = '\0';
+        assert_int_equal(objects_entry_encode(&in, &raw, &len), 0);
+        if (len >= OBJECTS_MAX_ENTRY)
+            break;
+        free(raw);
+        tag_len += OBJECTS_MAX_ENTRY - len;
+    }
+    assert_int_equal(len, OBJECTS_MAX_ENTRY);
+    assert_int_equal(objects_entry_decode(raw, len, &out), 0);
+    assert_int_equal(strlen(out.tags[0]), tag_len);
+    objects_entry_clear(&out);
+    free(raw);
+    tag[tag_len] = 'x';
+    tag[tag_len + 1] = '\0';
+    assert_int_equal(objects_entry_encode(&in, &raw, &len), 0);
+    assert_int_equal(len, OBJECTS_MAX_ENTRY + 1);
+    expect_bad(raw, len, "one byte over the limit");
+    free(raw);
+    free(tag);
 }
 
 /* How one field of an otherwise valid add is packed: left out, or replaced. */
@@ -405,7 +433,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_roundtrip),    cmocka_unit_test(test_add_minimal),
         cmocka_unit_test(test_delete_roundtrip), cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_hostile_fields),   cmocka_unit_test(test_not_a_map),
+        cmocka_unit_test(test_size_limit),       cmocka_unit_test(test_hostile_fields),
+        cmocka_unit_test(test_not_a_map),
     };
     return cmocka_run_group_tests_name("journal entries", tests, NULL, NULL);
 }
