@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,23 @@
  * normal one not to.
  */
 static _Atomic uint64_t syncs;
+static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_path[PATH_MAX];
+
+/* Remembers which file a sync was for. */
+static void note_sync(int fd)
+{
+    char link[64], path[PATH_MAX];
+    ssize_t n;
+
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, path, sizeof(path) - 1);
+    path[n < 0 ? 0 : n] = '\0';
+    pthread_mutex_lock(&last_lock);
+    memcpy(last_path, path, sizeof(path));
+    pthread_mutex_unlock(&last_lock);
+    atomic_fetch_add(&syncs, 1);
+}
 
 __attribute__((visibility("default"))) int fsync(int fd);
 __attribute__((visibility("default"))) int fdatasync(int fd);
@@ -32,7 +50,7 @@ int fsync(int fd)
     static int (*real)(int);
     if (!real)
         *(void **)&real = dlsym(RTLD_NEXT, "fsync");
-    atomic_fetch_add(&syncs, 1);
+    note_sync(fd);
     return real(fd);
 }
 
@@ -41,13 +59,20 @@ int fdatasync(int fd)
     static int (*real)(int);
     if (!real)
         *(void **)&real = dlsym(RTLD_NEXT, "fdatasync");
-    atomic_fetch_add(&syncs, 1);
+    note_sync(fd);
     return real(fd);
 }
 
 uint64_t test_syncs(void)
 {
     return atomic_load(&syncs);
+}
+
+void test_last_sync(char *path, size_t len)
+{
+    pthread_mutex_lock(&last_lock);
+    snprintf(path, len, "%s", last_path);
+    pthread_mutex_unlock(&last_lock);
 }
 
 /* ---- the environment ------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /*
  * Unit tests of listing, deleting and the search index's queue of removals
  * (db-docs.c), and of the writer (db.c): savepoints, group commit, a failing
- * change rolled back alone, durable commits, and reopening.
+ * change rolled back alone, durable commits, syncing the log, and reopening.
  */
 #include "daemon/test-db.h"
 
@@ -501,6 +501,29 @@ static void test_durable_write(void **state)
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM documents"), 3);
 }
 
+/* The log of commits made without a sync is synced on request, by any thread, without the writer.
+ */
+static void test_sync_log(void **state)
+{
+    struct test_db *e = *state;
+    struct test_doc d = {.size = 1, .name = "logged"};
+    char path[PATH_MAX], wal[PATH_MAX + 8], real[PATH_MAX];
+    uint64_t before;
+
+    test_hash(d.hash, 0x34, 83);
+    before = test_syncs();
+    test_doc_add_ok(e, &d);
+    assert_int_equal(test_syncs() - before, 0);
+    assert_int_equal(db_sync_log(e->db), 0);
+    assert_true(test_syncs() - before >= 1);
+    /* What it synced is the write-ahead log beside the database. */
+    test_last_sync(path, sizeof(path));
+    snprintf(wal, sizeof(wal), "%s-wal", e->path);
+    assert_non_null(realpath(wal, real));
+    assert_string_equal(path, real);
+    assert_false(db_busy(e->db));
+}
+
 /* What a committed write wrote is in the file: a new db on the same path sees it. */
 static void test_reopen(void **state)
 {
@@ -538,6 +561,7 @@ int test_db_write_run(void)
                                         test_db_teardown),
         cmocka_unit_test_setup_teardown(test_savepoint, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_durable_write, test_db_setup, test_db_teardown),
+        cmocka_unit_test_setup_teardown(test_sync_log, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_reopen, test_db_setup, test_db_teardown),
     };
     return cmocka_run_group_tests_name("database: writes", tests, NULL, NULL);

@@ -105,6 +105,8 @@ int64_t test_db_query(struct test_db *e, const char *sql);
 
 /* fsync() and fdatasync() calls of this process so far (the test program interposes them). */
 uint64_t test_syncs(void);
+/* The path of the file the last of them synced. */
+void test_last_sync(char *path, size_t len);
 
 /* The groups of the other files; each returns its number of failures. */
 int test_db_write_run(void);
