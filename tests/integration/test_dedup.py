@@ -650,7 +650,7 @@ class Integrity(DedupCase):
         pf.xor_byte(path, flip_at)
         pf.fix_record_crc(path, place.rec.offset)
         got = self.assert_raw_get_integrity(ha, a)
-        self.assertEqual(got, a[:ref_a[0][1]], "get should stream a's first chunk, then fail")
+        self.assertLessEqual(len(got), ref_a[0][1], "get sent bytes of the damaged chunk")
         self.assert_cli_get_integrity("b.bin", b)
         self.assertEqual(self.d.cli("get", "c.bin").stdout, c)
         self.assert_verify_lists({bad: users[bad]}, status(self.d))
