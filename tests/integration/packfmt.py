@@ -378,8 +378,8 @@ def parse_block(payload):
 
 def block_id(payload):
     """A block record's id: the SHA-256 of its table (count and entries)."""
-    chunks, body_off = parse_block(payload)
-    return hashlib.sha256(bytes(payload[:body_off])).digest()
+    _, body_off = parse_block(payload)
+    return hashlib.sha256(payload[:body_off]).digest()
 
 
 def parse_envelope_header(obj):

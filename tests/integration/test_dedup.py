@@ -283,13 +283,14 @@ class DedupCase(unittest.TestCase):
         chunk at its place, every pack file has its row and size, and
         status' packs, pack_bytes, chunks, unique_bytes and stored_bytes are
         what the rows and files add up to. With `exact`, moreover, every
-        chunk on disk is stored exactly once and no record is dead weight
-        (true while nothing was deleted, and after gc rewrote everything
-        that held garbage); manifest segments and journal entries may still
-        be dead weight (an add writes its segments even when the same ones
-        are stored already). CRCs are checked unless the packs are large
-        (Python's CRC-32C runs at about 10 MB/s). Returns (StoreCheck,
-        status)."""
+        chunk on disk is stored exactly once and named by its row, and
+        every row's chunk is on disk: no chunk copy is dead weight (true
+        while nothing was deleted, and after gc rewrote everything that held
+        garbage). Manifest segments and journal entries may still be dead
+        weight (an add writes its segments even when the same ones are
+        stored already); tests that expect none check StoreCheck.dead. CRCs
+        are checked unless the packs are large (Python's CRC-32C runs at
+        about 10 MB/s). Returns (StoreCheck, status)."""
         settle(self.d)
         if check_crc is None:
             check_crc = pf.pack_bytes(self.d.data_dir) < 32 * MiB
@@ -297,10 +298,9 @@ class DedupCase(unittest.TestCase):
         st = status(self.d)
         self.assertEqual(sc.problems, [], "the packs and the database disagree")
         files = {p.seq: p.size for p in sc.packs}
-        rows = {seq: row for seq, row in sc.rows["packs"].items()}
         self.assertEqual((st["packs"], st["pack_bytes"]), (len(sc.packs), sc.pack_bytes()),
                          "status packs and pack_bytes vs the pack files on disk {seq: size} %r; the "
-                         "pack rows {seq: (size, state)} are %r" % (files, rows))
+                         "pack rows {seq: (size, state)} are %r" % (files, sc.rows["packs"]))
         chunks = sc.rows["chunks"]
         self.assertEqual(st["chunks"], len(chunks), "status chunks vs chunk rows")
         self.assertEqual(st["unique_bytes"], sum(r[4] for r in chunks.values()))
@@ -443,14 +443,13 @@ class ChunkBoundaries(DedupCase):
                     [place] = copies
                     self.assertEqual(place.size, n)
                     env = pf.block_envelope(place.rec)
-                    raw_size = sum(s for _, s, _ in pf.parse_block(place.rec.payload)[0])
+                    table, _ = pf.parse_block(place.rec.payload)
+                    raw_size = sum(s for _, s, _ in table)
                     self.assertEqual((env["magic"], env["version"], env["reserved"], env["raw_size"]),
                                      (b"cRnO", 1, 0, raw_size))
                     self.assertLessEqual(raw_size, BLOCK_RAW_MAX, "a block over 1 MiB raw")
-                    self.assertEqual(place.rec.id, hashlib.sha256(
-                        bytes(place.rec.payload[:4 + pf.BLOCK_ENTRY * len(
-                            pf.parse_block(place.rec.payload)[0])])).digest(),
-                        "a block record's id is the SHA-256 of its table")
+                    self.assertEqual(place.rec.id, pf.block_id(place.rec.payload),
+                                     "a block record's id is the SHA-256 of its table")
                     if name.startswith("random"):
                         self.assertEqual(env["algo"], pf.ALGO_RAW, "random data should be stored raw")
                         self.assertEqual(len(pf.block_body(place.rec)), HEADER + raw_size)
