@@ -6,6 +6,10 @@
 #include "daemon/db.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +174,7 @@ static int conn_open(const char *path, bool writer, struct db_conn **out)
          * must stand on their own ask for a durable commit (db_write.durable).
          */
         if (exec(c, "PRAGMA journal_mode=WAL") || exec(c, "PRAGMA synchronous=NORMAL") ||
-            exec(c, "PRAGMA foreign_keys=ON")) {
+            exec(c, "PRAGMA foreign_keys=ON") || exec(c, "PRAGMA temp_store=MEMORY")) {
             conn_close(c);
             return -EIO;
         }
@@ -285,6 +289,21 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
 const char *db_path(const struct db *db)
 {
     return db->path;
+}
+
+int db_sync_log(struct db *db)
+{
+    char path[PATH_MAX + 8];
+    int fd, r = 0;
+
+    snprintf(path, sizeof(path), "%s-wal", db->path);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno; /* no log: everything is in the database file */
+    if (fdatasync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
 }
 
 struct db *db_free(struct db *db)

@@ -116,6 +116,14 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path);
 struct db *db_free(struct db *db);
 const char *db_path(const struct db *db);
 
+/*
+ * Makes every commit so far durable, from any worker thread and without the
+ * writer: commits are not synced (synchronous=NORMAL), but their pages are
+ * in the write-ahead log when they return, and syncing that file is what a
+ * synced commit would have done.
+ */
+int db_sync_log(struct db *db);
+
 /* Queues a change; `done` is always called (on the loop thread). */
 void db_write(struct db *db, struct db_write *w);
 /* True while changes are queued or being committed. */

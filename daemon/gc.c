@@ -145,6 +145,8 @@ static void gc_finish(struct store_gc *gc)
     free(gc);
 }
 
+static uint64_t safe_generation(struct store *st);
+
 /* ---- mark (worker) ---- */
 
 static int mark_chunk(void *ctx, const struct manifest_entry *e)
@@ -240,6 +242,12 @@ static void mark_start(struct store_gc *gc)
 {
     int r = copy_roots(gc);
 
+    /*
+     * Which condemnations may go is fixed before the mark's snapshot: only
+     * when every operation that could rely on a condemned row has ended by
+     * now are its commits in what the mark reads.
+     */
+    gc->safe_gen = safe_generation(gc->st);
     if (r == 0) {
         if (gc->bloom)
             memset(gc->bloom, 0, gc->bloom_bits / 8);
@@ -390,7 +398,6 @@ static void phase_next(struct store_gc *gc)
         break;
     case GC_RESWEEP:
         gc->phase = GC_REPACK;
-        gc->safe_gen = safe_generation(st);
         store_repack(st, gc->safe_gen, &gc->res, gc_repacked, gc);
         break;
     case GC_REPACK:

@@ -1,6 +1,7 @@
 #include "daemon/indexer.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,11 @@
 #define IX_QUEUE_TEXT (64u * 1024 * 1024)
 /* Queued documents; past this the queue is dropped and the database is scanned instead. */
 #define IX_QUEUE_MAX 100000
+/*
+ * A batch outcome: an entry's text cannot be read back any more (damage in
+ * the store), so it cannot be taken out exactly; the index is made anew.
+ */
+#define IX_E_REBUILD 100
 
 static const char schema_sql[] =
     "CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5("
@@ -81,10 +87,10 @@ struct ix_waiter {
 struct ix_batch {
     struct indexer *ix;
     struct store_op op;
-    struct db_write barrier, cleanup;
+    struct db_write cleanup;
     uv_work_t work;
     struct ix_item *items;
-    bool catch_up, removals, first;
+    bool catch_up, removals, first, rebuild;
     uint64_t catch_up_gen, removals_gen;
     uint64_t target; /* queued_seq when the batch took the whole queue, else 0 */
     /* Results. */
@@ -106,7 +112,7 @@ struct indexer {
     /* Loop thread. */
     struct ix_item *head, *tail;
     size_t nitems, text_bytes;
-    bool catch_up, removals, first_catch_up;
+    bool catch_up, removals, first_catch_up, rebuild;
     /* Bumped whenever catch_up or removals is set: a batch clears only what it saw set. */
     uint64_t catch_up_gen, removals_gen;
     uint64_t queued_seq, done_seq;
@@ -323,8 +329,12 @@ static int remove_entry(struct indexer *ix, int64_t rowid, const struct db_index
         } else {
             size_t len;
             r = read_text(ix, d, old.body_len, &old.body, &len);
-            if (r == 0 && len != old.body_len)
-                r = STORE_E_INTEGRITY;
+            if (r == STORE_E_INTEGRITY || (r == 0 && len != old.body_len)) {
+                log_error("search index: the text document %" PRId64 " was indexed with cannot"
+                          " be read back; the index is rebuilt",
+                          rowid);
+                r = IX_E_REBUILD;
+            }
         }
     }
     if (r == 0 && *had && (s = ix_stmt(ix, IX_DELETE))) {
@@ -452,10 +462,11 @@ static int do_catch_up(struct ix_batch *b)
     if (b->first && (s = ix_stmt(ix, IX_STALE))) {
         int64_t stale = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
         sqlite3_reset(s);
-        if (stale > 0) {
-            /* Its entries cannot be taken out exactly any more: start the index afresh. */
+        if (stale > 0)
             log_warn("search index: %lld entries of documents that are gone; rebuilding it",
                      (long long)stale);
+        if (stale > 0) {
+            /* Entries that cannot be taken out exactly any more: start the index afresh. */
             if ((r = ix_exec(ix->conn, "INSERT INTO search(search) VALUES('delete-all');"
                                        "DELETE FROM indexed;")) < 0)
                 return r;
@@ -481,12 +492,23 @@ static void batch_work(uv_work_t *work)
     struct indexer *ix = b->ix;
     int r = ix_exec(ix->conn, "BEGIN IMMEDIATE");
 
+    /* An entry could not be taken out exactly: everything is indexed again. */
+    if (r == 0 && b->rebuild)
+        r = ix_exec(ix->conn, "INSERT INTO search(search) VALUES('delete-all');"
+                              "DELETE FROM indexed;");
     if (r == 0 && b->removals)
         r = do_removals(b);
     for (struct ix_item *it = b->items; r == 0 && it; it = it->next)
         r = index_doc(ix, it->rowid, it->text, it->len, &b->nindexed);
     if (r == 0 && b->catch_up)
         r = do_catch_up(b);
+    /*
+     * The index must never get ahead of the durable metadata: what it is
+     * about to record was committed to cairn.db without a sync (the packs
+     * are that database's log), so its write-ahead log is synced first.
+     */
+    if (r == 0)
+        r = db_sync_log(ix->db);
     if (r == 0)
         r = ix_exec(ix->conn, "COMMIT");
     if (r != 0) {
@@ -583,13 +605,18 @@ static void batch_done(uv_work_t *work, int status)
     if (status < 0)
         b->status = status;
     if (b->status != 0) {
-        log_error("search index: a batch failed (%s); it is retried",
-                  b->status < 0 ? strerror(-b->status) : "damaged text in the store");
+        if (b->status == IX_E_REBUILD)
+            ix->rebuild = ix->first_catch_up = true;
+        else
+            log_error("search index: a batch failed (%s); it is retried",
+                      b->status < 0 ? strerror(-b->status) : "damaged text in the store");
         /* Its work is found again by scanning the database. */
         set_catch_up(ix);
         set_removals(ix);
         b->nremoved = 0;
     } else {
+        if (b->rebuild)
+            ix->rebuild = false;
         ix->stats.batches++;
         ix->stats.indexed += b->nindexed;
         ix->stats.removed += b->nremoved;
@@ -614,29 +641,20 @@ static void batch_done(uv_work_t *work, int status)
     batch_end(b);
 }
 
-static void barrier_done(struct db_write *w)
+static void batch_run(struct ix_batch *b)
 {
-    struct ix_batch *b = container_of(w, struct ix_batch, barrier);
     struct indexer *ix = b->ix;
-    int r = w->status;
+    int r;
 
-    if (r == 0) {
-        store_op_begin(ix->st, &b->op);
-        r = uv_queue_work(ix->loop, &b->work, batch_work, batch_done);
-        if (r < 0)
-            store_op_end(ix->st, &b->op);
-    }
-    if (r != 0) {
+    store_op_begin(ix->st, &b->op);
+    r = uv_queue_work(ix->loop, &b->work, batch_work, batch_done);
+    if (r < 0) {
+        store_op_end(ix->st, &b->op);
         b->status = r;
         set_catch_up(ix);
         set_removals(ix);
         batch_end(b);
     }
-}
-
-static int barrier_apply(struct db_txn *txn, struct db_write *w)
-{
-    return 0;
 }
 
 static void kick(struct indexer *ix)
@@ -657,6 +675,7 @@ static void kick(struct indexer *ix)
     b->catch_up_gen = ix->catch_up_gen;
     b->removals_gen = ix->removals_gen;
     b->first = ix->first_catch_up && ix->catch_up;
+    b->rebuild = b->first && ix->rebuild;
     tail = &b->items;
     while (ix->head && n < IX_BATCH_DOCS && text < IX_BATCH_TEXT) {
         struct ix_item *it = ix->head;
@@ -673,11 +692,7 @@ static void kick(struct indexer *ix)
         ix->tail = NULL;
     b->target = ix->head ? 0 : ix->queued_seq;
     ix->batch = b;
-    /* The index must never get ahead of the durable metadata. */
-    b->barrier.apply = barrier_apply;
-    b->barrier.done = barrier_done;
-    b->barrier.durable = true;
-    db_write(ix->db, &b->barrier);
+    batch_run(b);
 }
 
 void indexer_queue(struct indexer *ix, int64_t rowid, char *text, size_t len)
@@ -698,7 +713,12 @@ void indexer_queue(struct indexer *ix, int64_t rowid, char *text, size_t len)
         set_catch_up(ix);
     }
     if (ix->catch_up) {
+        /*
+         * The database scan finds it, but only a scan that starts after its
+         * commit: a batch already scanning must not end catch-up mode.
+         */
         free(text);
+        set_catch_up(ix);
         kick(ix);
         return;
     }

@@ -27,7 +27,8 @@ static int build(enum pack_rec_type type, const uint8_t *prefix, size_t prefix_l
 
     if (!out)
         return -ENOMEM;
-    memcpy(out + PACK_RECORD_HEADER, prefix, prefix_len);
+    if (prefix_len)
+        memcpy(out + PACK_RECORD_HEADER, prefix, prefix_len);
     r = compress_encode(raw, raw_len, level, out + PACK_RECORD_HEADER + prefix_len,
                         cap - PACK_RECORD_HEADER - prefix_len, &body);
     if (r != 0) {

@@ -37,6 +37,7 @@
 #include <sqlite3.h>
 
 #include "compress/compress.h"
+#include "daemon/crash.h"
 #include "daemon/log.h"
 #include "daemon/manifest.h"
 #include "daemon/objects.h"
@@ -627,6 +628,7 @@ int upgrade_run(uv_loop_t *loop, struct backend *be, const char *backend_url,
         return r;
     }
     /* The packs hold everything now: from here on the directory is format 2. */
+    crash_point("upgrade-packed");
     if ((r = set_aside(db_path, aside, sizeof(aside))) < 0) {
         snprintf(err, err_len, "cannot move %s aside: %s", db_path, strerror(-r));
         return r;
