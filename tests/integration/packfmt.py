@@ -28,10 +28,13 @@ Contents:
   list_packs / read_packs    every pack of a data directory
   parse_block / envelope     block tables and envelope headers
   decode_envelope / block_raw / chunk_bytes   decoded bytes
-  chunk_records(packs)       chunk id -> where it is stored
+  chunk_records / find_chunk  chunk id -> the pack, block record and offset
+                             holding it
   record_file_offsets        where a record's parts sit in the pack file
-  fix_record_crc             rewrites a record's checksum (to forge damage
-                             that only the deeper checks can find)
+  xor_byte / fix_record_crc  damage on disk; fix_record_crc rewrites a
+                             record's checksum (to forge damage that only
+                             the deeper checks can find)
+  db_rows / StoreCheck       the packs against cairn.db's rows (read-only)
 """
 
 import hashlib
@@ -320,10 +323,6 @@ def list_packs(data_dir):
         if len(name) == 16 and all(c in "0123456789abcdef" for c in name):
             out.append((int(name, 16), os.path.join(d, name)))
     return sorted(out)
-
-
-def pack_path(data_dir, seq):
-    return os.path.join(pack_dir(data_dir), "%016x" % seq)
 
 
 def pack_bytes(data_dir):

@@ -271,12 +271,6 @@ class DedupCase(unittest.TestCase):
         self.d = ct.Daemon(self, args=args)
         self.d.start()
 
-    def write(self, name, content):
-        path = os.path.join(self.tmp, name)
-        with open(path, "wb") as f:
-            f.write(content)
-        return path
-
     def check_store(self, exact=True, check_crc=None):
         """The packs on disk, the database and `status` agree (see
         packfmt.StoreCheck): every row names an intact record holding its

@@ -451,12 +451,14 @@ class GetRace(dd.DedupCase):
         def add_garbage():
             try:
                 with d.connect() as c:
-                    while not done.is_set():
+                    # about twice the document's size, spread over its add
+                    while not done.is_set() and len(garbage) < 48:
                         r = c.add(os.urandom(MiB))
                         if r.get("ok") is not True:
                             raise AssertionError("add failed: %r" % ct.short(r))
                         with lock:
                             garbage.append(r["hash"])
+                        time.sleep(0.03)
             except Exception as e:  # noqa: BLE001
                 errors.append(repr(e))
 
