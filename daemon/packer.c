@@ -14,6 +14,12 @@
 
 /* A batch takes at most this many bytes of records (one group always fits). */
 #define PACKER_BATCH_MAX (16u * 1024 * 1024)
+/*
+ * Small blocks in one batch worth compressing together (merge.h). Below
+ * this a batch is what a few clients send at once, and the extra job would
+ * only add to their wait; a bulk load easily has this many.
+ */
+#define PACKER_MERGE_MIN 16
 
 struct packer_batch {
     struct packer *pk;
@@ -27,6 +33,10 @@ struct packer_batch {
     uint8_t *index_bytes; /* whole_pack: the index and trailer */
     struct pack_index_entry *index;
     size_t nindex;
+    struct packer_rec *shared; /* merged blocks (merge.h), written instead of their members */
+    size_t nshared;
+    uv_work_t merge_work;
+    int merge_status;
     union {
         struct backend_append app;
         struct backend_put put;
@@ -258,6 +268,11 @@ static int index_push(struct pack_index_entry **v, size_t *n, size_t *cap,
 
 static void batch_free(struct packer_batch *b)
 {
+    for (size_t i = 0; i < b->nshared; i++) {
+        free(b->shared[i].bytes);
+        free(b->shared[i].idx);
+    }
+    free(b->shared);
     free(b->iov);
     free(b->index_bytes);
     free(b->index);
@@ -356,15 +371,45 @@ static void on_put(struct backend_req *req)
 }
 
 /* Lays the batch's records out after `offset`; fills their locations and the index entries. */
+/* Places one record at `offset`: its index entries, and the iovec that writes it. */
+static int place(struct packer_batch *b, struct packer_rec *rec, uint64_t offset, unsigned k,
+                 size_t *cap)
+{
+    int r;
+
+    rec->pack = b->seq;
+    rec->offset = offset;
+    for (size_t e = 0; e < rec->nidx; e++) {
+        rec->idx[e].record_off = offset;
+        rec->idx[e].record_len = (uint32_t)rec->len;
+        if ((r = index_push(&b->index, &b->nindex, cap, &rec->idx[e])) < 0)
+            return r;
+    }
+    b->iov[k].iov_base = rec->bytes;
+    b->iov[k].iov_len = rec->len;
+    return 0;
+}
+
 static int batch_layout(struct packer_batch *b, uint64_t offset, unsigned first_iov)
 {
     size_t cap = 0;
     unsigned k = first_iov;
     int r;
 
+    for (size_t i = 0; i < b->nshared; i++) {
+        if ((r = place(b, &b->shared[i], offset, k++, &cap)) < 0)
+            return r;
+        offset += b->shared[i].len;
+    }
     for (struct packer_group *g = b->groups; g; g = g->next_) {
         for (size_t i = 0; i < g->nrecs; i++) {
             struct packer_rec *rec = &g->recs[i];
+            if (rec->merged) {
+                /* Its chunks are in a shared block: nothing of its own to write. */
+                rec->pack = rec->merged->pack;
+                rec->offset = rec->merged->offset;
+                continue;
+            }
             rec->pack = b->seq;
             rec->offset = offset;
             for (size_t e = 0; e < rec->nidx; e++) {

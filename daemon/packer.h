@@ -51,6 +51,15 @@ struct packer_rec {
      */
     struct pack_index_entry *idx;
     size_t nidx;
+    /*
+     * A small block of one document that may be compressed together with
+     * others of the same batch (merge.h). When it was, `merged` is the
+     * shared record that holds its chunks, `merged_shift` where they start
+     * in its raw bytes, and this record itself is not written.
+     */
+    bool mergeable;
+    struct packer_rec *merged;
+    uint32_t merged_shift;
     /* Journal entries: what the database's journal table records. */
     uint8_t doc[PROTO_HASH_LEN];
     uint64_t time_ns;
