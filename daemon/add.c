@@ -29,6 +29,7 @@
 
 #include "daemon/indexer.h"
 #include "daemon/log.h"
+#include "daemon/merge.h"
 #include "daemon/objects.h"
 #include "daemon/packer.h"
 #include "daemon/record.h"
@@ -126,7 +127,7 @@ struct store_add {
     uint64_t received;
 
     bool cut_running;
-    unsigned cuts; /* cut jobs started */
+    unsigned cuts;                    /* cut jobs started */
     struct seg_job *segs, *segs_tail; /* in document order */
     unsigned nsegs;
     struct manifest_builder mb;
@@ -488,8 +489,8 @@ static int entry_build(struct store_add *add, uint64_t size, uint64_t nchunks, u
     memcpy(e.doc, add->doc_hash, PROTO_HASH_LEN);
     if ((r = objects_entry_encode(&e, &raw, &raw_len)) < 0)
         return r;
-    r = record_seal_build(PACK_REC_ENTRY, raw, raw_len, add->st->cfg.compression_level,
-                          &rec->bytes, &rec->len, rec->id, &rec->idx);
+    r = record_seal_build(PACK_REC_ENTRY, raw, raw_len, add->st->cfg.compression_level, &rec->bytes,
+                          &rec->len, rec->id, &rec->idx);
     free(raw);
     if (r < 0)
         return r;
@@ -589,6 +590,14 @@ static void cut_work(uv_work_t *work)
     if ((job->status = seg_process(add->st, sj)) != 0)
         return;
     sj->done = true;
+    /* Small enough to be compressed again with others in a bulk load (merge.h). */
+    for (size_t i = 0; i < sj->blocks.n; i++) {
+        struct packer_rec *rec = &sj->blocks.v[i];
+        uint64_t raw = 0;
+        for (size_t e = 0; e < rec->nidx; e++)
+            raw += rec->idx[e].raw_size;
+        rec->mergeable = raw <= MERGE_SMALL;
+    }
     /* A manifest too long for a root goes the long way, through segments. */
     if (sj->nends > MANIFEST_FANOUT) {
         job->whole = false;
@@ -601,9 +610,9 @@ static void cut_work(uv_work_t *work)
         return;
     }
     manifest_entries_encode(sj->chunks, sj->nends, job->root);
-    job->status = entry_build(add, total, sj->nends, sj->stored,
-                              text_acc_text(&add->text, &text_len) != NULL, 0, job->root,
-                              job->root_len, &job->entry);
+    job->status =
+        entry_build(add, total, sj->nends, sj->stored, text_acc_text(&add->text, &text_len) != NULL,
+                    0, job->root, job->root_len, &job->entry);
 }
 
 /* ---- loop side: ordering the results ---- */
@@ -876,10 +885,9 @@ static void entry_work(uv_work_t *work)
     struct store_add *add = container_of(work, struct store_add, entry_work);
     size_t text_len;
 
-    add->entry_status =
-        entry_build(add, add->received, add->mb.chunks, add->stored,
-                    text_acc_text(&add->text, &text_len) != NULL, add->depth, add->root,
-                    add->root_len, &add->entry);
+    add->entry_status = entry_build(add, add->received, add->mb.chunks, add->stored,
+                                    text_acc_text(&add->text, &text_len) != NULL, add->depth,
+                                    add->root, add->root_len, &add->entry);
 }
 
 static void entry_done(uv_work_t *work, int status)

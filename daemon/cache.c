@@ -9,7 +9,7 @@
 
 struct cache_entry {
     struct cache_buf buf;
-    struct cache_entry *hnext;      /* hash chain */
+    struct cache_entry *hnext;       /* hash chain */
     struct cache_entry *prev, *next; /* LRU list, most recent first */
     unsigned refs;
     bool linked; /* in the table and the list; else freed at the last release */
@@ -28,7 +28,8 @@ struct cache {
 /* What an entry costs against the budget: its bytes and its bookkeeping. */
 static size_t entry_cost(size_t len)
 {
-    return len + sizeof(struct cache_entry);
+    /* The allocator's header and the entry's share of the hash table count too. */
+    return len + sizeof(struct cache_entry) + 2 * sizeof(void *) + 16;
 }
 
 static size_t bucket_of(const struct cache *c, const uint8_t *hash)
@@ -146,10 +147,8 @@ static const struct cache_buf *lookup(struct cache *c, const uint8_t *hash, bool
 {
     struct cache_entry *e;
 
-    if (c->max_bytes == 0)
-        return NULL;
     pthread_mutex_lock(&c->lock);
-    e = find(c, hash);
+    e = c->max_bytes ? find(c, hash) : NULL;
     if (e) {
         e->refs++;
         list_unlink(c, e);

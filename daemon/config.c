@@ -141,8 +141,9 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             return NULL;
         }
         if (strcmp(key, "cache_size") == 0) {
-            if (parse_size(value, &sz) || sz > 64ull * 1024 * 1024 * 1024)
-                return "cache_size must be between 0 and 65536M";
+            /* A read decodes a whole block (up to 1 MiB): the cache must hold a few. */
+            if (parse_size(value, &sz) || sz < 4u * 1024 * 1024 || sz > 64ull * 1024 * 1024 * 1024)
+                return "cache_size must be between 4M and 65536M";
             cfg->cache_size = sz;
             return NULL;
         }
@@ -274,16 +275,11 @@ static void set_defaults(struct config *cfg)
 static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_t err_len)
 {
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},
-        {"data-dir", required_argument, NULL, 'd'},
-        {"backend", required_argument, NULL, 'b'},
-        {"log-level", required_argument, NULL, 'l'},
-        {"config", required_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"rebuild-index", no_argument, NULL, 'R'},
-        {"upgrade", no_argument, NULL, 'U'},
-        {NULL, 0, NULL, 0},
+        {"socket", required_argument, NULL, 's'},  {"data-dir", required_argument, NULL, 'd'},
+        {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
+        {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
+        {"upgrade", no_argument, NULL, 'U'},       {NULL, 0, NULL, 0},
     };
     int c;
 

@@ -23,9 +23,9 @@
 #include "daemon/log.h"
 #include "daemon/manifest.h"
 
-#define JOURNAL_DEAD                                                                              \
-    "((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1"            \
-    " AND x.time > j.time)) OR (j.op = 1 AND NOT EXISTS (SELECT 1 FROM journal x"                 \
+#define JOURNAL_DEAD                                                                               \
+    "((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1"              \
+    " AND x.time > j.time)) OR (j.op = 1 AND NOT EXISTS (SELECT 1 FROM journal x"                  \
     " WHERE x.doc = j.doc AND x.op = 0 AND x.time < j.time)))"
 
 const char *const db_gc_sql[DB_S_COUNT_] = {
@@ -45,6 +45,9 @@ const char *const db_gc_sql[DB_S_COUNT_] = {
                                 " WHERE condemned = 0 OR condemned > ?1 GROUP BY pack",
     [DB_S_PACK_JOURNAL_LIVE] =
         "SELECT pack, SUM(len) FROM journal j WHERE NOT " JOURNAL_DEAD " GROUP BY pack",
+    [DB_S_PACK_CHUNKS_ROWS] = "SELECT pack, COUNT(*) FROM chunks GROUP BY pack",
+    [DB_S_PACK_SEGMENTS_ROWS] = "SELECT pack, COUNT(*) FROM segments GROUP BY pack",
+    [DB_S_PACK_JOURNAL_ROWS] = "SELECT pack, COUNT(*) FROM journal GROUP BY pack",
     [DB_S_ROWS_CHUNKS] = "SELECT hash, off, len, sub, size, stored, condemned FROM chunks"
                          " WHERE pack = ?1",
     [DB_S_ROWS_SEGMENTS] = "SELECT hash, off, len, 0, size, len, condemned FROM segments"
@@ -234,7 +237,8 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
 /* ---- what is alive where ---- */
 
 /* Adds the per-pack sums of a "pack, SUM(...)" query to the matching packs. */
-static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen,
+/* Adds per-pack sums to use[]: live bytes, or with `rows` row counts. */
+static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen, bool rows,
                     struct db_pack_use *use, size_t n)
 {
     sqlite3_stmt *s = db_stmt(c, id);
@@ -242,7 +246,7 @@ static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen,
 
     if (!s)
         return -EIO;
-    if (id != DB_S_PACK_JOURNAL_LIVE)
+    if (id == DB_S_PACK_CHUNKS_LIVE || id == DB_S_PACK_SEGMENTS_LIVE)
         sqlite3_bind_int64(s, 1, (int64_t)safe_gen);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -255,7 +259,7 @@ static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen,
                 hi = mid;
         }
         if (lo < n && use[lo].seq == seq)
-            use[lo].live += (uint64_t)sqlite3_column_int64(s, 1);
+            *(rows ? &use[lo].rows : &use[lo].live) += (uint64_t)sqlite3_column_int64(s, 1);
     }
     sqlite3_reset(s);
     return rc == SQLITE_DONE ? 0 : -EIO;
@@ -302,11 +306,17 @@ int db_pack_usage(struct db *db, uint64_t safe_gen, struct db_pack_use **out, si
     if (r == 0 && rc != SQLITE_DONE)
         r = -EIO;
     if (r == 0)
-        r = add_sums(c, DB_S_PACK_CHUNKS_LIVE, safe_gen, use, count);
+        r = add_sums(c, DB_S_PACK_CHUNKS_LIVE, safe_gen, false, use, count);
     if (r == 0)
-        r = add_sums(c, DB_S_PACK_SEGMENTS_LIVE, safe_gen, use, count);
+        r = add_sums(c, DB_S_PACK_SEGMENTS_LIVE, safe_gen, false, use, count);
     if (r == 0)
-        r = add_sums(c, DB_S_PACK_JOURNAL_LIVE, safe_gen, use, count);
+        r = add_sums(c, DB_S_PACK_JOURNAL_LIVE, safe_gen, false, use, count);
+    if (r == 0)
+        r = add_sums(c, DB_S_PACK_CHUNKS_ROWS, safe_gen, true, use, count);
+    if (r == 0)
+        r = add_sums(c, DB_S_PACK_SEGMENTS_ROWS, safe_gen, true, use, count);
+    if (r == 0)
+        r = add_sums(c, DB_S_PACK_JOURNAL_ROWS, safe_gen, true, use, count);
 out:
     sqlite3_exec(c->sql, "COMMIT", NULL, NULL, NULL);
     db_reader_release(db, c);
@@ -398,7 +408,8 @@ int db_pack_rows(struct db *db, uint64_t seq, uint64_t safe_gen, struct db_pack_
         *n = 0;
         return r;
     }
-    qsort(*rows, *n, sizeof(**rows), row_cmp);
+    if (*n > 1)
+        qsort(*rows, *n, sizeof(**rows), row_cmp);
     return 0;
 }
 

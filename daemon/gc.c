@@ -1,6 +1,8 @@
 /*
  * Garbage collection: mark, condemn, then reclaim by rewriting packs.
  *
+ *   0. Wait for the search index: a deleted document's chunks stay until its
+ *      index entry is out (that takes its text).
  *   1. Mark: every chunk and manifest segment that a document (or a pending
  *      index removal, or a running get) reaches goes into a Bloom filter,
  *      whose size the store's size sets and a cap bounds. A false positive
@@ -26,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/indexer.h"
 #include "daemon/log.h"
 #include "daemon/packer.h"
 #include "daemon/store-int.h"
@@ -159,8 +162,7 @@ static int mark_manifest(void *ctx, int64_t rowid, unsigned depth, const uint8_t
                          size_t root_len)
 {
     struct store_gc *gc = ctx;
-    return store_walk_manifest(gc->st, depth, root, root_len, STORE_WALK_SEGMENTS, mark_chunk,
-                               gc);
+    return store_walk_manifest(gc->st, depth, root, root_len, STORE_WALK_SEGMENTS, mark_chunk, gc);
 }
 
 static void mark_work(uv_work_t *work)
@@ -383,11 +385,16 @@ static void phase_next(struct store_gc *gc)
             gc_finish(gc);
             return;
         }
-        if (store_oldest_op(st) >= gc->barrier && (gc->ops_at_start || gc->barrier != gc->start_seq)) {
-            /* They have all ended: mark again so what they committed is revived. */
-            gc->phase = GC_REMARK;
-            mark_start(gc);
-            return;
+        if (store_oldest_op(st) >= gc->barrier) {
+            if (gc->ops_at_start || gc->barrier != gc->start_seq) {
+                /* They have all ended: mark again so what they committed is revived. */
+                gc->phase = GC_REMARK;
+                mark_start(gc);
+                return;
+            }
+            /* None ran while gc did: the mark saw everything, so this run's condemnations may go.
+             */
+            gc->safe_gen = gc->gen;
         }
         gc->phase = GC_RESWEEP;
         phase_next(gc);
@@ -420,6 +427,16 @@ void store_gc_ops_ended(struct store *st)
     store_reap(st);
 }
 
+static void gc_begin(void *ctx)
+{
+    struct store_gc *gc = ctx;
+
+    gc->start_seq = gc->st->next_op_seq;
+    gc->ops_at_start = gc->st->ops_head != NULL;
+    gc->dbw = (struct db_write){.apply = gen_apply, .done = gen_done};
+    db_write(gc->st->db, &gc->dbw);
+}
+
 int store_gc(struct store *st, store_gc_cb *done, void *userdata)
 {
     struct gc_waiter *w = calloc(1, sizeof(*w));
@@ -441,11 +458,14 @@ int store_gc(struct store *st, store_gc_cb *done, void *userdata)
     }
     gc->st = st;
     gc->waiters = w;
-    gc->start_seq = st->next_op_seq;
-    gc->ops_at_start = st->ops_head != NULL;
     gc->phase = GC_GENERATION;
-    gc->dbw = (struct db_write){.apply = gen_apply, .done = gen_done};
     st->gc = gc;
-    db_write(st->db, &gc->dbw);
+    /*
+     * A deleted document's chunks stay until the search index has taken its
+     * entry out (that needs its text): waiting for the index lets a gc right
+     * after a delete reclaim it.
+     */
+    if (indexer_wait(st->indexer, gc_begin, gc) < 0)
+        gc_begin(gc);
     return 0;
 }

@@ -173,11 +173,10 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     ix->db = db;
     ix->max_text = max_text;
     ix->catch_up = ix->removals = ix->first_catch_up = true;
-    if (sqlite3_open_v2(path, &ix->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                             SQLITE_OPEN_NOMUTEX,
+    if (sqlite3_open_v2(path, &ix->conn,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
-        log_error("search index %s: %s", path,
-                  ix->conn ? sqlite3_errmsg(ix->conn) : "cannot open");
+        log_error("search index %s: %s", path, ix->conn ? sqlite3_errmsg(ix->conn) : "cannot open");
         goto fail;
     }
     sqlite3_busy_timeout(ix->conn, 10000);
@@ -196,6 +195,12 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
         goto fail;
     uv_idle_init(loop, &ix->wake);
     ix->wake.data = ix;
+    /*
+     * The first catch-up is work like any queued document: a search waits
+     * for it. It starts on the loop's first turn, once the store is whole.
+     */
+    ix->queued_seq = 1;
+    uv_idle_start(&ix->wake, on_wake);
     *out = ix;
     return 0;
 fail:
@@ -386,8 +391,9 @@ static int index_doc(struct indexer *ix, int64_t rowid, char *text, size_t text_
         r = read_text(ix, &d, ix->max_text, &f.body, &f.body_len);
         if (r == STORE_E_INTEGRITY) {
             /* Damaged, or not text under this max_text: indexed by its names alone. */
-            log_warn("search index: the text of document %s cannot be read back; indexed without it",
-                     d.hash);
+            log_warn(
+                "search index: the text of document %s cannot be read back; indexed without it",
+                d.hash);
             f.body = NULL;
             f.body_len = 0;
             r = 0;
@@ -432,10 +438,8 @@ static int do_removals(struct ix_batch *b)
         return -ENOMEM;
     }
     for (size_t i = 0; r == 0 && i < n; i++) {
-        struct db_index_doc d = {.text = true,
-                                 .depth = rem[i].depth,
-                                 .root = rem[i].root,
-                                 .root_len = rem[i].root_len};
+        struct db_index_doc d = {
+            .text = true, .depth = rem[i].depth, .root = rem[i].root, .root_len = rem[i].root_len};
         sqlite3_stmt *s;
         bool had;
         r = remove_entry(ix, rem[i].rowid, &d, NULL, &had);
@@ -562,6 +566,7 @@ static void on_wake(uv_idle_t *h)
     struct indexer *ix = h->data;
     uv_idle_stop(h);
     wake_waiters(ix);
+    kick(ix);
 }
 
 static int cleanup_apply(struct db_txn *txn, struct db_write *w)

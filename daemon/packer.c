@@ -9,6 +9,7 @@
 #include "daemon/db.h"
 #include "daemon/crash.h"
 #include "daemon/log.h"
+#include "daemon/merge.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
@@ -35,6 +36,7 @@ struct packer_batch {
     size_t nindex;
     struct packer_rec *shared; /* merged blocks (merge.h), written instead of their members */
     size_t nshared;
+    size_t nmergeable;
     uv_work_t merge_work;
     int merge_status;
     union {
@@ -266,6 +268,23 @@ static int index_push(struct pack_index_entry **v, size_t *n, size_t *cap,
 
 /* ---- batches ---- */
 
+/* A failed backend call, for the log. */
+static const char *status_str(int status)
+{
+    switch (status) {
+    case BACKEND_E_NOT_FOUND:
+        return "the pack is missing";
+    case BACKEND_E_TOO_LARGE:
+        return "too large for the backend";
+    case BACKEND_E_UNAVAILABLE:
+        return "backend unavailable";
+    case BACKEND_E_EXISTS:
+        return "the pack exists already";
+    default:
+        return status < 0 ? strerror(-status) : "backend error";
+    }
+}
+
 static void batch_free(struct packer_batch *b)
 {
     for (size_t i = 0; i < b->nshared; i++) {
@@ -323,10 +342,15 @@ static void batch_written(struct packer_batch *b, int status)
         char key[BACKEND_MAX_KEY];
         packer_pack_key(key, sizeof(key), b->seq);
         log_error("pack %s: writing %" PRIu64 " bytes failed: %s", key, b->end - b->start,
-                  status < 0 ? strerror(-status) : "backend unavailable");
-        if (!b->whole_pack && pk->size == 0) {
-            /* The pack could not even be created: the next batch tries a new one. */
+                  status_str(status));
+        if (!b->whole_pack && (pk->size == 0 || status == BACKEND_E_NOT_FOUND)) {
+            /*
+             * The pack could not even be created, or it is gone (what it held
+             * is lost; verify reports it): the next batch starts a new one.
+             */
             pk->seq = pk->next_seq++;
+            pk->size = 0;
+            pk->nindex = 0;
         }
         batch_fail(b, status < 0 ? status : -EIO);
         rotate_pending(pk);
@@ -370,7 +394,6 @@ static void on_put(struct backend_req *req)
     batch_written(b, req->status);
 }
 
-/* Lays the batch's records out after `offset`; fills their locations and the index entries. */
 /* Places one record at `offset`: its index entries, and the iovec that writes it. */
 static int place(struct packer_batch *b, struct packer_rec *rec, uint64_t offset, unsigned k,
                  size_t *cap)
@@ -390,6 +413,10 @@ static int place(struct packer_batch *b, struct packer_rec *rec, uint64_t offset
     return 0;
 }
 
+/*
+ * Lays the batch's records out after `offset`, shared blocks first; fills
+ * their locations and the index entries.
+ */
 static int batch_layout(struct packer_batch *b, uint64_t offset, unsigned first_iov)
 {
     size_t cap = 0;
@@ -410,17 +437,8 @@ static int batch_layout(struct packer_batch *b, uint64_t offset, unsigned first_
                 rec->offset = rec->merged->offset;
                 continue;
             }
-            rec->pack = b->seq;
-            rec->offset = offset;
-            for (size_t e = 0; e < rec->nidx; e++) {
-                rec->idx[e].record_off = offset;
-                rec->idx[e].record_len = (uint32_t)rec->len;
-                if ((r = index_push(&b->index, &b->nindex, &cap, &rec->idx[e])) < 0)
-                    return r;
-            }
-            b->iov[k].iov_base = rec->bytes;
-            b->iov[k].iov_len = rec->len;
-            k++;
+            if ((r = place(b, rec, offset, k++, &cap)) < 0)
+                return r;
             offset += rec->len;
         }
     }
@@ -428,43 +446,34 @@ static int batch_layout(struct packer_batch *b, uint64_t offset, unsigned first_
     return 0;
 }
 
-static void batch_start(struct packer *pk)
+/* A batch that could not even start writing: its groups fail, the next batch may start. */
+static void batch_abort(struct packer_batch *b, int status)
 {
-    struct packer_batch *b;
-    struct packer_group **tail;
-    size_t bytes = 0, nrecs = 0;
+    struct packer *pk = b->pk;
+
+    pk->appending = NULL;
+    batch_fail(b, status);
+    rotate_pending(pk);
+    if (pk->ready_head)
+        kick(pk);
+}
+
+/* Lays the batch out and starts its append (or put). */
+static void batch_write(struct packer_batch *b)
+{
+    struct packer *pk = b->pk;
+    size_t nrecs = b->nshared;
     char key[BACKEND_MAX_KEY];
     int r;
 
-    if (pk->appending || !pk->ready_head)
-        return;
-    if (!(b = calloc(1, sizeof(*b)))) {
-        /* Try again on the next submit; nothing is lost while groups wait. */
-        log_error("packer: out of memory starting a batch");
-        return;
-    }
-    b->pk = pk;
-    tail = &b->groups;
-    while (pk->ready_head) {
-        struct packer_group *g = pk->ready_head;
-        size_t gbytes = 0;
+    for (struct packer_group *g = b->groups; g; g = g->next_) {
         for (size_t i = 0; i < g->nrecs; i++)
-            gbytes += g->recs[i].len;
-        if (b->groups && bytes + gbytes > PACKER_BATCH_MAX)
-            break;
-        pk->ready_head = g->next_;
-        g->next_ = NULL;
-        *tail = g;
-        tail = &g->next_;
-        bytes += gbytes;
-        nrecs += g->nrecs;
+            nrecs += !g->recs[i].merged;
     }
-    if (!pk->ready_head)
-        pk->ready_tail = NULL;
     b->whole_pack = !backend_has(pk->be, BACKEND_CAP_APPEND);
     b->iov = calloc(nrecs + 2, sizeof(*b->iov));
     if (!b->iov) {
-        batch_fail(b, -ENOMEM);
+        batch_abort(b, -ENOMEM);
         return;
     }
     b->seq = b->whole_pack ? pk->next_seq++ : pk->seq;
@@ -494,7 +503,7 @@ static void batch_start(struct packer *pk)
     }
     if (r < 0) {
         log_error("packer: cannot lay out a batch: %s", strerror(-r));
-        batch_fail(b, r);
+        batch_abort(b, r);
         return;
     }
     if (b->whole_pack) {
@@ -514,12 +523,84 @@ static void batch_start(struct packer *pk)
     }
     if (r < 0) {
         log_error("pack %s: cannot start writing: %s", key, strerror(-r));
-        batch_fail(b, r);
+        batch_abort(b, r);
         return;
     }
-    pk->appending = b;
     pk->stats.appends++;
     pk->stats.records += nrecs;
+}
+
+/* The batch's small blocks, compressed together (worker). */
+static void merge_work(uv_work_t *work)
+{
+    struct packer_batch *b = container_of(work, struct packer_batch, merge_work);
+    struct packer_rec **recs;
+    size_t n = 0;
+
+    if (!(recs = malloc(b->nmergeable * sizeof(*recs)))) {
+        b->merge_status = -ENOMEM;
+        return;
+    }
+    for (struct packer_group *g = b->groups; g; g = g->next_) {
+        for (size_t i = 0; i < g->nrecs; i++) {
+            if (g->recs[i].mergeable)
+                recs[n++] = &g->recs[i];
+        }
+    }
+    b->merge_status = merge_blocks(recs, n, b->pk->cfg.compression_level, &b->shared, &b->nshared);
+    free(recs);
+}
+
+static void merge_done(uv_work_t *work, int status)
+{
+    struct packer_batch *b = container_of(work, struct packer_batch, merge_work);
+
+    /* Not merged, the blocks are written as they are: merging only saves space. */
+    if (status == 0 && b->merge_status < 0)
+        log_warn("packer: cannot merge small blocks: %s", strerror(-b->merge_status));
+    batch_write(b);
+}
+
+/* Takes the ready groups into a batch; merges their small blocks first when there are enough. */
+static void batch_start(struct packer *pk)
+{
+    struct packer_batch *b;
+    struct packer_group **tail;
+    size_t bytes = 0;
+
+    if (pk->appending || !pk->ready_head)
+        return;
+    if (!(b = calloc(1, sizeof(*b)))) {
+        /* Try again on the next submit; nothing is lost while groups wait. */
+        log_error("packer: out of memory starting a batch");
+        return;
+    }
+    b->pk = pk;
+    tail = &b->groups;
+    while (pk->ready_head) {
+        struct packer_group *g = pk->ready_head;
+        size_t gbytes = 0, gmergeable = 0;
+        for (size_t i = 0; i < g->nrecs; i++) {
+            gbytes += g->recs[i].len;
+            gmergeable += g->recs[i].mergeable;
+        }
+        if (b->groups && bytes + gbytes > PACKER_BATCH_MAX)
+            break;
+        pk->ready_head = g->next_;
+        g->next_ = NULL;
+        *tail = g;
+        tail = &g->next_;
+        bytes += gbytes;
+        b->nmergeable += gmergeable;
+    }
+    if (!pk->ready_head)
+        pk->ready_tail = NULL;
+    /* Busy from here: the next batch waits for this one's write. */
+    pk->appending = b;
+    if (b->nmergeable >= PACKER_MERGE_MIN &&
+        uv_queue_work(pk->loop, &b->merge_work, merge_work, merge_done) == 0)
+        return;
+    batch_write(b);
 }
 
 /* ---- the batch's transaction (writer thread) ---- */
@@ -527,7 +608,10 @@ static void batch_start(struct packer *pk)
 /* Records where a new record went: chunk rows for a block, a segment row, a journal row. */
 static int record_locations(struct db_txn *txn, const struct packer_rec *rec)
 {
-    struct db_loc loc = {.pack = rec->pack, .off = rec->offset, .len = (uint32_t)rec->len};
+    /* A merged block's chunks are where its shared block put them. */
+    const struct packer_rec *at = rec->merged ? rec->merged : rec;
+    struct db_loc loc = {.pack = at->pack, .off = at->offset, .len = (uint32_t)at->len};
+    uint32_t shift = rec->merged ? rec->merged_shift : 0;
     uint64_t raw = 0;
     int r = 0;
 
@@ -538,13 +622,13 @@ static int record_locations(struct db_txn *txn, const struct packer_rec *rec)
     }
     if (rec->type == PACK_REC_ENTRY)
         return db_txn_journal_put(txn, rec->id, &loc, rec->doc, rec->time_ns, rec->is_delete, true);
-    for (size_t i = 0; i < rec->nidx; i++)
-        raw += rec->idx[i].raw_size;
+    for (size_t i = 0; i < at->nidx; i++)
+        raw += at->idx[i].raw_size;
     for (size_t i = 0; r == 0 && i < rec->nidx; i++) {
-        loc.sub = rec->idx[i].sub_off;
+        loc.sub = shift + rec->idx[i].sub_off;
         loc.size = rec->idx[i].raw_size;
         /* A chunk's share of the block's stored bytes. */
-        loc.stored = (uint32_t)((uint64_t)rec->len * loc.size / (raw ? raw : 1));
+        loc.stored = (uint32_t)((uint64_t)at->len * loc.size / (raw ? raw : 1));
         r = db_txn_chunk_put(txn, rec->idx[i].id, &loc);
     }
     return r;
@@ -617,7 +701,7 @@ static void on_sealed(struct backend_req *req)
     s->bytes = NULL;
     if (req->status != 0) {
         log_error("pack %s: writing its index failed: %s; it stays readable unsealed", req->key,
-                  req->status < 0 ? strerror(-req->status) : "backend unavailable");
+                  status_str(req->status));
         seal_end(s);
         return;
     }

@@ -174,11 +174,20 @@ void refcache_insert(struct refcache *rc, const char *ref, size_t len, const str
 
     if (rc->max_bytes == 0 || epoch != rc->epoch || doc->root_len > REFCACHE_MAX_ROOT)
         return;
-    /* A prefix may become ambiguous with any add: only full hashes and names are kept. */
-    if (by_hash)
+    /*
+     * A prefix may become ambiguous with any add: only full hashes and names
+     * are kept. A ref that looks like a hash is kept only when it is the
+     * document's hash: a name that looks like one is answered by the
+     * database, which tells the two apart (and a document added later with
+     * that hash would take the ref over).
+     */
+    if (by_hash) {
+        if (strcmp(lower, doc->hash) != 0)
+            return;
         ref = lower;
-    else if (!doc->name || strlen(doc->name) != len || memcmp(doc->name, ref, len) != 0)
+    } else if (!doc->name || strlen(doc->name) != len || memcmp(doc->name, ref, len) != 0) {
         return;
+    }
     pp = find(rc, ref, len);
     if (*pp)
         return;

@@ -488,6 +488,31 @@ static void pack_done(uv_work_t *work, int status)
 
 /* ---- choosing the packs ---- */
 
+/*
+ * Dead bytes: what is neither alive nor the pack's own framing (its header,
+ * and once sealed its index, an entry per row, and trailer). Records no row
+ * points at, like those of an add that failed, are dead.
+ */
+static uint64_t dead_bytes(const struct db_pack_use *u)
+{
+    uint64_t framing = PACK_HEADER_SIZE;
+
+    if (u->state != DB_PACK_OPEN)
+        framing += PACK_TRAILER_SIZE + u->rows * PACK_INDEX_ENTRY;
+    return u->size > u->live + framing ? u->size - u->live - framing : 0;
+}
+
+/*
+ * Less than repack_below percent of its records alive. The framing counts
+ * for neither side: a pack with nothing dead is never rewritten, whatever
+ * the threshold.
+ */
+static bool worth_rewriting(const struct store *st, const struct db_pack_use *u)
+{
+    uint64_t dead = dead_bytes(u);
+    return dead > 0 && u->live * 100 < (u->live + dead) * st->cfg.repack_below;
+}
+
 static void run_finish(struct repack_run *run)
 {
     run->cb(run->ctx, run->status);
@@ -506,14 +531,14 @@ static void run_next(struct repack_run *run)
         if (u->state != DB_PACK_SEALED || u->seq == open_seq || u->size == 0)
             continue;
         bool dead = u->live == 0;
-        if (!dead && u->live * 100 >= u->size * st->cfg.repack_below) {
-            run->res->bytes_dead += u->size - u->live;
+        if (!dead && !worth_rewriting(st, u)) {
+            run->res->bytes_dead += dead_bytes(u);
             continue;
         }
         if (!dead && u->size > REPACK_MAX_FACTOR * st->cfg.pack_size + (64u << 20)) {
             log_warn("gc: pack %016" PRIx64 " is too large to rewrite (%" PRIu64 " bytes)", u->seq,
                      u->size);
-            run->res->bytes_dead += u->size - u->live;
+            run->res->bytes_dead += dead_bytes(u);
             continue;
         }
         struct repack_pack *p = calloc(1, sizeof(*p));
@@ -572,7 +597,7 @@ static void usage_done(uv_work_t *work, int status)
     for (size_t i = 0; !run->rotated && i < run->nuse; i++) {
         struct db_pack_use *u = &run->use[i];
         if (u->seq == open_seq && u->state == DB_PACK_OPEN && u->size > 0 &&
-            u->live * 100 < u->size * st->cfg.repack_below) {
+            worth_rewriting(st, u)) {
             run->rotated = true;
             if (packer_rotate(st->packer, rotated, run) == 0)
                 return;

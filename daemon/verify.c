@@ -122,8 +122,6 @@ static int check_at(struct store_verify *v, const uint8_t hash[PROTO_HASH_LEN],
     if ((uint64_t)loc->sub + loc->size > v->block_raw_len ||
         !record_hash_ok(v->block_raw + loc->sub, loc->size, hash))
         return STORE_E_INTEGRITY;
-    v->res.chunks_checked++;
-    v->res.bytes_checked += loc->size;
     return 0;
 }
 
@@ -157,6 +155,9 @@ static int check_record(struct store_verify *v, const struct db_pack_row *rows, 
 
     if (head->kind == DB_ROW_CHUNK) {
         for (size_t i = 0; i < n; i++) {
+            /* Every chunk read is counted, good or bad. */
+            v->res.chunks_checked++;
+            v->res.bytes_checked += rows[i].loc.size;
             r = check_at(v, rows[i].hash, &rows[i].loc);
             if (r == STORE_E_INTEGRITY)
                 r = report_chunk(v, rows[i].hash, &rows[i].loc, r);
@@ -169,8 +170,8 @@ static int check_record(struct store_verify *v, const struct db_pack_row *rows, 
     if (r == 0) {
         bool segment = head->kind == DB_ROW_SEGMENT;
         r = record_seal_open(bytes, head->loc.len, segment ? PACK_REC_MANIFEST : PACK_REC_ENTRY,
-                             head->hash, segment ? MANIFEST_MAX_SEGMENT : OBJECTS_MAX_ENTRY,
-                             &raw, &raw_len);
+                             head->hash, segment ? MANIFEST_MAX_SEGMENT : OBJECTS_MAX_ENTRY, &raw,
+                             &raw_len);
         free(bytes);
         if (r == 0)
             free(raw);
@@ -229,6 +230,8 @@ static int check_chunk(void *ctx, const struct manifest_entry *e)
 
     if (e->bytes == 0)
         return 0; /* a segment: read and checked by the walk itself */
+    v->res.chunks_checked++;
+    v->res.bytes_checked += e->bytes;
     r = db_chunk_find(v->st->db, e->hash, &loc);
     if (r == DB_E_NOT_FOUND)
         return add_bad(v, e->hash, STORE_E_INTEGRITY);
