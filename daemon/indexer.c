@@ -27,6 +27,13 @@
  * the store), so it cannot be taken out exactly; the index is made anew.
  */
 #define IX_E_REBUILD 100
+/*
+ * A few documents wait this long for more to join their batch: every commit
+ * of the index costs a flush and, in time, merges, so a bulk load indexes
+ * in a few large batches. Anyone waiting for the index (a search, gc)
+ * starts the batch at once.
+ */
+#define IX_GATHER_MS 250
 
 static const char schema_sql[] =
     "CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5("
@@ -119,6 +126,8 @@ struct indexer {
     struct ix_waiter *waiters;
     struct ix_batch *batch;
     uv_idle_t wake;
+    uv_timer_t gather;
+    int open_handles;
     struct indexer_stats stats;
 };
 
@@ -194,7 +203,9 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     if (r < 0)
         goto fail;
     uv_idle_init(loop, &ix->wake);
-    ix->wake.data = ix;
+    uv_timer_init(loop, &ix->gather);
+    ix->wake.data = ix->gather.data = ix;
+    ix->open_handles = 2;
     /*
      * The first catch-up is work like any queued document: a search waits
      * for it. It starts on the loop's first turn, once the store is whole.
@@ -210,9 +221,11 @@ fail:
     return r;
 }
 
-static void on_wake_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
     struct indexer *ix = h->data;
+    if (--ix->open_handles > 0)
+        return;
     free(ix->path);
     free(ix);
 }
@@ -234,7 +247,8 @@ struct indexer *indexer_free(struct indexer *ix)
         sqlite3_finalize(ix->stmts[i]);
     sqlite3_wal_checkpoint_v2(ix->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     sqlite3_close(ix->conn);
-    uv_close((uv_handle_t *)&ix->wake, on_wake_closed);
+    uv_close((uv_handle_t *)&ix->wake, on_handle_closed);
+    uv_close((uv_handle_t *)&ix->gather, on_handle_closed);
     return NULL;
 }
 
@@ -526,6 +540,7 @@ static void batch_work(uv_work_t *work)
 /* ---- the loop side ---- */
 
 static void kick(struct indexer *ix);
+static void kick_soon(struct indexer *ix);
 
 static void set_catch_up(struct indexer *ix)
 {
@@ -593,7 +608,7 @@ static void batch_end(struct ix_batch *b)
     free(b);
     ix->batch = NULL;
     wake_waiters(ix);
-    kick(ix);
+    kick_soon(ix);
 }
 
 static void cleanup_done(struct db_write *w)
@@ -662,6 +677,23 @@ static void batch_run(struct ix_batch *b)
     }
 }
 
+static void on_gather(uv_timer_t *t)
+{
+    kick(t->data);
+}
+
+/* Starts a batch now if it is full or awaited, else once IX_GATHER_MS have passed. */
+static void kick_soon(struct indexer *ix)
+{
+    if (ix->waiters || ix->catch_up || ix->removals || ix->nitems >= IX_BATCH_DOCS ||
+        ix->text_bytes >= IX_BATCH_TEXT) {
+        kick(ix);
+        return;
+    }
+    if (!ix->batch && !uv_is_active((uv_handle_t *)&ix->gather))
+        uv_timer_start(&ix->gather, on_gather, IX_GATHER_MS, 0);
+}
+
 static void kick(struct indexer *ix)
 {
     struct ix_batch *b;
@@ -670,6 +702,7 @@ static void kick(struct indexer *ix)
 
     if (ix->batch || (!ix->head && !ix->catch_up && !ix->removals))
         return;
+    uv_timer_stop(&ix->gather);
     if (!(b = calloc(1, sizeof(*b)))) {
         log_error("search index: out of memory; indexing waits");
         return;
@@ -747,7 +780,7 @@ void indexer_queue(struct indexer *ix, int64_t rowid, char *text, size_t len)
         ix->head = it;
     ix->tail = it;
     ix->nitems++;
-    kick(ix);
+    kick_soon(ix);
 }
 
 void indexer_removed(struct indexer *ix)
@@ -770,5 +803,7 @@ int indexer_wait(struct indexer *ix, indexer_wait_fn *fn, void *ctx)
     ix->waiters = w;
     if (w->seq <= ix->done_seq)
         uv_idle_start(&ix->wake, on_wake);
+    else
+        kick(ix); /* what it waits for may be gathering */
     return 0;
 }
