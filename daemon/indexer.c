@@ -2,9 +2,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -34,6 +38,11 @@
  * starts the batch at once.
  */
 #define IX_GATHER_MS 250
+/*
+ * Indexing is background work: its thread runs at this nice value, so adds
+ * and reads take the CPU first and the index catches up when it is free.
+ */
+#define IX_NICE 10
 
 static const char schema_sql[] =
     "CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5("
@@ -95,7 +104,6 @@ struct ix_batch {
     struct indexer *ix;
     struct store_op op;
     struct db_write cleanup;
-    uv_work_t work;
     struct ix_item *items;
     bool catch_up, removals, first, rebuild;
     uint64_t catch_up_gen, removals_gen;
@@ -127,8 +135,15 @@ struct indexer {
     struct ix_batch *batch;
     uv_idle_t wake;
     uv_timer_t gather;
+    uv_async_t finished_async;
     int open_handles;
     struct indexer_stats stats;
+    /* The indexing thread: runs one batch at a time, handed over under `mu`. */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ix_batch *todo, *finished;
+    bool stop;
 };
 
 static int ix_exec(sqlite3 *c, const char *sql)
@@ -165,6 +180,47 @@ static int ix_step(struct indexer *ix, sqlite3_stmt *s)
 }
 
 static void on_wake(uv_idle_t *h);
+static void batch_work(struct ix_batch *b);
+static void batch_done(struct ix_batch *b);
+
+static void *ix_thread(void *arg)
+{
+    struct indexer *ix = arg;
+
+    /* Lowering one's own priority needs no privilege; failing to is harmless. */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), IX_NICE);
+    pthread_mutex_lock(&ix->mu);
+    for (;;) {
+        while (!ix->todo && !ix->stop)
+            pthread_cond_wait(&ix->cv, &ix->mu);
+        if (ix->stop)
+            break;
+        struct ix_batch *b = ix->todo;
+        ix->todo = NULL;
+        pthread_mutex_unlock(&ix->mu);
+        batch_work(b);
+        pthread_mutex_lock(&ix->mu);
+        ix->finished = b;
+        uv_async_send(&ix->finished_async);
+    }
+    pthread_mutex_unlock(&ix->mu);
+    return NULL;
+}
+
+static void on_finished(uv_async_t *h)
+{
+    struct indexer *ix = h->data;
+    struct ix_batch *b;
+
+    pthread_mutex_lock(&ix->mu);
+    b = ix->finished;
+    ix->finished = NULL;
+    pthread_mutex_unlock(&ix->mu);
+    if (b) {
+        uv_unref((uv_handle_t *)&ix->finished_async);
+        batch_done(b);
+    }
+}
 
 int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct db *db,
                 const char *path, size_t max_text)
@@ -202,10 +258,19 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     sqlite3_free(attach);
     if (r < 0)
         goto fail;
+    pthread_mutex_init(&ix->mu, NULL);
+    pthread_cond_init(&ix->cv, NULL);
+    if ((r = -pthread_create(&ix->thread, NULL, ix_thread, ix)) < 0) {
+        log_error("search index: cannot start its thread: %s", strerror(-r));
+        goto fail;
+    }
     uv_idle_init(loop, &ix->wake);
     uv_timer_init(loop, &ix->gather);
-    ix->wake.data = ix->gather.data = ix;
-    ix->open_handles = 2;
+    uv_async_init(loop, &ix->finished_async, on_finished);
+    /* Like queued work, it keeps the loop running only while a batch runs. */
+    uv_unref((uv_handle_t *)&ix->finished_async);
+    ix->wake.data = ix->gather.data = ix->finished_async.data = ix;
+    ix->open_handles = 3;
     /*
      * The first catch-up is work like any queued document: a search waits
      * for it. It starts on the loop's first turn, once the store is whole.
@@ -226,6 +291,8 @@ static void on_handle_closed(uv_handle_t *h)
     struct indexer *ix = h->data;
     if (--ix->open_handles > 0)
         return;
+    pthread_mutex_destroy(&ix->mu);
+    pthread_cond_destroy(&ix->cv);
     free(ix->path);
     free(ix);
 }
@@ -234,6 +301,12 @@ struct indexer *indexer_free(struct indexer *ix)
 {
     if (!ix)
         return NULL;
+    /* No batch is running: the store has drained its operations. */
+    pthread_mutex_lock(&ix->mu);
+    ix->stop = true;
+    pthread_cond_signal(&ix->cv);
+    pthread_mutex_unlock(&ix->mu);
+    pthread_join(ix->thread, NULL);
     for (struct ix_item *it = ix->head, *next; it; it = next) {
         next = it->next;
         free(it->text);
@@ -249,6 +322,7 @@ struct indexer *indexer_free(struct indexer *ix)
     sqlite3_close(ix->conn);
     uv_close((uv_handle_t *)&ix->wake, on_handle_closed);
     uv_close((uv_handle_t *)&ix->gather, on_handle_closed);
+    uv_close((uv_handle_t *)&ix->finished_async, on_handle_closed);
     return NULL;
 }
 
@@ -504,9 +578,8 @@ static int do_catch_up(struct ix_batch *b)
     return r;
 }
 
-static void batch_work(uv_work_t *work)
+static void batch_work(struct ix_batch *b)
 {
-    struct ix_batch *b = container_of(work, struct ix_batch, work);
     struct indexer *ix = b->ix;
     int r = ix_exec(ix->conn, "BEGIN IMMEDIATE");
 
@@ -616,14 +689,11 @@ static void cleanup_done(struct db_write *w)
     batch_end(container_of(w, struct ix_batch, cleanup));
 }
 
-static void batch_done(uv_work_t *work, int status)
+static void batch_done(struct ix_batch *b)
 {
-    struct ix_batch *b = container_of(work, struct ix_batch, work);
     struct indexer *ix = b->ix;
 
     store_op_end(ix->st, &b->op);
-    if (status < 0)
-        b->status = status;
     if (b->status != 0) {
         if (b->status == IX_E_REBUILD)
             ix->rebuild = ix->first_catch_up = true;
@@ -664,17 +734,13 @@ static void batch_done(uv_work_t *work, int status)
 static void batch_run(struct ix_batch *b)
 {
     struct indexer *ix = b->ix;
-    int r;
 
     store_op_begin(ix->st, &b->op);
-    r = uv_queue_work(ix->loop, &b->work, batch_work, batch_done);
-    if (r < 0) {
-        store_op_end(ix->st, &b->op);
-        b->status = r;
-        set_catch_up(ix);
-        set_removals(ix);
-        batch_end(b);
-    }
+    uv_ref((uv_handle_t *)&ix->finished_async);
+    pthread_mutex_lock(&ix->mu);
+    ix->todo = b;
+    pthread_cond_signal(&ix->cv);
+    pthread_mutex_unlock(&ix->mu);
 }
 
 static void on_gather(uv_timer_t *t)
