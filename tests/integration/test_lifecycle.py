@@ -5,6 +5,9 @@
                   deletes, gc, verify and a search, and the exit of
                   --rebuild-index: the daemon exits 0 with a heap that turns
                   any use of freed memory into a crash (see POISON_ENV)
+  RelativeDataDir --data-dir and CAIRN_DATA_DIR relative to the daemon's
+                  working directory, as in format 1: the data lands there,
+                  and the same directory named absolutely finds it again
 """
 
 import os
@@ -85,6 +88,43 @@ class CleanShutdown(unittest.TestCase):
                            timeout=ct.STOP_TIMEOUT)
         self.assertEqual(p.returncode, 0, p.stdout.decode("utf-8", "replace")[-3000:])
         self.assertIn(b"rebuilt", p.stdout)
+
+
+class RelativeDataDir(unittest.TestCase):
+    def setUp(self):
+        self.base = ct.make_tempdir(self)
+        self.real_base = os.path.realpath(self.base)  # what getcwd() says in there
+
+    def check_data_dir(self, d, absolute):
+        """The daemon serves, and keeps its data in `absolute`."""
+        content = b"stored below a relative data dir"
+        h = ct.parse_add(d.cli("add", "-", input=content).stdout)[0][0]
+        self.assertEqual(d.cli("get", h).stdout, content)
+        st = d.status()
+        self.assertEqual(st["backend"], "local:" + os.path.join(absolute, "objects"))
+        self.assertIn("data in %s," % absolute, d.log_text())
+        for name in ("cairn.db", "cairnd.lock", "objects/packs"):
+            self.assertTrue(os.path.exists(os.path.join(absolute, name)), name)
+        return h, content
+
+    def test_relative_data_dir_flag(self):
+        d = ct.Daemon(self, base=self.base, data_dir="rel/data", cwd=self.base)
+        d.start()
+        h, content = self.check_data_dir(d, os.path.join(self.real_base, "rel", "data"))
+        d.stop()
+        # the same directory, named absolutely from elsewhere: the document is there
+        again = ct.Daemon(self, base=self.base, data_dir=os.path.join(self.base, "rel", "data"))
+        again.start()
+        self.assertEqual(again.cli("get", h).stdout, content)
+        again.stop()
+
+    def test_relative_data_dir_from_the_environment(self):
+        d = ct.Daemon(self, base=self.base, cwd=self.base)
+        d.command = lambda: [ct.CAIRND, "--socket", d.socket_path, "--config", os.devnull]
+        d.data_dir = "./env-data"  # exported as CAIRN_DATA_DIR
+        d.start()
+        self.check_data_dir(d, os.path.join(self.real_base, "env-data"))
+        d.stop()
 
 
 if __name__ == "__main__":
