@@ -23,7 +23,8 @@ static const char usage_text[] =
     "  --socket PATH      Unix socket to listen on\n"
     "                     (default $XDG_RUNTIME_DIR/cairn/cairnd.sock or "
     "/tmp/cairn-$UID/cairnd.sock)\n"
-    "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn)\n"
+    "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn);\n"
+    "                     a relative DIR is taken from the working directory\n"
     "  --backend URL      object backend: local (default) or local:/PATH\n"
     "  --log-level LEVEL  error, warn, info (default) or debug\n"
     "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n"
@@ -274,6 +275,8 @@ static void set_defaults(struct config *cfg)
 
 static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_t err_len)
 {
+    /* One option a line, which clang-format would pack into columns. */
+    /* clang-format off */
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},  {"data-dir", required_argument, NULL, 'd'},
         {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
@@ -281,6 +284,7 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
         {"upgrade", no_argument, NULL, 'U'},       {NULL, 0, NULL, 0},
     };
+    /* clang-format on */
     int c;
 
     memset(fl, 0, sizeof(*fl));
@@ -334,6 +338,41 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         snprintf(err, err_len, "--rebuild-index and --upgrade do not go together");
         return CONFIG_E_USAGE;
     }
+    return 0;
+}
+
+/*
+ * A relative data directory (from a flag, the environment or the file) is
+ * below the working directory cairnd was started in, as in format 1. It is
+ * made absolute here, once, before anything else: the local backend only
+ * takes absolute paths, and no later step may depend on the working
+ * directory.
+ */
+static int absolute_data_dir(struct config *cfg, char *err, size_t err_len)
+{
+    char cwd[PATH_MAX], joined[sizeof(cfg->data_dir)];
+    const char *rel = cfg->data_dir;
+    int n;
+
+    if (rel[0] == '/')
+        return 0;
+    if (!getcwd(cwd, sizeof(cwd))) {
+        snprintf(err, err_len, "data dir %s is relative, but the working directory is unknown: %s",
+                 rel, strerror(errno));
+        return CONFIG_E_INVALID;
+    }
+    /* "./x" and "." name the same as "x" and the working directory. */
+    while (rel[0] == '.' && rel[1] == '/')
+        rel += 2 + strspn(rel + 2, "/");
+    if (strcmp(rel, ".") == 0)
+        rel = "";
+    n = snprintf(joined, sizeof(joined), "%s%s%s", cwd, rel[0] && strcmp(cwd, "/") ? "/" : "", rel);
+    if (n < 0 || (size_t)n >= sizeof(joined)) {
+        snprintf(err, err_len, "data dir too long below the working directory %s: %s", cwd,
+                 cfg->data_dir);
+        return CONFIG_E_INVALID;
+    }
+    memcpy(cfg->data_dir, joined, (size_t)n + 1);
     return 0;
 }
 
@@ -400,6 +439,8 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         return r;
     if (fl.log_level &&
         (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
+        return r;
+    if ((r = absolute_data_dir(cfg, err, err_len)))
         return r;
     struct cdc probe;
     if (cdc_init(&probe, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max) < 0) {

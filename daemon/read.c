@@ -85,17 +85,14 @@ int store_bridge_init(struct store *st)
     return r;
 }
 
-static void bridge_closed(uv_handle_t *h)
-{
-}
-
-void store_bridge_close(struct store *st)
+bool store_bridge_close(struct store *st, uv_close_cb closed)
 {
     if (!st->bridge_open)
-        return;
+        return false;
     st->bridge_open = false;
     pthread_mutex_destroy(&st->bridge_lock);
-    uv_close((uv_handle_t *)&st->bridge_async, bridge_closed);
+    uv_close((uv_handle_t *)&st->bridge_async, closed);
+    return true;
 }
 
 static int bridge_read(struct store *st, const char *key, uint64_t off, void *buf, size_t len,

@@ -162,9 +162,13 @@ int store_read_prefix(struct store *st, unsigned depth, const uint8_t *root, siz
  * time order. Runs the loop itself.
  */
 struct packer_resume;
-int store_replay(struct store *st, struct packer_resume *resume, char *summary,
-                 size_t summary_len);
+int store_replay(struct store *st, struct packer_resume *resume, char *summary, size_t summary_len);
 
 /* The bridge's loop side: set up in store_new, closed in store_free. */
 int store_bridge_init(struct store *st);
-void store_bridge_close(struct store *st);
+/*
+ * Starts closing the bridge's handle, which lives in the store: `closed`
+ * runs once libuv is done with it, and only then may the store's memory go.
+ * False when there is no handle to close (it was never set up).
+ */
+bool store_bridge_close(struct store *st, uv_close_cb closed);

@@ -54,17 +54,27 @@ int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db
     return r;
 }
 
+static void on_bridge_closed(uv_handle_t *h)
+{
+    free(container_of((uv_async_t *)h, struct store, bridge_async));
+}
+
 struct store *store_free(struct store *st)
 {
     if (!st)
         return NULL;
     st->indexer = indexer_free(st->indexer);
     st->packer = packer_free(st->packer);
-    store_bridge_close(st);
     st->refs = refcache_free(st->refs);
     st->cache = cache_free(st->cache);
     free(st->gc_barriers);
-    free(st);
+    st->gc_barriers = NULL;
+    /*
+     * The bridge's handle is part of the store, and libuv uses a closing
+     * handle until its close callback has run: the memory goes there.
+     */
+    if (!store_bridge_close(st, on_bridge_closed))
+        free(st);
     return NULL;
 }
 
@@ -75,8 +85,8 @@ unsigned store_active(struct store *st)
 
 bool store_busy(struct store *st)
 {
-    return (st->packer && packer_busy(st->packer)) ||
-           (st->indexer && indexer_busy(st->indexer)) || st->reaping;
+    return (st->packer && packer_busy(st->packer)) || (st->indexer && indexer_busy(st->indexer)) ||
+           st->reaping;
 }
 
 static void drained(void *ctx)

@@ -71,7 +71,13 @@ struct store_config {
  */
 int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db *db,
               const char *index_path, const struct store_config *cfg);
-/* Only when nothing runs (store_active() 0 and store_busy() false). */
+/*
+ * Only when nothing runs (store_active() 0 and store_busy() false). The
+ * store's libuv handles (its own, the pack writer's, the indexer's) close
+ * asynchronously: their memory, the store's included, goes in their close
+ * callbacks, so the caller runs the loop afterwards until it is empty.
+ * Returns NULL.
+ */
 struct store *store_free(struct store *st);
 /* Adds, gets and maintenance still running (shutdown waits for zero). */
 unsigned store_active(struct store *st);
@@ -146,9 +152,9 @@ void store_get_release(struct store_get *get);
 
 struct store_gc_result {
     uint64_t packs_rewritten, packs_deleted;
-    uint64_t bytes_reclaimed;  /* pack bytes given back to the backend */
-    uint64_t bytes_dead;       /* dead bytes left in packs above the rewrite threshold */
-    uint64_t chunks_removed;   /* chunks no document used any more, gone now */
+    uint64_t bytes_reclaimed; /* pack bytes given back to the backend */
+    uint64_t bytes_dead;      /* dead bytes left in packs above the rewrite threshold */
+    uint64_t chunks_removed;  /* chunks no document used any more, gone now */
 };
 
 /*

@@ -170,14 +170,18 @@ static bool list_prefix_valid(const char *prefix)
     return true;
 }
 
-/* The total length of an iovec array, or -EINVAL when it is malformed or overflows. */
-static int iov_total(const struct iovec *iov, unsigned iovcnt, uint64_t *total)
+/*
+ * The total length of an iovec array, or -EINVAL when it is malformed or
+ * overflows. Their number is not limited: the caller already holds them all,
+ * and backends write them in as many system calls as IOV_MAX requires.
+ */
+static int iov_total(const struct iovec *iov, size_t iovcnt, uint64_t *total)
 {
     uint64_t sum = 0;
 
-    if (iovcnt > IOV_MAX || (iovcnt > 0 && !iov))
+    if (iovcnt > 0 && !iov)
         return -EINVAL;
-    for (unsigned i = 0; i < iovcnt; i++) {
+    for (size_t i = 0; i < iovcnt; i++) {
         if (iov[i].iov_len > 0 && !iov[i].iov_base)
             return -EINVAL;
         if (iov[i].iov_len > (uint64_t)SSIZE_MAX - sum)

@@ -98,11 +98,16 @@ enum {
     BACKEND_PUT_CREATE = 1u << 0,
 };
 
-/* A whole object, atomically: a reader sees the old object, none, or all of it. */
+/*
+ * A whole object, atomically: a reader sees the old object, none, or all of it.
+ * The bytes are the iovecs in order, as many as the caller has (a repack gives
+ * one per record); a backend splits them into system calls or requests as it
+ * must, so IOV_MAX is no limit here.
+ */
 struct backend_put {
     struct backend_req req;
     const struct iovec *iov; /* borrowed until the callback */
-    unsigned iovcnt;
+    size_t iovcnt;
     unsigned flags;
 };
 
@@ -157,8 +162,8 @@ struct backend_list {
 struct backend_append {
     struct backend_req req;
     uint64_t offset;
-    const struct iovec *iov; /* borrowed until the callback */
-    unsigned iovcnt;
+    const struct iovec *iov; /* borrowed until the callback; any number, as for a put */
+    size_t iovcnt;
 };
 
 struct backend_ops {
@@ -210,10 +215,10 @@ struct backend_stats {
 
 /* How the front end repeats transient failures. */
 struct backend_retry {
-    unsigned attempts;         /* tries in all, at least 1 */
-    uint32_t backoff_ms;       /* delay before the second try; doubles, with jitter */
-    uint32_t backoff_max_ms;   /* cap on one delay */
-    uint32_t timeout_ms;       /* default per-request timeout, 0 for none */
+    unsigned attempts;       /* tries in all, at least 1 */
+    uint32_t backoff_ms;     /* delay before the second try; doubles, with jitter */
+    uint32_t backoff_max_ms; /* cap on one delay */
+    uint32_t timeout_ms;     /* default per-request timeout, 0 for none */
 };
 
 struct backend {
@@ -261,6 +266,9 @@ bool backend_key_valid(const char *key);
 /*
  * Start a request. 0 when the callback will come, negative errno when not
  * (-EINVAL for a bad key or argument, -EOPNOTSUPP for a missing capability).
+ * A put's or an append's iovecs are refused only when one has a NULL base
+ * with a length, or when their total exceeds SSIZE_MAX; never for their
+ * number.
  */
 int backend_put(struct backend *be, struct backend_put *put);
 int backend_get(struct backend *be, struct backend_get *get);

@@ -16,14 +16,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-/* Enough iovecs per system call to amortise it; more only costs stack. */
-#define WRITE_BATCH 64
 
 /* The directory part of a valid key ("dir/name" -> "dir"). */
 static void dir_of(const char *key, char out[BACKEND_MAX_KEY])
@@ -74,15 +72,21 @@ static int dir_ensure(struct local *lp, const char *key)
     return r;
 }
 
-/* Writes all of the iovecs at `offset`, resuming after short writes. 0 or -errno. */
-static int write_iov_at(int fd, const struct iovec *iov, unsigned iovcnt, uint64_t offset)
+/*
+ * Writes all of the iovecs at `offset`, resuming after short writes. 0 or
+ * -errno. A caller may pass any number of iovecs (a repack gives one per
+ * record, many thousands); each pwritev() takes up to IOV_MAX of them
+ * straight from the caller's array. Only the rest of an iovec that a short
+ * write cut in two goes out on its own, so nothing is ever copied.
+ */
+static int write_iov_at(int fd, const struct iovec *iov, size_t iovcnt, uint64_t offset)
 {
-    struct iovec batch[WRITE_BATCH];
-    unsigned i = 0;
-    size_t skip = 0; /* bytes of iov[i] already written */
+    size_t i = 0, skip = 0; /* iov[i] is written up to `skip` bytes, iov[..i) wholly */
 
     for (;;) {
-        unsigned n = 0;
+        struct iovec rest;
+        const struct iovec *vec;
+        int n;
         ssize_t w;
 
         while (i < iovcnt && iov[i].iov_len == skip) {
@@ -91,15 +95,16 @@ static int write_iov_at(int fd, const struct iovec *iov, unsigned iovcnt, uint64
         }
         if (i == iovcnt)
             return 0;
-        for (unsigned k = i; k < iovcnt && n < WRITE_BATCH; k++) {
-            size_t from = k == i ? skip : 0;
-            if (iov[k].iov_len == from)
-                continue;
-            batch[n].iov_base = (char *)iov[k].iov_base + from;
-            batch[n].iov_len = iov[k].iov_len - from;
-            n++;
+        if (skip > 0) {
+            rest.iov_base = (char *)iov[i].iov_base + skip;
+            rest.iov_len = iov[i].iov_len - skip;
+            vec = &rest;
+            n = 1;
+        } else {
+            vec = &iov[i];
+            n = iovcnt - i < IOV_MAX ? (int)(iovcnt - i) : IOV_MAX;
         }
-        w = pwritev(fd, batch, (int)n, (off_t)offset);
+        w = pwritev(fd, vec, n, (off_t)offset);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0)
@@ -121,11 +126,11 @@ static int write_iov_at(int fd, const struct iovec *iov, unsigned iovcnt, uint64
     }
 }
 
-static uint64_t iov_bytes(const struct iovec *iov, unsigned iovcnt)
+static uint64_t iov_bytes(const struct iovec *iov, size_t iovcnt)
 {
     uint64_t total = 0;
 
-    for (unsigned i = 0; i < iovcnt; i++)
+    for (size_t i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
     return total;
 }

@@ -272,12 +272,9 @@ static void test_fe_arguments(void **state)
     memset(u.list.cursor, 'a', sizeof(u.list.cursor));
     expect_refused(&e, &u, BACKEND_OP_LIST, -EINVAL, "unterminated cursor");
 
-    /* Puts and appends: the iovec array and flags. */
+    /* Puts and appends: the iovec array and flags (their number is no limit). */
     memset(&u, 0, sizeof(u));
     test_req_init(&u.put.req, &done, "obj/key1");
-    u.put.iov = many;
-    u.put.iovcnt = IOV_MAX + 1;
-    expect_refused(&e, &u, BACKEND_OP_PUT, -EINVAL, "iovcnt");
     u.put.iov = NULL;
     u.put.iovcnt = 1;
     expect_refused(&e, &u, BACKEND_OP_PUT, -EINVAL, "NULL iov");
@@ -296,9 +293,11 @@ static void test_fe_arguments(void **state)
     u.app.offset = UINT64_MAX - 3;
     expect_refused(&e, &u, BACKEND_OP_APPEND, -EINVAL, "append past 2^64");
     u.app.offset = 0;
-    u.app.iovcnt = IOV_MAX + 1;
+    u.app.iovcnt = 2;
     u.app.iov = many;
-    expect_refused(&e, &u, BACKEND_OP_APPEND, -EINVAL, "append iovcnt");
+    many[1] = (struct iovec){.iov_base = NULL, .iov_len = 1};
+    expect_refused(&e, &u, BACKEND_OP_APPEND, -EINVAL, "append NULL iov_base");
+    many[1] = (struct iovec){0};
 
     /* Gets: a range that ends past 2^64; a request without a callback. */
     memset(&u, 0, sizeof(u));
@@ -322,16 +321,16 @@ static void test_fe_arguments(void **state)
     assert_int_equal(e.be->inflight, 0);
     assert_int_equal(e.be->stats.failures, 0);
 
-    /* The limits themselves are accepted. */
-    for (size_t i = 0; i < IOV_MAX; i++)
+    /* The limits themselves are accepted; IOV_MAX is none for a request. */
+    for (size_t i = 0; i < ARRAY_SIZE(many); i++)
         many[i] = (struct iovec){.iov_base = "z", .iov_len = 1};
     memset(&u, 0, sizeof(u));
     test_req_init(&u.put.req, &done, "obj/key1");
     u.put.iov = many;
-    u.put.iovcnt = IOV_MAX;
+    u.put.iovcnt = ARRAY_SIZE(many);
     assert_int_equal(test_start_put(e.be, &u.put), 0);
     test_wait(&e, &done);
-    assert_int_equal(e.be->stats.bytes_written, IOV_MAX);
+    assert_int_equal(e.be->stats.bytes_written, ARRAY_SIZE(many));
     memset(&u, 0, sizeof(u));
     test_req_init(&u.list.req, &done, "obj/");
     u.list.max_keys = BACKEND_LIST_MAX;

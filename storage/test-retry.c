@@ -165,6 +165,68 @@ static void test_fe_earlier_attempt_landed(void **state)
     test_env_finish(&e);
 }
 
+/*
+ * A put and an append of far more iovecs than IOV_MAX (a repack's, one per
+ * record) are retried like any other: every attempt gets the caller's whole
+ * array, and the bytes are counted once.
+ */
+enum { MANY_IOV = 5000 };
+
+static struct iovec many_iov[MANY_IOV];
+static unsigned many_seen;
+
+static void check_many_iov(struct backend_req *req)
+{
+    const struct iovec *iov;
+    size_t iovcnt;
+
+    if (req->op == BACKEND_OP_PUT) {
+        iov = container_of(req, struct backend_put, req)->iov;
+        iovcnt = container_of(req, struct backend_put, req)->iovcnt;
+    } else {
+        iov = container_of(req, struct backend_append, req)->iov;
+        iovcnt = container_of(req, struct backend_append, req)->iovcnt;
+    }
+    if (iov == many_iov && iovcnt == MANY_IOV)
+        many_seen++;
+}
+
+static void test_fe_many_iovecs_retried(void **state)
+{
+    struct test_env e;
+    union fault_req u;
+    struct test_done done;
+    uint64_t total = 0;
+
+    for (size_t i = 0; i < MANY_IOV; i++) {
+        many_iov[i] = (struct iovec){.iov_base = "0123456789", .iov_len = i % 11};
+        total += i % 11;
+    }
+    FAULT_SCRIPT(0, BACKEND_E_UNAVAILABLE, -ETIMEDOUT, 0, BACKEND_E_UNAVAILABLE, 0);
+    fault_probe.on_start = check_many_iov;
+    many_seen = 0;
+    fault_env_open(&e, &fault_ops);
+    fault_fill(&u, BACKEND_OP_PUT, &done, 0);
+    u.put.iov = many_iov;
+    u.put.iovcnt = MANY_IOV;
+    assert_int_equal(test_start_put(e.be, &u.put), 0);
+    test_wait(&e, &done);
+    assert_int_equal(done.status, 0);
+    assert_int_equal(u.put.req.attempts, 3);
+    fault_fill(&u, BACKEND_OP_APPEND, &done, 16);
+    u.app.iov = many_iov;
+    u.app.iovcnt = MANY_IOV;
+    assert_int_equal(test_start_append(e.be, &u.app), 0);
+    test_wait(&e, &done);
+    assert_int_equal(done.status, 0);
+    assert_int_equal(u.app.req.attempts, 2);
+    assert_int_equal(many_seen, 5);
+    assert_int_equal(e.be->stats.retries, 3);
+    assert_int_equal(e.be->stats.failures, 0);
+    assert_int_equal(e.be->stats.bytes_written, 2 * total);
+    test_env_finish(&e);
+}
+
 static void test_fe_start_refused(void **state)
 {
     struct test_env e;
@@ -564,6 +626,7 @@ int test_retry_run(void)
         cmocka_unit_test(test_fe_plain_put_exists_on_retry),
         cmocka_unit_test(test_fe_earlier_attempt_landed),
         cmocka_unit_test(test_fe_start_refused),
+        cmocka_unit_test(test_fe_many_iovecs_retried),
         cmocka_unit_test(test_fe_backoff_bounds),
         cmocka_unit_test(test_fe_backoff_jitter),
         cmocka_unit_test(test_fe_timeout_cancels_attempt),

@@ -18,6 +18,8 @@
                   next gc gives back everything it wrote
   ManySegments    a manifest of hundreds of segments (256-byte chunks) in
                   bounded daemon memory
+  ManyRecords     gc rewrites packs of thousands of small live records
+                  (more than IOV_MAX in one write)
 """
 
 import hashlib
@@ -595,6 +597,64 @@ class FailedAdd(dd.DedupCase):
         self.assertEqual(st["documents"], 1)
         self.assertEqual(d.cli("get", hbase).stdout, base)
         d.stop()
+
+
+# --------------------------------------------------------------------------
+# many records
+# --------------------------------------------------------------------------
+
+IOV_MAX = 1024  # Linux; the most iovecs one pwritev() takes
+
+
+class ManyRecords(dd.DedupCase):
+    """Thousands of tiny documents in 1 MiB packs, most of them deleted: the
+    packs that gc rewrites hold thousands of live records, and gc copies
+    them all with one write each, far more iovecs than IOV_MAX."""
+
+    CONFIG = {"pack_size": "1M"}
+    DOCS = 8000
+    WINDOW = 100  # requests in flight on the connection
+
+    def pipelined(self, c, requests):
+        """Sends (op, fields) requests WINDOW at a time; returns the replies."""
+        replies = []
+        for base in range(0, len(requests), self.WINDOW):
+            ids = [c.send_request(op, **fields) for op, fields in requests[base:base + self.WINDOW]]
+            for rid in ids:
+                r = c.recv_for(rid)
+                self.assertIs(r.get("ok"), True, ct.short(r))
+                replies.append(r)
+        return replies
+
+    def test_gc_rewrites_packs_of_thousands_of_live_records(self):
+        d = self.d
+        contents = [b"tiny document %06d" % i for i in range(self.DOCS)]
+        with d.connect() as c:
+            added = self.pipelined(c, [("add", {"data": x, "more": False}) for x in contents])
+            hashes = [r["hash"] for r in added]
+            # three in five, spread evenly over every pack
+            doomed = [h for i, h in enumerate(hashes) if i % 5 < 3]
+            self.pipelined(c, [("delete", {"ref": h}) for h in doomed])
+        self.assertGreaterEqual(dd.status(d)["packs"], 3, "expected several 1 MiB packs")
+        before = {(p.seq, r.offset) for p in pf.read_packs(d.data_dir, check_crc=False)
+                  for r in p.records}
+
+        res = dd.gc(d)
+        self.assertGreater(res["packs_rewritten"], 0, "gc rewrote nothing: %r\n%s"
+                           % (res, d.log_tail(3000)))
+        self.assertNotIn("cannot start writing", d.log_text())
+        copied = [(p.seq, r.offset) for p in pf.read_packs(d.data_dir, check_crc=False)
+                  for r in p.records if (p.seq, r.offset) not in before]
+        self.assertGreater(len(copied), IOV_MAX, "gc copied too few records to need more than "
+                           "IOV_MAX iovecs")
+
+        survivors = {h: x for h, x in zip(hashes, contents) if h not in set(doomed)}
+        get_all(self, d, survivors, "after gc")
+        assert_gone(self, d, doomed[::50], "after gc")
+        self.check_store(exact=False)
+        verify_clean(self, d, "after gc")
+        d.restart()
+        get_all(self, d, survivors, "after gc and a restart")
 
 
 # --------------------------------------------------------------------------
