@@ -268,7 +268,7 @@ static void set_defaults(struct config *cfg)
     cfg->max_text = 16 * 1024 * 1024;
     cfg->pack_size = 16 * 1024 * 1024;
     cfg->repack_threshold = 50;
-    cfg->cache_size = 32 * 1024 * 1024;
+    cfg->cache_size = 64 * 1024 * 1024;
     cfg->max_connections = 4096;
     cfg->threads = 0;
 }
