@@ -18,6 +18,8 @@
  *
  * Memory is bounded per add whatever the document's size: a few segments,
  * their blocks until they are durable, and one list per manifest level.
+ *
+ * This file is the loop side; the worker jobs are in add-work.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,132 +27,14 @@
 #include <string.h>
 
 #include <openssl/evp.h>
-#include <openssl/sha.h>
 
+#include "daemon/add-int.h"
 #include "daemon/indexer.h"
 #include "daemon/log.h"
-#include "daemon/merge.h"
 #include "daemon/objects.h"
-#include "daemon/packer.h"
 #include "daemon/record.h"
 #include "daemon/refcache.h"
-#include "daemon/store-int.h"
-#include "daemon/text.h"
 #include "proto/util.h"
-
-/* Bytes a cut job takes at once (at least the largest chunk). */
-#define STORE_SEGMENT (1024u * 1024)
-/* Per add: segment jobs, record groups not yet durable, and segments waiting to be cut. */
-#define STORE_MAX_SEGJOBS 4
-#define STORE_MAX_GROUPS 8
-#define STORE_MAX_READY 8
-
-struct rawbuf {
-    uint8_t *data;
-    size_t len;
-};
-
-/* Records, as a growing array. */
-struct rec_list {
-    struct packer_rec *v;
-    size_t n;
-};
-
-/* A record group this add sent to the pack writer. */
-struct add_group {
-    struct packer_group g;
-    struct rec_list recs;
-    struct store_add *add;
-};
-
-/* A cut segment: its chunks are hashed and looked up, the new ones compressed into a block. */
-struct seg_job {
-    uv_work_t work;
-    struct store_add *add;
-    struct rawbuf seg;
-    size_t *ends; /* chunk end offsets in seg */
-    size_t nends;
-    bool done;
-    int status;
-    struct manifest_entry *chunks; /* per chunk, in order */
-    uint64_t stored;               /* the stored bytes of its chunks */
-    struct rec_list blocks;        /* its new chunks, in blocks of at most RECORD_BLOCK_MAX */
-    struct seg_job *next;
-};
-
-/* A full manifest list being stored as a segment record. */
-struct spill {
-    uv_work_t work;
-    struct store_add *add;
-    unsigned level;
-    struct manifest_entry *list;
-    size_t n;
-    uint64_t bytes;
-    int status;
-    struct packer_rec rec;
-    bool started, done;
-    struct spill *next;
-};
-
-struct cut_job {
-    uv_work_t work;
-    struct store_add *add;
-    struct rawbuf carry, in; /* consumed by the job */
-    bool final;
-    bool whole; /* the whole document: the job also does the segment and the entry */
-    int status;
-    struct seg_job *sj; /* the cut segment */
-    struct rawbuf rest; /* bytes after the last cut: the next job's carry */
-    bool unchanged;     /* the store already holds this, under this name: nothing to write */
-    uint64_t stored_size;
-    /* `whole`: the manifest root and the journal entry. */
-    uint8_t *root;
-    size_t root_len;
-    struct packer_rec entry;
-};
-
-struct store_add {
-    struct store *st;
-    struct store_add_params p;
-    const struct store_add_ops *ops;
-    void *userdata;
-    struct store_op op;
-
-    EVP_MD_CTX *doc_ctx;  /* used by the running cut job only */
-    struct text_acc text; /* likewise */
-    struct rawbuf fill;
-    size_t fill_cap; /* grows to STORE_SEGMENT: small documents never hold a whole segment */
-    struct rawbuf ready[STORE_MAX_READY]; /* full segments waiting for a cut job, FIFO */
-    unsigned nready;
-    struct rawbuf carry;
-    bool told_full;
-    uint64_t received;
-
-    bool cut_running;
-    unsigned cuts;                    /* cut jobs started */
-    struct seg_job *segs, *segs_tail; /* in document order */
-    unsigned nsegs;
-    struct manifest_builder mb;
-    struct spill *spills, *spills_tail; /* run one at a time, in order */
-    unsigned groups;                    /* groups sent and not yet called back */
-    uint64_t stored;
-    struct rec_list last; /* the final segment's blocks, sent with the entry */
-
-    bool finishing, final_cut_done, entry_started, committing, aborted;
-    bool unchanged;
-    int error;
-    uint8_t doc_hash[PROTO_HASH_LEN];
-    uint64_t ticket, entry_ns;
-    uint8_t *root;
-    size_t root_len;
-    unsigned depth;
-    uv_work_t entry_work;
-    struct packer_rec entry;
-    int entry_status;
-    struct packer_group final;
-    struct rec_list final_recs;
-    struct db_add dba;
-};
 
 static void add_pump(struct store_add *add);
 
@@ -170,7 +54,7 @@ static void params_clear(struct store_add_params *p)
     memset(p, 0, sizeof(*p));
 }
 
-static void rec_clear(struct packer_rec *rec)
+void add_rec_clear(struct packer_rec *rec)
 {
     free(rec->bytes);
     free(rec->idx);
@@ -180,14 +64,14 @@ static void rec_clear(struct packer_rec *rec)
 static void list_clear(struct rec_list *l)
 {
     for (size_t i = 0; i < l->n; i++)
-        rec_clear(&l->v[i]);
+        add_rec_clear(&l->v[i]);
     free(l->v);
     l->v = NULL;
     l->n = 0;
 }
 
 /* Appends a record (taken over); -ENOMEM leaves it with the caller. */
-static int list_push(struct rec_list *l, struct packer_rec *rec)
+int add_list_push(struct rec_list *l, struct packer_rec *rec)
 {
     struct packer_rec *grown = realloc(l->v, (l->n + 1) * sizeof(*grown));
 
@@ -219,7 +103,7 @@ static void add_free(struct store_add *add)
     for (struct spill *sp = add->spills, *next; sp; sp = next) {
         next = sp->next;
         free(sp->list);
-        rec_clear(&sp->rec);
+        add_rec_clear(&sp->rec);
         free(sp);
     }
     if (add->ticket)
@@ -233,7 +117,7 @@ static void add_free(struct store_add *add)
     manifest_builder_clear(&add->mb);
     list_clear(&add->last);
     list_clear(&add->final_recs);
-    rec_clear(&add->entry);
+    add_rec_clear(&add->entry);
     free(add->root);
     params_clear(&add->p);
     store_op_end(st, &add->op);
@@ -380,241 +264,6 @@ void store_add_abort(struct store_add *add)
     (void)add_maybe_end(add);
 }
 
-/* ---- worker side: cutting, segments, blocks, the entry ---- */
-
-/* Compresses pieces into one block record, appended to the segment's blocks. */
-static int seg_block(struct store *st, struct seg_job *sj, const struct record_piece *pieces,
-                     size_t n)
-{
-    struct packer_rec rec = {.type = PACK_REC_BLOCK, .nidx = n};
-    int r = record_block_build(pieces, n, st->cfg.compression_level, &rec.bytes, &rec.len, rec.id,
-                               &rec.idx);
-
-    if (r < 0)
-        return r;
-    sj->stored += rec.len;
-    if ((r = list_push(&sj->blocks, &rec)) < 0)
-        rec_clear(&rec);
-    return r;
-}
-
-/*
- * Hashes a segment's chunks, looks each up, and compresses the new ones into
- * blocks of at most RECORD_BLOCK_MAX bytes. A chunk that repeats within the
- * segment is stored once.
- */
-static int seg_process(struct store *st, struct seg_job *sj)
-{
-    struct record_piece *pieces = NULL;
-    uint32_t *known = NULL;
-    size_t npieces = 0, first = 0, raw = 0;
-    int r = 0;
-
-    sj->chunks = calloc(sj->nends ? sj->nends : 1, sizeof(*sj->chunks));
-    pieces = calloc(sj->nends ? sj->nends : 1, sizeof(*pieces));
-    known = calloc(sj->nends ? sj->nends : 1, sizeof(*known));
-    if (!sj->chunks || !pieces || !known) {
-        r = -ENOMEM;
-        goto out;
-    }
-    for (size_t i = 0; r == 0 && i < sj->nends; i++) {
-        size_t start = i ? sj->ends[i - 1] : 0, len = sj->ends[i] - start;
-        struct manifest_entry *c = &sj->chunks[i];
-        bool repeat = false;
-        SHA256(sj->seg.data + start, len, c->hash);
-        c->bytes = len;
-        for (size_t k = 0; k < npieces && !repeat; k++)
-            repeat = memcmp(pieces[k].hash, c->hash, PROTO_HASH_LEN) == 0;
-        if (repeat)
-            continue;
-        r = db_chunk_lookup(st->db, c->hash, &known[i]);
-        if (r == DB_E_NOT_FOUND) {
-            /* A full block goes first; the next one starts with this chunk. */
-            if (npieces > first &&
-                (raw + len > RECORD_BLOCK_MAX || npieces - first == PACK_MAX_BLOCK_CHUNKS)) {
-                r = seg_block(st, sj, pieces + first, npieces - first);
-                first = npieces;
-                raw = 0;
-            }
-            pieces[npieces] = (struct record_piece){sj->seg.data + start, len, {0}};
-            memcpy(pieces[npieces].hash, c->hash, PROTO_HASH_LEN);
-            npieces++;
-            raw += len;
-            known[i] = 0;
-            r = r < 0 ? r : 0;
-        } else if (r == 0) {
-            sj->stored += known[i];
-        }
-    }
-    if (r == 0 && npieces > first)
-        r = seg_block(st, sj, pieces + first, npieces - first);
-out:
-    free(pieces);
-    free(known);
-    return r;
-}
-
-static void seg_work(uv_work_t *work)
-{
-    struct seg_job *sj = container_of(work, struct seg_job, work);
-    sj->status = seg_process(sj->add->st, sj);
-}
-
-/* The journal entry of this add: the manifest root with what the add brought. */
-static int entry_build(struct store_add *add, uint64_t size, uint64_t nchunks, uint64_t stored,
-                       bool text, unsigned depth, const uint8_t *root, size_t root_len,
-                       struct packer_rec *rec)
-{
-    struct entry e = {
-        .time_ns = add->entry_ns,
-        .size = size,
-        .nchunks = nchunks,
-        .stored = stored,
-        .text = text,
-        .mime = add->p.mime,
-        .name = add->p.name,
-        .depth = depth,
-        .root = (uint8_t *)root,
-        .root_len = root_len,
-        .tags = add->p.tags,
-        .ntags = add->p.ntags,
-        .meta_keys = add->p.meta_keys,
-        .meta_values = add->p.meta_values,
-        .nmeta = add->p.nmeta,
-    };
-    uint8_t *raw;
-    size_t raw_len;
-    int r;
-
-    memcpy(e.doc, add->doc_hash, PROTO_HASH_LEN);
-    if ((r = objects_entry_encode(&e, &raw, &raw_len)) < 0)
-        return r;
-    r = record_seal_build(PACK_REC_ENTRY, raw, raw_len, add->st->cfg.compression_level, &rec->bytes,
-                          &rec->len, rec->id, &rec->idx);
-    free(raw);
-    if (r < 0)
-        return r;
-    rec->type = PACK_REC_ENTRY;
-    rec->nidx = 1;
-    memcpy(rec->doc, add->doc_hash, PROTO_HASH_LEN);
-    rec->time_ns = add->entry_ns;
-    return 0;
-}
-
-/* After the last cut: is the document already stored, as it is named? */
-static int check_existing(struct store_add *add, struct cut_job *job)
-{
-    char hex[PROTO_HASH_HEX + 1];
-    struct db_doc doc;
-    int r;
-
-    proto_hex_encode(add->doc_hash, PROTO_HASH_LEN, hex);
-    r = db_resolve(add->st->db, hex, PROTO_HASH_HEX, 0, &doc);
-    if (r < 0 || r == DB_E_AMBIGUOUS)
-        return r < 0 ? r : -EIO;
-    /* Adding what is already there, as it is named, changes nothing: skip every write. */
-    if (r == 0 && add->p.ntags == 0 && add->p.nmeta == 0) {
-        bool current = !add->p.name || !add->p.name[0];
-        if (!current && db_name_current(add->st->db, add->p.name, doc.rowid, &current) < 0)
-            current = false;
-        job->unchanged = current;
-        job->stored_size = doc.stored_size;
-    }
-    db_doc_clear(&doc);
-    return 0;
-}
-
-static void cut_work(uv_work_t *work)
-{
-    struct cut_job *job = container_of(work, struct cut_job, work);
-    struct store_add *add = job->add;
-    const struct cdc *cdc = &add->st->cdc;
-    size_t total = job->carry.len + job->in.len, off = 0;
-    struct seg_job *sj = job->sj;
-    unsigned int mdlen;
-    uint8_t *data;
-
-    /* The carried bytes were hashed with the previous segment; only new bytes go in. */
-    if (!EVP_DigestUpdate(add->doc_ctx, job->in.data, job->in.len)) {
-        job->status = -EIO;
-        return;
-    }
-    text_acc_feed(&add->text, job->in.data, job->in.len, job->final);
-    if (job->carry.len == 0) {
-        data = job->in.data;
-        job->in.data = NULL; /* consumed */
-    } else {
-        data = realloc(job->carry.data, total ? total : 1);
-        if (!data) {
-            job->status = -ENOMEM;
-            return;
-        }
-        job->carry.data = NULL; /* consumed */
-        if (job->in.len > 0)    /* the last segment may be empty */
-            memcpy(data + job->carry.len, job->in.data, job->in.len);
-        free(job->in.data);
-        job->in.data = NULL;
-    }
-    sj->seg.data = data;
-    sj->seg.len = total;
-    sj->ends = malloc((total / cdc->min + 2) * sizeof(size_t));
-    if (!sj->ends) {
-        job->status = -ENOMEM;
-        return;
-    }
-    while (off < total) {
-        size_t n = cdc_next(cdc, data + off, total - off, job->final);
-        if (n == 0)
-            break;
-        off += n;
-        sj->ends[sj->nends++] = off;
-    }
-    if (off < total) {
-        job->rest.len = total - off;
-        job->rest.data = malloc(job->rest.len);
-        if (!job->rest.data) {
-            job->status = -ENOMEM;
-            return;
-        }
-        memcpy(job->rest.data, data + off, job->rest.len);
-    }
-    if (!job->final)
-        return;
-    if (!EVP_DigestFinal_ex(add->doc_ctx, add->doc_hash, &mdlen)) {
-        job->status = -EIO;
-        return;
-    }
-    if ((job->status = check_existing(add, job)) != 0 || job->unchanged || !job->whole)
-        return;
-    /* A whole small document: its segment and its entry in this same job. */
-    if ((job->status = seg_process(add->st, sj)) != 0)
-        return;
-    sj->done = true;
-    /* Small enough to be compressed again with others in a bulk load (merge.h). */
-    for (size_t i = 0; i < sj->blocks.n; i++) {
-        struct packer_rec *rec = &sj->blocks.v[i];
-        uint64_t raw = 0;
-        for (size_t e = 0; e < rec->nidx; e++)
-            raw += rec->idx[e].raw_size;
-        rec->mergeable = raw <= MERGE_SMALL;
-    }
-    /* A manifest too long for a root goes the long way, through segments. */
-    if (sj->nends > MANIFEST_FANOUT) {
-        job->whole = false;
-        return;
-    }
-    size_t text_len;
-    job->root_len = sj->nends * MANIFEST_ENTRY;
-    if (!(job->root = malloc(job->root_len ? job->root_len : 1))) {
-        job->status = -ENOMEM;
-        return;
-    }
-    manifest_entries_encode(sj->chunks, sj->nends, job->root);
-    job->status =
-        entry_build(add, total, sj->nends, sj->stored, text_acc_text(&add->text, &text_len) != NULL,
-                    0, job->root, job->root_len, &job->entry);
-}
-
 /* ---- loop side: ordering the results ---- */
 
 static void group_done(struct packer_group *g, int status);
@@ -734,14 +383,14 @@ static void spill_done(uv_work_t *work, int status)
         struct manifest_entry up = {.bytes = sp->bytes};
         struct rec_list one = {0};
         memcpy(up.hash, sp->rec.id, PROTO_HASH_LEN);
-        if (list_push(&one, &sp->rec) < 0)
+        if (add_list_push(&one, &sp->rec) < 0)
             add_fail(add, -ENOMEM);
         else
             send_group(add, &one);
         push_entry(add, sp->level + 1, &up);
     }
     free(sp->list);
-    rec_clear(&sp->rec);
+    add_rec_clear(&sp->rec);
     free(sp);
     spill_start(add);
     add_progress(add);
@@ -793,7 +442,7 @@ static void seg_start(struct store_add *add, struct seg_job *sj)
         add->segs = sj;
     add->segs_tail = sj;
     add->nsegs++;
-    if (!sj->done && uv_queue_work(add->st->loop, &sj->work, seg_work, seg_done) < 0) {
+    if (!sj->done && uv_queue_work(add->st->loop, &sj->work, add_seg_work, seg_done) < 0) {
         sj->done = true;
         add_fail(add, -ENOMEM);
     }
@@ -834,7 +483,7 @@ static void cut_done(uv_work_t *work, int status)
     } else if (job->sj) {
         seg_free(job->sj);
     }
-    rec_clear(&job->entry);
+    add_rec_clear(&job->entry);
     free(job->root);
     free(job->carry.data);
     free(job->in.data);
@@ -867,7 +516,7 @@ static void cut_start(struct store_add *add, struct rawbuf in, bool final)
     }
     add->cuts++;
     add->cut_running = true;
-    r = uv_queue_work(add->st->loop, &job->work, cut_work, cut_done);
+    r = uv_queue_work(add->st->loop, &job->work, add_cut_work, cut_done);
     if (r < 0) {
         add->cut_running = false;
         free(job->carry.data);
@@ -885,9 +534,9 @@ static void entry_work(uv_work_t *work)
     struct store_add *add = container_of(work, struct store_add, entry_work);
     size_t text_len;
 
-    add->entry_status = entry_build(add, add->received, add->mb.chunks, add->stored,
-                                    text_acc_text(&add->text, &text_len) != NULL, add->depth,
-                                    add->root, add->root_len, &add->entry);
+    add->entry_status = add_entry_build(add, add->received, add->mb.chunks, add->stored,
+                                        text_acc_text(&add->text, &text_len) != NULL, add->depth,
+                                        add->root, add->root_len, &add->entry);
 }
 
 static void entry_done(uv_work_t *work, int status)
@@ -1006,7 +655,7 @@ static void final_send(struct store_add *add)
     d->created_at = (int64_t)(add->entry_ns / 1000000000u);
     add->final_recs = add->last;
     add->last = (struct rec_list){0};
-    if (list_push(&add->final_recs, &add->entry) < 0) {
+    if (add_list_push(&add->final_recs, &add->entry) < 0) {
         add_fail(add, -ENOMEM);
         return;
     }
