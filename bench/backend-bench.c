@@ -17,8 +17,10 @@
  * 1,000 small objects are put (not timed) and listed, page by page.
  *
  * Reads go the way the daemon's do: backend_try_read() first when the
- * backend can serve reads without blocking, backend_get() of the whole
- * object when that would block.
+ * backend can serve reads without blocking (the loop thread's read), then
+ * backend_read_sync() when the backend has blocking reads (a worker
+ * thread's read: this process stands in for the worker), else backend_get()
+ * of the whole object.
  *
  * Output: one JSON object on standard output with every sample in
  * milliseconds; bench/run computes the statistics. Exit 1 when an operation
@@ -284,6 +286,12 @@ static int do_get(struct bench *b, enum mode m, unsigned i, uint8_t **out, size_
             *out = b->read_buf;
         if (r != -EAGAIN)
             return r;
+    }
+    if (backend_has(b->be, BACKEND_CAP_READ_SYNC)) {
+        r = backend_read_sync(b->be, key, 0, b->read_buf, b->size + 1, out_len);
+        if (r == 0)
+            *out = b->read_buf;
+        return r;
     }
     be_prepare(&get.req, key, &done);
     r = be_wait(b, &get.req, &done, backend_get(b->be, &get));
