@@ -607,7 +607,7 @@ void db_index_doc_clear(struct db_index_doc *d)
 
 int db_index_doc_load(struct db *db, int64_t rowid, struct db_index_doc *d)
 {
-    struct db_conn *c = db_reader_acquire(db);
+    struct db_conn *c = db_snapshot_begin(db);
     struct db_doc doc = {0};
     sqlite3_stmt *s;
     int r;
@@ -616,10 +616,6 @@ int db_index_doc_load(struct db *db, int64_t rowid, struct db_index_doc *d)
     if (!c)
         return -EIO;
     /* One read transaction: the fields and the generation belong together. */
-    if (sqlite3_exec(c->sql, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-        db_reader_release(db, c);
-        return -EIO;
-    }
     doc.name = strdup(""); /* keeps db_load_doc from looking up the newest name */
     r = doc.name ? db_load_doc(c, rowid, DB_WANT_MANIFEST, &doc) : -ENOMEM;
     if (r == 0 && (s = db_stmt(c, DB_S_DOC_BY_ID))) {
@@ -632,8 +628,7 @@ int db_index_doc_load(struct db *db, int64_t rowid, struct db_index_doc *d)
                    (r = db_query_joined(c, DB_S_TAGS_OF_DOC, rowid, 0, -1, &d->tags)) < 0 ||
                    (r = db_query_joined(c, DB_S_META_OF_DOC, rowid, 0, 1, &d->meta)) < 0))
         db_index_doc_clear(d);
-    sqlite3_exec(c->sql, "COMMIT", NULL, NULL, NULL);
-    db_reader_release(db, c);
+    db_snapshot_end(db, c);
     if (r == 0) {
         d->rowid = rowid;
         memcpy(d->hash, doc.hash, sizeof(d->hash));

@@ -149,21 +149,16 @@ static int each_row(struct db_conn *c, enum db_stmt_id id, db_manifest_fn *fn, v
 
 int db_each_manifest(struct db *db, db_manifest_fn *fn, void *ctx)
 {
-    struct db_conn *c = db_reader_acquire(db);
+    struct db_conn *c = db_snapshot_begin(db);
     int r;
 
     if (!c)
         return -EIO;
     /* One snapshot for both tables: a delete moves a manifest from one to the other. */
-    if (sqlite3_exec(c->sql, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-        db_reader_release(db, c);
-        return -EIO;
-    }
     r = each_row(c, DB_S_MANIFESTS, fn, ctx);
     if (r == 0)
         r = each_row(c, DB_S_REMOVAL_MANIFESTS, fn, ctx);
-    sqlite3_exec(c->sql, "COMMIT", NULL, NULL, NULL);
-    db_reader_release(db, c);
+    db_snapshot_end(db, c);
     return r;
 }
 
@@ -267,7 +262,7 @@ static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen, bo
 
 int db_pack_usage(struct db *db, uint64_t safe_gen, struct db_pack_use **out, size_t *n)
 {
-    struct db_conn *c = db_reader_acquire(db);
+    struct db_conn *c = db_snapshot_begin(db);
     struct db_pack_use *use = NULL;
     size_t count = 0, cap = 0;
     sqlite3_stmt *s;
@@ -277,10 +272,6 @@ int db_pack_usage(struct db *db, uint64_t safe_gen, struct db_pack_use **out, si
     *n = 0;
     if (!c)
         return -EIO;
-    if (sqlite3_exec(c->sql, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-        db_reader_release(db, c);
-        return -EIO;
-    }
     if (!(s = db_stmt(c, DB_S_PACKS))) {
         r = -EIO;
         goto out;
@@ -318,8 +309,7 @@ int db_pack_usage(struct db *db, uint64_t safe_gen, struct db_pack_use **out, si
     if (r == 0)
         r = add_sums(c, DB_S_PACK_JOURNAL_ROWS, safe_gen, true, use, count);
 out:
-    sqlite3_exec(c->sql, "COMMIT", NULL, NULL, NULL);
-    db_reader_release(db, c);
+    db_snapshot_end(db, c);
     if (r < 0) {
         free(use);
         return r;
@@ -383,7 +373,7 @@ static int row_cmp(const void *a, const void *b)
 int db_pack_rows(struct db *db, uint64_t seq, uint64_t safe_gen, struct db_pack_row **rows,
                  size_t *n)
 {
-    struct db_conn *c = db_reader_acquire(db);
+    struct db_conn *c = db_snapshot_begin(db);
     size_t cap = 0;
     int r;
 
@@ -391,17 +381,12 @@ int db_pack_rows(struct db *db, uint64_t seq, uint64_t safe_gen, struct db_pack_
     *n = 0;
     if (!c)
         return -EIO;
-    if (sqlite3_exec(c->sql, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-        db_reader_release(db, c);
-        return -EIO;
-    }
     r = add_rows(c, DB_S_ROWS_CHUNKS, DB_ROW_CHUNK, seq, safe_gen, rows, n, &cap);
     if (r == 0)
         r = add_rows(c, DB_S_ROWS_SEGMENTS, DB_ROW_SEGMENT, seq, safe_gen, rows, n, &cap);
     if (r == 0)
         r = add_rows(c, DB_S_ROWS_JOURNAL, DB_ROW_ENTRY, seq, safe_gen, rows, n, &cap);
-    sqlite3_exec(c->sql, "COMMIT", NULL, NULL, NULL);
-    db_reader_release(db, c);
+    db_snapshot_end(db, c);
     if (r < 0) {
         free(*rows);
         *rows = NULL;

@@ -149,6 +149,9 @@ sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id);
 /* A reader connection from the pool; NULL when none can be opened. */
 struct db_conn *db_reader_acquire(struct db *db);
 void db_reader_release(struct db *db, struct db_conn *c);
+/* A reader inside a read transaction: several queries see one snapshot. NULL on failure. */
+struct db_conn *db_snapshot_begin(struct db *db);
+void db_snapshot_end(struct db *db, struct db_conn *c);
 
 /* Runs a statement for its effect (one step): 0, or -EIO after logging the error. */
 int db_step_done(struct db_conn *c, sqlite3_stmt *s);

@@ -227,6 +227,23 @@ void db_reader_release(struct db *db, struct db_conn *c)
     pthread_mutex_unlock(&db->pool_lock);
 }
 
+struct db_conn *db_snapshot_begin(struct db *db)
+{
+    struct db_conn *c = db_reader_acquire(db);
+
+    if (c && sqlite3_exec(c->sql, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        db_reader_release(db, c);
+        return NULL;
+    }
+    return c;
+}
+
+void db_snapshot_end(struct db *db, struct db_conn *c)
+{
+    sqlite3_exec(c->sql, "COMMIT", NULL, NULL, NULL);
+    db_reader_release(db, c);
+}
+
 /*
  * Format 1 (one object per chunk, reference counts) is converted by
  * upgrade.c; a newer format than this build knows is refused.
