@@ -160,61 +160,214 @@ static int scanned_record(struct replay *rp, uint64_t off, const uint8_t *bytes,
     return row_add(rp, &w);
 }
 
+/* ---- an open pack, record by record ---- */
+
+/* The part of an open pack held in memory while it is read. */
+struct window {
+    struct replay *rp;
+    uint64_t size; /* of the pack */
+    uint8_t *buf;
+    size_t len;
+    uint64_t off; /* where buf starts in the pack */
+};
+
+/*
+ * Makes the window hold the pack's bytes [off, off + need), reading ahead:
+ * 0 (with *beyond when the pack ends before them), or the read's failure.
+ */
+static int window_fill(struct window *w, uint64_t off, uint64_t need, bool *beyond)
+{
+    uint64_t want;
+    int r;
+
+    *beyond = false;
+    if (off >= w->off && off + need <= w->off + w->len)
+        return 0;
+    if (off + need > w->size) {
+        *beyond = true;
+        return 0;
+    }
+    free(w->buf);
+    w->buf = NULL;
+    w->len = 0;
+    want = w->size - off < REPLAY_WINDOW ? w->size - off : REPLAY_WINDOW;
+    if (want < need)
+        want = need;
+    if ((r = replay_get(w->rp->st, w->rp->key, off, want, &w->buf, &w->len)) != 0)
+        return r;
+    w->off = off;
+    *beyond = w->len < need; /* the object is shorter than it was listed */
+    return 0;
+}
+
+enum rec_state {
+    REC_INTACT,
+    REC_BEYOND_END, /* the pack ends before the record does (or its length is bad) */
+    REC_BAD,        /* not a record, or its checksum fails */
+};
+
+/* The record at `off`: 0 and what it is (*rec and *bytes when intact), or the read's failure. */
+static int window_record(struct window *w, uint64_t off, struct pack_record *rec,
+                         const uint8_t **bytes, enum rec_state *state)
+{
+    enum pack_rec_type type;
+    uint8_t id[PROTO_HASH_LEN];
+    uint32_t plen;
+    bool beyond;
+    int r;
+
+    *state = REC_BEYOND_END;
+    if ((r = window_fill(w, off, PACK_RECORD_HEADER, &beyond)) != 0 || beyond)
+        return r;
+    *state = REC_BAD;
+    if (pack_record_peek(w->buf + (off - w->off), w->len - (off - w->off), &type, id, &plen) != 0)
+        return 0;
+    *state = REC_BEYOND_END;
+    if ((r = window_fill(w, off, PACK_RECORD_HEADER + (uint64_t)plen, &beyond)) != 0 || beyond)
+        return r;
+    *bytes = w->buf + (off - w->off);
+    *state = pack_record_parse(*bytes, w->len - (off - w->off), rec) == 0 ? REC_INTACT : REC_BAD;
+    return 0;
+}
+
+/* The rows the database has in the pack being read, loaded at the first damaged record. */
+struct known_rows {
+    bool loaded;
+    struct db_pack_row *rows; /* by offset */
+    size_t n;
+};
+
+static int row_index_entry(struct replay *rp, const struct db_pack_row *row)
+{
+    struct pack_index_entry e = {.record_off = row->loc.off, .record_len = row->loc.len};
+
+    memcpy(e.id, row->hash, PROTO_HASH_LEN);
+    if (row->kind == DB_ROW_CHUNK) {
+        e.type = PACK_IDX_CHUNK;
+        e.sub_off = row->loc.sub;
+        e.raw_size = row->loc.size;
+    } else if (row->kind == DB_ROW_SEGMENT) {
+        e.type = PACK_IDX_MANIFEST;
+        e.raw_size = row->loc.size;
+    } else {
+        e.type = PACK_IDX_ENTRY; /* its raw size is in the damaged record: unknown */
+    }
+    return index_add(rp, &e);
+}
+
+/*
+ * A record that does not parse at `off`, before `known`: damage (bit rot, a
+ * bad sector), not a torn write, because the database only learns of
+ * records once their append is synced. *next is where the scan goes on:
+ * the record's end as the database's rows for it give it, else the next
+ * record the database has a row for, else `known`.
+ */
+static int damaged_extent(struct replay *rp, struct known_rows *kr, uint64_t off, uint64_t known,
+                          uint64_t *next)
+{
+    uint64_t end = 0;
+    int r;
+
+    if (!kr->loaded) {
+        if ((r = db_pack_rows(rp->st->db, rp->seq, 0, &kr->rows, &kr->n)) < 0)
+            return r;
+        kr->loaded = true;
+    }
+    for (size_t i = 0; i < kr->n && end == 0; i++) {
+        const struct db_pack_row *row = &kr->rows[i];
+        if (row->loc.off == off)
+            end = off + row->loc.len;
+        else if (row->loc.off > off)
+            end = row->loc.off;
+    }
+    *next = end <= off || end > known ? known : end;
+    return 0;
+}
+
+/*
+ * The damaged record at `off` stays where it is, so get and verify report
+ * what it held as integrity errors; the pack's index gets the entries the
+ * database's rows give for it.
+ */
+static int keep_damaged(struct replay *rp, const struct known_rows *kr, uint64_t off, uint64_t next)
+{
+    int r;
+
+    for (size_t i = 0; i < kr->n && kr->rows[i].loc.off <= off; i++) {
+        if (kr->rows[i].loc.off == off && (r = row_index_entry(rp, &kr->rows[i])) < 0)
+            return r;
+    }
+    log_error("replay: %s: the record at offset %" PRIu64 " is damaged (%" PRIu64
+              " bytes); it was acknowledged, so it is left in place for verify to report",
+              rp->key, off, next - off);
+    rp->damaged++;
+    return 0;
+}
+
 /*
  * Reads an open pack record by record from its start, keeping a window of
- * it in memory. *valid_end is where the intact records end.
+ * it in memory, for the index of its records and for the rows of those
+ * from `known` on. *valid_end is where its intact records end: where a
+ * torn tail is cut off.
+ *
+ * `known` is how much of the pack the database has: the end of the last
+ * batch whose transaction committed (the packer records it with the batch's
+ * rows), which it commits only after the append is synced. So before
+ * `known` nothing can be torn: a record there that does not parse (a bad
+ * checksum, or a bad length that runs it past the end) is damage, left in
+ * place, and only beyond `known` does the first record that does not parse
+ * start a torn tail. With no database to say what was acknowledged (a pack
+ * the database never heard of, or a rebuild, which starts from an empty
+ * database), `known` is 0 and the first bad record ends the pack as a torn
+ * write would: whatever follows it is cut off with it, since nothing tells
+ * acknowledged records from a crash's leftovers.
  */
-static int scan_open(struct replay *rp, uint64_t size, uint64_t applied, uint64_t *valid_end)
+static int scan_open(struct replay *rp, uint64_t size, uint64_t known, uint64_t *valid_end)
 {
-    uint8_t *win = NULL;
-    size_t wlen = 0;
-    uint64_t woff = 0, off = PACK_HEADER_SIZE;
+    struct window w = {.rp = rp, .size = size};
+    struct known_rows kr = {.loaded = false};
+    uint64_t off = PACK_HEADER_SIZE;
     int r = 0;
 
     *valid_end = PACK_HEADER_SIZE;
     while (off + PACK_RECORD_HEADER <= size) {
-        enum pack_rec_type type;
-        uint8_t id[PROTO_HASH_LEN];
-        uint32_t plen;
         struct pack_record rec;
-        /* Make sure the window holds the header, then the whole record. */
-        for (int pass = 0; pass < 2; pass++) {
-            uint64_t need = pass == 0 ? PACK_RECORD_HEADER : PACK_RECORD_HEADER + (uint64_t)plen;
-            if (off >= woff && off + need <= woff + wlen)
-                goto have;
-            if (off + need > size)
-                goto out; /* a torn tail */
-            free(win);
-            win = NULL;
-            uint64_t want = size - off < REPLAY_WINDOW ? size - off : REPLAY_WINDOW;
-            if (want < need)
-                want = need;
-            if ((r = replay_get(rp->st, rp->key, off, want, &win, &wlen)) != 0)
-                goto out;
-            woff = off;
-        have:
-            if (pass == 0 &&
-                pack_record_peek(win + (off - woff), wlen - (off - woff), &type, id, &plen) != 0)
-                goto out; /* not a record: the tail is garbage */
+        const uint8_t *bytes = NULL;
+        enum rec_state state;
+        uint64_t next;
+        if ((r = window_record(&w, off, &rec, &bytes, &state)) != 0)
+            break;
+        if (state == REC_INTACT) {
+            r = scanned_record(rp, off, bytes, &rec, off >= known);
+            if (r == RECORD_E_BAD)
+                r = 0; /* an intact record with a bad body: dead weight, not a tail */
+            if (r != 0)
+                break;
+            off += PACK_RECORD_HEADER + rec.length;
+            *valid_end = off;
+            continue;
         }
-        if (pack_record_parse(win + (off - woff), wlen - (off - woff), &rec) != 0)
-            goto out; /* torn or damaged: the tail starts here */
-        r = scanned_record(rp, off, win + (off - woff), &rec, off >= applied);
-        if (r == RECORD_E_BAD)
-            r = 0; /* an intact record with a bad body: dead weight, not a tail */
-        if (r != 0)
-            goto out;
-        off += PACK_RECORD_HEADER + rec.length;
+        if (off >= known)
+            break; /* a torn tail */
+        if ((r = damaged_extent(rp, &kr, off, known, &next)) != 0)
+            break;
+        if (next > size)
+            break; /* the pack is shorter than the database knows: its end is lost */
+        if ((r = keep_damaged(rp, &kr, off, next)) != 0)
+            break;
+        off = next;
         *valid_end = off;
     }
-out:
-    free(win);
+    free(w.buf);
+    free(kr.rows);
     return r < 0 || r == BACKEND_E_UNAVAILABLE || r == BACKEND_E_NOT_FOUND ? r : 0;
 }
 
+/* ---- a sealed pack ---- */
+
 /* A sealed pack: its index says what it holds; entries are read for their events. */
 static int read_sealed(struct replay *rp, const struct pack_trailer *t,
-                       const struct pack_index_entry *idx, uint64_t applied)
+                       const struct pack_index_entry *idx, uint64_t known)
 {
     int r = 0;
 
@@ -222,7 +375,7 @@ static int read_sealed(struct replay *rp, const struct pack_trailer *t,
         const struct pack_index_entry *e = &idx[i];
         struct replay_row w = {
             .loc = {.pack = rp->seq, .off = e->record_off, .len = e->record_len}};
-        if (e->record_off < applied)
+        if (e->record_off < known)
             continue;
         memcpy(w.hash, e->id, PROTO_HASH_LEN);
         if (e->type == PACK_IDX_CHUNK) {
@@ -291,7 +444,29 @@ static int try_sealed(struct replay *rp, uint64_t size, struct pack_trailer *t,
     return r;
 }
 
-int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t applied, bool newest,
+/* Appends the index of what an open pack holds, which seals it. */
+static int seal(struct replay *rp, uint64_t valid_end, enum db_pack_state *state,
+                uint64_t *new_size)
+{
+    size_t ilen = pack_index_size(rp->nindex);
+    uint8_t *ibytes = malloc(ilen);
+    int r;
+
+    if (!ibytes)
+        return -ENOMEM;
+    pack_index_encode(ibytes, rp->index, rp->nindex, valid_end, rp->seq);
+    struct iovec iov = {ibytes, ilen};
+    r = replay_append(rp->st, rp->key, valid_end, &iov, 1);
+    free(ibytes);
+    if (r == 0) {
+        *state = DB_PACK_SEALED;
+        *new_size = valid_end + ilen;
+        rp->sealed++;
+    }
+    return r;
+}
+
+int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool newest,
                      struct packer_resume *resume, enum db_pack_state *state, uint64_t *new_size)
 {
     struct store *st = rp->st;
@@ -319,7 +494,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t ap
     if (r < 0 || r == BACKEND_E_UNAVAILABLE)
         return r;
     if (r == 0) {
-        r = read_sealed(rp, &t, idx, applied);
+        r = read_sealed(rp, &t, idx, known);
         free(idx);
         *state = DB_PACK_SEALED;
         *new_size = size;
@@ -329,7 +504,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t ap
         log_error("replay: %s has no valid index; left alone", rp->key);
         return 1;
     }
-    if ((r = scan_open(rp, size, applied, &valid_end)) != 0 || (r = rows_flush(rp)) != 0)
+    if ((r = scan_open(rp, size, known, &valid_end)) != 0 || (r = rows_flush(rp)) != 0)
         return r;
     if (valid_end < size) {
         log_warn("replay: %s: cut off a torn tail of %" PRIu64 " bytes", rp->key, size - valid_end);
@@ -343,6 +518,17 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t ap
         return r;
     *new_size = valid_end;
     *state = DB_PACK_OPEN;
+    if (valid_end < known) {
+        /*
+         * The pack is shorter than the database knows it: rows point past
+         * its end, and new records must not go where they point. It is
+         * sealed as it is; reading those rows fails its checks.
+         */
+        log_error("replay: %s ends at %" PRIu64
+                  " bytes, but the database has records up to %" PRIu64 "; what lay beyond is lost",
+                  rp->key, valid_end, known);
+        return seal(rp, valid_end, state, new_size);
+    }
     if (newest) {
         resume->has_open = true;
         resume->open_seq = seq;
@@ -354,18 +540,5 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t ap
         return 0;
     }
     /* An older pack left open: seal it with the index of what it holds. */
-    size_t ilen = pack_index_size(rp->nindex);
-    uint8_t *ibytes = malloc(ilen);
-    if (!ibytes)
-        return -ENOMEM;
-    pack_index_encode(ibytes, rp->index, rp->nindex, valid_end, seq);
-    struct iovec iov = {ibytes, ilen};
-    r = replay_append(st, rp->key, valid_end, &iov, 1);
-    free(ibytes);
-    if (r == 0) {
-        *state = DB_PACK_SEALED;
-        *new_size = valid_end + ilen;
-        rp->sealed++;
-    }
-    return r;
+    return seal(rp, valid_end, state, new_size);
 }

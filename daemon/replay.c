@@ -8,7 +8,9 @@
  *   1. Packs the database does not know, or knows only up to a point, are
  *      read from that point (replay-pack.c): sealed ones through their
  *      index, open ones record by record, where a torn tail (a crash in the
- *      middle of an append) shows as a bad checksum and is cut off. Their
+ *      middle of an append) shows as a bad checksum and is cut off. Only
+ *      what lies beyond the database's knowledge of a pack can be a torn
+ *      tail: damage before that is left for verify to report. Their
  *      records go into the database (chunk, segment and journal rows);
  *      journal entries are marked unapplied.
  *   2. Packs left open are made durable as they are and sealed, except the
@@ -317,13 +319,14 @@ int store_replay(struct store *st, struct packer_resume *resume, char *summary, 
     if (r == 0 && (r = db_journal_newest(st->db, &newest)) == 0 && newest > rp->max_time)
         rp->max_time = newest;
     st->last_entry_ns = rp->max_time;
-    if (r == 0 && (rp->records || rp->torn_bytes || rp->refused))
+    if (r == 0 && (rp->records || rp->torn_bytes || rp->damaged || rp->refused))
         snprintf(summary, summary_len,
                  "%" PRIu64 " records recovered from %" PRIu64 " packs (%" PRIu64
-                 " torn bytes cut, %" PRIu64 " packs sealed); %" PRIu64 " adds and %" PRIu64
-                 " deletes applied, %" PRIu64 " adds refused",
-                 rp->records, rp->packs_read, rp->torn_bytes, rp->sealed, rp->added, rp->deleted,
-                 rp->refused);
+                 " torn bytes cut, %" PRIu64 " damaged records left in place, %" PRIu64
+                 " packs sealed); %" PRIu64 " adds and %" PRIu64 " deletes applied, %" PRIu64
+                 " adds refused",
+                 rp->records, rp->packs_read, rp->torn_bytes, rp->damaged, rp->sealed, rp->added,
+                 rp->deleted, rp->refused);
     if (r != 0)
         log_error("replay: %s", r < 0 ? strerror(-r) : "the backend is unavailable");
     free(rp->index);

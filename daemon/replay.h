@@ -44,7 +44,7 @@ struct replay {
     struct pack_index_entry *index; /* all its records (to seal it, or to resume it) */
     size_t nindex, index_cap;
     /* Totals for the summary. */
-    uint64_t packs_read, records, torn_bytes, sealed, added, deleted, refused;
+    uint64_t packs_read, records, torn_bytes, damaged, sealed, added, deleted, refused;
     uint64_t max_time;
 };
 
@@ -67,13 +67,13 @@ int replay_job(struct store *st, void (*fn)(void *ctx), void *ctx);
 
 /*
  * Brings the database up to what pack `seq` (`size` bytes on the backend)
- * holds beyond `applied`, the size the database has for it (0: it knows
- * none of it). *state and *new_size are what its row must say now. The
- * newest pack, when open, is handed to the pack writer in `resume`; an older
- * one left open is sealed. 0, 1 when the pack is left alone (not a pack, or
+ * holds beyond `known`, the size the database has for it (0: it knows none
+ * of it). *state and *new_size are what its row must say now. The newest
+ * pack, when open, is handed to the pack writer in `resume`; an older one
+ * left open is sealed. 0, 1 when the pack is left alone (not a pack, or
  * unreadable as one), BACKEND_E_* or negative errno.
  */
-int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t applied, bool newest,
+int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool newest,
                      struct packer_resume *resume, enum db_pack_state *state, uint64_t *new_size);
 
 /* ---- journal entries (replay-events.c) ---- */
