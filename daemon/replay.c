@@ -10,16 +10,17 @@
  *      index, open ones record by record, where a torn tail (a crash in the
  *      middle of an append) shows as a bad checksum and is cut off. Only
  *      what lies beyond the database's knowledge of a pack can be a torn
- *      tail: damage before that is left for verify to report. Their
- *      records go into the database (chunk, segment and journal rows);
- *      journal entries are marked unapplied.
+ *      tail: damage before that is left for verify to report. Their records
+ *      go into the database (chunk, segment and journal rows); journal
+ *      entries are marked unapplied.
  *   2. Packs left open are made durable as they are and sealed, except the
  *      newest, which the pack writer goes on appending to.
  *   3. Unapplied journal entries are applied in time order
- *      (replay-events.c): an add whose chunks are not all there (or, for
- *      a rebuild, not all intact) is refused and logged; its record
- *      becomes dead weight for gc.
- *   4. Deletions of repacked packs that a crash interrupted are finished.
+ *      (replay-events.c): an add whose chunks are not all there (or, for a
+ *      rebuild, not all intact) is refused and logged; its record becomes
+ *      dead weight for gc.
+ *   4. Deletions of repacked packs that a crash interrupted are finished,
+ *      and the rows of packs already deleted are dropped.
  *
  * This runs before the daemon serves anyone, so it drives the loop itself
  * and waits for each request in turn (the replay_* helpers below).
@@ -231,12 +232,60 @@ static int pack_update_apply(struct db_txn *txn, void *ctx)
                    : db_txn_pack_set(txn, u->seq, u->size, u->state);
 }
 
+/* The pack's row goes: the pack itself is gone. */
+static int drop_row(struct store *st, uint64_t seq)
+{
+    struct pack_update u = {.seq = seq, .drop = true};
+    return replay_commit(st, pack_update_apply, &u);
+}
+
+/*
+ * A pack the database has and the backend does not. A repack deletes the
+ * old pack only after the synced commit that moved everything out of it and
+ * marked it "deleting", and drops that row after the delete; a crash in
+ * between (CAIRN_CRASH_AT=repack-deleted) leaves the row alone, and it goes
+ * now, whatever the pack's number. Any other missing pack is data lost: its
+ * row stays, so status and verify go on showing it.
+ */
+static int pack_missing(struct store *st, const struct db_pack *p)
+{
+    if (p->state == DB_PACK_DELETING)
+        return drop_row(st, p->seq);
+    log_error("replay: pack %016" PRIx64 " is missing from the backend; what it held is lost",
+              p->seq);
+    return 0;
+}
+
+/* A pack on the backend, with its row in the database (p) or without one (NULL). */
+static int pack_listed(struct replay *rp, const struct listed *l, const struct db_pack *p,
+                       bool newest, struct packer_resume *resume)
+{
+    struct store *st = rp->st;
+    struct pack_update u = {.seq = l->seq};
+    int r;
+
+    if (p && p->state == DB_PACK_DELETING) {
+        /* A repack's deletion that a crash interrupted: finish it (nobody reads it yet). */
+        char key[BACKEND_MAX_KEY];
+        packer_pack_key(key, sizeof(key), p->seq);
+        if ((r = replay_del(st, key)) != 0)
+            return r;
+        return drop_row(st, p->seq);
+    }
+    if (p && p->state == DB_PACK_SEALED && p->size == l->size)
+        return 0;
+    r = replay_read_pack(rp, l->seq, l->size, p ? p->size : 0, newest, resume, &u.state, &u.size);
+    if (r == 1)
+        return 0; /* left alone, and said why */
+    return r != 0 ? r : replay_commit(st, pack_update_apply, &u);
+}
+
 static int replay_packs(struct replay *rp, struct packer_resume *resume)
 {
     struct store *st = rp->st;
     struct listed *listed;
     struct db_pack *known;
-    size_t nlisted, nknown, k = 0;
+    size_t nlisted, nknown, i = 0, k = 0;
     uint64_t newest_open = 0;
     int r;
 
@@ -246,56 +295,28 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
         free(listed);
         return r;
     }
-    /* Listings come in name order, which is sequence order (fixed-width hex). */
-    for (size_t i = 0; i < nlisted; i++) {
-        if (listed[i].seq >= resume->next_seq)
-            resume->next_seq = listed[i].seq + 1;
-        newest_open = listed[i].seq; /* only the newest pack may stay open */
+    /*
+     * Listings come in name order, which is sequence order (fixed-width hex),
+     * and so do the rows. A number the database still has is never used
+     * again, even for a pack that is gone: its rows may still point there.
+     */
+    for (size_t j = 0; j < nlisted; j++) {
+        if (listed[j].seq >= resume->next_seq)
+            resume->next_seq = listed[j].seq + 1;
+        newest_open = listed[j].seq; /* only the newest pack may stay open */
     }
-    for (size_t i = 0; r == 0 && i < nlisted; i++) {
-        struct pack_update u = {.seq = listed[i].seq};
-        uint64_t applied = 0;
-        while (k < nknown && known[k].seq < listed[i].seq) {
-            if (known[k].state != DB_PACK_DELETING)
-                log_error("replay: pack %016" PRIx64 " is missing from the backend; what it held"
-                          " is lost",
-                          known[k].seq);
-            k++;
-        }
-        if (k < nknown && known[k].seq == listed[i].seq) {
-            struct db_pack *p = &known[k++];
-            if (p->state == DB_PACK_DELETING) {
-                /* A repack's deletion that a crash interrupted: finish it. */
-                char key[BACKEND_MAX_KEY];
-                packer_pack_key(key, sizeof(key), p->seq);
-                if ((r = replay_del(st, key)) != 0)
-                    break;
-                u.drop = true;
-                r = replay_commit(st, pack_update_apply, &u);
-                continue;
-            }
-            if (p->state == DB_PACK_SEALED && p->size == listed[i].size)
-                continue;
-            applied = p->size;
-        }
-        r = replay_read_pack(rp, listed[i].seq, listed[i].size, applied,
-                             listed[i].seq == newest_open, resume, &u.state, &u.size);
-        if (r == 1) {
-            r = 0;
+    for (size_t j = 0; j < nknown; j++) {
+        if (known[j].seq >= resume->next_seq)
+            resume->next_seq = known[j].seq + 1;
+    }
+    while (r == 0 && (i < nlisted || k < nknown)) {
+        if (k < nknown && (i == nlisted || known[k].seq < listed[i].seq)) {
+            r = pack_missing(st, &known[k++]);
             continue;
         }
-        if (r == 0)
-            r = replay_commit(st, pack_update_apply, &u);
-    }
-    for (; r == 0 && k < nknown; k++) {
-        if (known[k].state == DB_PACK_DELETING) {
-            struct pack_update u = {.seq = known[k].seq, .drop = true};
-            r = replay_commit(st, pack_update_apply, &u);
-        } else {
-            log_error("replay: pack %016" PRIx64 " is missing from the backend; what it held is"
-                      " lost",
-                      known[k].seq);
-        }
+        const struct db_pack *p = k < nknown && known[k].seq == listed[i].seq ? &known[k++] : NULL;
+        r = pack_listed(rp, &listed[i], p, listed[i].seq == newest_open, resume);
+        i++;
     }
     free(listed);
     free(known);

@@ -7,7 +7,8 @@
                   tail is cut, later adds work; and damage before the tail
                   of the open pack is not taken for a torn tail (the
                   cut is never made before what the database knows, a
-                  damaged pack sealed by replay keeps a full index)
+                  damaged pack sealed by replay keeps a full index), and
+                  a lost pack's number is not used again
   CrashPoints     kill -9 (CAIRN_CRASH_AT) at every crash point of the pack
                   writer and of gc's repack: nothing lost, verify clean,
                   the space reclaimed by the next gc runs
@@ -338,6 +339,25 @@ class TornTail(dd.RebuildHelpers, dd.DedupCase):
         # a's block is damaged: a rebuild checks every chunk and refuses it
         self.assertEqual(self.d.cli("stat", hashes["a"], check_exit=None).returncode, 1)
         self.assertEqual(dd.stat(self.d, hl)["name"], "later")
+        self.d.stop()
+
+    def test_a_lost_packs_number_is_not_used_again(self):
+        """A pack file gone while the database still has rows in it is lost
+        data, said at the start; its number is not given to the next pack,
+        where those rows would point into other records."""
+        ha = dd.add(self.d, os.urandom(200 * KiB), "-n", "a")
+        self.d.stop()
+        [(seq, path)] = pf.list_packs(self.d.data_dir)
+        os.unlink(path)
+        self.d.start()
+        self.assertIn("pack %016x is missing from the backend" % seq, self.last_start_log())
+        content = os.urandom(200 * KiB)
+        hb = dd.add(self.d, content, "-n", "b")
+        self.assertEqual([s for s, _ in pf.list_packs(self.d.data_dir)], [seq + 1])
+        self.assertEqual(self.d.cli("get", hb).stdout, content)
+        self.assertNotEqual(self.d.cli("get", ha, check_exit=None).returncode, 0)
+        self.assertEqual(pf.db_rows(self.d.data_dir)["packs"].get(seq, (0, None))[1], pf.PACK_OPEN,
+                         "the lost pack keeps its row")
         self.d.stop()
 
 
