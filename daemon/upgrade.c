@@ -9,8 +9,12 @@
  * is copied as it is into a block of its own (no recompression), each
  * document gets a journal entry for its creation (with its tags and
  * metadata) and one per name it was given, at the times the old database
- * recorded. The new database is then rebuilt from the packs by the store's
- * ordinary replay, the same code that recovers from a crash.
+ * recorded. A version of a name that follows one of the same name and
+ * document (the version between them was of a document since deleted) gets
+ * a stand-in for that deleted document around it (write_repeated_name), so
+ * the names come back version for version. The new database is then rebuilt
+ * from the packs by the store's ordinary replay, the same code that
+ * recovers from a crash.
  *
  * Safe to cut at any point: until the old database is renamed to
  * cairn.db.v1-<time> the directory is still format 1, and a new attempt
@@ -38,6 +42,7 @@
 
 #include "compress/compress.h"
 #include "daemon/crash.h"
+#include "daemon/db.h"
 #include "daemon/log.h"
 #include "daemon/manifest.h"
 #include "daemon/objects.h"
@@ -117,8 +122,8 @@ static int pack_flush(struct upgrade *u)
 }
 
 /* Appends a record (its index entries get their offsets here). */
-static int pack_add(struct upgrade *u, const uint8_t *rec, size_t len,
-                    struct pack_index_entry *idx, size_t nidx)
+static int pack_add(struct upgrade *u, const uint8_t *rec, size_t len, struct pack_index_entry *idx,
+                    size_t nidx)
 {
     int r;
 
@@ -246,8 +251,8 @@ static int copy_chunks(struct upgrade *u)
     sqlite3_stmt *s;
     int rc, r = 0;
 
-    if (sqlite3_prepare_v2(u->old, "SELECT hash FROM chunks WHERE refs > 0 ORDER BY hash", -1,
-                           &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(u->old, "SELECT hash FROM chunks WHERE refs > 0 ORDER BY hash", -1, &s,
+                           NULL) != SQLITE_OK)
         return -EIO;
     while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (sqlite3_column_bytes(s, 0) == PROTO_HASH_LEN)
@@ -290,8 +295,8 @@ static int build_manifest(struct upgrade *u, const uint8_t *blob, size_t n, bool
                 struct pack_index_entry *idx;
                 uint8_t *rec;
                 size_t rec_len;
-                r = record_seal_build(PACK_REC_MANIFEST, raw, len, u->level, &rec, &rec_len,
-                                      e.hash, &idx);
+                r = record_seal_build(PACK_REC_MANIFEST, raw, len, u->level, &rec, &rec_len, e.hash,
+                                      &idx);
                 if (r == 0) {
                     r = pack_add(u, rec, rec_len, idx, 1);
                     free(rec);
@@ -381,6 +386,29 @@ static void free_strings(char **v, size_t n)
     free(v);
 }
 
+/* A journal entry as a record of the pack being filled. */
+static int write_entry(struct upgrade *u, const struct entry *e)
+{
+    struct pack_index_entry *idx;
+    uint8_t *raw, *rec;
+    size_t raw_len, rec_len;
+    uint8_t id[PROTO_HASH_LEN];
+    int r = objects_entry_encode(e, &raw, &raw_len);
+
+    if (r < 0)
+        return r;
+    r = record_seal_build(PACK_REC_ENTRY, raw, raw_len, u->level, &rec, &rec_len, id, &idx);
+    free(raw);
+    if (r == 0) {
+        r = pack_add(u, rec, rec_len, idx, 1);
+        free(rec);
+        free(idx);
+    }
+    if (r == 0)
+        u->events++;
+    return r;
+}
+
 /*
  * One event of the old history: a document's creation (name NULL, with its
  * tags and metadata) or a name given to it, as a journal entry.
@@ -390,10 +418,6 @@ static int write_event(struct upgrade *u, int64_t doc, const char *name, uint64_
 {
     sqlite3_stmt *s;
     struct entry e = {.time_ns = time_ns};
-    struct pack_index_entry *idx;
-    uint8_t *raw = NULL, *rec;
-    size_t raw_len, rec_len;
-    uint8_t id[PROTO_HASH_LEN];
     int r = -EIO;
 
     if (sqlite3_prepare_v2(u->old,
@@ -426,25 +450,15 @@ static int write_event(struct upgrade *u, int64_t doc, const char *name, uint64_
         e.meta_keys = column_strings(u->old, "SELECT key FROM meta WHERE doc = ?1 ORDER BY key",
                                      doc, 0, &e.nmeta);
         size_t nv;
-        e.meta_values = column_strings(
-            u->old, "SELECT value FROM meta WHERE doc = ?1 ORDER BY key", doc, 0, &nv);
+        e.meta_values = column_strings(u->old, "SELECT value FROM meta WHERE doc = ?1 ORDER BY key",
+                                       doc, 0, &nv);
         if (nv != e.nmeta) {
             r = -EIO;
             goto out;
         }
     }
-    r = objects_entry_encode(&e, &raw, &raw_len);
-    if (r == 0)
-        r = record_seal_build(PACK_REC_ENTRY, raw, raw_len, u->level, &rec, &rec_len, id, &idx);
-    if (r == 0) {
-        r = pack_add(u, rec, rec_len, idx, 1);
-        free(rec);
-        free(idx);
-    }
-    if (r == 0)
-        u->events++;
+    r = write_entry(u, &e);
 out:
-    free(raw);
     free(e.root);
     free_strings(e.tags, e.ntags);
     free_strings(e.meta_keys, e.nmeta);
@@ -454,36 +468,121 @@ out:
 }
 
 /*
+ * A stand-in for a document format 1 deleted, whose version of a name lay
+ * between two versions of that name pointing at one document (P1, P2, P1
+ * with P2 deleted). Its hash is no document's: derived from the name
+ * version it stands for, and checked against the old database (what exists
+ * while the history is replayed comes from there).
+ */
+static int placeholder_hash(struct upgrade *u, const char *name, int64_t seq,
+                            uint8_t out[PROTO_HASH_LEN])
+{
+    static const char tag[] = "cairn upgrade: a version of a name whose document was deleted";
+    size_t len = sizeof(tag) + strlen(name) + 48;
+    char *text = malloc(len);
+    sqlite3_stmt *s;
+    int r = DB_E_NOT_FOUND;
+
+    if (!text)
+        return -ENOMEM;
+    if (sqlite3_prepare_v2(u->old, "SELECT 1 FROM documents WHERE hash = ?1", -1, &s, NULL) !=
+        SQLITE_OK) {
+        free(text);
+        return -EIO;
+    }
+    for (unsigned attempt = 0; r == DB_E_NOT_FOUND; attempt++) {
+        char hex[PROTO_HASH_HEX + 1];
+        int n = snprintf(text, len, "%s\n%s\n%" PRId64 "\n%u", tag, name, seq, attempt);
+        SHA256((const unsigned char *)text, (size_t)n, out);
+        proto_hex_encode(out, PROTO_HASH_LEN, hex);
+        sqlite3_reset(s);
+        sqlite3_bind_text(s, 1, hex, PROTO_HASH_HEX, SQLITE_TRANSIENT);
+        int rc = sqlite3_step(s);
+        r = rc == SQLITE_DONE ? 0 : rc == SQLITE_ROW ? DB_E_NOT_FOUND : -EIO;
+    }
+    sqlite3_finalize(s);
+    free(text);
+    return r;
+}
+
+/* The nanosecond of the next event at second t: each second's events a nanosecond apart. */
+struct history_clock {
+    int64_t second;
+    uint64_t within;
+};
+
+static int next_time(struct history_clock *c, int64_t t, uint64_t *time_ns)
+{
+    c->within = t == c->second ? c->within + 1 : 0;
+    c->second = t;
+    if (t < 0 || c->within >= 1000000000u)
+        return -ERANGE;
+    *time_ns = (uint64_t)t * 1000000000u + c->within;
+    return 0;
+}
+
+/*
+ * Replay gives a name a new version only when it does not point at the
+ * document already (as every add does), so a version whose name's previous
+ * surviving version is of the same document would be dropped: format 1 made
+ * it while the version in between pointed elsewhere, at a document since
+ * deleted. So that document is stood in for: an empty document the name
+ * points at just before, deleted (with its version) just after, as the
+ * journal of a format 2 store would have it.
+ */
+static int write_repeated_name(struct upgrade *u, struct history_clock *clock, int64_t t,
+                               int64_t doc, const char *name, int64_t seq)
+{
+    struct entry ph = {.mime = "application/octet-stream", .name = (char *)name};
+    uint64_t time_ns;
+    int r;
+
+    if ((r = placeholder_hash(u, name, seq, ph.doc)) != 0)
+        return r < 0 ? r : -EIO;
+    if ((r = next_time(clock, t, &ph.time_ns)) < 0 || (r = write_entry(u, &ph)) < 0)
+        return r;
+    if ((r = next_time(clock, t, &time_ns)) < 0 || (r = write_event(u, doc, name, time_ns, false)))
+        return r;
+    struct entry tombstone = {.is_delete = true};
+    memcpy(tombstone.doc, ph.doc, PROTO_HASH_LEN);
+    if ((r = next_time(clock, t, &tombstone.time_ns)) < 0)
+        return r;
+    return write_entry(u, &tombstone);
+}
+
+/*
  * The history in order: each document's creation, then the names given,
  * each at its recorded second; within a second, creations first, then names
  * in the order they were given. Nanoseconds within the second keep that
- * order for replay, which sorts by time.
+ * order for replay, which sorts by time. `prev` is the document of the name's
+ * previous version in that order (a window over the same ordering).
  */
 static int write_history(struct upgrade *u)
 {
     static const char sql[] =
-        "SELECT t, k, doc, name FROM ("
+        "SELECT t, k, doc, name, LAG(doc) OVER (PARTITION BY name ORDER BY t, k, doc) FROM ("
         " SELECT created AS t, 0 AS k, id AS doc, NULL AS name FROM documents"
         " UNION ALL SELECT n.added, n.seq, n.doc, n.name FROM names n)"
         " ORDER BY t, k, doc";
+    struct history_clock clock = {.second = INT64_MIN};
     sqlite3_stmt *s;
-    int64_t second = INT64_MIN;
-    uint64_t within = 0;
     int rc, r = 0;
 
     if (sqlite3_prepare_v2(u->old, sql, -1, &s, NULL) != SQLITE_OK)
         return -EIO;
     while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-        int64_t t = sqlite3_column_int64(s, 0);
-        bool creation = sqlite3_column_int64(s, 1) == 0;
-        within = t == second ? within + 1 : 0;
-        second = t;
-        if (t < 0 || within >= 1000000000u) {
-            r = -ERANGE;
-            break;
+        int64_t t = sqlite3_column_int64(s, 0), seq = sqlite3_column_int64(s, 1);
+        int64_t doc = sqlite3_column_int64(s, 2);
+        const char *name = (const char *)sqlite3_column_text(s, 3);
+        bool creation = seq == 0;
+        uint64_t time_ns;
+        if (!creation && sqlite3_column_type(s, 4) != SQLITE_NULL &&
+            sqlite3_column_int64(s, 4) == doc) {
+            r = write_repeated_name(u, &clock, t, doc, name, seq);
+            continue;
         }
-        r = write_event(u, sqlite3_column_int64(s, 2), (const char *)sqlite3_column_text(s, 3),
-                        (uint64_t)t * 1000000000u + within, creation);
+        if ((r = next_time(&clock, t, &time_ns)) == 0)
+            r = write_event(u, doc, name, time_ns, creation);
         u->docs += creation;
     }
     if (r == 0 && rc != SQLITE_DONE)
@@ -582,9 +681,8 @@ static int set_aside(const char *db_path, char *aside, size_t len)
     return fsync_parent(db_path);
 }
 
-int upgrade_run(uv_loop_t *loop, struct backend *be, const char *backend_url,
-                const char *db_path, uint64_t pack_size, int level, size_t max_text, char *err,
-                size_t err_len)
+int upgrade_run(uv_loop_t *loop, struct backend *be, const char *backend_url, const char *db_path,
+                uint64_t pack_size, int level, size_t max_text, char *err, size_t err_len)
 {
     struct upgrade u = {.loop = loop,
                         .be = be,

@@ -5,7 +5,10 @@
   TornTail        kill -9 during concurrent adds, then a torn tail appended
                   to the newest pack: every acknowledged add survives, the
                   tail is cut, later adds work; and damage before the tail
-                  of the open pack is not taken for a torn tail
+                  of the open pack is not taken for a torn tail (the
+                  cut is never made before what the database knows, a
+                  damaged pack sealed by replay keeps a full index), and
+                  a lost pack's number is not used again
   CrashPoints     kill -9 (CAIRN_CRASH_AT) at every crash point of the pack
                   writer and of gc's repack: nothing lost, verify clean,
                   the space reclaimed by the next gc runs
@@ -80,7 +83,7 @@ def verify_clean(testcase, d, when):
 # --------------------------------------------------------------------------
 
 
-class TornTail(dd.DedupCase):
+class TornTail(dd.RebuildHelpers, dd.DedupCase):
     THREADS = 4
 
     def adds_then_kill(self, cycle):
@@ -228,6 +231,135 @@ class TornTail(dd.DedupCase):
         bad = {e["chunk"] for e in js.get("bad", [])}
         self.assertEqual(bad, {h for h, _ in dd.ref_chunks(docs["a"])})
         self.assertEqual({x["hash"] for e in js["bad"] for x in e["documents"]}, {hashes["a"]})
+        self.d.stop()
+
+
+    def damaged_open_pack(self, damage):
+        """a, b and c added into one open pack, the daemon stopped, then
+        `damage(pack)` applied to the file. Returns (docs, hashes, pack)."""
+        docs = {n: os.urandom(300 * KiB) for n in ("a", "b", "c")}
+        hashes = {n: dd.add(self.d, c, "-n", n) for n, c in docs.items()}
+        sc, _ = self.check_store()
+        [pack] = sc.packs
+        self.assertFalse(pack.sealed)
+        self.d.stop()
+        damage(pack)
+        return docs, hashes, pack
+
+    def last_start_log(self):
+        return self.d.log_text().split("=== start")[-1]
+
+    def test_damage_at_the_known_end_then_a_torn_tail(self):
+        """The last record the database knows of is damaged and a torn tail
+        follows it: the cut is made where the database's knowledge of the
+        pack ends, not at the damage, and the damaged record stays (and
+        stays through later restarts and appends)."""
+        tail = os.urandom(3000)
+
+        def damage(pack):
+            last = pack.records[-1]
+            self.assertEqual(last.type, pf.REC_ENTRY, "c's journal entry ends the pack")
+            pf.xor_byte(pack.path, last.offset + pf.RECORD_HEADER + 10)
+            with open(pack.path, "ab") as f:
+                f.write(tail)
+
+        docs, hashes, pack = self.damaged_open_pack(damage)
+        self.d.start()
+        log = self.last_start_log()
+        self.assertEqual(os.path.getsize(pack.path), pack.size,
+                         "the cut must be at the end the database knows (%d), not at the damaged "
+                         "record at %d\n%s" % (pack.size, pack.records[-1].offset, log))
+        self.assertIn("cut off a torn tail of %d bytes" % len(tail), log)
+        self.assertIn("offset %d is damaged" % pack.records[-1].offset, log)
+        # A damaged journal entry only matters to a rebuild: the documents read back.
+        for n, content in docs.items():
+            self.assertEqual(self.d.cli("get", n).stdout, content, n)
+        fresh = os.urandom(200 * KiB)
+        hf = dd.add(self.d, fresh, "-n", "fresh")
+        self.assertGreater(os.path.getsize(pack.path), pack.size, "the add went on after the damage")
+        self.d.restart()
+        self.assertNotIn("torn tail", self.last_start_log())
+        for n, content in list(docs.items()) + [("fresh", fresh)]:
+            self.assertEqual(self.d.cli("get", n).stdout, content, "%s after a restart" % n)
+        self.assertEqual(hf, hashlib.sha256(fresh).hexdigest())
+        self.d.stop()
+
+    def test_damaged_length_before_the_tail_is_not_cut(self):
+        """A record in the middle of the open pack whose length field is
+        damaged, so that it seems to run past the end of the file: still
+        damage, not a torn tail or a lost end; b and c stay."""
+
+        def damage(pack):
+            first = pack.records[0]
+            # Bit 20 of the length (big-endian u32 at offset 4) is set: 1 MiB
+            # more, a length the format allows, ending past the file.
+            self.assertEqual(first.length & (1 << 20), 0)
+            self.assertLessEqual(first.length + MiB, pf.MAX_PAYLOAD)
+            self.assertGreater(first.end + MiB, pack.size)
+            pf.xor_byte(pack.path, first.offset + 5, 0x10)
+
+        docs, hashes, pack = self.damaged_open_pack(damage)
+        self.d.start()
+        self.assertEqual(os.path.getsize(pack.path), pack.size,
+                         "the restart cut the open pack at a record with a damaged length\n%s"
+                         % self.last_start_log())
+        for n in ("b", "c"):
+            self.assertEqual(self.d.cli("get", n).stdout, docs[n], n)
+        self.assertIn(b"integrity", self.d.cli("get", "a", check_exit=1).stderr)
+        self.d.stop()
+
+    def test_damaged_open_pack_sealed_by_replay(self):
+        """An open pack that is no longer the newest is sealed at the restart,
+        damage and all: nothing after the damaged record is cut, and its index
+        lists every record, the damaged one included (from the database's
+        rows), so the packs alone still rebuild the other documents."""
+
+        def damage(pack):
+            first = [r for r in pack.records if r.type == pf.REC_BLOCK][0]
+            pf.xor_byte(pack.path, pf.record_file_offsets(first)["raw"] + 1000)
+            # A newer pack (a bare header), as if the writer had moved on: the
+            # damaged pack is not the newest any more, and replay seals it.
+            with open(os.path.join(pf.pack_dir(self.d.data_dir), "%016x" % (pack.seq + 1)), "wb") as f:
+                f.write(pf.PACK_MAGIC + (pack.seq + 1).to_bytes(8, "big"))
+
+        docs, hashes, pack = self.damaged_open_pack(damage)
+        self.d.start()
+        sealed = pf.read_pack(pack.path, check_crc=False)
+        self.assertTrue(sealed.sealed, "replay seals an open pack that is not the newest")
+        self.assertEqual(sealed.valid_end, pack.size, "records were cut before the seal")
+        self.assertEqual(sealed.index, sealed.expected_index(),
+                         "the index does not list every record of the pack")
+        for n in ("b", "c"):
+            self.assertEqual(self.d.cli("get", n).stdout, docs[n], n)
+        self.assertIn(b"integrity", self.d.cli("get", "a", check_exit=1).stderr)
+        later = os.urandom(100 * KiB)
+        hl = dd.add(self.d, later, "-n", "later")
+        self.assertEqual([s for s, _ in pf.list_packs(self.d.data_dir)], [pack.seq, pack.seq + 1])
+        self.rebuild()
+        for n, content in (("b", docs["b"]), ("c", docs["c"]), ("later", later)):
+            self.assertEqual(self.d.cli("get", n).stdout, content, "%s after --rebuild-index" % n)
+        # a's block is damaged: a rebuild checks every chunk and refuses it
+        self.assertEqual(self.d.cli("stat", hashes["a"], check_exit=None).returncode, 1)
+        self.assertEqual(dd.stat(self.d, hl)["name"], "later")
+        self.d.stop()
+
+    def test_a_lost_packs_number_is_not_used_again(self):
+        """A pack file gone while the database still has rows in it is lost
+        data, said at the start; its number is not given to the next pack,
+        where those rows would point into other records."""
+        ha = dd.add(self.d, os.urandom(200 * KiB), "-n", "a")
+        self.d.stop()
+        [(seq, path)] = pf.list_packs(self.d.data_dir)
+        os.unlink(path)
+        self.d.start()
+        self.assertIn("pack %016x is missing from the backend" % seq, self.last_start_log())
+        content = os.urandom(200 * KiB)
+        hb = dd.add(self.d, content, "-n", "b")
+        self.assertEqual([s for s, _ in pf.list_packs(self.d.data_dir)], [seq + 1])
+        self.assertEqual(self.d.cli("get", hb).stdout, content)
+        self.assertNotEqual(self.d.cli("get", ha, check_exit=None).returncode, 0)
+        self.assertEqual(pf.db_rows(self.d.data_dir)["packs"].get(seq, (0, None))[1], pf.PACK_OPEN,
+                         "the lost pack keeps its row")
         self.d.stop()
 
 

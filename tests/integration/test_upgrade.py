@@ -20,6 +20,8 @@ first start; with `cairnd --upgrade`; and after an upgrade cut by SIGKILL once
 its packs were written (CAIRN_CRASH_AT=upgrade-packed). Each must show exactly
 what format 1 showed, verify clean, keep the old database as
 cairn.db.v1-<time>, hold no format 1 objects, and go on taking adds and gc.
+A fourth is rebuilt from its packs alone (`cairnd --rebuild-index`) right
+after the upgrade and must still show format 1's documents and names.
 
 test_comparison_notices_each_difference proves that the comparison fails when
 any single recorded fact differs.
@@ -326,6 +328,20 @@ def user_version(path):
         shutil.rmtree(tmp, True)
 
 
+def names_table(path):
+    """{document hash: [(name, added)] in version order} of a database's
+    names table, format 1 or 2 (the same columns), read-only."""
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    try:
+        out = {}
+        for h, name, added in db.execute("SELECT d.hash, n.name, n.added FROM names n"
+                                         " JOIN documents d ON d.id = n.doc ORDER BY n.seq"):
+            out.setdefault(h, []).append((name, added))
+        return out
+    finally:
+        db.close()
+
+
 def count_files(path):
     n = 0
     for _, _, files in os.walk(path):
@@ -480,6 +496,24 @@ class Upgrade(unittest.TestCase):
         got = record(cli, v1.names, v1.h.values(), v1.queries, v1.gone.values())
         self.assert_same(v1.expected, got, what)
 
+    def assert_documents_as_format1(self, cli, what):
+        """What format 1 showed of the documents and names (ls, stat of every
+        document and name, tags, contents, status, verify), searches left
+        out: a search that differs must not hide a name that came back
+        wrong, nor the other way round."""
+        v1 = self.v1
+        got = record(cli, v1.names, v1.h.values(), [], v1.gone.values())
+        expected = {k: v for k, v in v1.expected.items() if k != "search"}
+        del got["search"]
+        self.assert_same(expected, got, what)
+
+    def assert_names_table_as_format1(self, data_dir, what):
+        """Every version of every name, in order, with its time: the names
+        table against that of the format 1 database kept beside it."""
+        [aside] = [n for n in os.listdir(data_dir) if re.fullmatch(r"cairn\.db\.v1-\d+", n)]
+        self.assert_same(names_table(os.path.join(data_dir, aside)),
+                         names_table(os.path.join(data_dir, "cairn.db")), what)
+
     def assert_upgraded_layout(self, data_dir):
         names = os.listdir(data_dir)
         aside = [n for n in names if re.fullmatch(r"cairn\.db\.v1-\d+", n)]
@@ -627,6 +661,8 @@ class Upgrade(unittest.TestCase):
 
     def check_upgraded(self, d, cli, data, what):
         """Each check in a subtest: one that fails does not hide the others."""
+        with self.subTest("documents and names as format 1 showed them, " + what):
+            self.assert_documents_as_format1(cli, what)
         with self.subTest("everything format 1 showed, " + what):
             self.assert_shows_format1(cli, what)
         with self.subTest("the directory after the upgrade"):
@@ -690,6 +726,40 @@ class Upgrade(unittest.TestCase):
         self.check_upgraded(d, cli, data, "after an upgrade cut after its packs, redone")
         self.check_works_on(d, cli)
         d.stop()
+
+    def test_rebuild_after_the_upgrade_keeps_the_names(self):
+        """The packs the upgrade wrote carry format 1's names version for
+        version, a version whose document in between was deleted too ("plan":
+        P1, P2, plan-final for P1, P1 again, P2 deleted): `cairnd
+        --rebuild-index` from the packs alone shows the same documents, names
+        and name histories as format 1."""
+        data = self.v1.copy("rebuild")
+        d = self.new_daemon(data)
+        d.start(timeout=120 * ct.SLOW)
+        cli = Cli(ct.CAIRN, d.socket_path)
+        with self.subTest("after the upgrade"):
+            self.assert_documents_as_format1(cli, "after the upgrade")
+        d.stop()
+        with self.subTest("the names table after the upgrade"):
+            self.assert_names_table_as_format1(data, "the names table after the upgrade")
+        cmd = [ct.CAIRND, "--data-dir", data, "--socket", d.socket_path, "--config",
+               self.v1.v2_conf, "--rebuild-index"]
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=300 * ct.SLOW, env=d.env())
+        self.assertEqual(p.returncode, 0, p.stdout.decode("utf-8", "replace")[-3000:])
+        self.assertNotIn(b"not restored", p.stdout)
+        d.start()
+        with self.subTest("after --rebuild-index"):
+            self.assert_documents_as_format1(cli, "after --rebuild-index")
+        d.stop()
+        with self.subTest("the names table after --rebuild-index"):
+            self.assert_names_table_as_format1(data, "the names table after --rebuild-index")
+        d.start()
+        with self.subTest("name histories after --rebuild-index"):
+            got = name_histories(cli, self.v1.peel_order())
+            self.assert_same(self.v1.histories, got, "the name histories")
+        d.stop()
+
 
 if __name__ == "__main__":
     ct.main()
