@@ -173,8 +173,9 @@ static int conn_open(const char *path, bool writer, struct db_conn **out)
          * a pack already and is replayed from there after a crash. Writes that
          * must stand on their own ask for a durable commit (db_write.durable).
          */
-        if (exec(c, "PRAGMA page_size=1024") || exec(c, "PRAGMA journal_mode=WAL") || exec(c, "PRAGMA synchronous=NORMAL") ||
-            exec(c, "PRAGMA foreign_keys=ON") || exec(c, "PRAGMA temp_store=MEMORY")) {
+        if (exec(c, "PRAGMA page_size=1024") || exec(c, "PRAGMA journal_mode=WAL") ||
+            exec(c, "PRAGMA synchronous=NORMAL") || exec(c, "PRAGMA foreign_keys=ON") ||
+            exec(c, "PRAGMA temp_store=MEMORY")) {
             conn_close(c);
             return -EIO;
         }
@@ -263,8 +264,7 @@ static int check_format(struct db_conn *c)
     if (version == 1)
         return DB_E_OLD_FORMAT;
     if (version > DB_FORMAT) {
-        log_error("database: format %d is newer than this cairnd (format %d)", version,
-                  DB_FORMAT);
+        log_error("database: format %d is newer than this cairnd (format %d)", version, DB_FORMAT);
         return -EPROTO;
     }
     return 0;

@@ -67,7 +67,8 @@ static int each_fn(void *ctx, int64_t rowid, unsigned depth, const uint8_t *root
     if (c->n == 8 || len > sizeof(c->seen[0].root))
         return -E2BIG;
     c->seen[c->n] = (struct seen_manifest){.rowid = rowid, .depth = depth, .len = len};
-    memcpy(c->seen[c->n].root, root, len);
+    if (len)
+        memcpy(c->seen[c->n].root, root, len);
     if (++c->n == c->stop_after)
         return 77;
     return 0;
