@@ -39,12 +39,12 @@ const char *const db_gc_sql[DB_S_COUNT_] = {
         "SELECT hash, condemned FROM segments WHERE hash > ?1 ORDER BY hash LIMIT ?2",
     [DB_S_CHUNK_CONDEMN] = "UPDATE chunks SET condemned = ?2 WHERE hash = ?1",
     [DB_S_SEGMENT_CONDEMN] = "UPDATE segments SET condemned = ?2 WHERE hash = ?1",
-    [DB_S_PACK_CHUNKS_LIVE] = "SELECT pack, SUM(stored) FROM chunks"
+    [DB_S_PACK_CHUNKS_LIVE] = "SELECT pack, SUM(stored), COUNT(*) FROM chunks"
                               " WHERE condemned = 0 OR condemned > ?1 GROUP BY pack",
-    [DB_S_PACK_SEGMENTS_LIVE] = "SELECT pack, SUM(len) FROM segments"
+    [DB_S_PACK_SEGMENTS_LIVE] = "SELECT pack, SUM(len), COUNT(*) FROM segments"
                                 " WHERE condemned = 0 OR condemned > ?1 GROUP BY pack",
     [DB_S_PACK_JOURNAL_LIVE] =
-        "SELECT pack, SUM(len) FROM journal j WHERE NOT " JOURNAL_DEAD " GROUP BY pack",
+        "SELECT pack, SUM(len), COUNT(*) FROM journal j WHERE NOT " JOURNAL_DEAD " GROUP BY pack",
     [DB_S_PACK_CHUNKS_ROWS] = "SELECT pack, COUNT(*) FROM chunks GROUP BY pack",
     [DB_S_PACK_SEGMENTS_ROWS] = "SELECT pack, COUNT(*) FROM segments GROUP BY pack",
     [DB_S_PACK_JOURNAL_ROWS] = "SELECT pack, COUNT(*) FROM journal GROUP BY pack",
@@ -232,7 +232,7 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
 /* ---- what is alive where ---- */
 
 /* Adds the per-pack sums of a "pack, SUM(...)" query to the matching packs. */
-/* Adds per-pack sums to use[]: live bytes, or with `rows` row counts. */
+/* Adds per-pack sums to use[]: live bytes and rows, or with `rows` all rows. */
 static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen, bool rows,
                     struct db_pack_use *use, size_t n)
 {
@@ -253,8 +253,12 @@ static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen, bo
             else
                 hi = mid;
         }
-        if (lo < n && use[lo].seq == seq)
-            *(rows ? &use[lo].rows : &use[lo].live) += (uint64_t)sqlite3_column_int64(s, 1);
+        if (lo < n && use[lo].seq == seq && rows) {
+            use[lo].rows += (uint64_t)sqlite3_column_int64(s, 1);
+        } else if (lo < n && use[lo].seq == seq) {
+            use[lo].live += (uint64_t)sqlite3_column_int64(s, 1);
+            use[lo].live_rows += (uint64_t)sqlite3_column_int64(s, 2);
+        }
     }
     sqlite3_reset(s);
     return rc == SQLITE_DONE ? 0 : -EIO;

@@ -243,8 +243,11 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
 
 /* Per pack: what its records hold alive, with rows condemned up to `safe_gen` counted as dead. */
 struct db_pack_use {
-    /* live: bytes of the records gc keeps; rows: how many rows point into the pack. */
-    uint64_t seq, size, live, rows;
+    /*
+     * live: bytes of the records gc keeps, live_rows: how many rows that is;
+     * rows: how many rows point into the pack at all.
+     */
+    uint64_t seq, size, live, live_rows, rows;
     enum db_pack_state state;
 };
 int db_pack_usage(struct db *db, uint64_t safe_gen, struct db_pack_use **out, size_t *n);

@@ -10,6 +10,7 @@
 #include "daemon/crash.h"
 #include "daemon/log.h"
 #include "daemon/merge.h"
+#include "daemon/record.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
@@ -628,7 +629,7 @@ static int record_locations(struct db_txn *txn, const struct packer_rec *rec)
         loc.sub = shift + rec->idx[i].sub_off;
         loc.size = rec->idx[i].raw_size;
         /* A chunk's share of the block's stored bytes. */
-        loc.stored = (uint32_t)((uint64_t)at->len * loc.size / (raw ? raw : 1));
+        loc.stored = record_share(at->len, loc.size, raw);
         r = db_txn_chunk_put(txn, rec->idx[i].id, &loc);
     }
     return r;

@@ -47,8 +47,7 @@ static int build(enum pack_rec_type type, const uint8_t *prefix, size_t prefix_l
 }
 
 int record_block_build(const struct record_piece *p, size_t n, int level, uint8_t **rec,
-                       size_t *rec_len, uint8_t id[PROTO_HASH_LEN],
-                       struct pack_index_entry **idx)
+                       size_t *rec_len, uint8_t id[PROTO_HASH_LEN], struct pack_index_entry **idx)
 {
     struct pack_block_chunk *chunks = NULL;
     struct pack_index_entry *entries = NULL;
@@ -161,8 +160,9 @@ int record_block_open(const uint8_t *bytes, size_t len, struct pack_block_chunk 
     }
     for (uint32_t i = 0; i < *count; i++)
         total += (*chunks)[i].size;
-    r = total > RECORD_BLOCK_MAX ? RECORD_E_BAD
-                                 : unseal(rec.payload + body, rec.length - body, total, raw, raw_len);
+    r = total > RECORD_BLOCK_MAX
+            ? RECORD_E_BAD
+            : unseal(rec.payload + body, rec.length - body, total, raw, raw_len);
     if (r == 0 && *raw_len != total) {
         free(*raw);
         r = RECORD_E_BAD;
@@ -191,4 +191,10 @@ int record_seal_open(const uint8_t *bytes, size_t len, enum pack_rec_type type,
         r = RECORD_E_BAD;
     }
     return r;
+}
+
+uint32_t record_share(uint64_t record_len, uint64_t size, uint64_t raw)
+{
+    uint64_t share = raw ? record_len * size / raw : record_len;
+    return share ? (uint32_t)share : 1;
 }

@@ -35,8 +35,7 @@ struct record_piece {
  * (one per chunk), all malloc'd. -EINVAL or -ENOMEM.
  */
 int record_block_build(const struct record_piece *p, size_t n, int level, uint8_t **rec,
-                       size_t *rec_len, uint8_t id[PROTO_HASH_LEN],
-                       struct pack_index_entry **idx);
+                       size_t *rec_len, uint8_t id[PROTO_HASH_LEN], struct pack_index_entry **idx);
 
 /*
  * Builds a segment or entry record around raw bytes: 0 with the record bytes
@@ -66,4 +65,10 @@ int record_seal_open(const uint8_t *bytes, size_t len, enum pack_rec_type type,
                      size_t *raw_len);
 
 /* True when data[0..len) hashes to `id` (SHA-256). */
+/*
+ * A chunk's share of its block record's stored bytes: the record's length
+ * in proportion to the chunk's raw size among the block's `raw` bytes, and
+ * at least 1, so that a live chunk always counts as live bytes.
+ */
+uint32_t record_share(uint64_t record_len, uint64_t size, uint64_t raw);
 bool record_hash_ok(const uint8_t *data, size_t len, const uint8_t id[PROTO_HASH_LEN]);

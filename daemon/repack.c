@@ -271,8 +271,7 @@ static int rebuild_block(struct repack_pack *p, const uint8_t *bytes, uint32_t l
         const struct db_pack_row *row = &p->rows[i];
         if (!row->live || row->kind != DB_ROW_CHUNK)
             continue;
-        r = push_move(p, i, rec.idx[k].sub_off,
-                      (uint32_t)((uint64_t)rec.len * rec.idx[k].raw_size / (total ? total : 1)));
+        r = push_move(p, i, rec.idx[k].sub_off, record_share(rec.len, rec.idx[k].raw_size, total));
         k++;
     }
     if (r == 0)
@@ -388,10 +387,15 @@ static int pack_apply_rows(struct db_txn *txn, struct repack_pack *p)
         moved[m->row] = true;
     }
     for (size_t i = 0; r == 0 && i < p->nrows; i++) {
-        if (!moved[i]) {
-            r = db_txn_row_drop(txn, &p->rows[i]);
-            p->dropped_chunks += p->rows[i].kind == DB_ROW_CHUNK;
+        if (moved[i])
+            continue;
+        if (p->rows[i].live) {
+            /* Alive but not copied (the pack was taken for dead): it must stay. */
+            r = -EAGAIN;
+            break;
         }
+        r = db_txn_row_drop(txn, &p->rows[i]);
+        p->dropped_chunks += p->rows[i].kind == DB_ROW_CHUNK;
     }
     free(moved);
     /* Nothing may point into the old pack any more, or it must stay. */
@@ -530,7 +534,7 @@ static void run_next(struct repack_run *run)
         /* Written to now, or leaving already: not for rewriting. */
         if (u->state != DB_PACK_SEALED || u->seq == open_seq || u->size == 0)
             continue;
-        bool dead = u->live == 0;
+        bool dead = u->live_rows == 0;
         if (!dead && !worth_rewriting(st, u)) {
             run->res->bytes_dead += dead_bytes(u);
             continue;

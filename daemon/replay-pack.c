@@ -132,7 +132,7 @@ static int scanned_record(struct replay *rp, uint64_t off, const uint8_t *bytes,
                 memcpy(w.hash, chunks[i].id, PROTO_HASH_LEN);
                 w.loc.sub = chunks[i].sub_off;
                 w.loc.size = chunks[i].size;
-                w.loc.stored = (uint32_t)((uint64_t)len * chunks[i].size / (raw ? raw : 1));
+                w.loc.stored = record_share(len, chunks[i].size, raw);
                 r = row_add(rp, &w);
             }
         }
@@ -387,7 +387,7 @@ static int read_sealed(struct replay *rp, const struct pack_trailer *t,
             w.kind = DB_ROW_CHUNK;
             w.loc.sub = e->sub_off;
             w.loc.size = e->raw_size;
-            w.loc.stored = (uint32_t)((uint64_t)e->record_len * e->raw_size / (raw ? raw : 1));
+            w.loc.stored = record_share(e->record_len, e->raw_size, raw);
         } else if (e->type == PACK_IDX_MANIFEST) {
             w.kind = DB_ROW_SEGMENT;
             w.loc.size = e->raw_size;

@@ -484,12 +484,26 @@ static void test_forged(void **state)
     free(env);
 }
 
+/* A chunk's share of its block: proportional, never 0 (a live chunk must count as live bytes). */
+static void test_share(void **state)
+{
+    (void)state;
+    assert_int_equal(record_share(1000, 500, 1000), 500);
+    assert_int_equal(record_share(100, 1, 65536), 1); /* would round down to 0 */
+    assert_int_equal(record_share(100, 0, 65536), 1);
+    assert_int_equal(record_share(300, 10, 0), 300);
+    uint64_t sum = 0;
+    for (unsigned i = 1; i <= 4; i++)
+        sum += record_share(4000, i * 100, 1000);
+    assert_int_equal(sum, 4000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_roundtrip), cmocka_unit_test(test_block_limits),
         cmocka_unit_test(test_seal_roundtrip),  cmocka_unit_test(test_damage),
-        cmocka_unit_test(test_forged),
+        cmocka_unit_test(test_forged),          cmocka_unit_test(test_share),
     };
     return cmocka_run_group_tests_name("records", tests, NULL, NULL);
 }
