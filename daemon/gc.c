@@ -2,7 +2,8 @@
  * Garbage collection: mark, condemn, then reclaim by rewriting packs.
  *
  *   0. Wait for the search index: a deleted document's chunks stay until its
- *      index entry is out (that takes its text).
+ *      index entry is out (that takes its text). If the index fails, gc
+ *      goes on and keeps what its pending removals need.
  *   1. Mark: every chunk and manifest segment that a document (or a pending
  *      index removal, or a running get) reaches goes into a Bloom filter,
  *      whose size the store's size sets and a cap bounds. A false positive
@@ -319,12 +320,20 @@ static void sweep_start(struct store_gc *gc, bool revive_only)
  */
 static uint64_t safe_generation(struct store *st)
 {
-    uint64_t oldest = store_oldest_op(st), safe = st->gc_boot_gen;
+    uint64_t oldest = store_oldest_op(st), safe = st->gc_safe_gen;
+    size_t i = 0;
 
-    for (size_t i = 0; i < st->ngc_barriers; i++) {
+    for (; i < st->ngc_barriers; i++) {
         if (st->gc_barriers[i].barrier > oldest)
             break;
         safe = st->gc_barriers[i].gen;
+    }
+    /* The oldest operation only gets younger: barriers passed once stay passed. */
+    st->gc_safe_gen = safe;
+    if (i > 0) {
+        memmove(st->gc_barriers, st->gc_barriers + i,
+                (st->ngc_barriers - i) * sizeof(*st->gc_barriers));
+        st->ngc_barriers -= i;
     }
     return safe;
 }
@@ -427,7 +436,7 @@ void store_gc_ops_ended(struct store *st)
     store_reap(st);
 }
 
-static void gc_begin(void *ctx)
+static void gc_begin(void *ctx, int status)
 {
     struct store_gc *gc = ctx;
 
@@ -466,6 +475,6 @@ int store_gc(struct store *st, store_gc_cb *done, void *userdata)
      * after a delete reclaim it.
      */
     if (indexer_wait(st->indexer, gc_begin, gc) < 0)
-        gc_begin(gc);
+        gc_begin(gc, 0);
     return 0;
 }

@@ -38,6 +38,9 @@
  * and reads take the CPU first and the index catches up when it is free.
  */
 #define IX_NICE 10
+/* After a failed batch the next waits this long, doubling up to the maximum. */
+#define IX_RETRY_MS 1000
+#define IX_RETRY_MAX_MS 30000
 
 enum ix_stmt {
     IX_INSERT,
@@ -99,6 +102,7 @@ struct indexer {
     struct ix_batch *batch;
     uv_idle_t wake;
     uv_timer_t gather;
+    uint64_t retry_ms; /* set after a failed batch: the next one waits this long */
     uv_async_t finished_async;
     int open_handles;
     struct indexer_stats stats;

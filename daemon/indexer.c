@@ -211,13 +211,14 @@ static void set_removals(struct indexer *ix)
     ix->removals_gen++;
 }
 
-static void wake_waiters(struct indexer *ix)
+/* Calls the waiters whose wait is over; with a failure, all of them. */
+static void wake_waiters(struct indexer *ix, int status)
 {
     struct ix_waiter **pp = &ix->waiters, *ready = NULL;
 
     while (*pp) {
         struct ix_waiter *w = *pp;
-        if (w->seq <= ix->done_seq) {
+        if (status != 0 || w->seq <= ix->done_seq) {
             *pp = w->next;
             w->next = ready;
             ready = w;
@@ -228,7 +229,7 @@ static void wake_waiters(struct indexer *ix)
     while (ready) {
         struct ix_waiter *w = ready;
         ready = w->next;
-        w->fn(w->ctx);
+        w->fn(w->ctx, status);
         free(w);
     }
 }
@@ -237,7 +238,7 @@ static void on_wake(uv_idle_t *h)
 {
     struct indexer *ix = h->data;
     uv_idle_stop(h);
-    wake_waiters(ix);
+    wake_waiters(ix, 0);
     kick(ix);
 }
 
@@ -264,7 +265,7 @@ static void batch_end(struct ix_batch *b)
     free(b->removed);
     free(b);
     ix->batch = NULL;
-    wake_waiters(ix);
+    wake_waiters(ix, 0);
     kick_soon(ix);
 }
 
@@ -288,7 +289,15 @@ static void batch_done(struct ix_batch *b)
         set_catch_up(ix);
         set_removals(ix);
         b->nremoved = 0;
+        if (b->status != IX_E_REBUILD) {
+            /* Those waiting learn of it instead of waiting for a retry that may fail again. */
+            ix->retry_ms = ix->retry_ms ? ix->retry_ms * 2 : IX_RETRY_MS;
+            if (ix->retry_ms > IX_RETRY_MAX_MS)
+                ix->retry_ms = IX_RETRY_MAX_MS;
+            wake_waiters(ix, -EIO);
+        }
     } else {
+        ix->retry_ms = 0;
         if (b->rebuild)
             ix->rebuild = false;
         ix->stats.batches++;
@@ -335,6 +344,12 @@ static void on_gather(uv_timer_t *t)
 /* Starts a batch now if it is full or awaited, else once IX_GATHER_MS have passed. */
 static void kick_soon(struct indexer *ix)
 {
+    if (ix->retry_ms) {
+        /* The last batch failed: the next one waits (a search starts it at once). */
+        if (!ix->batch && !uv_is_active((uv_handle_t *)&ix->gather))
+            uv_timer_start(&ix->gather, on_gather, ix->retry_ms, 0);
+        return;
+    }
     if (ix->waiters || ix->catch_up || ix->removals || ix->nitems >= IX_BATCH_DOCS ||
         ix->text_bytes >= IX_BATCH_TEXT) {
         kick(ix);

@@ -51,9 +51,11 @@ void indexer_removed(struct indexer *ix);
 
 /*
  * Calls fn once everything queued before now is indexed (at once, from a
- * later loop turn, when nothing is pending). Returns 0, or -ENOMEM.
+ * later loop turn, when nothing is pending), with status 0; or, when a batch
+ * fails (the index is retried in the background, less and less often), with
+ * a negative errno. Returns 0, or -ENOMEM.
  */
-typedef void indexer_wait_fn(void *ctx);
+typedef void indexer_wait_fn(void *ctx, int status);
 int indexer_wait(struct indexer *ix, indexer_wait_fn *fn, void *ctx);
 
 void indexer_get_stats(const struct indexer *ix, struct indexer_stats *out);

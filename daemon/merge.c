@@ -85,7 +85,8 @@ static int take(struct shared *s, struct packer_rec *rec, int level, struct pack
 
     if (r != 0)
         return r < 0 ? r : -EINVAL; /* a record this daemon just built: a bug */
-    if (s->raw + raw_len > MERGE_BLOCK && (r = flush(s, level, out, nout)) < 0)
+    if ((s->raw + raw_len > MERGE_BLOCK || s->n + count > PACK_MAX_BLOCK_CHUNKS) &&
+        (r = flush(s, level, out, nout)) < 0)
         goto out;
     if ((r = grow((void **)&s->pieces, &s->cap, s->n + count, sizeof(*s->pieces))) < 0 ||
         (r = grow((void **)&s->raws, raws_cap, s->nraws + 1, sizeof(*s->raws))) < 0 ||

@@ -76,6 +76,7 @@ struct packer {
     uint64_t seq, size; /* size 0: not created yet */
     struct pack_index_entry *index;
     size_t nindex, index_cap;
+    bool index_lost; /* some records are missing from `index`: do not seal with it */
     uint64_t next_seq;
     struct packer_batch *appending;
     unsigned txns, seals;
@@ -366,8 +367,9 @@ static void batch_written(struct packer_batch *b, int status)
         pk->size = b->end;
         for (size_t i = 0; i < b->nindex; i++) {
             if (index_push(&pk->index, &pk->nindex, &pk->index_cap, &b->index[i]) < 0) {
-                /* The pack stays valid unsealed; replay reads it record by record. */
+                /* An index without these would be wrong: the pack is left unsealed. */
                 log_error("packer: out of memory for the index of pack %" PRIu64, pk->seq);
+                pk->index_lost = true;
                 break;
             }
         }
@@ -378,7 +380,7 @@ static void batch_written(struct packer_batch *b, int status)
     b->dbw.apply = batch_apply;
     b->dbw.done = batch_committed;
     db_write(pk->db, &b->dbw);
-    if (!rotate_pending(pk) && !b->whole_pack && pk->size >= pk->cfg.pack_size)
+    if (!rotate_pending(pk) && !b->whole_pack && (pk->size >= pk->cfg.pack_size || pk->index_lost))
         seal_start(pk, NULL, NULL);
     batch_start(pk);
 }
@@ -572,8 +574,9 @@ static void batch_start(struct packer *pk)
     if (pk->appending || !pk->ready_head)
         return;
     if (!(b = calloc(1, sizeof(*b)))) {
-        /* Try again on the next submit; nothing is lost while groups wait. */
+        /* Try again on the next loop turn; nothing is lost while groups wait. */
         log_error("packer: out of memory starting a batch");
+        kick(pk);
         return;
     }
     b->pk = pk;
@@ -720,7 +723,11 @@ static void seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
     uint64_t seq = pk->seq, size = pk->size;
     int r = -ENOMEM;
 
-    if (s && (s->bytes = malloc(len))) {
+    if (pk->index_lost) {
+        /* Replay reads an unsealed pack record by record; a partial index would hide some. */
+        free(s);
+        s = NULL;
+    } else if (s && (s->bytes = malloc(len))) {
         pack_index_encode(s->bytes, pk->index, pk->nindex, size, seq);
         s->pk = pk;
         s->cb = cb;
@@ -750,6 +757,7 @@ static void seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
     free(pk->index);
     pk->index = NULL;
     pk->nindex = pk->index_cap = 0;
+    pk->index_lost = false;
     pk->seq = pk->next_seq++;
     pk->size = 0;
 }

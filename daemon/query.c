@@ -98,11 +98,18 @@ static void query_done(uv_work_t *work, int status)
 }
 
 /* The index holds what the search must see: run it. */
-static void query_ready(void *ctx)
+static void query_ready(void *ctx, int status)
 {
     struct store_query *sq = ctx;
     int r;
 
+    if (status < 0) {
+        /* The index could not catch up: an answer now could miss what came before. */
+        sq->st->active--;
+        sq->done(sq->userdata, status, NULL, NULL, 0);
+        free(sq);
+        return;
+    }
     /* It reads text from the store: gc keeps it while it runs. */
     store_op_begin(sq->st, &sq->op);
     r = uv_queue_work(sq->st->loop, &sq->work, query_work, query_done);

@@ -369,6 +369,8 @@ static int scan_open(struct replay *rp, uint64_t size, uint64_t known, uint64_t 
 static int read_sealed(struct replay *rp, const struct pack_trailer *t,
                        const struct pack_index_entry *idx, uint64_t known)
 {
+    uint32_t run_end = 0; /* the chunk entries of one block follow each other */
+    uint64_t raw = 0;
     int r = 0;
 
     for (uint32_t i = 0; r == 0 && i < t->count; i++) {
@@ -379,10 +381,12 @@ static int read_sealed(struct replay *rp, const struct pack_trailer *t,
             continue;
         memcpy(w.hash, e->id, PROTO_HASH_LEN);
         if (e->type == PACK_IDX_CHUNK) {
-            uint64_t raw = 0;
-            for (uint32_t k = 0; k < t->count; k++) {
-                if (idx[k].record_off == e->record_off && idx[k].type == PACK_IDX_CHUNK)
-                    raw += idx[k].raw_size;
+            if (i >= run_end) {
+                raw = 0;
+                for (run_end = i; run_end < t->count && idx[run_end].type == PACK_IDX_CHUNK &&
+                                  idx[run_end].record_off == e->record_off;
+                     run_end++)
+                    raw += idx[run_end].raw_size;
             }
             w.kind = DB_ROW_CHUNK;
             w.loc.sub = e->sub_off;
@@ -504,17 +508,21 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
         log_error("replay: %s has no valid index; left alone", rp->key);
         return 1;
     }
+    /*
+     * Sync what the file holds before the scan commits rows for it: after a
+     * kill, appended bytes may be in the page cache and not on disk, and the
+     * database must never name what a power loss could still take away.
+     */
+    if ((r = replay_append(st, rp->key, size, NULL, 0)) != 0)
+        return r;
     if ((r = scan_open(rp, size, known, &valid_end)) != 0 || (r = rows_flush(rp)) != 0)
         return r;
     if (valid_end < size) {
         log_warn("replay: %s: cut off a torn tail of %" PRIu64 " bytes", rp->key, size - valid_end);
         rp->torn_bytes += size - valid_end;
     }
-    /*
-     * Cut the tail and sync what stays before the database names any of it:
-     * after a kill, appended bytes may be in the page cache and not on disk.
-     */
-    if ((r = replay_append(st, rp->key, valid_end, NULL, 0)) != 0)
+    /* Cut the tail (a torn write past what the database knows). */
+    if (valid_end < size && (r = replay_append(st, rp->key, valid_end, NULL, 0)) != 0)
         return r;
     *new_size = valid_end;
     *state = DB_PACK_OPEN;

@@ -65,8 +65,8 @@ struct store {
     struct store_op *ops_head, *ops_tail;
     uint64_t next_op_seq;
     struct store_gc *gc;
-    /* gc runs of this life of the daemon; earlier ones (<= gc_boot_gen) are all safe. */
-    uint64_t gc_boot_gen;
+    /* gc runs up to this one are safe: of earlier lives of the daemon, or their barriers passed. */
+    uint64_t gc_safe_gen;
     struct store_gc_barrier *gc_barriers;
     size_t ngc_barriers;
     /* Repacked packs waiting for their readers to end before deletion. */

@@ -42,7 +42,7 @@ int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db
     if ((r = cdc_init(&st->cdc, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max)) < 0 ||
         (r = cache_new(&st->cache, cfg->cache_size)) < 0 ||
         (r = refcache_new(&st->refs, STORE_REFCACHE_BYTES)) < 0 ||
-        (r = store_bridge_init(st)) < 0 || (r = db_gc_generation(db, &st->gc_boot_gen)) < 0)
+        (r = store_bridge_init(st)) < 0 || (r = db_gc_generation(db, &st->gc_safe_gen)) < 0)
         return r;
     /* The database may lack the last commits before a crash: the packs have them. */
     r = store_replay(st, &resume, st->replay_summary, sizeof(st->replay_summary));
@@ -89,7 +89,7 @@ bool store_busy(struct store *st)
            st->reaping;
 }
 
-static void drained(void *ctx)
+static void drained(void *ctx, int status)
 {
     *(bool *)ctx = true;
 }

@@ -536,11 +536,12 @@ def record_file_offsets(rec):
 
 def stored_share(rec):
     """{chunk id hex: share of the record's bytes} the way the daemon counts
-    a chunk's stored bytes: record length * chunk size // block raw size."""
+    a chunk's stored bytes: record length * chunk size // block raw size, at least 1."""
     if getattr(rec, "_shares", None) is None:
         chunks, _ = rec.block()
         total = sum(size for _, size, _ in chunks) or 1
-        rec._shares = {cid.hex(): rec.total_len * size // total for cid, size, _ in chunks}
+        # At least 1: a live chunk always counts as live bytes.
+        rec._shares = {cid.hex(): max(1, rec.total_len * size // total) for cid, size, _ in chunks}
     return rec._shares
 
 
