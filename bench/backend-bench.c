@@ -14,7 +14,13 @@
  * mode, `both`, alternates the two operation by operation (which goes first
  * alternates too), so both see the same disk: fsync latency on shared or
  * virtual disks drifts by several times within seconds. With --list, 50 and
- * 1,000 small objects are put (not timed) and listed.
+ * 1,000 small objects are put (not timed) and listed, page by page.
+ *
+ * Reads go the way the daemon's do: backend_try_read() first when the
+ * backend can serve reads without blocking (the loop thread's read), then
+ * backend_read_sync() when the backend has blocking reads (a worker
+ * thread's read: this process stands in for the worker), else backend_get()
+ * of the whole object.
  *
  * Output: one JSON object on standard output with every sample in
  * milliseconds; bench/run computes the statistics. Exit 1 when an operation
@@ -48,6 +54,8 @@ struct bench {
     size_t size;
     unsigned iterations;
     uint8_t *data;
+    /* Where try_read puts an object: one byte more than its size, to see that it ends. */
+    uint8_t *read_buf;
     /* the backend, at ROOT/backend */
     uv_loop_t loop;
     struct backend *be;
@@ -67,55 +75,56 @@ static void on_done(struct backend_req *req)
     *(bool *)req->userdata = true;
 }
 
-/* Starts `op` and runs the loop until it has finished; the request's status. */
-static int be_run(struct bench *b, struct backend_req *req, enum backend_op op)
+/* Prepares the common part of a request whose callback sets *done. */
+static void be_prepare(struct backend_req *req, const char *key, bool *done)
 {
-    bool done = false;
-    int r;
-
+    snprintf(req->key, sizeof(req->key), "%s", key);
     req->cb = on_done;
-    req->userdata = &done;
-    r = backend_start(b->be, req, op);
+    req->userdata = done;
+    *done = false;
+}
+
+/* Runs the loop until a request started with result `r` has finished; its status. */
+static int be_wait(struct bench *b, struct backend_req *req, const bool *done, int r)
+{
     if (r < 0)
         return r;
-    while (!done)
+    while (!*done)
         uv_run(&b->loop, UV_RUN_ONCE);
     return req->status;
 }
 
-/* Puts `n` objects of `len` bytes at once: group-committed, as concurrent adds are. */
+/* Puts `n` objects of `len` bytes at once, as concurrent adds do. */
 static int be_populate(struct bench *b, const char *dir, unsigned n, size_t len)
 {
-    struct backend_req *reqs = calloc(n, sizeof(*reqs));
+    struct backend_put *puts = calloc(n, sizeof(*puts));
+    bool *done = calloc(n, sizeof(*done));
+    struct iovec iov = {.iov_base = b->data, .iov_len = len};
+    char key[BACKEND_MAX_KEY];
     unsigned pending = 0;
     int r = 0;
 
-    if (!reqs)
+    if (!puts || !done) {
+        free(puts);
+        free(done);
         return -ENOMEM;
+    }
     for (unsigned i = 0; i < n && r == 0; i++) {
-        snprintf(reqs[i].key, sizeof(reqs[i].key), "%s/o%06u", dir, i);
-        reqs[i].data = b->data;
-        reqs[i].len = len;
-        reqs[i].cb = on_done;
-        reqs[i].userdata = calloc(1, sizeof(bool));
-        if (!reqs[i].userdata) {
-            r = -ENOMEM;
-            break;
-        }
-        r = backend_put(b->be, &reqs[i]);
+        snprintf(key, sizeof(key), "%s/o%06u", dir, i);
+        be_prepare(&puts[i].req, key, &done[i]);
+        puts[i].iov = &iov;
+        puts[i].iovcnt = 1;
+        r = backend_put(b->be, &puts[i]);
         if (r == 0)
             pending++;
-        else
-            free(reqs[i].userdata);
     }
     for (unsigned i = 0; i < pending; i++) {
-        while (!*(bool *)reqs[i].userdata)
-            uv_run(&b->loop, UV_RUN_ONCE);
-        if (reqs[i].status != 0 && r == 0)
-            r = reqs[i].status < 0 ? reqs[i].status : -EIO;
-        free(reqs[i].userdata);
+        int status = be_wait(b, &puts[i].req, &done[i], 0);
+        if (status != 0 && r == 0)
+            r = status < 0 ? status : -EIO;
     }
-    free(reqs);
+    free(puts);
+    free(done);
     return r;
 }
 
@@ -247,25 +256,47 @@ static int do_put(struct bench *b, enum mode m, unsigned i)
         snprintf(name, sizeof(name), "o%06u", i);
         return raw_put(b, "obj", name, b->size);
     }
-    struct backend_req req = {.data = b->data, .len = b->size};
-    key_of(req.key, sizeof(req.key), "obj", i);
-    return be_run(b, &req, BACKEND_OP_PUT);
+    char key[BACKEND_MAX_KEY];
+    struct iovec iov = {.iov_base = b->data, .iov_len = b->size};
+    struct backend_put put = {.iov = &iov, .iovcnt = 1};
+    bool done;
+
+    key_of(key, sizeof(key), "obj", i);
+    be_prepare(&put.req, key, &done);
+    return be_wait(b, &put.req, &done, backend_put(b->be, &put));
 }
 
-/* Reads the object back; outside the timing the caller compares it. */
+/*
+ * Reads the object back; outside the timing the caller compares it. The
+ * result is b->read_buf when try_read served it, else malloc'd.
+ */
 static int do_get(struct bench *b, enum mode m, unsigned i, uint8_t **out, size_t *out_len)
 {
     char key[BACKEND_MAX_KEY];
+    struct backend_get get = {.offset = 0, .length = BACKEND_TO_END, .max_len = b->size};
+    bool done;
     int r;
 
     key_of(key, sizeof(key), "obj", i);
     if (m == MODE_RAW)
         return raw_get(b, key, out, out_len);
-    struct backend_req req = {.max_len = b->size};
-    memcpy(req.key, key, sizeof(key));
-    r = be_run(b, &req, BACKEND_OP_GET);
-    *out = req.out;
-    *out_len = req.out_len;
+    if (backend_has(b->be, BACKEND_CAP_READ_NOWAIT)) {
+        r = backend_try_read(b->be, key, 0, b->read_buf, b->size + 1, out_len);
+        if (r == 0)
+            *out = b->read_buf;
+        if (r != -EAGAIN)
+            return r;
+    }
+    if (backend_has(b->be, BACKEND_CAP_READ_SYNC)) {
+        r = backend_read_sync(b->be, key, 0, b->read_buf, b->size + 1, out_len);
+        if (r == 0)
+            *out = b->read_buf;
+        return r;
+    }
+    be_prepare(&get.req, key, &done);
+    r = be_wait(b, &get.req, &done, backend_get(b->be, &get));
+    *out = get.out;
+    *out_len = get.out_len;
     return r;
 }
 
@@ -277,10 +308,11 @@ static int do_head(struct bench *b, enum mode m, unsigned i)
     key_of(key, sizeof(key), "obj", i);
     if (m == MODE_RAW)
         return fstatat(b->root_fd, key, &st, 0) < 0 ? -errno : 0;
-    struct backend_req req = {0};
-    memcpy(req.key, key, sizeof(key));
-    int r = be_run(b, &req, BACKEND_OP_HEAD);
-    return r == 0 && req.size != b->size ? -EIO : r;
+    struct backend_head head = {0};
+    bool done;
+    be_prepare(&head.req, key, &done);
+    int r = be_wait(b, &head.req, &done, backend_head(b->be, &head));
+    return r == 0 && head.size != b->size ? -EIO : r;
 }
 
 static int do_delete(struct bench *b, enum mode m, unsigned i)
@@ -293,20 +325,31 @@ static int do_delete(struct bench *b, enum mode m, unsigned i)
             return -errno;
         return raw_fsync_dir(b, "obj");
     }
-    struct backend_req req = {0};
-    memcpy(req.key, key, sizeof(key));
-    return be_run(b, &req, BACKEND_OP_DELETE);
+    struct backend_del del = {0};
+    bool done;
+    be_prepare(&del.req, key, &done);
+    return be_wait(b, &del.req, &done, backend_del(b->be, &del));
 }
 
+/* Every page of the directory, at the backend's default page size. */
 static int do_list(struct bench *b, enum mode m, const char *dir, unsigned *count)
 {
+    char prefix[BACKEND_MAX_KEY];
+    struct backend_list list = {0};
+    bool done;
+    int r;
+
     if (m == MODE_RAW)
         return raw_list(b, dir, count);
-    struct backend_req req = {0};
-    snprintf(req.key, sizeof(req.key), "%s/", dir);
-    int r = be_run(b, &req, BACKEND_OP_LIST);
-    *count = (unsigned)req.nkeys;
-    backend_req_reset(&req);
+    snprintf(prefix, sizeof(prefix), "%s/", dir);
+    *count = 0;
+    do {
+        be_prepare(&list.req, prefix, &done);
+        r = be_wait(b, &list.req, &done, backend_list(b->be, &list));
+        *count += (unsigned)list.nentries;
+        backend_list_reset(&list);
+        memcpy(list.cursor, list.next_cursor, sizeof(list.cursor));
+    } while (r == 0 && list.cursor[0]);
     return r;
 }
 
@@ -416,7 +459,8 @@ static int one_op(struct bench *b, enum mode m, unsigned op, unsigned i, struct 
         r = -EIO;
     if (r == 0 && (op == OP_LIST50 || op == OP_LIST1000) && count != list_sizes[op])
         r = -EIO;
-    free(out);
+    if (out != b->read_buf)
+        free(out);
     if (r != 0) {
         char what[64];
         snprintf(what, sizeof(what), "%s %s", mode_names[m], op_names[op]);
@@ -572,7 +616,9 @@ int main(int argc, char **argv)
 
     data_len = b.size > LIST_OBJECT_SIZE ? b.size : LIST_OBJECT_SIZE;
     b.data = malloc(data_len);
-    if (!b.data)
+    /* Untouched unless try_read fills it, so it costs no memory when reads miss. */
+    b.read_buf = malloc(b.size + 1);
+    if (!b.data || !b.read_buf)
         return fail("memory", -ENOMEM);
     /* Incompressible and different per run; the backend stores bytes as they are anyway. */
     uint64_t x = uv_hrtime() | 1;
@@ -584,13 +630,14 @@ int main(int argc, char **argv)
     }
     if ((r = open_raw(&b)) < 0) {
         free(b.data);
+        free(b.read_buf);
         return fail(b.root, r);
     }
     r = uv_loop_init(&b.loop);
     if (r < 0)
         return fail("loop", r);
     snprintf(url, sizeof(url), "local:%s/backend", b.root);
-    r = backend_new(&b.be, &b.loop, url, NULL, &msg);
+    r = backend_new(&b.be, &b.loop, url, &msg);
     if (r < 0) {
         fprintf(stderr, "backend-bench: %s: %s\n", url, msg ? msg : strerror(-r));
         return 1;
@@ -601,6 +648,7 @@ int main(int argc, char **argv)
     r = uv_loop_close(&b.loop);
     close(b.root_fd);
     free(b.data);
+    free(b.read_buf);
     if (r < 0)
         return fail("handles left open", r);
     return status;

@@ -252,16 +252,18 @@ static int reply_command(struct cli *cli, int argc, char **argv,
 int cli_cmd_status(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {
-        "version",      "protocol",  "pid",           "uptime",
-        "backend",      "documents", "logical_bytes", "unique_bytes",
-        "stored_bytes", "chunks",    "dedup_ratio",   "compression_ratio",
-        "connections",  NULL};
+        "version",     "protocol",          "pid",          "uptime",        "backend",
+        "documents",   "logical_bytes",     "unique_bytes", "stored_bytes",  "chunks",
+        "dedup_ratio", "compression_ratio", "packs",        "pack_bytes",    "cache_bytes",
+        "cache_size",  "cache_hits",        "cache_misses", "index_pending", "connections",
+        NULL};
     return reply_command(cli, argc, argv, client_status, keys);
 }
 
 int cli_cmd_gc(struct cli *cli, int argc, char **argv)
 {
-    static const char *const keys[] = {"chunks_removed", "bytes_freed", NULL};
+    static const char *const keys[] = {"packs_rewritten", "packs_deleted",  "bytes_reclaimed",
+                                       "bytes_dead",      "chunks_removed", NULL};
     return reply_command(cli, argc, argv, client_gc, keys);
 }
 

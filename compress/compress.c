@@ -1,6 +1,7 @@
 #include "compress/compress.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <zstd.h>
@@ -19,6 +20,62 @@ static void header_write(uint8_t *p, enum compress_algo algo, uint64_t raw_size)
         p[8 + i] = (uint8_t)(raw_size >> (56 - 8 * i));
 }
 
+/*
+ * One compression and one decompression context per thread, kept for the
+ * thread's life: making one per call allocates (and clears) a large
+ * workspace every time, which costs more than compressing a small block.
+ */
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+static pthread_key_t cctx_key, dctx_key;
+static int keys_status;
+
+static void free_cctx(void *p)
+{
+    ZSTD_freeCCtx(p);
+}
+
+static void free_dctx(void *p)
+{
+    ZSTD_freeDCtx(p);
+}
+
+static void keys_init(void)
+{
+    if (pthread_key_create(&cctx_key, free_cctx) != 0 ||
+        pthread_key_create(&dctx_key, free_dctx) != 0)
+        keys_status = -ENOMEM;
+}
+
+static ZSTD_CCtx *thread_cctx(void)
+{
+    ZSTD_CCtx *c;
+
+    if (pthread_once(&keys_once, keys_init) != 0 || keys_status != 0)
+        return NULL;
+    if ((c = pthread_getspecific(cctx_key)))
+        return c;
+    if ((c = ZSTD_createCCtx()) && pthread_setspecific(cctx_key, c) != 0) {
+        ZSTD_freeCCtx(c);
+        c = NULL;
+    }
+    return c;
+}
+
+static ZSTD_DCtx *thread_dctx(void)
+{
+    ZSTD_DCtx *d;
+
+    if (pthread_once(&keys_once, keys_init) != 0 || keys_status != 0)
+        return NULL;
+    if ((d = pthread_getspecific(dctx_key)))
+        return d;
+    if ((d = ZSTD_createDCtx()) && pthread_setspecific(dctx_key, d) != 0) {
+        ZSTD_freeDCtx(d);
+        d = NULL;
+    }
+    return d;
+}
+
 size_t compress_bound(size_t len)
 {
     size_t z = ZSTD_compressBound(len);
@@ -33,8 +90,11 @@ int compress_encode(const void *raw, size_t len, int level, void *out, size_t ou
     if (out_cap < compress_bound(len) || level < 1 || level > ZSTD_maxCLevel())
         return -EINVAL;
     if (len > 0) {
-        size_t z = ZSTD_compress(dst + COMPRESS_HEADER_SIZE, out_cap - COMPRESS_HEADER_SIZE, raw,
-                                 len, level);
+        ZSTD_CCtx *cctx = thread_cctx();
+        if (!cctx)
+            return -ENOMEM;
+        size_t z = ZSTD_compressCCtx(cctx, dst + COMPRESS_HEADER_SIZE,
+                                     out_cap - COMPRESS_HEADER_SIZE, raw, len, level);
         if (ZSTD_isError(z)) {
             if (ZSTD_getErrorCode(z) == ZSTD_error_memory_allocation)
                 return -ENOMEM;
@@ -96,7 +156,10 @@ int compress_decode(const void *obj, size_t len, size_t max_raw, void *out, size
     unsigned long long frame_size = ZSTD_getFrameContentSize(body, body_len);
     if (frame_size != hdr.raw_size)
         return COMPRESS_E_CORRUPT;
-    size_t n = ZSTD_decompress(out, out_cap, body, body_len);
+    ZSTD_DCtx *dctx = thread_dctx();
+    if (!dctx)
+        return -ENOMEM;
+    size_t n = ZSTD_decompressDCtx(dctx, out, out_cap, body, body_len);
     if (ZSTD_isError(n) || n != hdr.raw_size)
         return COMPRESS_E_CORRUPT;
     *raw_len = n;

@@ -1,15 +1,25 @@
 /*
- * The add pipeline. Incoming bytes collect in segments (STORE_SEGMENT bytes).
- * A cut job per segment, one at a time per add so the document hash sees the
- * bytes in order, hashes the new bytes into the document hash, keeps text
- * for the index and finds the content-defined chunk boundaries; the bytes
- * after the last boundary carry over into the next segment. Each chunk then
- * gets an encode job of its own, so the chunks of one document are hashed
- * and compressed on several threads at once; a chunk the metadata already
- * knows is not stored again. New chunk objects are put on the backend as
- * their jobs finish; after the last one, the add's journal entry, which is
- * also the document's manifest (objects.h). When every put is durable the
- * metadata is committed, and only then is the add reported done.
+ * The add pipeline. Incoming bytes collect in segments (STORE_SEGMENT
+ * bytes). A cut job per segment, one at a time per add so the document hash
+ * sees the bytes in order, hashes the new bytes into the document hash, keeps
+ * text for the index and finds the content-defined chunk boundaries; the
+ * bytes after the last boundary carry over into the next segment. Each cut
+ * segment then gets a segment job of its own (several run at once): it
+ * hashes every chunk, looks each up, and compresses the chunks the store does
+ * not hold yet into one block record. The loop takes finished segments in
+ * document order: their chunks go into the manifest (manifest.h, with full
+ * lists stored as segment records along the way), their blocks to the pack
+ * writer.
+ *
+ * At the end the journal entry (with the manifest root) goes to the pack
+ * writer together with the last block, as one group whose transaction also
+ * commits the document; only then is the add reported done. A small
+ * document (one segment) does all its work in a single job.
+ *
+ * Memory is bounded per add whatever the document's size: a few segments,
+ * their blocks until they are durable, and one list per manifest level.
+ *
+ * This file is the loop side; the worker jobs are in add-work.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,108 +27,16 @@
 #include <string.h>
 
 #include <openssl/evp.h>
-#include <openssl/sha.h>
 
-#include "compress/compress.h"
+#include "daemon/add-int.h"
+#include "daemon/indexer.h"
 #include "daemon/log.h"
 #include "daemon/objects.h"
-#include "daemon/store-int.h"
-#include "daemon/text.h"
+#include "daemon/record.h"
+#include "daemon/refcache.h"
 #include "proto/util.h"
-#include "storage/backend.h"
-
-/* Bytes a cut job takes at once (at least the largest chunk). */
-#define STORE_SEGMENT (1024u * 1024)
-/* Per add: encode jobs and chunk puts in flight; bounds its memory. */
-#define STORE_MAX_ENCODES 16
-#define STORE_MAX_PUTS 8
-#define STORE_MAX_READY 8
-
-struct rawbuf {
-    uint8_t *data;
-    size_t len;
-};
-
-/* Bytes that chunks are cut from; freed when the last chunk's encode job is done. */
-struct segment {
-    uint8_t *data;
-    size_t len;
-    unsigned refs;
-};
-
-struct cut_job {
-    uv_work_t work;
-    struct store_add *add;
-    struct rawbuf carry, in; /* consumed by the job */
-    bool final;
-    int status;
-    struct segment *seg;
-    size_t *ends; /* chunk end offsets in seg */
-    size_t nends;
-    struct rawbuf rest; /* bytes after the last cut: the next job's carry */
-    bool doc_exists;
-    bool unchanged; /* the store already holds this, under this name: nothing to write */
-    uint64_t stored_size;
-};
-
-struct encode_job {
-    uv_work_t work;
-    struct store_add *add;
-    struct segment *seg;
-    size_t off, len, index;
-    uint64_t gen;
-    int status;
-    uint8_t hash[PROTO_HASH_LEN];
-    bool known;
-    uint32_t stored_size;
-    uint8_t *obj;
-    size_t obj_len;
-};
-
-struct object_put {
-    struct backend_req req;
-    struct store_waiter waiter;
-    struct store_add *add;
-    uint8_t *obj;
-};
-
-struct store_add {
-    struct store *st;
-    struct store_add_params p;
-    const struct store_add_ops *ops;
-    void *userdata;
-
-    EVP_MD_CTX *doc_ctx;  /* used by the running cut job only */
-    struct text_acc text; /* likewise */
-    struct rawbuf fill;
-    size_t fill_cap; /* grows to STORE_SEGMENT: small documents never hold a whole segment */
-    struct rawbuf ready[STORE_MAX_READY]; /* full segments waiting for a cut job, FIFO */
-    unsigned nready;
-    struct rawbuf carry;
-    bool told_full;
-
-    bool cut_running;
-    unsigned encodes_running, puts_running;
-    uint64_t received;
-
-    struct db_chunk *chunks; /* in document order; filled in as encode jobs finish */
-    bool *pinned;            /* chunks[i] is pinned against gc */
-    size_t nchunks, chunks_cap;
-
-    bool finishing, final_cut_done, entry_started, committing, aborted;
-    bool unchanged; /* see cut_job */
-    int error;
-    uint8_t doc_hash[PROTO_HASH_LEN];
-    bool doc_exists;
-
-    uint64_t entry_ns; /* the journal time of this add; its commit uses the same */
-    uv_work_t report_work;
-    struct db_write dbw;
-    struct db_add dba;
-};
 
 static void add_pump(struct store_add *add);
-static void add_report_unchanged(struct store_add *add);
 
 static void params_clear(struct store_add_params *p)
 {
@@ -136,22 +54,74 @@ static void params_clear(struct store_add_params *p)
     memset(p, 0, sizeof(*p));
 }
 
+void add_rec_clear(struct packer_rec *rec)
+{
+    free(rec->bytes);
+    free(rec->idx);
+    memset(rec, 0, sizeof(*rec));
+}
+
+static void list_clear(struct rec_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        add_rec_clear(&l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+/* Appends a record (taken over); -ENOMEM leaves it with the caller. */
+int add_list_push(struct rec_list *l, struct packer_rec *rec)
+{
+    struct packer_rec *grown = realloc(l->v, (l->n + 1) * sizeof(*grown));
+
+    if (!grown)
+        return -ENOMEM;
+    l->v = grown;
+    l->v[l->n++] = *rec;
+    memset(rec, 0, sizeof(*rec));
+    return 0;
+}
+
+static void seg_free(struct seg_job *sj)
+{
+    free(sj->seg.data);
+    free(sj->ends);
+    free(sj->chunks);
+    list_clear(&sj->blocks);
+    free(sj);
+}
+
 static void add_free(struct store_add *add)
 {
-    for (size_t i = 0; i < add->nchunks; i++) {
-        if (add->pinned[i])
-            pinset_remove(&add->st->pins, add->chunks[i].hash);
+    struct store *st = add->st;
+
+    for (struct seg_job *sj = add->segs, *next; sj; sj = next) {
+        next = sj->next;
+        seg_free(sj);
     }
-    free(add->pinned);
+    for (struct spill *sp = add->spills, *next; sp; sp = next) {
+        next = sp->next;
+        free(sp->list);
+        add_rec_clear(&sp->rec);
+        free(sp);
+    }
+    if (add->ticket)
+        packer_cancel(st->packer, add->ticket);
     free(add->fill.data);
     free(add->carry.data);
     for (unsigned i = 0; i < add->nready; i++)
         free(add->ready[i].data);
     EVP_MD_CTX_free(add->doc_ctx);
     text_acc_clear(&add->text);
-    free(add->chunks);
+    manifest_builder_clear(&add->mb);
+    list_clear(&add->last);
+    list_clear(&add->final_recs);
+    add_rec_clear(&add->entry);
+    free(add->root);
     params_clear(&add->p);
-    add->st->active--;
+    store_op_end(st, &add->op);
+    st->active--;
     free(add);
 }
 
@@ -161,14 +131,25 @@ static void add_fail(struct store_add *add, int status)
         add->error = status;
 }
 
+/* Whether any job or group of this add is still out. */
+static bool add_running(const struct store_add *add)
+{
+    bool spill_running = add->spills && add->spills->started && !add->spills->done;
+    bool seg_running = false;
+
+    for (const struct seg_job *sj = add->segs; sj; sj = sj->next)
+        seg_running |= !sj->done;
+    return add->cut_running || seg_running || spill_running || add->groups || add->committing;
+}
+
 /*
  * Ends a failed or abandoned add once none of its work is running: reports
  * the failure (unless the requester is gone) and frees it. Returns true when
- * the add is gone. A successful add ends in commit_done().
+ * the add is gone. A successful add ends in final_done().
  */
 static bool add_maybe_end(struct store_add *add)
 {
-    if (add->cut_running || add->encodes_running || add->puts_running || add->committing)
+    if (add_running(add))
         return false;
     if (!add->aborted && !add->error)
         return false;
@@ -215,7 +196,10 @@ int store_add_begin(struct store *st, struct store_add_params *params,
     add->ops = ops;
     add->userdata = userdata;
     text_acc_init(&add->text, st->cfg.max_text);
+    manifest_builder_init(&add->mb);
     st->active++;
+    /* gc keeps what this add may come to reference until it ends. */
+    store_op_begin(st, &add->op);
     *out = add;
     return 0;
 }
@@ -280,97 +264,187 @@ void store_add_abort(struct store_add *add)
     (void)add_maybe_end(add);
 }
 
-/* ---- cutting ---- */
+/* ---- loop side: ordering the results ---- */
 
-static void cut_work(uv_work_t *work)
+static void group_done(struct packer_group *g, int status);
+
+/* Sends records to the pack writer as one group (the list is taken over). */
+static void send_group(struct store_add *add, struct rec_list *recs)
 {
-    struct cut_job *job = container_of(work, struct cut_job, work);
-    struct store_add *add = job->add;
-    const struct cdc *cdc = &add->st->cdc;
-    size_t total = job->carry.len + job->in.len, off = 0;
-    unsigned int mdlen;
-    uint8_t *data;
+    struct add_group *ag = calloc(1, sizeof(*ag));
 
-    /* The carried bytes were hashed with the previous segment; only new bytes go in. */
-    if (!EVP_DigestUpdate(add->doc_ctx, job->in.data, job->in.len)) {
-        job->status = -EIO;
+    if (!ag) {
+        list_clear(recs);
+        add_fail(add, -ENOMEM);
         return;
     }
-    text_acc_feed(&add->text, job->in.data, job->in.len, job->final);
-    if (job->carry.len == 0) {
-        data = job->in.data;
-        job->in.data = NULL; /* consumed */
-    } else {
-        data = realloc(job->carry.data, total ? total : 1);
-        if (!data) {
-            job->status = -ENOMEM;
-            return;
-        }
-        job->carry.data = NULL; /* consumed */
-        if (job->in.len > 0)    /* the last segment may be empty */
-            memcpy(data + job->carry.len, job->in.data, job->in.len);
-        free(job->in.data);
-        job->in.data = NULL;
+    ag->add = add;
+    ag->recs = *recs;
+    *recs = (struct rec_list){0};
+    ag->g.recs = ag->recs.v;
+    ag->g.nrecs = ag->recs.n;
+    ag->g.done = group_done;
+    add->groups++;
+    packer_submit(add->st->packer, &ag->g);
+}
+
+static void group_done(struct packer_group *g, int status)
+{
+    struct add_group *ag = container_of(g, struct add_group, g);
+    struct store_add *add = ag->add;
+
+    if (status != 0) {
+        log_warn("add: writing records failed: %s",
+                 status < 0 ? strerror(-status) : "backend unavailable");
+        add_fail(add, status < 0 ? status : STORE_E_UNAVAILABLE);
     }
-    job->seg = calloc(1, sizeof(*job->seg));
-    job->ends = malloc((total / cdc->min + 2) * sizeof(size_t));
-    if (!job->seg || !job->ends) {
-        free(data);
-        job->status = -ENOMEM;
+    list_clear(&ag->recs);
+    free(ag);
+    add->groups--;
+    add_progress(add);
+}
+
+static void spill_work(uv_work_t *work)
+{
+    struct spill *sp = container_of(work, struct spill, work);
+    uint8_t *raw = malloc(MANIFEST_SEGMENT_HEADER + sp->n * MANIFEST_ENTRY);
+
+    if (!raw) {
+        sp->status = -ENOMEM;
         return;
     }
-    job->seg->data = data;
-    job->seg->len = total;
-    while (off < total) {
-        size_t n = cdc_next(cdc, data + off, total - off, job->final);
-        if (n == 0)
-            break;
-        off += n;
-        job->ends[job->nends++] = off;
+    size_t len = manifest_segment_encode(sp->level, sp->list, sp->n, raw);
+    sp->status = record_seal_build(PACK_REC_MANIFEST, raw, len, sp->add->st->cfg.compression_level,
+                                   &sp->rec.bytes, &sp->rec.len, sp->rec.id, &sp->rec.idx);
+    sp->rec.type = PACK_REC_MANIFEST;
+    sp->rec.nidx = 1;
+    free(raw);
+}
+
+static void spill_start(struct store_add *add);
+static void spill_done(uv_work_t *work, int status);
+
+/* Queues the storing of a level's full (or, at the end, last) list. */
+static void spill_level(struct store_add *add, unsigned level)
+{
+    struct spill *sp = calloc(1, sizeof(*sp));
+
+    if (!sp) {
+        add_fail(add, -ENOMEM);
+        return;
     }
-    if (off < total) {
-        job->rest.len = total - off;
-        job->rest.data = malloc(job->rest.len);
-        if (!job->rest.data) {
-            job->status = -ENOMEM;
-            return;
-        }
-        memcpy(job->rest.data, data + off, job->rest.len);
-    }
-    if (job->final) {
-        char hex[PROTO_HASH_HEX + 1];
-        struct db_doc doc;
-        if (!EVP_DigestFinal_ex(add->doc_ctx, add->doc_hash, &mdlen)) {
-            job->status = -EIO;
-            return;
-        }
-        proto_hex_encode(add->doc_hash, PROTO_HASH_LEN, hex);
-        int r = db_resolve(add->st->db, hex, PROTO_HASH_HEX, 0, &doc);
-        if (r < 0 || r == DB_E_AMBIGUOUS) {
-            job->status = r < 0 ? r : -EIO;
-            return;
-        }
-        job->doc_exists = (r == 0);
-        /* Adding what is already there, as it is named, changes nothing: skip every write. */
-        if (job->doc_exists && add->p.ntags == 0 && add->p.nmeta == 0) {
-            bool current = !add->p.name || !add->p.name[0];
-            if (!current && db_name_current(add->st->db, add->p.name, doc.rowid, &current) < 0)
-                current = false;
-            job->unchanged = current;
-            job->stored_size = doc.stored_size;
-        }
-        db_doc_clear(&doc);
+    sp->add = add;
+    sp->level = level;
+    sp->list = manifest_builder_take(&add->mb, level, &sp->n);
+    for (size_t i = 0; i < sp->n; i++)
+        sp->bytes += sp->list[i].bytes;
+    if (add->spills_tail)
+        add->spills_tail->next = sp;
+    else
+        add->spills = sp;
+    add->spills_tail = sp;
+    spill_start(add);
+}
+
+static void spill_start(struct store_add *add)
+{
+    struct spill *sp = add->spills;
+
+    if (!sp || sp->started || add->error || add->aborted)
+        return;
+    sp->started = true;
+    if (uv_queue_work(add->st->loop, &sp->work, spill_work, spill_done) < 0) {
+        add_fail(add, -ENOMEM);
+        sp->done = true;
     }
 }
 
-static void encode_start(struct store_add *add, struct segment *seg, size_t off, size_t len,
-                         size_t index);
-
-static void segment_unref(struct segment *seg)
+/* Pushes an entry, storing the level's list first when it is full. */
+static void push_entry(struct store_add *add, unsigned level, const struct manifest_entry *e)
 {
-    if (seg && --seg->refs == 0) {
-        free(seg->data);
-        free(seg);
+    if (manifest_builder_full(&add->mb, level))
+        spill_level(add, level);
+    if (manifest_builder_push(&add->mb, level, e) < 0)
+        add_fail(add, -E2BIG);
+}
+
+static void spill_done(uv_work_t *work, int status)
+{
+    struct spill *sp = container_of(work, struct spill, work);
+    struct store_add *add = sp->add;
+
+    sp->done = true;
+    if (status < 0 || sp->status < 0)
+        add_fail(add, status < 0 ? status : sp->status);
+    add->spills = sp->next;
+    if (!add->spills)
+        add->spills_tail = NULL;
+    if (!add->error && !add->aborted) {
+        struct manifest_entry up = {.bytes = sp->bytes};
+        struct rec_list one = {0};
+        memcpy(up.hash, sp->rec.id, PROTO_HASH_LEN);
+        if (add_list_push(&one, &sp->rec) < 0)
+            add_fail(add, -ENOMEM);
+        else
+            send_group(add, &one);
+        push_entry(add, sp->level + 1, &up);
+    }
+    free(sp->list);
+    add_rec_clear(&sp->rec);
+    free(sp);
+    spill_start(add);
+    add_progress(add);
+}
+
+/* Takes finished segments in document order: chunks into the manifest, blocks out. */
+static void seg_collect(struct store_add *add)
+{
+    while (add->segs && add->segs->done && !add->error) {
+        struct seg_job *sj = add->segs;
+        add->segs = sj->next;
+        if (!add->segs)
+            add->segs_tail = NULL;
+        add->nsegs--;
+        for (size_t i = 0; i < sj->nends && !add->error; i++)
+            push_entry(add, 0, &sj->chunks[i]);
+        add->stored += sj->stored;
+        if (sj->blocks.n) {
+            /* The document's last blocks travel with its entry: one sync for a small add. */
+            if (add->final_cut_done && !add->segs && add->last.n == 0) {
+                add->last = sj->blocks;
+                sj->blocks = (struct rec_list){0};
+            } else {
+                send_group(add, &sj->blocks);
+            }
+        }
+        seg_free(sj);
+    }
+}
+
+static void seg_done(uv_work_t *work, int status)
+{
+    struct seg_job *sj = container_of(work, struct seg_job, work);
+    struct store_add *add = sj->add;
+
+    sj->done = true;
+    if (status < 0 || sj->status < 0)
+        add_fail(add, status < 0 ? status : sj->status);
+    seg_collect(add);
+    add_progress(add);
+}
+
+static void seg_start(struct store_add *add, struct seg_job *sj)
+{
+    sj->add = add;
+    if (add->segs_tail)
+        add->segs_tail->next = sj;
+    else
+        add->segs = sj;
+    add->segs_tail = sj;
+    add->nsegs++;
+    if (!sj->done && uv_queue_work(add->st->loop, &sj->work, add_seg_work, seg_done) < 0) {
+        sj->done = true;
+        add_fail(add, -ENOMEM);
     }
 }
 
@@ -378,50 +452,42 @@ static void cut_done(uv_work_t *work, int status)
 {
     struct cut_job *job = container_of(work, struct cut_job, work);
     struct store_add *add = job->add;
-    struct segment *seg = job->seg;
 
     add->cut_running = false;
     if (status < 0 || job->status < 0)
         add_fail(add, status < 0 ? status : job->status);
-    if (!add->error && job->nends > 0 && add->nchunks + job->nends > add->chunks_cap) {
-        size_t cap = add->chunks_cap ? add->chunks_cap : 16;
-        while (cap < add->nchunks + job->nends)
-            cap *= 2;
-        struct db_chunk *grown = realloc(add->chunks, cap * sizeof(*grown));
-        bool *pinned = grown ? realloc(add->pinned, cap * sizeof(*pinned)) : NULL;
-        if (grown)
-            add->chunks = grown;
-        if (pinned) {
-            memset(pinned + add->chunks_cap, 0, (cap - add->chunks_cap) * sizeof(*pinned));
-            add->pinned = pinned;
-            add->chunks_cap = cap;
-        } else {
-            add_fail(add, -ENOMEM);
-        }
-    }
-    if (seg) {
-        /* The loop holds a reference while it starts the encode jobs. */
-        seg->refs = 1;
-        for (size_t i = 0; !add->error && i < job->nends; i++) {
-            size_t start = i ? job->ends[i - 1] : 0;
-            encode_start(add, seg, start, job->ends[i] - start, add->nchunks++);
-        }
-        segment_unref(seg);
-    }
     if (!add->error) {
         add->carry = job->rest;
         job->rest.data = NULL; /* consumed */
         if (job->final) {
             add->final_cut_done = true;
-            add->doc_exists = job->doc_exists;
             add->unchanged = job->unchanged;
             add->dba.stored_size = job->stored_size;
         }
+        if (job->unchanged) {
+            seg_free(job->sj);
+        } else {
+            seg_start(add, job->sj);
+            if (job->whole) {
+                add->entry = job->entry;
+                memset(&job->entry, 0, sizeof(job->entry));
+                add->root = job->root;
+                add->root_len = job->root_len;
+                job->root = NULL; /* moved */
+                add->depth = 0;
+                add->entry_started = true;
+            }
+        }
+        job->sj = NULL;
+        seg_collect(add);
+    } else if (job->sj) {
+        seg_free(job->sj);
     }
+    add_rec_clear(&job->entry);
+    free(job->root);
     free(job->carry.data);
     free(job->in.data);
     free(job->rest.data);
-    free(job->ends);
     free(job);
     add_progress(add);
 }
@@ -431,7 +497,8 @@ static void cut_start(struct store_add *add, struct rawbuf in, bool final)
     struct cut_job *job = calloc(1, sizeof(*job));
     int r;
 
-    if (!job) {
+    if (!job || !(job->sj = calloc(1, sizeof(*job->sj)))) {
+        free(job);
         free(in.data);
         add_fail(add, -ENOMEM);
         return;
@@ -441,232 +508,164 @@ static void cut_start(struct store_add *add, struct rawbuf in, bool final)
     add->carry = (struct rawbuf){0};
     job->in = in;
     job->final = final;
+    /* Nothing cut before and this is the end: the whole document in one job. */
+    job->whole = final && add->cuts == 0;
+    if (job->whole) {
+        add->ticket = packer_reserve(add->st->packer);
+        add->entry_ns = store_entry_time(add->st);
+    }
+    add->cuts++;
     add->cut_running = true;
-    r = uv_queue_work(add->st->loop, &job->work, cut_work, cut_done);
+    r = uv_queue_work(add->st->loop, &job->work, add_cut_work, cut_done);
     if (r < 0) {
         add->cut_running = false;
         free(job->carry.data);
         free(in.data);
+        free(job->sj);
         free(job);
         add_fail(add, r);
     }
 }
 
-/* ---- encoding and storing chunks ---- */
+/* ---- the end: the entry and the commit ---- */
 
-static void encode_work(uv_work_t *work)
+static void entry_work(uv_work_t *work)
 {
-    struct encode_job *job = container_of(work, struct encode_job, work);
-    struct store *st = job->add->st;
-    const uint8_t *data = job->seg->data + job->off;
-    int r;
+    struct store_add *add = container_of(work, struct store_add, entry_work);
+    size_t text_len;
 
-    SHA256(data, job->len, job->hash);
-    r = db_chunk_lookup(st->db, job->hash, &job->stored_size);
-    if (r < 0) {
-        job->status = r;
-        return;
-    }
-    job->known = (r == 0);
-    if (job->known)
-        return;
-    size_t cap = compress_bound(job->len);
-    job->obj = malloc(cap);
-    if (!job->obj) {
-        job->status = -ENOMEM;
-        return;
-    }
-    job->status =
-        compress_encode(data, job->len, st->cfg.compression_level, job->obj, cap, &job->obj_len);
-    job->stored_size = (uint32_t)job->obj_len;
+    add->entry_status = add_entry_build(add, add->received, add->mb.chunks, add->stored,
+                                        text_acc_text(&add->text, &text_len) != NULL, add->depth,
+                                        add->root, add->root_len, &add->entry);
 }
 
-static void put_object(struct store_add *add, const char *dir, const uint8_t hash[PROTO_HASH_LEN],
-                       uint8_t *obj, size_t len);
-
-static void encode_done(uv_work_t *work, int status)
+static void entry_done(uv_work_t *work, int status)
 {
-    struct encode_job *job = container_of(work, struct encode_job, work);
-    struct store_add *add = job->add;
-    struct store *st = add->st;
-
-    st->encodes_running[job->gen & 1]--;
-    add->encodes_running--;
-    segment_unref(job->seg);
-    if (status < 0 || job->status < 0)
-        add_fail(add, status < 0 ? status : job->status);
-    if (!add->error) {
-        struct db_chunk *c = &add->chunks[job->index];
-        memcpy(c->hash, job->hash, PROTO_HASH_LEN);
-        c->size = (uint32_t)job->len;
-        c->stored_size = job->stored_size;
-        /*
-         * Pinned from the moment its hash is known on the loop: gc (which
-         * waits for encode jobs older than its deletions) then sees the pin
-         * before it deletes, whether the chunk was found stored or is new.
-         */
-        if (store_pin(st, c->hash) < 0)
-            add_fail(add, -ENOMEM);
-        else
-            add->pinned[job->index] = true;
-        if (!add->error && !job->known) {
-            put_object(add, "chunks", job->hash, job->obj, job->obj_len);
-            job->obj = NULL; /* consumed */
-        }
-    }
-    /* Only now, with the chunk pinned, may a gc waiting for this job go on deleting. */
-    store_gc_poke(st);
-    free(job->obj);
-    free(job);
-    add_progress(add);
-}
-
-static void encode_start(struct store_add *add, struct segment *seg, size_t off, size_t len,
-                         size_t index)
-{
-    struct encode_job *job = calloc(1, sizeof(*job));
-    struct store *st = add->st;
-    int r;
-
-    if (!job) {
-        add_fail(add, -ENOMEM);
-        return;
-    }
-    job->add = add;
-    job->seg = seg;
-    job->off = off;
-    job->len = len;
-    job->index = index;
-    job->gen = st->encode_gen;
-    r = uv_queue_work(st->loop, &job->work, encode_work, encode_done);
-    if (r < 0) {
-        free(job);
-        add_fail(add, r);
-        return;
-    }
-    seg->refs++;
-    add->encodes_running++;
-    st->encodes_running[job->gen & 1]++;
-}
-
-static void object_put_done(struct backend_req *req)
-{
-    struct object_put *op = container_of(req, struct object_put, req);
-    struct store_add *add = op->add;
-
-    if (req->status != 0) {
-        log_warn("backend put %s failed: %s", req->key,
-                 req->status < 0 ? strerror(-req->status) : "backend unavailable");
-        add_fail(add, req->status < 0 ? req->status : STORE_E_UNAVAILABLE);
-    }
-    free(op->obj);
-    free(op);
-    add->puts_running--;
-    add_progress(add);
-}
-
-static void put_issue(struct object_put *op)
-{
-    struct store_add *add = op->add;
-    int r = backend_put(add->st->be, &op->req);
-
-    if (r < 0) {
-        free(op->obj);
-        free(op);
-        add->puts_running--;
-        add_fail(add, r);
-    }
-}
-
-static void put_resume(struct store_waiter *w)
-{
-    struct object_put *op = container_of(w, struct object_put, waiter);
-    struct store_add *add = op->add;
-
-    put_issue(op);
-    add_progress(add);
-}
-
-/* Starts a put of an owned object buffer; on failure frees it and fails the add. */
-static void put_object(struct store_add *add, const char *dir, const uint8_t hash[PROTO_HASH_LEN],
-                       uint8_t *obj, size_t len)
-{
-    struct object_put *op = calloc(1, sizeof(*op));
-
-    if (!op) {
-        free(obj);
-        add_fail(add, -ENOMEM);
-        return;
-    }
-    store_object_key(op->req.key, sizeof(op->req.key), dir, hash);
-    op->req.data = obj;
-    op->req.len = len;
-    op->req.cb = object_put_done;
-    op->add = add;
-    op->obj = obj;
-    add->puts_running++;
-    /* A chunk gc is deleting right now is written only after the deletion. */
-    memcpy(op->waiter.hash, hash, PROTO_HASH_LEN);
-    op->waiter.resume = put_resume;
-    if (strcmp(dir, "chunks") == 0 && store_wait_deletion(add->st, &op->waiter))
-        return;
-    put_issue(op);
-}
-
-/*
- * The journal entry of this add: the document's manifest (its chunks) with the
- * name, tags and metadata the add brought; what a rebuild replays.
- */
-static void put_entry(struct store_add *add)
-{
-    add->entry_ns = store_entry_time(add->st);
-    struct entry e = {
-        .time_ns = add->entry_ns,
-        .size = add->received,
-        .chunks = add->chunks,
-        .nchunks = add->nchunks,
-        .mime = add->p.mime,
-        .name = add->p.name,
-        .tags = add->p.tags,
-        .ntags = add->p.ntags,
-        .meta_keys = add->p.meta_keys,
-        .meta_values = add->p.meta_values,
-        .nmeta = add->p.nmeta,
-    };
-    uint8_t key[PROTO_HASH_LEN], *obj;
-    size_t len;
-    int r;
-
-    memcpy(e.doc, add->doc_hash, PROTO_HASH_LEN);
-    r = objects_entry_encode(&e, add->st->cfg.compression_level, &obj, &len, key);
-    if (r < 0)
-        add_fail(add, r);
-    else
-        put_object(add, "entries", key, obj, len);
-}
-
-/* ---- committing ---- */
-
-static void commit_done(struct db_write *w)
-{
-    struct store_add *add = container_of(w, struct store_add, dbw);
-    struct store_add_result res = {0};
+    struct store_add *add = container_of(work, struct store_add, entry_work);
 
     add->committing = false;
-    if (w->status != 0) {
-        add_fail(add, w->status < 0 ? w->status : -EIO);
+    if (status < 0 || add->entry_status < 0)
+        add_fail(add, status < 0 ? status : add->entry_status);
+    add_progress(add);
+}
+
+/* The manifest is complete: its root, then the entry (on a worker). */
+static void entry_start(struct store_add *add)
+{
+    unsigned depth, level;
+
+    if (!manifest_builder_done(&add->mb, &depth, &level)) {
+        spill_level(add, level);
+        return;
+    }
+    size_t n = add->mb.n[depth];
+    add->root_len = n * MANIFEST_ENTRY;
+    add->root = malloc(add->root_len ? add->root_len : 1);
+    if (!add->root) {
+        add_fail(add, -ENOMEM);
+        return;
+    }
+    manifest_entries_encode(add->mb.levels[depth], n, add->root);
+    add->depth = depth;
+    add->entry_started = true;
+    /* A ticket may be left from a small document that turned out to need segments. */
+    if (!add->ticket) {
+        add->ticket = packer_reserve(add->st->packer);
+        add->entry_ns = store_entry_time(add->st);
+    }
+    add->committing = true; /* keeps the add alive while the job runs */
+    if (uv_queue_work(add->st->loop, &add->entry_work, entry_work, entry_done) < 0) {
+        add->committing = false;
+        add_fail(add, -ENOMEM);
+    }
+}
+
+static int final_apply(struct db_txn *txn, struct packer_group *g)
+{
+    struct store_add *add = container_of(g, struct store_add, final);
+    return db_txn_add(txn, &add->dba);
+}
+
+static void report(struct store_add *add, bool created)
+{
+    struct store_add_result res = {0};
+
+    proto_hex_encode(add->doc_hash, PROTO_HASH_LEN, res.hash);
+    res.name = add->p.name ? add->p.name : "";
+    res.size = add->received;
+    res.stored_size = add->dba.stored_size;
+    res.created = created;
+    add->ops->done(add->userdata, 0, &res);
+}
+
+static void final_done(struct packer_group *g, int status)
+{
+    struct store_add *add = container_of(g, struct store_add, final);
+    struct store *st = add->st;
+
+    add->committing = false;
+    add->ticket = 0; /* used */
+    list_clear(&add->final_recs);
+    if (status != 0) {
+        add_fail(add, status < 0 ? status : STORE_E_UNAVAILABLE);
         (void)add_maybe_end(add);
         return;
     }
-    if (!add->aborted) {
-        proto_hex_encode(add->doc_hash, PROTO_HASH_LEN, res.hash);
-        res.name = add->p.name ? add->p.name : "";
-        res.size = add->received;
-        res.stored_size = add->dba.stored_size;
-        res.created = add->dba.created;
-        add->ops->done(add->userdata, 0, &res);
+    if (add->p.name && add->p.name[0])
+        refcache_forget_name(st->refs, add->p.name);
+    if (add->dba.index_changed) {
+        size_t len = 0;
+        char *text = NULL;
+        /* The text goes to the indexer as it is: no copy. */
+        if (add->dba.created && text_acc_text(&add->text, &len)) {
+            text = add->text.buf;
+            add->text.buf = NULL;
+            if (!text && (text = strdup("")))
+                len = 0;
+        }
+        indexer_queue(st->indexer, add->dba.rowid, text, len);
     }
+    if (!add->aborted)
+        report(add, add->dba.created);
     add_free(add);
+}
+
+/* Everything before is durable: the entry goes with the last block, committing the document. */
+static void final_send(struct store_add *add)
+{
+    struct db_add *d = &add->dba;
+    size_t text_len;
+
+    memcpy(d->hash, add->doc_hash, PROTO_HASH_LEN);
+    d->size = add->received;
+    d->nchunks = add->mb.chunks;
+    d->stored = add->stored;
+    d->mime = add->p.mime;
+    d->name = add->p.name;
+    d->tags = (const char *const *)add->p.tags;
+    d->ntags = add->p.ntags;
+    d->meta_keys = (const char *const *)add->p.meta_keys;
+    d->meta_values = (const char *const *)add->p.meta_values;
+    d->nmeta = add->p.nmeta;
+    d->depth = add->depth;
+    d->root = add->root;
+    d->root_len = add->root_len;
+    d->text = text_acc_text(&add->text, &text_len) != NULL;
+    /* The time the journal recorded, so a rebuild restores exactly this. */
+    d->created_at = (int64_t)(add->entry_ns / 1000000000u);
+    add->final_recs = add->last;
+    add->last = (struct rec_list){0};
+    if (add_list_push(&add->final_recs, &add->entry) < 0) {
+        add_fail(add, -ENOMEM);
+        return;
+    }
+    add->final.recs = add->final_recs.v;
+    add->final.nrecs = add->final_recs.n;
+    add->final.ticket = add->ticket;
+    add->final.apply = final_apply;
+    add->final.done = final_done;
+    add->committing = true;
+    packer_submit(add->st->packer, &add->final);
 }
 
 /*
@@ -675,8 +674,7 @@ static void commit_done(struct db_write *w)
  */
 static void unchanged_done(uv_work_t *work, int status)
 {
-    struct store_add *add = container_of(work, struct store_add, report_work);
-    struct store_add_result res = {0};
+    struct store_add *add = container_of(work, struct store_add, entry_work);
 
     add->committing = false;
     if (status < 0 || add->aborted) {
@@ -684,12 +682,7 @@ static void unchanged_done(uv_work_t *work, int status)
         (void)add_maybe_end(add);
         return;
     }
-    proto_hex_encode(add->doc_hash, PROTO_HASH_LEN, res.hash);
-    res.name = add->p.name ? add->p.name : "";
-    res.size = add->received;
-    res.stored_size = add->dba.stored_size;
-    res.created = false;
-    add->ops->done(add->userdata, 0, &res);
+    report(add, false);
     add_free(add);
 }
 
@@ -701,49 +694,22 @@ static void add_report_unchanged(struct store_add *add)
 {
     if (add->committing)
         return;
+    if (add->ticket) {
+        packer_cancel(add->st->packer, add->ticket);
+        add->ticket = 0;
+    }
     add->committing = true; /* keeps the add alive until the report */
-    if (uv_queue_work(add->st->loop, &add->report_work, nothing_work, unchanged_done) < 0) {
+    if (uv_queue_work(add->st->loop, &add->entry_work, nothing_work, unchanged_done) < 0) {
         add->committing = false;
         add_fail(add, -ENOMEM);
     }
-}
-
-static int commit_apply(struct db_txn *txn, struct db_write *w)
-{
-    struct store_add *add = container_of(w, struct store_add, dbw);
-    return db_txn_add(txn, &add->dba);
-}
-
-static void add_commit(struct store_add *add)
-{
-    struct db_add *d = &add->dba;
-
-    memcpy(d->hash, add->doc_hash, PROTO_HASH_LEN);
-    d->size = add->received;
-    d->mime = add->p.mime;
-    d->name = add->p.name;
-    d->tags = (const char *const *)add->p.tags;
-    d->ntags = add->p.ntags;
-    d->meta_keys = (const char *const *)add->p.meta_keys;
-    d->meta_values = (const char *const *)add->p.meta_values;
-    d->nmeta = add->p.nmeta;
-    d->chunks = add->chunks;
-    d->nchunks = add->nchunks;
-    d->text = text_acc_text(&add->text, &d->text_len);
-    /* The time the journal recorded, so a rebuild restores exactly this. */
-    d->created_at = (int64_t)(add->entry_ns / 1000000000u);
-    add->dbw.apply = commit_apply;
-    add->dbw.done = commit_done;
-    add->committing = true;
-    db_write(add->st->db, &add->dbw);
 }
 
 static void add_pump(struct store_add *add)
 {
     if (add->error || add->aborted)
         return;
-    if (!add->cut_running && add->encodes_running < STORE_MAX_ENCODES &&
-        add->puts_running < STORE_MAX_PUTS) {
+    if (!add->cut_running && add->nsegs < STORE_MAX_SEGJOBS && add->groups < STORE_MAX_GROUPS) {
         if (add->nready > 0) {
             struct rawbuf next = add->ready[0];
             memmove(add->ready, add->ready + 1, (add->nready - 1) * sizeof(add->ready[0]));
@@ -763,17 +729,20 @@ static void add_pump(struct store_add *add)
             return;
         }
     }
-    if (!add->final_cut_done || add->encodes_running > 0)
+    if (!add->final_cut_done || add->cut_running)
         return;
     if (add->unchanged) {
-        if (add->puts_running == 0)
+        if (!add->segs && !add->spills && add->groups == 0)
             add_report_unchanged(add);
         return;
     }
+    if (add->segs || add->spills || add->committing)
+        return;
     if (!add->entry_started) {
-        add->entry_started = true;
-        put_entry(add);
+        entry_start(add);
+        return;
     }
-    if (!add->error && add->puts_running == 0 && !add->committing)
-        add_commit(add);
+    /* Earlier groups first: the entry must never be durable before what it names. */
+    if (add->entry.bytes && add->groups == 0)
+        final_send(add);
 }

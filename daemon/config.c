@@ -15,7 +15,7 @@
 
 static const char usage_text[] =
     "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
-    "              [--config FILE] [--rebuild-index]\n"
+    "              [--config FILE] [--rebuild-index | --upgrade]\n"
     "       cairnd --help | --version\n"
     "\n"
     "Runs the cairn storage daemon in the foreground.\n"
@@ -23,16 +23,18 @@ static const char usage_text[] =
     "  --socket PATH      Unix socket to listen on\n"
     "                     (default $XDG_RUNTIME_DIR/cairn/cairnd.sock or "
     "/tmp/cairn-$UID/cairnd.sock)\n"
-    "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn)\n"
+    "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn);\n"
+    "                     a relative DIR is taken from the working directory\n"
     "  --backend URL      object backend: local (default) or local:/PATH\n"
     "  --log-level LEVEL  error, warn, info (default) or debug\n"
     "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n"
-    "  --rebuild-index    recreate the metadata database from the backend, then exit\n";
+    "  --rebuild-index    recreate the metadata database from the packs, then exit\n"
+    "  --upgrade          convert a data directory of format 1 to packs, then exit\n";
 
 /* Flag values, kept apart so they can be applied after the file and the environment. */
 struct flags {
     const char *socket, *data_dir, *backend, *log_level, *config;
-    bool rebuild_index;
+    bool rebuild_index, upgrade;
 };
 
 struct ini_state {
@@ -125,6 +127,25 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             if (parse_uint(value, 1, 19, &u))
                 return "compression_level must be between 1 and 19";
             cfg->compression_level = (int)u;
+            return NULL;
+        }
+        if (strcmp(key, "pack_size") == 0) {
+            if (parse_size(value, &sz) || sz < 1024u * 1024 || sz > 1024u * 1024 * 1024)
+                return "pack_size must be between 1M and 1024M";
+            cfg->pack_size = sz;
+            return NULL;
+        }
+        if (strcmp(key, "repack_threshold") == 0) {
+            if (parse_uint(value, 1, 100, &u))
+                return "repack_threshold must be a percentage from 1 to 100";
+            cfg->repack_threshold = u;
+            return NULL;
+        }
+        if (strcmp(key, "cache_size") == 0) {
+            /* A read decodes a whole block (up to 1 MiB): the cache must hold a few. */
+            if (parse_size(value, &sz) || sz < 4u * 1024 * 1024 || sz > 64ull * 1024 * 1024 * 1024)
+                return "cache_size must be between 4M and 65536M";
+            cfg->cache_size = sz;
             return NULL;
         }
         if (strcmp(key, "chunk_min") == 0 || strcmp(key, "chunk_avg") == 0 ||
@@ -245,23 +266,25 @@ static void set_defaults(struct config *cfg)
     cfg->chunk_avg = CDC_DEFAULT_AVG;
     cfg->chunk_max = CDC_DEFAULT_MAX;
     cfg->max_text = 16 * 1024 * 1024;
+    cfg->pack_size = 16 * 1024 * 1024;
+    cfg->repack_threshold = 50;
+    cfg->cache_size = 64 * 1024 * 1024;
     cfg->max_connections = 4096;
     cfg->threads = 0;
 }
 
 static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_t err_len)
 {
+    /* One option a line, which clang-format would pack into columns. */
+    /* clang-format off */
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},
-        {"data-dir", required_argument, NULL, 'd'},
-        {"backend", required_argument, NULL, 'b'},
-        {"log-level", required_argument, NULL, 'l'},
-        {"config", required_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"rebuild-index", no_argument, NULL, 'R'},
-        {NULL, 0, NULL, 0},
+        {"socket", required_argument, NULL, 's'},  {"data-dir", required_argument, NULL, 'd'},
+        {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
+        {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
+        {"upgrade", no_argument, NULL, 'U'},       {NULL, 0, NULL, 0},
     };
+    /* clang-format on */
     int c;
 
     memset(fl, 0, sizeof(*fl));
@@ -287,6 +310,9 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         case 'R':
             fl->rebuild_index = true;
             break;
+        case 'U':
+            fl->upgrade = true;
+            break;
         case 'h':
             fputs(usage_text, stdout);
             return CONFIG_E_EXIT;
@@ -308,6 +334,45 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         snprintf(err, err_len, "unexpected argument '%s'", argv[optind]);
         return CONFIG_E_USAGE;
     }
+    if (fl->rebuild_index && fl->upgrade) {
+        snprintf(err, err_len, "--rebuild-index and --upgrade do not go together");
+        return CONFIG_E_USAGE;
+    }
+    return 0;
+}
+
+/*
+ * A relative data directory (from a flag, the environment or the file) is
+ * below the working directory cairnd was started in, as in format 1. It is
+ * made absolute here, once, before anything else: the local backend only
+ * takes absolute paths, and no later step may depend on the working
+ * directory.
+ */
+static int absolute_data_dir(struct config *cfg, char *err, size_t err_len)
+{
+    char cwd[PATH_MAX], joined[sizeof(cfg->data_dir)];
+    const char *rel = cfg->data_dir;
+    int n;
+
+    if (rel[0] == '/')
+        return 0;
+    if (!getcwd(cwd, sizeof(cwd))) {
+        snprintf(err, err_len, "data dir %s is relative, but the working directory is unknown: %s",
+                 rel, strerror(errno));
+        return CONFIG_E_INVALID;
+    }
+    /* "./x" and "." name the same as "x" and the working directory. */
+    while (rel[0] == '.' && rel[1] == '/')
+        rel += 2 + strspn(rel + 2, "/");
+    if (strcmp(rel, ".") == 0)
+        rel = "";
+    n = snprintf(joined, sizeof(joined), "%s%s%s", cwd, rel[0] && strcmp(cwd, "/") ? "/" : "", rel);
+    if (n < 0 || (size_t)n >= sizeof(joined)) {
+        snprintf(err, err_len, "data dir too long below the working directory %s: %s", cwd,
+                 cfg->data_dir);
+        return CONFIG_E_INVALID;
+    }
+    memcpy(cfg->data_dir, joined, (size_t)n + 1);
     return 0;
 }
 
@@ -333,6 +398,7 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     if (r)
         return r;
     cfg->rebuild_index = fl.rebuild_index;
+    cfg->upgrade = fl.upgrade;
 
     if (fl.config && copy_str(cfg->config_path, sizeof(cfg->config_path), fl.config)) {
         snprintf(err, err_len, "--config: path is empty or too long");
@@ -373,6 +439,8 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         return r;
     if (fl.log_level &&
         (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
+        return r;
+    if ((r = absolute_data_dir(cfg, err, err_len)))
         return r;
     struct cdc probe;
     if (cdc_init(&probe, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max) < 0) {

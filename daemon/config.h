@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/un.h>
 
 #include "daemon/log.h"
@@ -23,9 +24,13 @@ struct config {
     int compression_level;
     size_t chunk_min, chunk_avg, chunk_max;
     size_t max_text;
+    uint64_t pack_size;
+    unsigned repack_threshold; /* percent alive below which gc rewrites a pack */
+    uint64_t cache_size;
     unsigned max_connections;
     unsigned threads;
     bool rebuild_index; /* --rebuild-index: rebuild the database, then exit */
+    bool upgrade;       /* --upgrade: convert a format 1 directory, then exit */
 };
 
 /* config_load() results besides 0. */

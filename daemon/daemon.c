@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +16,11 @@
 #include <unistd.h>
 
 #include "daemon/conn.h"
+#include "daemon/crash.h"
 #include "daemon/db.h"
 #include "daemon/log.h"
 #include "daemon/store.h"
+#include "daemon/upgrade.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
@@ -215,9 +218,9 @@ static void on_signal(uv_signal_t *s, int signum)
 /*
  * A rebuild starts from an empty database. The old one is kept beside it
  * (cairn.db.before-rebuild.<time>), never deleted: it may hold what the
- * backend lacks.
+ * backend lacks. The search index is derived: it is simply made anew.
  */
-static int set_aside_db(const char *db_path, char *err, size_t err_len)
+static int set_aside_db(const char *db_path, const char *index_path, char *err, size_t err_len)
 {
     static const char *const suffixes[] = {"", "-wal", "-shm"};
     char from[PATH_MAX + 32], to[PATH_MAX + 64];
@@ -230,6 +233,49 @@ static int set_aside_db(const char *db_path, char *err, size_t err_len)
             snprintf(err, err_len, "cannot move %s aside: %s", from, strerror(errno));
             return DAEMON_E_SETUP;
         }
+        snprintf(from, sizeof(from), "%s%s", index_path, suffixes[i]);
+        if (unlink(from) < 0 && errno != ENOENT) {
+            snprintf(err, err_len, "cannot remove %s: %s", from, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+    }
+    return 0;
+}
+
+/* "local" means the data directory's objects/; the backend itself only takes full URLs. */
+static int backend_url(const struct config *cfg, char *out, size_t len)
+{
+    int n;
+
+    if (strcmp(cfg->backend_url, "local") == 0)
+        n = snprintf(out, len, "local:%s/objects", cfg->data_dir);
+    else
+        n = snprintf(out, len, "%s", cfg->backend_url);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/*
+ * Opens the metadata database; one of format 1 is converted first (on the
+ * first start that finds it, or with --upgrade), and the store then rebuilds
+ * the database from the new packs.
+ */
+static int open_db(struct daemon *d, const struct config *cfg, const char *url, const char *db_path,
+                   char *err, size_t err_len)
+{
+    int r = db_new(&d->db, &d->loop, db_path);
+
+    if (r == DB_E_OLD_FORMAT) {
+        r = upgrade_run(&d->loop, d->be, url, db_path, cfg->pack_size, cfg->compression_level,
+                        cfg->max_text, err, err_len);
+        if (r < 0)
+            return DAEMON_E_SETUP;
+        d->upgraded = true;
+        r = db_new(&d->db, &d->loop, db_path);
+    }
+    if (r != 0) {
+        snprintf(err, err_len, "metadata database %s: %s", db_path,
+                 r == DB_E_OLD_FORMAT ? "still format 1" : strerror(-r));
+        return DAEMON_E_SETUP;
     }
     return 0;
 }
@@ -247,9 +293,18 @@ static void raise_fd_limit(void)
 int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t err_len)
 {
     struct daemon *d = calloc(1, sizeof(*d));
-    struct store_config scfg = {cfg->compression_level, cfg->chunk_min, cfg->chunk_avg,
-                                cfg->chunk_max, cfg->max_text};
-    char db_path[PATH_MAX + 16], threads[16];
+    struct store_config scfg = {
+        .compression_level = cfg->compression_level,
+        .chunk_min = cfg->chunk_min,
+        .chunk_avg = cfg->chunk_avg,
+        .chunk_max = cfg->chunk_max,
+        .max_text = cfg->max_text,
+        .pack_size = cfg->pack_size,
+        .repack_below = cfg->repack_threshold,
+        .cache_size = cfg->cache_size,
+        .rebuild = cfg->rebuild_index,
+    };
+    char db_path[PATH_MAX + 16], index_path[PATH_MAX + 16], threads[16], url[PATH_MAX + 16];
     const char *msg;
     int r;
 
@@ -264,6 +319,17 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     setenv("UV_THREADPOOL_SIZE", threads, 1);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
+    /*
+     * Small buffers (chunk lists, records, segments' pieces) come and go on
+     * many threads: they stay in the heap, where freed memory is reused
+     * without new page faults (mapping every buffer over 128 KiB anew cost a
+     * sixth of an ingest's CPU). Segments and blocks, 1 MiB and more, are
+     * mapped and given back when freed, and two arenas keep freed memory of
+     * one thread usable by the others: peak memory follows what is in use.
+     */
+    mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
+    mallopt(M_ARENA_MAX, 2);
+    crash_init();
 
     uv_loop_init(&d->loop);
     uv_idle_init(&d->loop, &d->pending_idle);
@@ -282,29 +348,36 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     r = take_lock(d, cfg->data_dir, err, err_len);
     if (r)
         return r;
-    r = backend_new(&d->be, &d->loop, cfg->backend_url, cfg->data_dir, &msg);
+    if (backend_url(cfg, url, sizeof(url)) < 0) {
+        snprintf(err, err_len, "backend URL too long");
+        return DAEMON_E_SETUP;
+    }
+    r = backend_new(&d->be, &d->loop, url, &msg);
     if (r < 0) {
-        snprintf(err, err_len, "backend %s: %s (%s)", cfg->backend_url, msg, strerror(-r));
+        snprintf(err, err_len, "backend %s: %s (%s)", url, msg ? msg : "cannot open", strerror(-r));
         return DAEMON_E_SETUP;
     }
     d->be->ops->describe(d->be, d->backend_desc, sizeof(d->backend_desc));
     snprintf(db_path, sizeof(db_path), "%s/cairn.db", cfg->data_dir);
+    snprintf(index_path, sizeof(index_path), "%s/search.db", cfg->data_dir);
     if (cfg->rebuild_index) {
-        r = set_aside_db(db_path, err, err_len);
+        r = set_aside_db(db_path, index_path, err, err_len);
         if (r)
             return r;
     }
-    r = db_new(&d->db, &d->loop, db_path);
-    if (r < 0) {
-        snprintf(err, err_len, "metadata database %s: %s", db_path, strerror(-r));
-        return DAEMON_E_SETUP;
-    }
-    r = store_new(&d->store, &d->loop, d->be, d->db, &scfg);
+    if ((r = open_db(d, cfg, url, db_path, err, err_len)) != 0)
+        return r;
+    /* Recovery from the packs happens in here, before anyone is served. */
+    r = store_new(&d->store, &d->loop, d->be, d->db, index_path, &scfg);
     if (r < 0) {
         snprintf(err, err_len, "store: %s", strerror(-r));
         return DAEMON_E_SETUP;
     }
-    if (cfg->rebuild_index)
+    if (store_replay_summary(d->store)[0])
+        log_info("recovered from the packs: %s", store_replay_summary(d->store));
+    /* Format 1 objects left by an upgrade go once the new database stands. */
+    upgrade_cleanup(url);
+    if (cfg->rebuild_index || cfg->upgrade)
         return 0;
     r = setup_socket(d, cfg->socket_path, err, err_len);
     if (r)
@@ -319,7 +392,13 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
 
 int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len)
 {
-    return store_rebuild(d->store, summary, summary_len);
+    /* The replay in store_new did the work; the index catches up before the exit. */
+    int r = store_drain(d->store);
+
+    snprintf(summary, summary_len, "%s",
+             store_replay_summary(d->store)[0] ? store_replay_summary(d->store)
+                                               : "the packs hold nothing");
+    return r;
 }
 
 int daemon_run(struct daemon *d)

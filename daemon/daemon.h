@@ -40,14 +40,18 @@ struct daemon {
     unsigned nconns, max_connections;
     uint64_t started_ms;
     bool stopping, listening;
+    bool upgraded; /* the data directory was converted from format 1 at this start */
     int lock_fd;
     char socket_path[sizeof(((struct config *)0)->socket_path)];
     char backend_desc[256];
 };
 
-/* With cfg->rebuild_index the daemon does not listen: call daemon_rebuild() instead of run. */
+/*
+ * With cfg->rebuild_index or cfg->upgrade the daemon does not listen: call
+ * daemon_rebuild() instead of run.
+ */
 int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t err_len);
-/* Recreates the metadata database from the backend; the summary says what came back. */
+/* After a rebuild or upgrade: waits for the index, and says what came back from the packs. */
 int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len);
 /* Runs until a stop signal; returns 0 after a clean stop. */
 int daemon_run(struct daemon *d);

@@ -3,9 +3,9 @@
 /*
  * What the database's files share: db.c (schema, connections, the reader
  * pool, the group-committing writer), db-docs.c (documents, names, tags,
- * metadata and chunk rows), db-search.c (the full-text index and searches)
- * and db-maint.c (the chunk queries of gc, verify and rebuild). Not for use
- * outside these files.
+ * metadata, and the search index's queue of work), db-store.c (packs and
+ * the rows that locate records in them), db-gc.c (gc's queries) and
+ * db-search.c (searches). Not for use outside these files.
  */
 
 #include <pthread.h>
@@ -31,15 +31,13 @@ enum db_stmt_id {
     DB_S_DOC_BY_NAME,
     DB_S_DOC_BY_ID,
     DB_S_NEWEST_NAME,
-    DB_S_NAMES_OF_DOC, /* also db-search.c, to index a document's names */
-    DB_S_TAGS_OF_DOC,  /* also db-search.c */
-    DB_S_META_OF_DOC,  /* also db-search.c */
-    DB_S_CHUNK_LOOKUP,
-    DB_S_CHUNK_INSERT, /* also db-maint.c, to record orphan chunks */
-    DB_S_CHUNK_REF,
-    DB_S_CHUNK_UNREF,
+    DB_S_NAMES_OF_DOC,
+    DB_S_TAGS_OF_DOC,
+    DB_S_META_OF_DOC,
+    DB_S_META_GET,
     DB_S_DOC_INSERT,
     DB_S_DOC_DELETE,
+    DB_S_DOC_INDEX_BUMP,
     DB_S_NAME_INSERT,
     DB_S_TAG_INSERT,
     DB_S_META_UPSERT,
@@ -47,26 +45,60 @@ enum db_stmt_id {
     DB_S_LIST_TAG,
     DB_S_TOTALS,
     DB_S_CHUNK_TOTALS,
-    /* db-search.c */
-    DB_S_FTS_INSERT,
-    DB_S_FTS_UPDATE,
-    DB_S_FTS_GET,
-    DB_S_FTS_DELETE,
-    DB_S_VOCAB,
-    DB_S_FTS_TEXT,
-    /* db-maint.c */
-    DB_S_CHUNK_REFS,
-    DB_S_CHUNKS_UNREFERENCED,
+    DB_S_PACK_TOTALS,
+    DB_S_REMOVAL_INSERT,
+    DB_S_REMOVALS,
+    DB_S_REMOVAL_DELETE,
+    /* db-store.c */
+    DB_S_CHUNK_FIND,
+    DB_S_CHUNK_LOOKUP,
+    DB_S_CHUNK_PUT,
+    DB_S_SEGMENT_FIND,
+    DB_S_SEGMENT_PUT,
+    DB_S_JOURNAL_PUT,
+    DB_S_JOURNAL_PENDING,
+    DB_S_JOURNAL_APPLIED,
+    DB_S_JOURNAL_REFUSED,
+    DB_S_JOURNAL_NEWEST,
+    DB_S_PACK_SET,
+    DB_S_PACK_DROP,
+    DB_S_PACKS,
+    /* db-gc.c */
+    DB_S_STATE_GET,
+    DB_S_STATE_SET,
+    DB_S_MANIFESTS,
+    DB_S_REMOVAL_MANIFESTS,
+    DB_S_CHUNK_PAGE,
+    DB_S_SEGMENT_PAGE,
+    DB_S_CHUNK_CONDEMN,
+    DB_S_SEGMENT_CONDEMN,
+    DB_S_PACK_CHUNKS_LIVE,
+    DB_S_PACK_SEGMENTS_LIVE,
+    DB_S_PACK_JOURNAL_LIVE,
+    DB_S_PACK_CHUNKS_ROWS,
+    DB_S_PACK_SEGMENTS_ROWS,
+    DB_S_PACK_JOURNAL_ROWS,
+    DB_S_PACK_LIST,
+    DB_S_ROWS_CHUNKS,
+    DB_S_ROWS_SEGMENTS,
+    DB_S_ROWS_JOURNAL,
+    DB_S_CHUNK_MOVE,
+    DB_S_SEGMENT_MOVE,
+    DB_S_JOURNAL_MOVE,
     DB_S_CHUNK_DROP,
-    DB_S_CHUNKS_ALL,
-    DB_S_DOC_MANIFESTS,
+    DB_S_SEGMENT_DROP,
+    DB_S_JOURNAL_DROP,
+    DB_S_PACK_ROWS_LEFT,
+    /* db-search.c */
+    DB_S_VOCAB,
     DB_S_COUNT_,
 };
 
 /* Each table holds SQL only at its own file's ids; the rest are NULL. */
 extern const char *const db_docs_sql[DB_S_COUNT_];
 extern const char *const db_search_sql[DB_S_COUNT_];
-extern const char *const db_maint_sql[DB_S_COUNT_];
+extern const char *const db_store_sql[DB_S_COUNT_];
+extern const char *const db_gc_sql[DB_S_COUNT_];
 
 /* Searches build their SQL from the filters given; the few shapes in use stay prepared. */
 #define DB_SEARCH_SHAPES 8
@@ -76,12 +108,13 @@ struct db_conn {
     sqlite3_stmt *stmts[DB_S_COUNT_];
     sqlite3_stmt *search_stmts[DB_SEARCH_SHAPES];
     unsigned search_next; /* round-robin eviction */
+    bool index_attached;  /* the search index database is attached as "idx" */
     struct db_conn *next_free;
 };
 
 struct db_txn {
     struct db_conn *conn;
-    bool index_changed;
+    unsigned depth; /* nested savepoints open */
 };
 
 /* One word of the index vocabulary (db-search.c). */
@@ -116,6 +149,9 @@ sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id);
 /* A reader connection from the pool; NULL when none can be opened. */
 struct db_conn *db_reader_acquire(struct db *db);
 void db_reader_release(struct db *db, struct db_conn *c);
+/* A reader inside a read transaction: several queries see one snapshot. NULL on failure. */
+struct db_conn *db_snapshot_begin(struct db *db);
+void db_snapshot_end(struct db *db, struct db_conn *c);
 
 /* Runs a statement for its effect (one step): 0, or -EIO after logging the error. */
 int db_step_done(struct db_conn *c, sqlite3_stmt *s);
@@ -128,15 +164,14 @@ char *db_column_strdup(sqlite3_stmt *s, int col);
 
 /* Loads a document row and what `want` asks for (DB_WANT_*). */
 int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc);
+/*
+ * Joins column `col` (and, when `col2` >= 0, a space and column `col2`) of
+ * every row of a per-document statement, one row per line.
+ */
+int db_query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col, int col2,
+                    char **out);
 
 /* ---- db-search.c ---- */
 
-/*
- * Brings a document's index row up to date after its tables changed
- * (`created`: the document is new and `body` is its text).
- */
-int db_fts_sync(struct db_txn *txn, int64_t doc, bool created, const char *body, size_t body_len);
-/* Removes a document from the index. */
-int db_fts_delete(struct db_txn *txn, int64_t doc);
 /* Drops fuzzy search's copy of the vocabulary. */
 void db_vocab_clear(struct db *db);

@@ -1,7 +1,9 @@
 /*
- * The search index: keeping each document's FTS5 row in step with its
- * tables, ranked searches with their filters, fuzzy search's expansion of
- * words from the index vocabulary, and the snippets of hits.
+ * Searches: ranked FTS5 queries with their filters against the index
+ * database (indexer.h), attached read-only to each reader connection that
+ * searches, and fuzzy search's expansion of words from the index
+ * vocabulary. The index holds no copy of the text; the caller makes
+ * snippets from the text read back from the store.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -14,16 +16,11 @@
 
 #include "daemon/db-int.h"
 #include "daemon/log.h"
+#include "daemon/manifest.h"
 #include "daemon/search.h"
 
 const char *const db_search_sql[DB_S_COUNT_] = {
-    [DB_S_FTS_INSERT] =
-        "INSERT INTO search(rowid, name, body, tags, meta) VALUES(?1, ?2, ?3, ?4, ?5)",
-    [DB_S_FTS_UPDATE] = "UPDATE search SET name = ?2, tags = ?3, meta = ?4 WHERE rowid = ?1",
-    [DB_S_FTS_GET] = "SELECT name, tags, meta FROM search WHERE rowid = ?1",
-    [DB_S_FTS_DELETE] = "DELETE FROM search WHERE rowid = ?1",
-    [DB_S_VOCAB] = "SELECT term, doc FROM search_vocab",
-    [DB_S_FTS_TEXT] = "SELECT substr(CAST(body AS BLOB), 1, ?2), name FROM search WHERE rowid = ?1",
+    [DB_S_VOCAB] = "SELECT term, doc FROM idx.search_vocab",
 };
 
 struct db_term {
@@ -32,153 +29,44 @@ struct db_term {
     int64_t docs;
 };
 
-/* ---- keeping the index rows current ---- */
-
-/*
- * Joins column `col` (and, when `col2` >= 0, a space and column `col2`) of
- * every row of a per-document statement, one row per line.
- */
-static int query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col, int col2,
-                        char **out)
-{
-    sqlite3_stmt *s = db_stmt(c, id);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f;
-    int rc;
-
-    if (!s)
-        return -EIO;
-    f = open_memstream(&buf, &len);
-    if (!f)
-        return -ENOMEM;
-    sqlite3_bind_int64(s, 1, doc);
-    for (bool first = true; (rc = sqlite3_step(s)) == SQLITE_ROW; first = false) {
-        const unsigned char *a = sqlite3_column_text(s, col);
-        const unsigned char *b = col2 >= 0 ? sqlite3_column_text(s, col2) : NULL;
-        fprintf(f, "%s%s%s%s", first ? "" : "\n", a ? (const char *)a : "", b ? " " : "",
-                b ? (const char *)b : "");
-    }
-    sqlite3_reset(s);
-    if (fclose(f) != 0) {
-        free(buf);
-        return -ENOMEM;
-    }
-    if (rc != SQLITE_DONE) {
-        free(buf);
-        return -EIO;
-    }
-    *out = buf;
-    return 0;
-}
-
-struct fts_fields {
-    char *name, *tags, *meta;
-};
-
-static void fts_fields_clear(struct fts_fields *f)
-{
-    free(f->name);
-    free(f->tags);
-    free(f->meta);
-    memset(f, 0, sizeof(*f));
-}
-
-/* The indexed name, tags and metadata of a document, from the tables. */
-static int fts_fields_load(struct db_conn *c, int64_t doc, struct fts_fields *f)
-{
-    int r;
-
-    memset(f, 0, sizeof(*f));
-    if ((r = query_joined(c, DB_S_NAMES_OF_DOC, doc, 0, -1, &f->name)) < 0 ||
-        (r = query_joined(c, DB_S_TAGS_OF_DOC, doc, 0, -1, &f->tags)) < 0 ||
-        (r = query_joined(c, DB_S_META_OF_DOC, doc, 0, 1, &f->meta)) < 0)
-        fts_fields_clear(f);
-    return r;
-}
-
-static bool text_eq(sqlite3_stmt *s, int col, const char *v)
-{
-    const unsigned char *t = sqlite3_column_text(s, col);
-    return strcmp(t ? (const char *)t : "", v) == 0;
-}
-
-/*
- * Brings a document's index row up to date: a new document gets its body
- * indexed; an existing one is re-indexed only when its names, tags or
- * metadata changed (FTS5 re-tokenizes the whole row on update).
- */
-int db_fts_sync(struct db_txn *txn, int64_t doc, bool created, const char *body, size_t body_len)
-{
-    struct db_conn *c = txn->conn;
-    struct fts_fields f;
-    sqlite3_stmt *s;
-    int r = fts_fields_load(c, doc, &f);
-
-    if (r < 0)
-        return r;
-    if (created) {
-        if (!(s = db_stmt(c, DB_S_FTS_INSERT))) {
-            r = -EIO;
-            goto out;
-        }
-        sqlite3_bind_int64(s, 1, doc);
-        sqlite3_bind_text(s, 2, f.name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 3, body ? body : "", body ? (int)body_len : 0, SQLITE_STATIC);
-        sqlite3_bind_text(s, 4, f.tags, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 5, f.meta, -1, SQLITE_STATIC);
-        r = db_step_done(c, s);
-    } else {
-        if (!(s = db_stmt(c, DB_S_FTS_GET))) {
-            r = -EIO;
-            goto out;
-        }
-        sqlite3_bind_int64(s, 1, doc);
-        bool same = sqlite3_step(s) != SQLITE_ROW ||
-                    (text_eq(s, 0, f.name) && text_eq(s, 1, f.tags) && text_eq(s, 2, f.meta));
-        sqlite3_reset(s);
-        if (same)
-            goto out;
-        if (!(s = db_stmt(c, DB_S_FTS_UPDATE))) {
-            r = -EIO;
-            goto out;
-        }
-        sqlite3_bind_int64(s, 1, doc);
-        sqlite3_bind_text(s, 2, f.name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 3, f.tags, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 4, f.meta, -1, SQLITE_STATIC);
-        r = db_step_done(c, s);
-    }
-    if (r == 0)
-        txn->index_changed = true;
-out:
-    fts_fields_clear(&f);
-    return r;
-}
-
-int db_fts_delete(struct db_txn *txn, int64_t doc)
-{
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_FTS_DELETE);
-    int r;
-
-    if (!s)
-        return -EIO;
-    sqlite3_bind_int64(s, 1, doc);
-    r = db_step_done(txn->conn, s);
-    if (r == 0)
-        txn->index_changed = true;
-    return r;
-}
-
 /* ---- searches ---- */
 
 void db_hits_free(struct db_hit *hits, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         free(hits[i].name);
+        free(hits[i].names);
+        free(hits[i].root);
         free(hits[i].snippet);
     }
     free(hits);
+}
+
+void db_index_changed(struct db *db)
+{
+    atomic_fetch_add(&db->index_gen, 1);
+}
+
+/* Attaches the index database to a reader connection, once. */
+static int attach_index(struct db_conn *c, const char *index_path)
+{
+    char *sql;
+    int rc;
+
+    if (c->index_attached)
+        return 0;
+    sql = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS idx", index_path);
+    if (!sql)
+        return -ENOMEM;
+    rc = sqlite3_exec(c->sql, sql, NULL, NULL, NULL);
+    sqlite3_free(sql);
+    if (rc != SQLITE_OK) {
+        log_error("database: cannot attach the search index %s: %s", index_path,
+                  sqlite3_errmsg(c->sql));
+        return -EIO;
+    }
+    c->index_attached = true;
+    return 0;
 }
 
 void db_vocab_clear(struct db *db)
@@ -330,13 +218,14 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
      * matches. */
     if (match)
         fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
-              " LIMIT 1), -rank, d.size, d.id"
-              " FROM search JOIN documents d ON d.id = search.rowid"
+              " LIMIT 1), -rank, d.size, d.id, d.text, d.depth, d.manifest"
+              " FROM idx.search JOIN documents d ON d.id = search.rowid"
               " WHERE search MATCH ?1 AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)'",
               f);
     else
         fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
-              " LIMIT 1), 0.0, d.size, d.id FROM documents d WHERE ?1 IS NULL",
+              " LIMIT 1), 0.0, d.size, d.id, d.text, d.depth, d.manifest FROM documents d"
+              " WHERE ?1 IS NULL",
               f);
     if (p->mime)
         fputs(" AND d.mime = ?2", f);
@@ -377,71 +266,48 @@ static sqlite3_stmt *search_stmt(struct db_conn *c, const char *sql)
     return st;
 }
 
-/*
- * A hit's snippet: from its content, or from its names when the content has
- * no match (binary documents have none).
- */
-static int make_snippet(struct db_conn *c, const struct search_query *q, bool match,
-                        struct db_hit *h)
+/* Fills in what the caller needs to make a hit's snippet: its names and manifest. */
+static int hit_details(struct db_conn *c, sqlite3_stmt *s, struct db_hit *h)
 {
-    sqlite3_stmt *s = db_stmt(c, DB_S_FTS_TEXT);
-    int r = 0;
+    size_t len = (size_t)sqlite3_column_bytes(s, 7);
+    const void *root = sqlite3_column_blob(s, 7);
 
-    if (!s)
+    h->text = sqlite3_column_int(s, 5) != 0;
+    h->depth = (unsigned)sqlite3_column_int(s, 6);
+    if (!manifest_root_valid(root, len, h->depth))
         return -EIO;
-    sqlite3_bind_int64(s, 1, h->rowid);
-    sqlite3_bind_int64(s, 2, SEARCH_SNIPPET_READ);
-    if (sqlite3_step(s) == SQLITE_ROW) {
-        const char *body = sqlite3_column_blob(s, 0);
-        size_t body_len = (size_t)sqlite3_column_bytes(s, 0);
-        const char *names = (const char *)sqlite3_column_text(s, 1);
-        h->snippet = search_snippet(body ? body : "", body ? body_len : 0, q, 16);
-        /* No mark in the content: the names may be what matched. */
-        if (h->snippet && match && !strstr(h->snippet, "**") && names) {
-            char *alt = search_snippet(names, strlen(names), q, 16);
-            if (alt && strstr(alt, "**")) {
-                free(h->snippet);
-                h->snippet = alt;
-            } else {
-                free(alt);
-            }
-        }
-    } else {
-        h->snippet = strdup("");
-    }
-    sqlite3_reset(s);
-    if (!h->snippet)
-        r = -ENOMEM;
-    return r;
+    if (!(h->root = malloc(len ? len : 1)))
+        return -ENOMEM;
+    if (len)
+        memcpy(h->root, root, len);
+    h->root_len = len;
+    return 0;
 }
 
-int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits, size_t *nhits,
-              const char **msg)
+int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
+              struct search_query *q, struct db_hit **hits, size_t *nhits)
 {
-    struct search_query q;
     struct db_conn *c = NULL;
     sqlite3_stmt *s = NULL;
     struct db_hit *out = NULL;
     char *expr = NULL, *sql = NULL;
     size_t n = 0, cap = 0;
-    int rc, r;
+    int rc, r = 0;
 
     *hits = NULL;
     *nhits = 0;
-    *msg = NULL;
-    r = search_parse(p->query, p->query_len, &q, msg);
-    if (r != 0)
-        return r == SEARCH_E_INVALID ? DB_E_INVALID_QUERY : r;
     if (!(c = db_reader_acquire(db))) {
         r = -EIO;
         goto out;
     }
-    bool match = search_has_match(&q);
-    if (match && p->fuzzy && (r = fuzzy_expand_query(db, c, &q)) < 0)
+    if ((r = attach_index(c, index_path)) < 0)
         goto out;
-    if (match && (r = search_fts_expr(&q, &expr)) < 0)
+    bool match = search_has_match(q);
+    if (match && p->fuzzy && (r = fuzzy_expand_query(db, c, q)) < 0)
         goto out;
-    if (!(sql = search_sql(p, &q, match))) {
+    if (match && (r = search_fts_expr(q, &expr)) < 0)
+        goto out;
+    if (!(sql = search_sql(p, q, match))) {
         r = -ENOMEM;
         goto out;
     }
@@ -462,8 +328,8 @@ int db_search(struct db *db, const struct db_search_params *p, struct db_hit **h
     sqlite3_bind_int64(s, 7, (int64_t)(p->offset > INT64_MAX ? INT64_MAX : p->offset));
     for (size_t i = 0; i < p->ntags; i++)
         sqlite3_bind_text(s, (int)(8 + i), p->tags[i], -1, SQLITE_STATIC);
-    for (size_t i = 0; i < q.ntags; i++)
-        sqlite3_bind_text(s, (int)(8 + p->ntags + i), q.tags[i], -1, SQLITE_STATIC);
+    for (size_t i = 0; i < q->ntags; i++)
+        sqlite3_bind_text(s, (int)(8 + p->ntags + i), q->tags[i], -1, SQLITE_STATIC);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
@@ -485,6 +351,8 @@ int db_search(struct db *db, const struct db_search_params *p, struct db_hit **h
             r = -ENOMEM;
             goto out;
         }
+        if ((r = hit_details(c, s, h)) < 0)
+            goto out;
     }
     if (rc != SQLITE_DONE) {
         /* Every word reaches FTS5 quoted, so this is not the user's syntax. */
@@ -492,8 +360,9 @@ int db_search(struct db *db, const struct db_search_params *p, struct db_hit **h
         r = -EIO;
         goto out;
     }
+    sqlite3_reset(s);
     for (size_t i = 0; i < n && r == 0; i++)
-        r = make_snippet(c, &q, match, &out[i]);
+        r = db_query_joined(c, DB_S_NAMES_OF_DOC, out[i].rowid, 0, -1, &out[i].names);
     if (r < 0)
         goto out;
     *hits = out;
@@ -510,6 +379,5 @@ out:
     db_hits_free(out, n);
     free(sql);
     free(expr);
-    search_query_clear(&q);
     return r;
 }

@@ -6,6 +6,10 @@
 #include "daemon/db.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,18 +21,23 @@
 #include "daemon/log.h"
 #include "proto/util.h"
 
-#define DB_SCHEMA_VERSION 1
-
 static const char schema_sql[] =
+    /*
+     * id is never reused (AUTOINCREMENT): the search index keys on it and may
+     * still hold a deleted document's entry for a moment.
+     */
     "CREATE TABLE IF NOT EXISTS documents("
-    " id INTEGER PRIMARY KEY,"
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " hash TEXT NOT NULL UNIQUE,"
     " size INTEGER NOT NULL,"
     " stored_size INTEGER NOT NULL,"
     " chunks INTEGER NOT NULL,"
     " mime TEXT NOT NULL,"
     " created INTEGER NOT NULL,"
-    " manifest BLOB NOT NULL);"
+    " text INTEGER NOT NULL,"
+    " depth INTEGER NOT NULL,"
+    " manifest BLOB NOT NULL,"
+    " index_gen INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS names("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
     " name TEXT NOT NULL,"
@@ -46,19 +55,50 @@ static const char schema_sql[] =
     " key TEXT NOT NULL,"
     " value TEXT NOT NULL,"
     " PRIMARY KEY(doc, key)) WITHOUT ROWID;"
+    /* Where the records are: packs, and the rows that point into them. */
+    "CREATE TABLE IF NOT EXISTS packs("
+    " seq INTEGER PRIMARY KEY,"
+    " size INTEGER NOT NULL,"
+    " state INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS chunks("
     " hash BLOB PRIMARY KEY,"
+    " pack INTEGER NOT NULL,"
+    " off INTEGER NOT NULL,"
+    " len INTEGER NOT NULL,"
+    " sub INTEGER NOT NULL,"
     " size INTEGER NOT NULL,"
-    " stored_size INTEGER NOT NULL,"
-    " refs INTEGER NOT NULL) WITHOUT ROWID;"
-    /*
-     * The full-text index: one row per document, rowid = documents.id. Names
-     * carry the most weight in ranking (see db_search). The vocabulary view
-     * serves fuzzy search.
-     */
-    "CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5("
-    " name, body, tags, meta, tokenize = 'unicode61 remove_diacritics 2');"
-    "CREATE VIRTUAL TABLE IF NOT EXISTS search_vocab USING fts5vocab(search, 'row');";
+    " stored INTEGER NOT NULL,"
+    " condemned INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS chunks_by_pack ON chunks(pack, off);"
+    "CREATE TABLE IF NOT EXISTS segments("
+    " hash BLOB PRIMARY KEY,"
+    " pack INTEGER NOT NULL,"
+    " off INTEGER NOT NULL,"
+    " len INTEGER NOT NULL,"
+    " size INTEGER NOT NULL,"
+    " condemned INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS segments_by_pack ON segments(pack, off);"
+    "CREATE TABLE IF NOT EXISTS journal("
+    " hash BLOB PRIMARY KEY,"
+    " pack INTEGER NOT NULL,"
+    " off INTEGER NOT NULL,"
+    " len INTEGER NOT NULL,"
+    " doc BLOB NOT NULL,"
+    " time INTEGER NOT NULL,"
+    " op INTEGER NOT NULL,"
+    /* 0: found in a pack by replay, its event not applied yet (replay.c) */
+    " applied INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS journal_by_doc ON journal(doc, time);"
+    "CREATE INDEX IF NOT EXISTS journal_pending ON journal(time) WHERE applied = 0;"
+    "CREATE INDEX IF NOT EXISTS journal_by_pack ON journal(pack, off);"
+    /* Deleted documents the search index still has to drop (indexer.c). */
+    "CREATE TABLE IF NOT EXISTS search_removals("
+    " doc INTEGER PRIMARY KEY,"
+    " depth INTEGER NOT NULL,"
+    " manifest BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS state("
+    " key TEXT PRIMARY KEY,"
+    " value INTEGER NOT NULL) WITHOUT ROWID;";
 
 /* The SQL of a statement, from the table of the file that owns it. */
 static const char *stmt_sql(enum db_stmt_id id)
@@ -67,7 +107,9 @@ static const char *stmt_sql(enum db_stmt_id id)
         return db_docs_sql[id];
     if (db_search_sql[id])
         return db_search_sql[id];
-    return db_maint_sql[id];
+    if (db_store_sql[id])
+        return db_store_sql[id];
+    return db_gc_sql[id];
 }
 
 sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id)
@@ -126,9 +168,14 @@ static int conn_open(const char *path, bool writer, struct db_conn **out)
     sqlite3_busy_timeout(c->sql, 10000);
     sqlite3_extended_result_codes(c->sql, 1);
     if (writer) {
-        /* FULL makes every commit durable in WAL mode, which an acknowledged add promises. */
-        if (exec(c, "PRAGMA journal_mode=WAL") || exec(c, "PRAGMA synchronous=FULL") ||
-            exec(c, "PRAGMA foreign_keys=ON")) {
+        /*
+         * NORMAL: a commit is not synced, because what it records is durable in
+         * a pack already and is replayed from there after a crash. Writes that
+         * must stand on their own ask for a durable commit (db_write.durable).
+         */
+        if (exec(c, "PRAGMA page_size=1024") || exec(c, "PRAGMA journal_mode=WAL") ||
+            exec(c, "PRAGMA synchronous=NORMAL") || exec(c, "PRAGMA foreign_keys=ON") ||
+            exec(c, "PRAGMA temp_store=MEMORY")) {
             conn_close(c);
             return -EIO;
         }
@@ -181,6 +228,48 @@ void db_reader_release(struct db *db, struct db_conn *c)
     pthread_mutex_unlock(&db->pool_lock);
 }
 
+struct db_conn *db_snapshot_begin(struct db *db)
+{
+    struct db_conn *c = db_reader_acquire(db);
+
+    if (c && sqlite3_exec(c->sql, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        db_reader_release(db, c);
+        return NULL;
+    }
+    return c;
+}
+
+void db_snapshot_end(struct db *db, struct db_conn *c)
+{
+    sqlite3_exec(c->sql, "COMMIT", NULL, NULL, NULL);
+    db_reader_release(db, c);
+}
+
+/*
+ * Format 1 (one object per chunk, reference counts) is converted by
+ * upgrade.c; a newer format than this build knows is refused.
+ */
+static int check_format(struct db_conn *c)
+{
+    sqlite3_stmt *s;
+    int version = -1;
+
+    if (sqlite3_prepare_v2(c->sql, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK)
+        return -EIO;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        version = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    if (version < 0)
+        return -EIO;
+    if (version == 1)
+        return DB_E_OLD_FORMAT;
+    if (version > DB_FORMAT) {
+        log_error("database: format %d is newer than this cairnd (format %d)", version, DB_FORMAT);
+        return -EPROTO;
+    }
+    return 0;
+}
+
 int db_new(struct db **out, uv_loop_t *loop, const char *path)
 {
     struct db *db = calloc(1, sizeof(*db));
@@ -201,12 +290,37 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
         db_free(db);
         return r;
     }
-    if (exec(db->writer, schema_sql) || exec(db->writer, "PRAGMA user_version=1")) {
+    r = check_format(db->writer);
+    if (r != 0) {
+        db_free(db);
+        return r;
+    }
+    if (exec(db->writer, schema_sql) || exec(db->writer, "PRAGMA user_version=2")) {
         db_free(db);
         return -EIO;
     }
     *out = db;
     return 0;
+}
+
+const char *db_path(const struct db *db)
+{
+    return db->path;
+}
+
+int db_sync_log(struct db *db)
+{
+    char path[PATH_MAX + 8];
+    int fd, r = 0;
+
+    snprintf(path, sizeof(path), "%s-wal", db->path);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno; /* no log: everything is in the database file */
+    if (fdatasync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
 }
 
 struct db *db_free(struct db *db)
@@ -234,9 +348,15 @@ struct db *db_free(struct db *db)
 static void batch_work(uv_work_t *work)
 {
     struct db *db = container_of(work, struct db, batch_work);
-    struct db_txn txn = {db->writer, false};
+    struct db_txn txn = {db->writer, 0};
+    bool durable = false;
     int r;
 
+    for (struct db_write *w = db->batch; w; w = w->next_)
+        durable |= w->durable;
+    /* The setting is read at commit; it may only change outside a transaction. */
+    if (durable)
+        exec(db->writer, "PRAGMA synchronous=FULL");
     r = exec(db->writer, "BEGIN IMMEDIATE");
     for (struct db_write *w = db->batch; w; w = w->next_) {
         if (r < 0) {
@@ -258,9 +378,27 @@ static void batch_work(uv_work_t *work)
             if (w->status == 0)
                 w->status = -EIO;
         }
-    } else if (r == 0 && txn.index_changed) {
-        atomic_fetch_add(&db->index_gen, 1);
     }
+    if (durable)
+        exec(db->writer, "PRAGMA synchronous=NORMAL");
+}
+
+int db_txn_savepoint(struct db_txn *txn)
+{
+    txn->depth++;
+    return exec(txn->conn, "SAVEPOINT nested");
+}
+
+int db_txn_savepoint_end(struct db_txn *txn, bool rollback)
+{
+    int r = 0;
+
+    if (rollback)
+        r = exec(txn->conn, "ROLLBACK TO nested");
+    if (exec(txn->conn, "RELEASE nested") < 0)
+        r = -EIO;
+    txn->depth--;
+    return r;
 }
 
 static void batch_start(struct db *db);

@@ -1,8 +1,18 @@
 #pragma once
 
 /*
- * The metadata database (SQLite in WAL mode): documents, the name history,
- * tags, key=value metadata and the chunk table with reference counts.
+ * The metadata database (SQLite in WAL mode): documents with their manifest
+ * roots, the name history, tags, key=value metadata, and where every record
+ * lives: the packs, and the chunk, manifest segment and journal rows that
+ * point into them. The full-text index lives in a database of its own
+ * (indexer.h) that searches attach.
+ *
+ * The packs are the log this database is recovered from: every change it
+ * holds is first made durable in a pack (a journal entry, a record), so
+ * commits are not synced here (synchronous=NORMAL); after a crash, what the
+ * database lacks is replayed from the packs (replay.c). A change that must
+ * survive on its own (a repack moving records before the old pack is
+ * deleted) asks for a durable commit.
  *
  * Threading: every function here except db_new/db_free/db_write blocks and
  * runs on worker threads only. Reads take a connection from a pool; writes
@@ -11,8 +21,8 @@
  * its own savepoint, so one failing change does not fail the others) and
  * calls each change's completion back on the loop thread.
  *
- * A row in `chunks` means the chunk object is durable on the backend: rows
- * are inserted only after the backend acknowledged the put.
+ * A row that names a record means the record is durable: rows are written
+ * only after the backend acknowledged the append or put.
  */
 
 #include <stdbool.h>
@@ -31,28 +41,23 @@ enum {
     DB_E_NOT_FOUND = 1,
     DB_E_AMBIGUOUS,
     DB_E_INVALID_QUERY,
+    DB_E_OLD_FORMAT, /* db_new: a database of format 1; upgrade.c converts it */
 };
 
-/* One manifest entry: a chunk's id, raw size and stored object size. */
-struct db_chunk {
-    uint8_t hash[PROTO_HASH_LEN];
-    uint32_t size;
-    uint32_t stored_size;
-};
-
-/* Bytes per entry in the manifest blob: hash, raw size, stored size (BE). */
-#define DB_CHUNK_ENTRY 40
+#define DB_FORMAT 2
 
 struct db_doc {
     int64_t rowid;
     char hash[PROTO_HASH_HEX + 1];
     char *name; /* the name it was found by, else its newest name; NULL if none */
-    uint64_t size, stored_size;
+    uint64_t size, stored_size, nchunks;
     int64_t created;
-    uint32_t nchunks;
     char mime[PROTO_MAX_MIME + 1];
-    struct db_chunk *chunks; /* with DB_WANT_CHUNKS */
-    char **tags;             /* with DB_WANT_TAGS */
+    bool text; /* its content is indexed for search */
+    unsigned depth;
+    uint8_t *root; /* with DB_WANT_MANIFEST: the packed manifest root (manifest.h) */
+    size_t root_len;
+    char **tags; /* with DB_WANT_TAGS */
     size_t ntags;
     char **names; /* with DB_WANT_DETAILS: every name, oldest first */
     size_t nnames;
@@ -61,7 +66,7 @@ struct db_doc {
 };
 
 enum {
-    DB_WANT_CHUNKS = 1u << 0,
+    DB_WANT_MANIFEST = 1u << 0,
     DB_WANT_TAGS = 1u << 1,
     DB_WANT_DETAILS = 1u << 2, /* names and metadata (implies tags) */
 };
@@ -72,61 +77,228 @@ void db_docs_free(struct db_doc *docs, size_t n);
 struct db_totals {
     uint64_t documents, logical_bytes;           /* logical: the sum of document sizes */
     uint64_t chunks, unique_bytes, stored_bytes; /* unique: raw bytes of distinct chunks */
+    uint64_t packs, pack_bytes;
 };
 
 /* A document being added, as db_txn_add() records it. */
 struct db_add {
     uint8_t hash[PROTO_HASH_LEN];
-    uint64_t size;
+    uint64_t size, nchunks, stored;
     const char *mime;
     const char *name; /* NULL or "" for none */
     const char *const *tags;
     size_t ntags;
     const char *const *meta_keys, *const *meta_values;
     size_t nmeta;
-    const struct db_chunk *chunks;
-    size_t nchunks;
-    /* The text to index (UTF-8), or NULL for a binary document. */
-    const char *text;
-    size_t text_len;
-    int64_t created_at; /* Unix seconds; 0 for now (a rebuild passes the original time) */
+    unsigned depth;
+    const uint8_t *root;
+    size_t root_len;
+    bool text;          /* index the content */
+    int64_t created_at; /* Unix seconds: the journal entry's time */
     /* Outputs. */
     bool created;
+    bool index_changed; /* what the index holds of it changed: it needs (re)indexing */
     uint64_t stored_size;
+    int64_t rowid;
 };
 
 /* A queued change: `apply` runs on the writer thread, `done` on the loop. */
 struct db_write {
     int (*apply)(struct db_txn *txn, struct db_write *w);
     void (*done)(struct db_write *w);
-    int status; /* apply's result, or the commit's failure */
+    bool durable; /* the commit must be on stable storage before done() */
+    int status;   /* apply's result, or the commit's failure */
     struct db_write *next_;
 };
 
+/* 0, DB_E_OLD_FORMAT (nothing changed), or negative errno. */
 int db_new(struct db **out, uv_loop_t *loop, const char *path);
 struct db *db_free(struct db *db);
+const char *db_path(const struct db *db);
+
+/*
+ * Makes every commit so far durable, from any worker thread and without the
+ * writer: commits are not synced (synchronous=NORMAL), but their pages are
+ * in the write-ahead log when they return, and syncing that file is what a
+ * synced commit would have done.
+ */
+int db_sync_log(struct db *db);
 
 /* Queues a change; `done` is always called (on the loop thread). */
 void db_write(struct db *db, struct db_write *w);
 /* True while changes are queued or being committed. */
 bool db_busy(struct db *db);
 
-/* Worker-side writes, for use inside `apply`. */
-int db_txn_add(struct db_txn *txn, struct db_add *add);
-/* Deletes the document a ref resolves to; its hash goes to `hash_hex`. */
-int db_txn_delete(struct db_txn *txn, const char *ref, size_t ref_len,
-                  char hash_hex[PROTO_HASH_HEX + 1]);
+/* Inside `apply`: a nested savepoint, ended (and rolled back on `rollback`) by the second call. */
+int db_txn_savepoint(struct db_txn *txn);
+int db_txn_savepoint_end(struct db_txn *txn, bool rollback);
 
-/* Worker-side reads. */
+/* ---- documents (db-docs.c) ---- */
+
+/* Records an add; merges names, tags and metadata into an existing document. */
+int db_txn_add(struct db_txn *txn, struct db_add *add);
+/*
+ * Deletes the document with this hash (hex), leaving its manifest for the
+ * index to drop its entry. DB_E_NOT_FOUND when it is not there.
+ */
+int db_txn_delete(struct db_txn *txn, const char *hash_hex);
+
 int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc);
+/* The document with this row id; DB_E_NOT_FOUND when it is gone. */
+int db_load(struct db *db, int64_t rowid, unsigned want, struct db_doc *doc);
 /* Whether the newest document named `name` is the document with row id `doc`. */
 int db_name_current(struct db *db, const char *name, int64_t doc, bool *current);
-/* 0 and the stored size when the chunk is durable on the backend, else DB_E_NOT_FOUND. */
-int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored_size);
 /* Documents ordered by hash, after `after` (may be NULL), with `tag` (may be NULL). */
 int db_list(struct db *db, const char *tag, const char *after, size_t limit, struct db_doc **docs,
             size_t *ndocs);
 int db_totals(struct db *db, struct db_totals *t);
+
+/* ---- packs and records (db-store.c) ---- */
+
+enum db_pack_state {
+    DB_PACK_OPEN = 0,     /* being appended to */
+    DB_PACK_SEALED = 1,   /* complete with its index; never changes */
+    DB_PACK_DELETING = 2, /* repacked: its object goes once no reader needs it */
+};
+
+struct db_pack {
+    uint64_t seq, size; /* size: how far its records are in the database */
+    enum db_pack_state state;
+};
+
+/* Where a record is; for a chunk, where in its block too. */
+struct db_loc {
+    uint64_t pack, off;
+    uint32_t len;    /* the whole record, header included */
+    uint32_t sub;    /* chunks: offset in the block's raw bytes */
+    uint32_t size;   /* raw size of the chunk (or segment) */
+    uint32_t stored; /* the chunk's share of the record's bytes */
+};
+
+/* A chunk's location; condemned ones too (they are still readable). */
+int db_chunk_find(struct db *db, const uint8_t hash[PROTO_HASH_LEN], struct db_loc *loc);
+/* For dedup: 0 and its stored share when stored and not condemned, else DB_E_NOT_FOUND. */
+int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored);
+int db_segment_find(struct db *db, const uint8_t hash[PROTO_HASH_LEN], struct db_loc *loc);
+
+/*
+ * A new copy of a chunk (segment) is durable at loc: it becomes the row's
+ * location if the row is new or condemned (and is then live again); a live
+ * row keeps its location and the new copy is dead weight for gc.
+ */
+int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                     const struct db_loc *loc);
+int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                       const struct db_loc *loc);
+/*
+ * A journal entry is durable at loc (an entry already known keeps its row).
+ * `applied`: its event is applied in the same transaction; replay records
+ * the entries it finds unapplied and applies them in time order after.
+ */
+int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
+                       const struct db_loc *loc, const uint8_t doc[PROTO_HASH_LEN],
+                       uint64_t time_ns, bool is_delete, bool applied);
+/* Journal entries whose events replay has yet to apply, oldest first. */
+struct db_pending_entry {
+    uint8_t id[PROTO_HASH_LEN];
+    struct db_loc loc;
+};
+int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out, size_t *n);
+/* The event is applied (or, with `drop`, refused: its row goes, its record is dead). */
+int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool drop);
+/* The time of the newest journal entry (0 when none): new entries come after it. */
+int db_journal_newest(struct db *db, uint64_t *time_ns);
+/* Creates or updates a pack's row. */
+int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pack_state state);
+int db_txn_pack_drop(struct db_txn *txn, uint64_t seq);
+/* Every pack the database knows, by sequence number. */
+int db_packs(struct db *db, struct db_pack **packs, size_t *n);
+
+/* ---- gc (db-gc.c) ---- */
+
+/* A persistent counter of gc runs (condemnations carry the run's number). */
+int db_txn_gc_generation(struct db_txn *txn, uint64_t *gen);
+int db_gc_generation(struct db *db, uint64_t *gen);
+
+/*
+ * Calls fn for every document's manifest (its row id, depth and root) and
+ * every pending index removal's (row id -1), in one snapshot.
+ */
+typedef int db_manifest_fn(void *ctx, int64_t rowid, unsigned depth, const uint8_t *root,
+                           size_t root_len);
+int db_each_manifest(struct db *db, db_manifest_fn *fn, void *ctx);
+
+/*
+ * One page of gc's sweep over the chunks (or segments) table, in hash order
+ * after *cursor: rows `live` says are dead and not yet condemned get
+ * condemned = gen (unless gen is 0: revive only); condemned rows that are
+ * live again are revived. *done when the table is finished; counts are
+ * added to.
+ */
+enum db_record_table { DB_TABLE_CHUNKS, DB_TABLE_SEGMENTS };
+typedef bool db_live_fn(void *ctx, const uint8_t hash[PROTO_HASH_LEN]);
+int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
+                        uint8_t cursor[PROTO_HASH_LEN], size_t page, db_live_fn *live, void *ctx,
+                        uint64_t gen, uint64_t *condemned, uint64_t *revived, bool *done);
+
+/* Per pack: what its records hold alive, with rows condemned up to `safe_gen` counted as dead. */
+struct db_pack_use {
+    /*
+     * live: bytes of the records gc keeps, live_rows: how many rows that is;
+     * rows: how many rows point into the pack at all.
+     */
+    uint64_t seq, size, live, live_rows, rows;
+    enum db_pack_state state;
+};
+int db_pack_usage(struct db *db, uint64_t safe_gen, struct db_pack_use **out, size_t *n);
+
+/* A record of a pack and whether gc keeps it. */
+enum db_row_kind { DB_ROW_CHUNK, DB_ROW_SEGMENT, DB_ROW_ENTRY };
+struct db_pack_row {
+    enum db_row_kind kind;
+    uint8_t hash[PROTO_HASH_LEN];
+    struct db_loc loc;
+    bool live;
+    uint64_t condemned; /* chunks and segments */
+};
+/* Every row that points into pack `seq` (chunks, segments, journal entries), by offset. */
+int db_pack_rows(struct db *db, uint64_t seq, uint64_t safe_gen, struct db_pack_row **rows,
+                 size_t *n);
+/* A record moved: the row follows if it still points where it was. */
+int db_txn_row_move(struct db_txn *txn, const struct db_pack_row *row, const struct db_loc *to);
+/* A dead record is dropped: its row goes if it still points there (and is still condemned). */
+int db_txn_row_drop(struct db_txn *txn, const struct db_pack_row *row);
+/* How many rows still point into pack `seq` (a repack must leave none). */
+int db_txn_pack_rows_left(struct db_txn *txn, uint64_t seq, uint64_t *n);
+
+/* ---- the search index's queue (db-docs.c) ---- */
+
+/* What the indexer needs of a document to (re)index it. */
+struct db_index_doc {
+    int64_t rowid;
+    uint64_t gen;
+    char hash[PROTO_HASH_HEX + 1];
+    char *names, *tags, *meta; /* the indexed fields: one per line */
+    bool text;
+    unsigned depth;
+    uint8_t *root;
+    size_t root_len;
+};
+void db_index_doc_clear(struct db_index_doc *d);
+/* Loads a document for indexing; DB_E_NOT_FOUND when it is gone. */
+int db_index_doc_load(struct db *db, int64_t rowid, struct db_index_doc *d);
+struct db_removal {
+    int64_t rowid;
+    unsigned depth;
+    uint8_t *root;
+    size_t root_len;
+};
+/* Pending removals from the index, oldest first, at most `max`. */
+int db_removals(struct db *db, size_t max, struct db_removal **out, size_t *n);
+void db_removals_free(struct db_removal *r, size_t n);
+int db_txn_removal_done(struct db_txn *txn, int64_t rowid);
+
+/* ---- search (db-search.c) ---- */
 
 /* A search request, as the search op carries it (PROTOCOL.md "search"). */
 struct db_search_params {
@@ -146,35 +318,25 @@ struct db_hit {
     int64_t rowid;
     char hash[PROTO_HASH_HEX + 1];
     char *name;
+    char *names; /* every name, one per line: a snippet when the content has no match */
     double score;
     uint64_t size;
-    char *snippet;
+    bool text;
+    unsigned depth;
+    uint8_t *root;
+    size_t root_len;
+    char *snippet; /* filled in by the caller */
 };
 
 void db_hits_free(struct db_hit *hits, size_t n);
 
 /*
- * Runs a ranked search. 0 with the hits, DB_E_INVALID_QUERY with a message
- * for the user in *msg, or negative errno.
+ * Runs a ranked search for the parsed query `q` against the index database
+ * at `index_path` (attached read-only): 0 with the hits, or negative errno.
+ * A fuzzy search adds alternatives to q's words.
  */
-int db_search(struct db *db, const struct db_search_params *p, struct db_hit **hits, size_t *nhits,
-              const char **msg);
-
-/* ---- maintenance (gc.c, verify.c) ---- */
-
-/* Every chunk with no document referencing it (worker side). */
-int db_unreferenced_chunks(struct db *db, struct db_chunk **chunks, size_t *n);
-/* Deletes a chunk row if it is still unreferenced; *deleted says whether it was. */
-int db_txn_drop_chunk(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN], bool *deleted);
-/* Records a chunk object found on the backend that no document uses (rebuild). */
-int db_txn_orphan_chunk(struct db_txn *txn, const struct db_chunk *chunk);
-/* Every chunk some document uses, for a scrub (worker side). */
-int db_all_chunks(struct db *db, struct db_chunk **chunks, size_t *n);
-/* How many documents use a chunk; DB_E_NOT_FOUND when it has no row. */
-int db_chunk_refs(struct db *db, const uint8_t hash[PROTO_HASH_LEN], int64_t *refs);
-/*
- * The documents whose manifests contain any of the `n` sorted chunk ids;
- * (*docs)[i].chunks lists, for each document, only those chunks.
- */
-int db_docs_with_chunks(struct db *db, const uint8_t (*sorted)[PROTO_HASH_LEN], size_t n,
-                        struct db_doc **docs, size_t *ndocs);
+struct search_query;
+int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
+              struct search_query *q, struct db_hit **hits, size_t *nhits);
+/* The index changed: fuzzy search re-reads the vocabulary. */
+void db_index_changed(struct db *db);

@@ -31,11 +31,15 @@ int main(int argc, char **argv)
         daemon_free(d);
         return 1;
     }
-    if (cfg.rebuild_index) {
+    if (cfg.rebuild_index || cfg.upgrade) {
         char summary[512] = "";
         r = daemon_rebuild(d, summary, sizeof(summary));
         if (r)
-            fprintf(stderr, "cairnd: rebuild failed: %s\n", r < 0 ? strerror(-r) : "storage error");
+            fprintf(stderr, "cairnd: %s failed: %s\n", cfg.upgrade ? "upgrade" : "rebuild",
+                    r < 0 ? strerror(-r) : "storage error");
+        else if (cfg.upgrade)
+            printf("cairnd: %s %s: %s\n", d->upgraded ? "upgraded" : "nothing to upgrade in",
+                   cfg.data_dir, summary);
         else
             printf("cairnd: rebuilt %s: %s\n", cfg.data_dir, summary);
         daemon_free(d);

@@ -1,48 +1,52 @@
 #pragma once
 
 /*
- * The journal: the metadata objects that make the backend self-describing, so
- * that the database can be rebuilt from the backend alone
- * (`cairnd --rebuild-index`). One entry per add and per delete:
+ * The journal: records that make the packs self-describing, so the
+ * database can be rebuilt from the packs alone (`cairnd --rebuild-index`)
+ * and recovered after a crash (replay.c). One entry per add and per delete,
+ * each a pack record of type PACK_REC_ENTRY whose id is the SHA-256 of the
+ * entry's raw bytes, a msgpack map in the object envelope (compress.h):
  *
- *   entries/<sha256 of entry>
- *     {v: 1, op: "add", doc, time, size, mime, chunks: [[id (bin 32), size], ...],
- *      name?, tags?, meta?}
- *     {v: 1, op: "delete", doc, time}
+ *   {v: 2, op: "add", doc: bin32, time, size, mime, text, chunks, stored,
+ *    depth, root: bin, name?, tags?, meta?}
+ *   {v: 2, op: "delete", doc: bin32, time}
  *
- * msgpack maps in the usual object envelope (compress.h). An add entry is the
- * document's manifest (its ordered chunks) together with the name, tags and
- * metadata that add brought; `time` is in nanoseconds since the epoch and
- * orders the journal.
+ * An add entry carries the document's manifest root (manifest.h: depth and
+ * the packed root entries), so it alone says what the document is made of,
+ * with the name, tags and metadata that add brought. `time` (nanoseconds
+ * since the epoch) orders the journal; `chunks` is the number of chunks,
+ * `stored` the document's share of stored bytes when it was added, and
+ * `text` whether its content is indexed for search.
  */
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/db.h"
+#include "proto/proto.h"
 
-/* Largest journal entry accepted when reading one back. */
-#define OBJECTS_MAX_META_OBJECT (64u * 1024 * 1024)
+/* Largest raw journal entry accepted (a full root plus names, tags and metadata). */
+#define OBJECTS_MAX_ENTRY (1024u * 1024)
 
 struct entry {
     bool is_delete;
     uint8_t doc[PROTO_HASH_LEN];
     uint64_t time_ns;
     /* adds only */
-    uint64_t size;
-    char *mime, *name;       /* name may be NULL */
-    struct db_chunk *chunks; /* stored_size is not recorded: 0 when decoded */
-    size_t nchunks;
+    uint64_t size, nchunks, stored;
+    bool text;
+    char *mime, *name; /* name may be NULL */
+    unsigned depth;
+    uint8_t *root; /* packed manifest entries */
+    size_t root_len;
     char **tags;
     size_t ntags;
     char **meta_keys, **meta_values;
     size_t nmeta;
 };
 
-/* Returns a malloc'd object and the hash its key is made of. */
-int objects_entry_encode(const struct entry *e, int level, uint8_t **obj, size_t *len,
-                         uint8_t key_hash[PROTO_HASH_LEN]);
-/* 0, -EBADMSG for a malformed object, or -ENOMEM. */
-int objects_entry_decode(const uint8_t *obj, size_t len, struct entry *e);
+/* The entry's raw bytes (msgpack, malloc'd). */
+int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len);
+/* Parses raw bytes: 0, -EBADMSG for a malformed entry, or -ENOMEM. The entry owns its strings. */
+int objects_entry_decode(const uint8_t *raw, size_t len, struct entry *e);
 void objects_entry_clear(struct entry *e);

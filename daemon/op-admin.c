@@ -91,7 +91,9 @@ static void status_done(uv_work_t *work, int status)
         dispatch_op_finish(&st->op);
         return;
     }
-    reply_begin(&r, st->op.base.id, true, 13);
+    struct store_stats ss;
+    store_get_stats(d->store, &ss);
+    reply_begin(&r, st->op.base.id, true, 21);
     proto_pack_cstr(&r.pk, "version");
     proto_pack_cstr(&r.pk, CAIRN_VERSION);
     proto_pack_cstr(&r.pk, "protocol");
@@ -117,6 +119,22 @@ static void status_done(uv_work_t *work, int status)
     msgpack_pack_double(&r.pk, t->unique_bytes ? (double)t->logical_bytes / t->unique_bytes : 1.0);
     proto_pack_cstr(&r.pk, "compression_ratio");
     msgpack_pack_double(&r.pk, t->stored_bytes ? (double)t->unique_bytes / t->stored_bytes : 1.0);
+    proto_pack_cstr(&r.pk, "packs");
+    msgpack_pack_uint64(&r.pk, t->packs);
+    proto_pack_cstr(&r.pk, "pack_bytes");
+    msgpack_pack_uint64(&r.pk, t->pack_bytes);
+    proto_pack_cstr(&r.pk, "open_pack");
+    msgpack_pack_uint64(&r.pk, ss.open_pack);
+    proto_pack_cstr(&r.pk, "cache_bytes");
+    msgpack_pack_uint64(&r.pk, ss.cache_bytes);
+    proto_pack_cstr(&r.pk, "cache_size");
+    msgpack_pack_uint64(&r.pk, ss.cache_max);
+    proto_pack_cstr(&r.pk, "cache_hits");
+    msgpack_pack_uint64(&r.pk, ss.cache_hits);
+    proto_pack_cstr(&r.pk, "cache_misses");
+    msgpack_pack_uint64(&r.pk, ss.cache_misses);
+    proto_pack_cstr(&r.pk, "index_pending");
+    msgpack_pack_uint64(&r.pk, ss.index_pending);
     proto_pack_cstr(&r.pk, "connections");
     msgpack_pack_uint32(&r.pk, d->nconns);
     reply_send(st->op.base.conn, &r);
@@ -146,11 +164,17 @@ static void gc_done(void *userdata, int status, const struct store_gc_result *re
     if (status != 0) {
         dispatch_reply_status_error(op, status);
     } else {
-        reply_begin(&r, op->base.id, true, 2);
+        reply_begin(&r, op->base.id, true, 5);
+        proto_pack_cstr(&r.pk, "packs_rewritten");
+        msgpack_pack_uint64(&r.pk, res->packs_rewritten);
+        proto_pack_cstr(&r.pk, "packs_deleted");
+        msgpack_pack_uint64(&r.pk, res->packs_deleted);
+        proto_pack_cstr(&r.pk, "bytes_reclaimed");
+        msgpack_pack_uint64(&r.pk, res->bytes_reclaimed);
+        proto_pack_cstr(&r.pk, "bytes_dead");
+        msgpack_pack_uint64(&r.pk, res->bytes_dead);
         proto_pack_cstr(&r.pk, "chunks_removed");
         msgpack_pack_uint64(&r.pk, res->chunks_removed);
-        proto_pack_cstr(&r.pk, "bytes_freed");
-        msgpack_pack_uint64(&r.pk, res->bytes_freed);
         reply_send(op->base.conn, &r);
     }
     dispatch_op_finish(op);

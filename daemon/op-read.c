@@ -148,7 +148,10 @@ void dispatch_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
     if (r < 0) {
         dispatch_reply_status_error(op, r);
         dispatch_op_finish(op);
+        return;
     }
+    /* A hot document is answered right here, from the caches. */
+    store_get_next(g->get);
 }
 
 void dispatch_get_abandon(struct op *op)

@@ -13,21 +13,17 @@
 #include "daemon/db.h"
 #include "daemon/dispatch-int.h"
 #include "daemon/search.h"
+#include "daemon/store.h"
 
 #define SEARCH_HITS_PER_FRAME 50
 
 struct op_search {
     struct op op;
-    uv_work_t work;
-    int status; /* the worker's result */
     /* The strings the params point into are owned here. */
     struct db_search_params params;
     char *query, *name_glob, *mime;
     char **tags;
     size_t ntags;
-    struct db_hit *hits;
-    size_t nhits;
-    const char *msg; /* what is wrong with the query, when status says it is invalid */
 };
 OP_ASSERT_FIRST(struct op_search);
 
@@ -44,36 +40,32 @@ static void search_clear(struct op *op)
     free(s->name_glob);
     free(s->mime);
     dispatch_free_strings(s->tags, s->ntags);
-    db_hits_free(s->hits, s->nhits);
 }
 
-static void search_work(uv_work_t *work)
+static void search_done(void *userdata, int status, const char *msg, struct db_hit *hits,
+                        size_t nhits)
 {
-    struct op_search *s = container_of(work, struct op_search, work);
-    s->status = db_search(s->op.d->db, &s->params, &s->hits, &s->nhits, &s->msg);
-}
-
-static void search_done(uv_work_t *work, int status)
-{
-    struct op_search *s = container_of(work, struct op_search, work);
+    struct op_search *s = userdata;
     struct reply r;
     size_t i = 0;
 
-    if (!dispatch_op_job_end(&s->op))
+    if (!dispatch_op_job_end(&s->op)) {
+        db_hits_free(hits, nhits);
         return;
-    if (status == 0 && s->status == DB_E_INVALID_QUERY) {
-        reply_error(s->op.base.conn, s->op.base.id, PROTO_E_BAD_REQUEST, s->msg);
+    }
+    if (status == DB_E_INVALID_QUERY) {
+        reply_error(s->op.base.conn, s->op.base.id, PROTO_E_BAD_REQUEST, msg);
         dispatch_op_finish(&s->op);
         return;
     }
-    if (status < 0 || s->status != 0) {
-        dispatch_reply_status_error(&s->op, status < 0 ? status : s->status);
+    if (status != 0) {
+        dispatch_reply_status_error(&s->op, status);
         dispatch_op_finish(&s->op);
         return;
     }
     /* Hits go out in frames of at most 50, so long names cannot outgrow a frame. */
     do {
-        size_t n = s->nhits - i > SEARCH_HITS_PER_FRAME ? SEARCH_HITS_PER_FRAME : s->nhits - i;
+        size_t n = nhits - i > SEARCH_HITS_PER_FRAME ? SEARCH_HITS_PER_FRAME : nhits - i;
         if (i == 0)
             reply_begin(&r, s->op.base.id, true, 2);
         else
@@ -81,7 +73,7 @@ static void search_done(uv_work_t *work, int status)
         proto_pack_cstr(&r.pk, "hits");
         msgpack_pack_array(&r.pk, n);
         for (size_t k = i; k < i + n; k++) {
-            const struct db_hit *h = &s->hits[k];
+            const struct db_hit *h = &hits[k];
             msgpack_pack_map(&r.pk, 5);
             proto_pack_cstr(&r.pk, "hash");
             proto_pack_cstr(&r.pk, h->hash);
@@ -96,13 +88,14 @@ static void search_done(uv_work_t *work, int status)
         }
         i += n;
         proto_pack_cstr(&r.pk, "more");
-        if (i < s->nhits)
+        if (i < nhits)
             msgpack_pack_true(&r.pk);
         else
             msgpack_pack_false(&r.pk);
         reply_end(&r);
-    } while (i < s->nhits);
+    } while (i < nhits);
     conn_send(s->op.base.conn, &r.sbuf);
+    db_hits_free(hits, nhits);
     dispatch_op_finish(&s->op);
 }
 
@@ -193,5 +186,11 @@ void dispatch_do_search(struct conn *c, uint64_t id, const msgpack_object *map)
         dispatch_op_finish(op);
         return;
     }
-    dispatch_op_queue(op, &s->work, search_work, search_done);
+    int r = store_search(c->d->store, &s->params, search_done, s);
+    if (r < 0) {
+        dispatch_reply_status_error(op, r);
+        dispatch_op_finish(op);
+        return;
+    }
+    op->job_running = true;
 }

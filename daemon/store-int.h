@@ -1,23 +1,53 @@
 #pragma once
 
 /*
- * What the store's files (store.c: the store and reads; add.c: the add
- * pipeline; gc.c: garbage collection; verify.c: scrubbing) share. Not for use
- * outside the store.
+ * What the store's files share (store.c: the store and its operations
+ * registry; read.c: reading records back; get.c; add.c; delete.c; gc.c and
+ * repack.c; verify.c; replay.c: recovery and rebuild; upgrade.c). Not for
+ * use outside the store.
  */
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <uv.h>
 
 #include "compress/cdc.h"
+#include "daemon/db.h"
+#include "daemon/manifest.h"
 #include "daemon/store.h"
 
-/* A multiset of chunk ids that running adds rely on; gc leaves them alone. */
-struct pinset {
-    struct pin *slots;
-    size_t cap, used;
+struct cache;
+struct cache_buf;
+struct packer;
+struct refcache;
+struct indexer;
+struct store_gc;
+
+/*
+ * A running operation that reads or references stored records: adds, gets
+ * and scrubs. Each gets a sequence number when it starts; gc reclaims a
+ * record only when every operation that could have seen it alive has ended
+ * (store_oldest_op), and deletes a repacked pack only when every operation
+ * that could still read it has ended. A get also lends gc its manifest, so
+ * the chunks it is streaming stay alive even if its document is deleted.
+ */
+struct store_op {
+    uint64_t seq;
+    struct store_op *prev, *next;
+    /* Gets: the manifest being read (borrowed from the get). */
+    unsigned depth;
+    const uint8_t *root;
+    size_t root_len;
+};
+
+/* A blocking read handed from a worker thread to the loop (backends without READ_SYNC). */
+struct store_bridge_req;
+
+/* A gc run's number and the first operation that did not predate its condemnations. */
+struct store_gc_barrier {
+    uint64_t gen, barrier;
 };
 
 struct store {
@@ -26,64 +56,119 @@ struct store {
     struct db *db;
     struct store_config cfg;
     struct cdc cdc;
+    struct packer *packer;
+    struct cache *cache;
+    struct refcache *refs;
+    struct indexer *indexer;
     unsigned active;
-    struct pinset pins;
-    /*
-     * Encode jobs per generation: gc waits for the jobs of the previous
-     * generation, whose "chunk is already stored" answers predate its
-     * deletions, before it deletes objects.
-     */
-    uint64_t encode_gen;
-    unsigned encodes_running[2];
+    /* Running operations, oldest first. */
+    struct store_op *ops_head, *ops_tail;
+    uint64_t next_op_seq;
     struct store_gc *gc;
-    /* Chunks whose objects gc is deleting: puts of them wait (see add.c). */
-    struct pinset deleting;
-    struct store_waiter *deleting_waiters;
-    uint64_t last_entry_ns;
+    /* gc runs up to this one are safe: of earlier lives of the daemon, or their barriers passed. */
+    uint64_t gc_safe_gen;
+    struct store_gc_barrier *gc_barriers;
+    size_t ngc_barriers;
+    /* Repacked packs waiting for their readers to end before deletion. */
+    struct store_reap *reaping;
+    uint64_t last_entry_ns; /* replay starts it at the newest entry in the packs */
+    char replay_summary[512];
+    /* Worker-to-loop reads. */
+    uv_async_t bridge_async;
+    pthread_mutex_t bridge_lock;
+    struct store_bridge_req *bridge_queue;
+    bool bridge_open;
 };
 
+void store_op_begin(struct store *st, struct store_op *op);
+void store_op_end(struct store *st, struct store_op *op);
+/* Sequence number of the oldest running operation, or the next one when none runs. */
+uint64_t store_oldest_op(const struct store *st);
+/* gc.c: the oldest running operation ended; gc may be waiting for that. */
+void store_gc_ops_ended(struct store *st);
+
 /*
- * Pins a chunk a running add relies on. While a gc runs, it also remembers
- * the chunk: an add may pin, commit and unpin before gc reaches the chunk,
- * and its object must survive that gc all the same.
+ * repack.c: rewrites or deletes the packs that are mostly dead, counting rows
+ * condemned by runs up to safe_gen as dead; adds to *res and calls cb once
+ * every chosen pack is done.
  */
-int store_pin(struct store *st, const uint8_t hash[PROTO_HASH_LEN]);
-/* gc.c: whether the running gc must leave this chunk's object alone. */
-bool store_gc_touched(const struct store *st, const uint8_t hash[PROTO_HASH_LEN]);
-int store_gc_touch(struct store *st, const uint8_t hash[PROTO_HASH_LEN]);
+typedef void store_repack_cb(void *ctx, int status);
+void store_repack(struct store *st, uint64_t safe_gen, struct store_gc_result *res,
+                  store_repack_cb *cb, void *ctx);
+/* Deletes repacked packs no running operation can read any more. */
+void store_reap(struct store *st);
 
 /* A journal time (ns since the epoch) later than every one handed out before. */
 uint64_t store_entry_time(struct store *st);
 
-/* gc (gc.c): an encode job ended; gc may be waiting for the older ones to drain. */
-void store_gc_poke(struct store *st);
-
-/* Object keys: "chunks/<hex>" and "entries/<hex>". */
-void store_object_key(char *key, size_t len, const char *dir, const uint8_t hash[PROTO_HASH_LEN]);
-
-/*
- * Decodes a chunk object and checks it against the chunk's id and size: 0
- * with its c->size raw bytes in *raw (malloc'd), STORE_E_INTEGRITY when it
- * does not decode to exactly those bytes, or -ENOMEM. The one place where
- * what the store hands out is checked.
- */
-int store_decode_chunk(const uint8_t *obj, size_t len, const struct db_chunk *c, uint8_t **raw);
-
 /* Maps a backend read status to the store's codes. */
 int store_map_read_status(int status);
 
-int pinset_add(struct pinset *s, const uint8_t hash[PROTO_HASH_LEN]);
-void pinset_remove(struct pinset *s, const uint8_t hash[PROTO_HASH_LEN]);
-bool pinset_has(const struct pinset *s, const uint8_t hash[PROTO_HASH_LEN]);
-void pinset_free(struct pinset *s);
+/* ---- reading records back (read.c); worker threads unless said otherwise ---- */
 
-/* A put that waits for gc to finish deleting the same object. */
-struct store_waiter {
-    uint8_t hash[PROTO_HASH_LEN];
-    void (*resume)(struct store_waiter *w);
-    struct store_waiter *next;
+/*
+ * Reads `len` bytes at `off` of pack `seq` into buf, blocking: directly when
+ * the backend can (BACKEND_CAP_READ_SYNC), else through the loop. 0 with
+ * *got, BACKEND_E_*, or negative errno.
+ */
+int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, size_t len,
+                    size_t *got);
+
+/*
+ * A chunk's bytes, checked against its id: from the cache, else read from its
+ * pack (the whole block is decoded and its chunks cached). 0 with a cache
+ * reference (release with store_chunk_release), STORE_E_INTEGRITY when it
+ * is missing or damaged, or negative errno.
+ */
+int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
+                     const struct cache_buf **out);
+void store_chunk_release(struct store *st, const struct cache_buf *buf);
+/* A manifest segment's raw bytes, checked against its id: same outcomes. */
+int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,
+                       const struct cache_buf **out);
+/* Loop thread: a cached chunk, checked, or NULL (not cached, or damaged and dropped). */
+const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN],
+                                           uint64_t size);
+
+/*
+ * Walks a manifest from a worker thread, reading segments as needed: calls
+ * fn for each chunk in order until it returns non-zero (returned) or the end
+ * (0). STORE_E_INTEGRITY for a missing or damaged segment. Flags:
+ * STORE_WALK_SEGMENTS also calls fn for each segment (bytes 0) before its
+ * chunks; STORE_WALK_DISK reads segments from their packs, not the cache.
+ */
+enum {
+    STORE_WALK_SEGMENTS = 1u << 0,
+    STORE_WALK_DISK = 1u << 1,
 };
-/* Queues `w` when its chunk is being deleted (returns true), else returns false. */
-bool store_wait_deletion(struct store *st, struct store_waiter *w);
-/* gc: the object of `hash` is gone; resumes the puts waiting for it. */
-void store_deletion_done(struct store *st, const uint8_t hash[PROTO_HASH_LEN]);
+typedef int store_chunk_fn(void *ctx, const struct manifest_entry *chunk);
+int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
+                        unsigned flags, store_chunk_fn *fn, void *ctx);
+/* Reads a whole record at a location: 0 with it (malloc'd), RECORD_E_BAD when not all there. */
+int store_read_record(struct store *st, const struct db_loc *loc, uint8_t **out);
+
+/*
+ * The first `max` bytes of a text document, read back from the store (for
+ * snippets and the search index). 0 with a malloc'd buffer, or a failure.
+ */
+int store_read_prefix(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
+                      size_t max, char **out, size_t *len);
+
+/*
+ * Recovery (replay.c), run by store_new before anything else: brings the
+ * database up to what the packs hold, cuts torn tails, seals packs a crash
+ * left open (but the newest, which the pack writer continues), finishes
+ * interrupted pack deletions, and applies the journal entries it found in
+ * time order. Runs the loop itself.
+ */
+struct packer_resume;
+int store_replay(struct store *st, struct packer_resume *resume, char *summary, size_t summary_len);
+
+/* The bridge's loop side: set up in store_new, closed in store_free. */
+int store_bridge_init(struct store *st);
+/*
+ * Starts closing the bridge's handle, which lives in the store: `closed`
+ * runs once libuv is done with it, and only then may the store's memory go.
+ * False when there is no handle to close (it was never set up).
+ */
+bool store_bridge_close(struct store *st, uv_close_cb closed);

@@ -1,15 +1,17 @@
 #pragma once
 
 /*
- * The content store: streams documents in and out of the object backend.
+ * The content store: streams documents in and out of packs on the object
+ * backend.
  *
- * An add cuts the incoming bytes into content-defined chunks, hashes and
- * compresses them on worker threads, puts each chunk the store does not
- * already hold and the add's journal entry (with the manifest) on the backend, and
- * finally commits the metadata; its completion fires only when all of that
- * is durable (add.c). A get resolves a ref, then reads, decodes and
- * hash-verifies one chunk at a time as the caller asks for more, so neither
- * direction ever holds a whole large document.
+ * An add cuts the incoming bytes into content-defined chunks, hashes them,
+ * compresses the ones the store does not hold yet into blocks on worker
+ * threads, and hands the blocks, its manifest and its journal entry to the
+ * pack writer (packer.h); its completion fires only when all of that is
+ * durable and committed (add.c). A get resolves a ref, then hands out one
+ * checked chunk at a time as the caller asks for more, from the cache on the
+ * loop thread when it can (get.c), so neither direction ever holds a whole
+ * large document.
  *
  * All functions run on the loop thread; callbacks come on the loop thread.
  */
@@ -44,20 +46,43 @@ enum {
 /* The store's code for a database outcome (DB_E_NOT_FOUND, DB_E_AMBIGUOUS); others pass through. */
 int store_status_from_db(int status);
 
-/* Largest document: bounds the manifest an add keeps in memory (40 bytes a chunk). */
+/* Largest document. */
 #define STORE_MAX_DOCUMENT (1ull << 40)
 
 struct store_config {
     int compression_level;
     size_t chunk_min, chunk_avg, chunk_max; /* content-defined chunking */
-    size_t max_text; /* bytes of a text document's content indexed for search */
+    size_t max_text;       /* bytes of a text document's content indexed for search */
+    uint64_t pack_size;    /* packs are sealed at this size */
+    unsigned repack_below; /* gc rewrites packs less than this percent alive */
+    size_t cache_size;     /* bytes of decoded chunks kept in memory */
+    /*
+     * The database is new and empty and everything comes back from the packs
+     * (`cairnd --rebuild-index`): every chunk is read back and checked.
+     */
+    bool rebuild;
 };
 
+/*
+ * Opens the store: recovers what the database lacks from the packs (a crash
+ * may have lost the last commits), finishes deletions a crash interrupted,
+ * and starts the pack writer and the search indexer. Runs the loop itself
+ * until that is done, before the daemon serves anyone.
+ */
 int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db *db,
-              const struct store_config *cfg);
+              const char *index_path, const struct store_config *cfg);
+/*
+ * Only when nothing runs (store_active() 0 and store_busy() false). The
+ * store's libuv handles (its own, the pack writer's, the indexer's) close
+ * asynchronously: their memory, the store's included, goes in their close
+ * callbacks, so the caller runs the loop afterwards until it is empty.
+ * Returns NULL.
+ */
 struct store *store_free(struct store *st);
-/* Adds and gets still running (shutdown waits for zero). */
+/* Adds, gets and maintenance still running (shutdown waits for zero). */
 unsigned store_active(struct store *st);
+/* Background work (pack writes, indexing) still running. */
+bool store_busy(struct store *st);
 
 /* ---- add ---- */
 
@@ -106,7 +131,8 @@ struct store_get_ops {
     /*
      * The next piece of content (`first` on the first call, `last` on the
      * last; an empty document is one call with both). The data is valid
-     * during the call only. Ask for the next piece with store_get_next().
+     * during the call only. Ask for the next piece with store_get_next(),
+     * which may also be called from inside this callback.
      */
     void (*data)(void *userdata, const struct db_doc *doc, const uint8_t *data, size_t len,
                  bool first, bool last);
@@ -114,9 +140,10 @@ struct store_get_ops {
     void (*error)(void *userdata, int status);
 };
 
+/* Starts a get; the first piece comes after store_get_next(). */
 int store_get_start(struct store *st, const char *ref, size_t ref_len,
                     const struct store_get_ops *ops, void *userdata, struct store_get **out);
-/* Fetches the next piece; call after each data() until `last`. */
+/* Asks for the next piece (possibly delivered before this returns). */
 void store_get_next(struct store_get *get);
 /* Frees the get; after `last` or error(), or to cancel one that is still running. */
 void store_get_release(struct store_get *get);
@@ -124,13 +151,19 @@ void store_get_release(struct store_get *get);
 /* ---- maintenance ---- */
 
 struct store_gc_result {
-    uint64_t chunks_removed, bytes_freed;
+    uint64_t packs_rewritten, packs_deleted;
+    uint64_t bytes_reclaimed; /* pack bytes given back to the backend */
+    uint64_t bytes_dead;      /* dead bytes left in packs above the rewrite threshold */
+    uint64_t chunks_removed;  /* chunks no document used any more, gone now */
 };
 
 /*
- * Removes the chunks no document references, except those a running add
- * relies on. Only one gc runs at a time; a request while one runs waits for
- * it and gets its result. `done` comes on the loop thread.
+ * Reclaims what no document uses: unreferenced chunks and manifest
+ * segments, the journal entries of deleted documents, and records of adds
+ * that failed. Packs less than `repack_below` percent alive are rewritten
+ * and the old ones deleted once the database no longer names them. Only one
+ * gc runs at a time; a request while one runs waits for it and gets its
+ * result. `done` comes on the loop thread.
  */
 typedef void store_gc_cb(void *userdata, int status, const struct store_gc_result *res);
 int store_gc(struct store *st, store_gc_cb *done, void *userdata);
@@ -159,18 +192,40 @@ int store_verify(struct store *st, const char *const *refs, size_t nrefs, store_
                  void *userdata);
 
 /*
- * Deletes the document `ref` resolves to: its journal entry goes to the
- * backend first (so a rebuild never brings it back), then the metadata.
- * `done` gets the hash; it comes on the loop thread.
+ * Deletes the document `ref` resolves to: its journal entry goes to a pack
+ * first (so a rebuild never brings it back), then the metadata, in one
+ * batch. `done` gets the hash; it comes on the loop thread.
  */
 typedef void store_delete_cb(void *userdata, int status, const char *hash);
 int store_delete(struct store *st, const char *ref, size_t ref_len, store_delete_cb *done,
                  void *userdata);
 
+/* What status reports about the store beyond the database's totals. */
+struct store_stats {
+    uint64_t cache_bytes, cache_max, cache_hits, cache_misses;
+    uint64_t index_pending;
+    uint64_t open_pack;
+};
+void store_get_stats(struct store *st, struct store_stats *out);
+
 /*
- * Recreates the metadata database from the backend's journal (objects.h),
- * replacing whatever it holds. Runs the loop itself until done;
- * for `cairnd --rebuild-index`, before the daemon serves. *summary describes
- * what was restored.
+ * Runs the loop until the background work is done and the search index has
+ * caught up (for --rebuild-index and --upgrade, before the exit).
  */
-int store_rebuild(struct store *st, char *summary, size_t summary_len);
+int store_drain(struct store *st);
+
+/* What store_new recovered from the packs, in a sentence (empty when nothing). */
+const char *store_replay_summary(const struct store *st);
+
+/* ---- search ---- */
+
+/*
+ * Runs a search once every add and delete acknowledged before it is in the
+ * index, and makes each hit's snippet from its text read back from the
+ * store. `done` gets the hits (owned by the callee: db_hits_free), or
+ * DB_E_INVALID_QUERY with a message for the user, or a failure.
+ */
+typedef void store_search_cb(void *userdata, int status, const char *msg, struct db_hit *hits,
+                             size_t nhits);
+int store_search(struct store *st, const struct db_search_params *p, store_search_cb *done,
+                 void *userdata);

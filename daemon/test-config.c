@@ -31,6 +31,7 @@ struct env {
     char dir[PATH_MAX / 2]; /* mkdtemp result, removed at the end */
     char home[PATH_MAX];    /* $HOME: exists, but holds no config file */
     char xdg_config[PATH_MAX];
+    char cwd[PATH_MAX]; /* the working directory before the test, restored after it */
     struct config cfg;
     char err[1024];
 };
@@ -53,6 +54,7 @@ static int setup(void **state)
     snprintf(e->home, sizeof(e->home), "%s/home", e->dir);
     assert_int_equal(mkdir(e->home, 0700), 0);
     snprintf(e->xdg_config, sizeof(e->xdg_config), "%s/xdg-config", e->dir);
+    assert_non_null(getcwd(e->cwd, sizeof(e->cwd)));
 
     /*
      * Nothing from the real environment may leak in: a developer's own
@@ -76,6 +78,7 @@ static int teardown(void **state)
 {
     struct env *e = *state;
 
+    assert_int_equal(chdir(e->cwd), 0);
     assert_int_equal(nftw(e->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
     assert_int_equal(access(e->dir, F_OK), -1);
     for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
@@ -398,6 +401,60 @@ static void test_env_and_flag_values_are_checked(void **state)
     assert_non_null(strstr(e->err, "--data-dir"));
 }
 
+/*
+ * A relative data directory, wherever it comes from, is below the working
+ * directory at the time of loading, and comes out absolute (the local
+ * backend refuses relative paths).
+ */
+static void test_relative_data_dir(void **state)
+{
+    struct env *e = *state;
+    char cwd[PATH_MAX], expect[PATH_MAX + 32], path[PATH_MAX];
+    char long_rel[PATH_MAX - 1];
+
+    /* teardown goes back to the working directory of before */
+    assert_int_equal(chdir(e->dir), 0);
+    assert_non_null(getcwd(cwd, sizeof(cwd))); /* e->dir may go through a symlink */
+
+    static const struct {
+        const char *given, *below;
+    } cases[] = {
+        {"data", "/data"},   {"rel/data", "/rel/data"},
+        {"./data", "/data"}, {".//x/./y", "/x/./y"},
+        {".", ""},           {"./", ""},
+        {"../up", "/../up"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(load(e, "--data-dir", cases[i].given, NULL), 0);
+        snprintf(expect, sizeof(expect), "%s%s", cwd, cases[i].below);
+        assert_string_equal(e->cfg.data_dir, expect);
+    }
+    /* From the environment and from the file alike. */
+    assert_int_equal(setenv("CAIRN_DATA_DIR", "env-data", 1), 0);
+    assert_int_equal(load(e, NULL), 0);
+    snprintf(expect, sizeof(expect), "%s/env-data", cwd);
+    assert_string_equal(e->cfg.data_dir, expect);
+    assert_int_equal(unsetenv("CAIRN_DATA_DIR"), 0);
+    write_file(e->dir, "rel.conf", "[store]\ndata_dir = file-data\n", path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    snprintf(expect, sizeof(expect), "%s/file-data", cwd);
+    assert_string_equal(e->cfg.data_dir, expect);
+    /* Absolute ones are left alone. */
+    assert_int_equal(load(e, "--data-dir", "/abs/data", NULL), 0);
+    assert_string_equal(e->cfg.data_dir, "/abs/data");
+    /* Too long once joined: refused, not cut. */
+    memset(long_rel, 'a', sizeof(long_rel) - 1);
+    long_rel[sizeof(long_rel) - 1] = '\0';
+    assert_int_equal(load(e, "--data-dir", long_rel, NULL), CONFIG_E_INVALID);
+    assert_non_null(strstr(e->err, "too long"));
+    /* The root's children do not start with two slashes. */
+    assert_int_equal(chdir("/"), 0);
+    assert_int_equal(load(e, "--data-dir", "data", NULL), 0);
+    assert_string_equal(e->cfg.data_dir, "/data");
+    assert_int_equal(load(e, "--data-dir", ".", NULL), 0);
+    assert_string_equal(e->cfg.data_dir, "/");
+}
+
 /* ---- file errors carry file:line ----------------------------------------- */
 
 static void test_unknown_key(void **state)
@@ -633,6 +690,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_explicit_config_is_invalid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_precedence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_and_flag_values_are_checked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_relative_data_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_section, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_values, setup, teardown),

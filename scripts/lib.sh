@@ -68,3 +68,58 @@ cairn_meson_setup() {
     fi
     meson setup "$@" "$dir"
 }
+
+# The last commit of storage format 1 (one file per chunk, reference counts in
+# cairn.db). tests/integration/test_upgrade.py makes a data directory with its
+# cairnd and cairn and upgrades it with the current build.
+CAIRN_FORMAT1_COMMIT=0aab0082934277738c68f64a16f32ee2e98965b3
+
+# cairn_build_format1 DIR: from the top of the source tree, builds cairnd and
+# cairn (those two only, without tests) of CAIRN_FORMAT1_COMMIT from
+# `git archive` in DIR/<commit>/ (src/ and build/), and exports their paths
+# as CAIRND_V1 and CAIRN_V1. A finished build is marked with DIR/<commit>/done
+# and reused by later runs. When the checkout cannot provide the commit (not a
+# git checkout, a shallow clone), it says so and exports CAIRN_V1_UNAVAILABLE
+# with the reason instead, which the upgrade test reports as its reason for
+# skipping. Returns non-zero when the build itself failed (and says so in
+# CAIRN_V1_UNAVAILABLE too).
+cairn_build_format1() {
+    local short=${CAIRN_FORMAT1_COMMIT:0:7} dir
+    unset CAIRND_V1 CAIRN_V1 CAIRN_V1_UNAVAILABLE
+    mkdir -p "$1"
+    dir="$(cd "$1" && pwd)/$CAIRN_FORMAT1_COMMIT"
+    if [ -e "$dir/done" ] && [ -x "$dir/build/daemon/cairnd" ] && [ -x "$dir/build/client/cairn" ]; then
+        cairn_log "format 1 ($short): reusing the build in $dir"
+    else
+        local reason=""
+        if ! command -v git >/dev/null 2>&1; then
+            reason="git is not installed"
+        elif [ "$(git rev-parse --show-toplevel 2>/dev/null)" != "$(pwd -P)" ]; then
+            reason="$(pwd) is not a git checkout (a tarball?)"
+        elif ! git cat-file -e "$CAIRN_FORMAT1_COMMIT^{commit}" 2>/dev/null; then
+            reason="commit $short is not in this clone (a shallow clone? git fetch --unshallow)"
+        fi
+        if [ -n "$reason" ]; then
+            cairn_log "cannot build format 1 ($short): $reason; the upgrade test will be skipped"
+            export CAIRN_V1_UNAVAILABLE="no format 1 build: $reason"
+            return 0
+        fi
+        cairn_log "build format 1 ($short) in $dir"
+        rm -rf "$dir"
+        mkdir -p "$dir/src"
+        if ! git archive -o "$dir/src.tar" "$CAIRN_FORMAT1_COMMIT" ||
+            ! tar -x -f "$dir/src.tar" -C "$dir/src" ||
+            ! meson setup "$dir/build" "$dir/src" -Dbuildtype=debugoptimized -Dtests=false \
+                >"$dir/setup.log" 2>&1 ||
+            ! ninja -C "$dir/build" daemon/cairnd client/cairn; then
+            if [ -s "$dir/setup.log" ]; then
+                tail -n 20 "$dir/setup.log" >&2
+            fi
+            export CAIRN_V1_UNAVAILABLE="the format 1 build ($short) failed"
+            return 1
+        fi
+        rm -f "$dir/src.tar"
+        touch "$dir/done"
+    fi
+    export CAIRND_V1="$dir/build/daemon/cairnd" CAIRN_V1="$dir/build/client/cairn"
+}

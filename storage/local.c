@@ -1,557 +1,469 @@
 /*
- * The local backend: objects are files under a root directory, sharded by the
- * first two characters of their name ("chunks/ab/abcd..."). A put writes a
- * temporary file, fsyncs it, renames it into place and fsyncs the directory.
- *
- * Puts are group-committed: while one batch is being written and synced on a
- * worker thread, new puts queue up and go out together in the next batch, so
- * the directory fsyncs (and, on ext4, the journal commits that file fsyncs
- * trigger) are shared by every concurrent writer.
+ * The local backend: objects are files under a root directory (layout in
+ * local.h). Every operation that touches the disk runs on the libuv
+ * threadpool, one job per attempt; this file has the plumbing, opening and
+ * closing, and the reads. Reads share a cache of open descriptors
+ * (local-fdcache.c), which is also what lets try_read serve a read on the
+ * loop thread without ever opening a file there.
  */
-#include "storage/backend.h"
+#include "storage/local.h"
 #include "proto/util.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
-/* Keys never start with a dot, so this name cannot collide with an object directory. */
-#define LOCAL_TMP_DIR ".tmp"
-#define LOCAL_BATCH_MAX 256
-
-struct local {
-    char root[PATH_MAX];
-    int root_fd;
-    /* Loop-thread state: the queue of puts waiting for the next batch. */
-    struct backend_req *queue_head, *queue_tail;
-    bool batch_running;
-    uv_work_t batch_work;
-    struct backend_req *batch; /* owned by the worker while batch_running */
-    /* Starts batches on the next loop turn, so puts issued in the same turn share one. */
-    uv_idle_t kick;
-    bool kick_active;
-    struct backend *be;
-    atomic_uint_fast64_t tmp_seq;
-};
-
-struct local_job {
-    uv_work_t work;
-    struct backend_req *req;
-    struct local *lp;
-};
-
-static struct local *local_of(struct backend *be)
-{
-    return be->priv;
-}
-
-/* "dir/name" -> "dir/na/name"; the key was validated by backend_start(). */
-static void object_path(const char *key, char *out, size_t out_len)
-{
-    const char *slash = strchr(key, '/');
-    int dir_len = (int)(slash - key);
-    snprintf(out, out_len, "%.*s/%.2s/%s", dir_len, key, slash + 1, slash + 1);
-}
-
-static void shard_dir(const char *path, char *out, size_t out_len)
-{
-    const char *last = strrchr(path, '/');
-    snprintf(out, out_len, "%.*s", (int)(last - path), path);
-}
-
-static int fsync_dir_at(int root_fd, const char *rel)
-{
-    int fd = openat(root_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int r = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return r;
-}
-
-/*
- * Creates "dir" and "dir/xx" below the root as needed. The new entries are
- * made durable by the batch's final sync; *created tells the batch there is
- * one to make durable.
- */
-static int ensure_dirs(int root_fd, const char *shard, bool *created)
-{
-    char parent[BACKEND_MAX_KEY];
-
-    if (mkdirat(root_fd, shard, 0755) == 0) {
-        *created = true;
-        return 0;
-    }
-    if (errno == EEXIST)
-        return 0;
-    if (errno != ENOENT)
-        return -errno;
-    shard_dir(shard, parent, sizeof(parent));
-    if (mkdirat(root_fd, parent, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    if (mkdirat(root_fd, shard, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    *created = true;
-    return 0;
-}
-
-/* Per-object state of a batch, kept on the heap: batches may hold LOCAL_BATCH_MAX objects. */
-struct batch_item {
-    struct backend_req *req;
-    int fd;
-    bool via_tmp; /* written to `tmp`, renamed into place after the sync */
-    char tmp[48];
-    char path[BACKEND_MAX_KEY + 8];
-    char shard[BACKEND_MAX_KEY + 8];
-};
-
-/*
- * Writes one object, leaving the file open for the sync phase. A new object
- * is created in place: nothing reads it before the metadata that names it is
- * committed, which happens only after the batch's sync. An object that
- * already exists (a concurrent writer of the same content, or a leftover of
- * a crash) is replaced atomically through a temporary file instead, so a
- * reader of the existing one never sees it half-written.
- */
-static int write_object(struct local *lp, struct batch_item *it)
-{
-    const char *name = it->path;
-    int r;
-
-    it->fd = openat(lp->root_fd, it->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (it->fd < 0 && errno == EEXIST) {
-        uint64_t seq = atomic_fetch_add(&lp->tmp_seq, 1);
-        snprintf(it->tmp, sizeof(it->tmp), LOCAL_TMP_DIR "/%ld.%llu", (long)getpid(),
-                 (unsigned long long)seq);
-        it->via_tmp = true;
-        name = it->tmp;
-        it->fd = openat(lp->root_fd, it->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    }
-    if (it->fd < 0)
-        return -errno;
-    r = util_write_all(it->fd, it->req->data, it->req->len);
-    if (r < 0) {
-        close(it->fd);
-        it->fd = -1;
-        unlinkat(lp->root_fd, name, 0);
-    }
-    return r;
-}
-
-/* Makes everything written so far durable: the one file's fsync, or one syncfs for many. */
-static int sync_batch(struct local *lp, struct batch_item *items, size_t n, size_t nfiles,
-                      bool dirs_changed)
-{
-    if (nfiles > 1 || dirs_changed)
-        return syncfs(lp->root_fd) < 0 ? -errno : 0;
-    for (size_t i = 0; i < n; i++) {
-        if (items[i].fd >= 0 && items[i].req->status == 0 && fsync(items[i].fd) < 0)
-            return -errno;
-    }
-    return 0;
-}
-
-static void fail_all(struct batch_item *items, size_t n, int r)
-{
-    for (size_t i = 0; r < 0 && i < n; i++) {
-        if (items[i].req->status == 0)
-            items[i].req->status = r;
-    }
-}
-
-/*
- * Writes a batch so that its objects share the cost of durability: every
- * file is written, then one sync covers them all (syncfs() for several: one
- * journal commit and cache flush however many files). Objects replaced
- * through temporary files are renamed after that sync, and their renames
- * made durable by a second one. A lone new object costs an fsync of the file
- * and of its directory.
- */
-static void batch_work(uv_work_t *work)
-{
-    struct local *lp = container_of(work, struct local, batch_work);
-    struct batch_item *items;
-    size_t n = 0, nfiles = 0, nrenamed = 0;
-    bool dirs_created = false;
-    int r;
-
-    for (struct backend_req *req = lp->batch; req; req = req->next_)
-        n++;
-    items = calloc(n, sizeof(*items));
-    if (!items) {
-        for (struct backend_req *req = lp->batch; req; req = req->next_)
-            req->status = -ENOMEM;
-        return;
-    }
-    n = 0;
-    for (struct backend_req *req = lp->batch; req; req = req->next_, n++) {
-        struct batch_item *it = &items[n];
-        it->req = req;
-        it->fd = -1;
-        object_path(req->key, it->path, sizeof(it->path));
-        shard_dir(it->path, it->shard, sizeof(it->shard));
-        req->status = ensure_dirs(lp->root_fd, it->shard, &dirs_created);
-        if (req->status == 0)
-            req->status = write_object(lp, it);
-        nfiles += req->status == 0;
-    }
-
-    r = sync_batch(lp, items, n, nfiles, dirs_created);
-    fail_all(items, n, r);
-    for (size_t i = 0; i < n; i++) {
-        struct batch_item *it = &items[i];
-        if (it->fd < 0)
-            continue;
-        if (close(it->fd) < 0 && it->req->status == 0)
-            it->req->status = -errno;
-        it->fd = -1;
-        if (it->via_tmp) {
-            if (it->req->status == 0 && renameat(lp->root_fd, it->tmp, lp->root_fd, it->path) < 0)
-                it->req->status = -errno;
-            if (it->req->status != 0)
-                unlinkat(lp->root_fd, it->tmp, 0);
-            else
-                nrenamed++;
-        } else if (it->req->status != 0) {
-            unlinkat(lp->root_fd, it->path, 0);
-        }
-    }
-
-    /* Directory entries: covered by syncfs above, except for renames and a lone new file. */
-    if (nrenamed > 1) {
-        r = syncfs(lp->root_fd) < 0 ? -errno : 0;
-        fail_all(items, n, r);
-    } else if (nrenamed == 1 || (nfiles == 1 && !dirs_created)) {
-        for (size_t i = 0; i < n; i++) {
-            if (items[i].req->status == 0 && (items[i].via_tmp || nfiles == 1)) {
-                r = fsync_dir_at(lp->root_fd, items[i].shard);
-                if (r < 0)
-                    items[i].req->status = r;
-            }
-        }
-    }
-    free(items);
-}
-
-static void batch_start(struct local *lp);
-
-static void batch_done(uv_work_t *work, int status)
-{
-    struct local *lp = container_of(work, struct local, batch_work);
-    struct backend_req *req = lp->batch, *next;
-
-    lp->batch = NULL;
-    lp->batch_running = false;
-    for (; req; req = next) {
-        next = req->next_;
-        req->next_ = NULL;
-        if (status < 0)
-            req->status = status;
-        backend_complete(req);
-    }
-    batch_start(lp);
-}
-
-static void batch_start(struct local *lp)
-{
-    struct backend_req **tail = &lp->batch;
-    size_t n = 0;
-
-    if (lp->batch_running || !lp->queue_head)
-        return;
-    while (lp->queue_head && n < LOCAL_BATCH_MAX) {
-        struct backend_req *req = lp->queue_head;
-        lp->queue_head = req->next_;
-        req->next_ = NULL;
-        *tail = req;
-        tail = &req->next_;
-        n++;
-    }
-    if (!lp->queue_head)
-        lp->queue_tail = NULL;
-    lp->batch_running = true;
-    struct backend *be = lp->batch->be;
-    int r = uv_queue_work(be->loop, &lp->batch_work, batch_work, batch_done);
-    if (r < 0) {
-        /* Cannot happen with a valid loop; fail the batch rather than lose it. */
-        for (struct backend_req *req = lp->batch; req; req = req->next_)
-            req->status = r;
-        batch_done(&lp->batch_work, r);
-    }
-}
-
-static void on_kick(uv_idle_t *h)
-{
-    struct local *lp = container_of(h, struct local, kick);
-    uv_idle_stop(h);
-    lp->kick_active = false;
-    batch_start(lp);
-}
-
-static int local_put(struct backend *be, struct backend_req *req)
-{
-    struct local *lp = local_of(be);
-
-    if (lp->queue_tail)
-        lp->queue_tail->next_ = req;
-    else
-        lp->queue_head = req;
-    lp->queue_tail = req;
-    if (!lp->batch_running && !lp->kick_active) {
-        lp->kick_active = true;
-        uv_idle_start(&lp->kick, on_kick);
-    }
-    return 0;
-}
-
-/*
- * Reads an object whole (out != NULL) or only its size. 0, BACKEND_E_NOT_FOUND,
- * BACKEND_E_TOO_LARGE, or negative errno.
- */
-static int read_object(struct local *lp, const char *key, size_t max_len, uint8_t **out,
-                       size_t *len, uint64_t *size)
-{
-    char path[BACKEND_MAX_KEY + 8];
-    struct stat st;
-    uint8_t *buf = NULL;
-    size_t got = 0;
-    int fd, r = 0;
-
-    object_path(key, path, sizeof(path));
-    fd = openat(lp->root_fd, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? BACKEND_E_NOT_FOUND : -errno;
-    if (fstat(fd, &st) < 0) {
-        r = -errno;
-        goto out;
-    }
-    if (size)
-        *size = (uint64_t)st.st_size;
-    if (!out)
-        goto out;
-    if ((uint64_t)st.st_size > max_len) {
-        r = BACKEND_E_TOO_LARGE;
-        goto out;
-    }
-    buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
-    if (!buf) {
-        r = -ENOMEM;
-        goto out;
-    }
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            r = -errno;
-            goto out;
-        }
-        if (n == 0)
-            break; /* truncated underneath us: return what is there, the caller verifies */
-        got += (size_t)n;
-    }
-    *out = buf;
-    *len = got;
-    buf = NULL;
-out:
-    free(buf);
-    close(fd);
-    return r;
-}
-
-static int local_read_sync(struct backend *be, const char *key, size_t max_len, uint8_t **out,
-                           size_t *len)
-{
-    return read_object(local_of(be), key, max_len, out, len, NULL);
-}
-
-static int delete_object(struct local *lp, struct backend_req *req)
-{
-    char path[BACKEND_MAX_KEY + 8], shard[BACKEND_MAX_KEY + 8];
-
-    object_path(req->key, path, sizeof(path));
-    if (unlinkat(lp->root_fd, path, 0) < 0)
-        return errno == ENOENT ? BACKEND_E_NOT_FOUND : -errno;
-    shard_dir(path, shard, sizeof(shard));
-    return fsync_dir_at(lp->root_fd, shard);
-}
-
-static int add_key(struct backend_req *req, size_t *cap, const char *dir, const char *name)
-{
-    if (req->nkeys == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 64;
-        char **keys = realloc(req->keys, ncap * sizeof(*keys));
-        if (!keys)
-            return -ENOMEM;
-        req->keys = keys;
-        *cap = ncap;
-    }
-    if (asprintf(&req->keys[req->nkeys], "%s/%s", dir, name) < 0)
-        return -ENOMEM;
-    req->nkeys++;
-    return 0;
-}
-
-/* Lists every key of one top-level directory ("chunks", "manifests"). */
-static int list_objects(struct local *lp, struct backend_req *req)
-{
-    char dir[BACKEND_MAX_KEY];
-    size_t cap = 0;
-    int r = 0;
-
-    snprintf(dir, sizeof(dir), "%.*s", (int)strcspn(req->key, "/"), req->key);
-    int dfd = openat(lp->root_fd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return errno == ENOENT ? 0 : -errno;
-    DIR *top = fdopendir(dfd);
-    if (!top) {
-        close(dfd);
-        return -errno;
-    }
-    for (struct dirent *de; r == 0 && (de = readdir(top));) {
-        if (de->d_name[0] == '.')
-            continue;
-        int sfd = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (sfd < 0)
-            continue;
-        DIR *shard = fdopendir(sfd);
-        if (!shard) {
-            close(sfd);
-            continue;
-        }
-        for (struct dirent *oe; r == 0 && (oe = readdir(shard));) {
-            if (oe->d_name[0] != '.')
-                r = add_key(req, &cap, dir, oe->d_name);
-        }
-        closedir(shard);
-    }
-    closedir(top);
-    return r;
-}
-
-static void job_work(uv_work_t *work)
-{
-    struct local_job *job = container_of(work, struct local_job, work);
-    struct backend_req *req = job->req;
-
-    switch (req->op) {
-    case BACKEND_OP_GET:
-        req->status = read_object(job->lp, req->key, req->max_len, &req->out, &req->out_len, NULL);
-        break;
-    case BACKEND_OP_HEAD:
-        req->status = read_object(job->lp, req->key, 0, NULL, NULL, &req->size);
-        break;
-    case BACKEND_OP_DELETE:
-        req->status = delete_object(job->lp, req);
-        break;
-    case BACKEND_OP_LIST:
-        req->status = list_objects(job->lp, req);
-        break;
-    case BACKEND_OP_PUT:
-        req->status = -EINVAL;
-        break;
-    }
-}
+/* ---- threadpool plumbing ------------------------------------------------------ */
 
 static void job_done(uv_work_t *work, int status)
 {
     struct local_job *job = container_of(work, struct local_job, work);
     struct backend_req *req = job->req;
 
+    req->status = status < 0 ? status : job->status;
     free(job);
-    if (status < 0)
-        req->status = status;
     backend_complete(req);
 }
 
-static int local_job(struct backend *be, struct backend_req *req)
+int local_queue(struct backend *be, struct backend_req *req, uv_work_cb fn)
 {
     struct local_job *job = malloc(sizeof(*job));
     int r;
 
     if (!job)
         return -ENOMEM;
-    job->req = req;
     job->lp = local_of(be);
-    r = uv_queue_work(be->loop, &job->work, job_work, job_done);
+    job->req = req;
+    job->status = 0;
+    r = uv_queue_work(be->loop, &job->work, fn, job_done);
     if (r < 0)
         free(job);
     return r;
 }
 
-/* Removes temporary files a crash left behind; none of them was ever acknowledged. */
-static void clean_tmp(struct local *lp)
-{
-    int dfd = openat(lp->root_fd, LOCAL_TMP_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return;
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        close(dfd);
-        return;
-    }
-    for (struct dirent *de; (de = readdir(d));) {
-        if (de->d_name[0] != '.')
-            unlinkat(dfd, de->d_name, 0);
-    }
-    closedir(d);
-}
+/* ---- reads ------------------------------------------------------------------------ */
 
-static int local_open(struct backend *be, const char *url, const char *data_dir)
+/*
+ * Reads up to `len` bytes at `offset`, stopping early only at the end of
+ * the file. *got is what was read. 0 or -errno.
+ */
+static int pread_full(int fd, uint64_t offset, void *buf, size_t len, size_t *got)
 {
-    struct local *lp = local_of(be);
-    const char *path;
-    int n, r;
+    size_t done = 0;
 
-    if (strcmp(url, "local") == 0 && data_dir)
-        n = snprintf(lp->root, sizeof(lp->root), "%s/objects", data_dir);
-    else if (strncmp(url, "local:", 6) == 0 || strncmp(url, "file://", 7) == 0) {
-        path = url[0] == 'l' ? url + 6 : url + 7;
-        if (path[0] != '/')
-            return -EINVAL;
-        n = snprintf(lp->root, sizeof(lp->root), "%s", path);
-    } else
-        return -EINVAL;
-    if (n < 0 || (size_t)n >= sizeof(lp->root))
-        return -ENAMETOOLONG;
-    r = util_mkdir_p(lp->root, 0755);
-    if (r < 0)
-        return r;
-    lp->root_fd = open(lp->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lp->root_fd < 0)
-        return -errno;
-    if (mkdirat(lp->root_fd, LOCAL_TMP_DIR, 0755) < 0 && errno != EEXIST) {
-        r = -errno;
-        close(lp->root_fd);
-        return r;
+    while (done < len && offset + done <= (uint64_t)INT64_MAX) {
+        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(offset + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            break;
+        done += (size_t)n;
     }
-    clean_tmp(lp);
-    atomic_init(&lp->tmp_seq, 0);
-    lp->be = be;
-    uv_idle_init(be->loop, &lp->kick);
+    *got = done;
     return 0;
 }
 
-static void on_kick_closed(uv_handle_t *h)
+static void get_work(uv_work_t *work)
 {
-    struct local *lp = container_of((uv_idle_t *)h, struct local, kick);
-    backend_release(lp->be);
+    struct local_job *job = container_of(work, struct local_job, work);
+    struct backend_get *get = container_of(job->req, struct backend_get, req);
+    struct local_fd *file;
+    struct stat st;
+    uint64_t size, want;
+    uint8_t *buf;
+    size_t got = 0;
+    int r;
+
+    r = local_fdcache_open(&job->lp->cache, job->lp->root_fd, get->req.key, &file);
+    if (r != 0) {
+        job->status = r;
+        return;
+    }
+    if (fstat(file->fd, &st) < 0) {
+        r = -errno;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        r = BACKEND_E_NOT_FOUND;
+        goto out;
+    }
+    size = (uint64_t)st.st_size;
+    want = get->offset >= size ? 0 : size - get->offset;
+    if (get->length < want)
+        want = get->length;
+    /* Before allocating: the limit is what keeps a huge object from taking the memory. */
+    if (want > get->max_len) {
+        r = BACKEND_E_TOO_LARGE;
+        goto out;
+    }
+    /* Never NULL on success, so an empty result is still a buffer the caller frees. */
+    buf = malloc(want > 0 ? (size_t)want : 1);
+    if (!buf) {
+        r = -ENOMEM;
+        goto out;
+    }
+    /* A file cut short under us gives what is there; the caller checks what it reads. */
+    r = want > 0 ? pread_full(file->fd, get->offset, buf, (size_t)want, &got) : 0;
+    if (r < 0) {
+        free(buf);
+        goto out;
+    }
+    get->out = buf;
+    get->out_len = got;
+out:
+    local_fdcache_release(&job->lp->cache, file);
+    job->status = r;
 }
 
+static int local_get(struct backend *be, struct backend_req *req)
+{
+    return local_queue(be, req, get_work);
+}
+
+static void head_work(uv_work_t *work)
+{
+    struct local_job *job = container_of(work, struct local_job, work);
+    struct backend_head *head = container_of(job->req, struct backend_head, req);
+    struct stat st;
+
+    if (fstatat(job->lp->root_fd, head->req.key, &st, 0) < 0)
+        job->status = errno == ENOENT || errno == ENOTDIR ? BACKEND_E_NOT_FOUND : -errno;
+    else if (!S_ISREG(st.st_mode))
+        job->status = BACKEND_E_NOT_FOUND;
+    else
+        head->size = (uint64_t)st.st_size;
+}
+
+static int local_head(struct backend *be, struct backend_req *req)
+{
+    return local_queue(be, req, head_work);
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const struct backend_entry *)a)->key, ((const struct backend_entry *)b)->key);
+}
+
+/*
+ * Collects the keys after the cursor into `cand` (room for 2 * (want + 1)),
+ * keeping only the smallest want + 1: when the array fills, it is sorted and
+ * cut, so a page costs O(n log want) however large the directory is. The
+ * extra key tells whether another page follows. *n is how many it holds.
+ */
+static int collect_keys(DIR *d, const struct backend_list *list, size_t dir_len, size_t want,
+                        struct backend_entry *cand, size_t *n)
+{
+    size_t cap = 2 * (want + 1), have = 0;
+    struct dirent *de;
+
+    for (;;) {
+        errno = 0;
+        de = readdir(d);
+        if (!de)
+            break;
+        size_t name_len = strlen(de->d_name);
+        if (de->d_name[0] == '.' || de->d_type == DT_DIR || dir_len + name_len >= BACKEND_MAX_KEY)
+            continue;
+        if (have == cap) {
+            qsort(cand, have, sizeof(*cand), cmp_entry);
+            have = want + 1;
+        }
+        struct backend_entry *e = &cand[have];
+        memcpy(e->key, list->req.key, dir_len);
+        memcpy(e->key + dir_len, de->d_name, name_len + 1);
+        /* Names no key could have are not objects (and could not be read back). */
+        if (!backend_key_valid(e->key) || strcmp(e->key, list->cursor) <= 0)
+            continue;
+        e->size = 0;
+        have++;
+    }
+    if (errno != 0)
+        return -errno;
+    qsort(cand, have, sizeof(*cand), cmp_entry);
+    *n = have;
+    return 0;
+}
+
+/* Fills in sizes; entries that vanished meanwhile (a concurrent delete) are left out. */
+static int stat_entries(int dir_fd, size_t dir_len, struct backend_entry *entries, size_t *n)
+{
+    size_t kept = 0;
+    struct stat st;
+
+    for (size_t i = 0; i < *n; i++) {
+        if (fstatat(dir_fd, entries[i].key + dir_len, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno == ENOENT)
+                continue;
+            return -errno;
+        }
+        if (!S_ISREG(st.st_mode))
+            continue;
+        entries[i].size = (uint64_t)st.st_size;
+        if (kept != i)
+            entries[kept] = entries[i];
+        kept++;
+    }
+    *n = kept;
+    return 0;
+}
+
+static int list_page(struct local *lp, struct backend_list *list)
+{
+    size_t want = list->max_keys ? list->max_keys : BACKEND_LIST_PAGE;
+    size_t dir_len = strlen(list->req.key), n = 0;
+    char dir[BACKEND_MAX_KEY];
+    struct backend_entry *cand, *shrunk;
+    DIR *d;
+    int fd, r;
+
+    /* The prefix is "<dir>/" (checked by the front end); the directory is without the slash. */
+    memcpy(dir, list->req.key, dir_len - 1);
+    dir[dir_len - 1] = '\0';
+    fd = openat(lp->root_fd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -errno;
+    }
+    cand = malloc(2 * (want + 1) * sizeof(*cand));
+    if (!cand) {
+        closedir(d);
+        return -ENOMEM;
+    }
+    r = collect_keys(d, list, dir_len, want, cand, &n);
+    if (r == 0 && n > want) {
+        n = want;
+        memcpy(list->next_cursor, cand[want - 1].key, sizeof(list->next_cursor));
+    }
+    if (r == 0)
+        r = stat_entries(dirfd(d), dir_len, cand, &n);
+    closedir(d);
+    if (r < 0 || n == 0) {
+        free(cand);
+        return r;
+    }
+    shrunk = realloc(cand, n * sizeof(*cand));
+    list->entries = shrunk ? shrunk : cand;
+    list->nentries = n;
+    return 0;
+}
+
+static void list_work(uv_work_t *work)
+{
+    struct local_job *job = container_of(work, struct local_job, work);
+    struct backend_list *list = container_of(job->req, struct backend_list, req);
+
+    job->status = list_page(job->lp, list);
+    if (job->status != 0) {
+        list->next_cursor[0] = '\0';
+        backend_list_reset(list);
+    }
+}
+
+static int local_list(struct backend *be, struct backend_req *req)
+{
+    return local_queue(be, req, list_work);
+}
+
+static int local_read_sync(struct backend *be, const char *key, uint64_t offset, void *buf,
+                           size_t len, size_t *got)
+{
+    struct local *lp = local_of(be);
+    struct local_fd *file;
+    int r;
+
+    *got = 0;
+    r = local_fdcache_open(&lp->cache, lp->root_fd, key, &file);
+    if (r != 0)
+        return r;
+    r = pread_full(file->fd, offset, buf, len, got);
+    local_fdcache_release(&lp->cache, file);
+    return r;
+}
+
+/*
+ * The loop thread's read: only through a descriptor that is already cached
+ * (opening one could block on a directory lookup), and with RWF_NOWAIT, so
+ * that data which is not in the page cache makes it give up instead of
+ * waiting for the disk. A short read is followed up, because RWF_NOWAIT may
+ * stop where the cached pages end; only 0 bytes means the end of the file.
+ */
+static int local_try_read(struct backend *be, const char *key, uint64_t offset, void *buf,
+                          size_t len, size_t *got)
+{
+    struct local *lp = local_of(be);
+    struct local_fd *file = local_fdcache_lookup(&lp->cache, key);
+    size_t done = 0;
+    int r = 0;
+
+    *got = 0;
+    if (!file)
+        return -EAGAIN;
+    while (done < len && offset + done <= (uint64_t)INT64_MAX) {
+        struct iovec v = {.iov_base = (char *)buf + done, .iov_len = len - done};
+        ssize_t n = preadv2(file->fd, &v, 1, (off_t)(offset + done), RWF_NOWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            /* EOPNOTSUPP: the file system cannot tell, so the read might block. */
+            r = errno == EAGAIN || errno == EOPNOTSUPP ? -EAGAIN : -errno;
+            break;
+        }
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    local_fdcache_release(&lp->cache, file);
+    if (r == 0)
+        *got = done;
+    return r;
+}
+
+/* ---- opening and closing -------------------------------------------------------- */
+
+static int fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int r;
+
+    if (fd < 0)
+        return -errno;
+    r = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return r;
+}
+
+/* Removes files a crash left in .tmp; none of them was ever acknowledged. */
+static int empty_tmp(struct local *lp)
+{
+    int fd = openat(lp->root_fd, LOCAL_TMP_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d;
+
+    if (fd < 0)
+        return -errno;
+    d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -errno;
+    }
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            unlinkat(fd, de->d_name, 0);
+    }
+    closedir(d);
+    return 0;
+}
+
+/* The root from "local:/abs/path" or "file:///abs/path"; -EINVAL with *msg otherwise. */
+static int parse_root(struct local *lp, const char *url, const char **msg)
+{
+    const char *path = NULL;
+    int n;
+
+    if (strncmp(url, "local:", 6) == 0)
+        path = url + 6;
+    else if (strncmp(url, "file://", 7) == 0)
+        path = url + 7;
+    if (!path || path[0] != '/') {
+        *msg = "the local backend needs an absolute path (local:/PATH or file:///PATH)";
+        return -EINVAL;
+    }
+    n = snprintf(lp->root, sizeof(lp->root), "%s", path);
+    if (n < 0 || (size_t)n >= sizeof(lp->root)) {
+        *msg = "the local backend's path is too long";
+        return -ENAMETOOLONG;
+    }
+    /* Without trailing slashes, the last component is the root's own name. */
+    while (n > 1 && lp->root[n - 1] == '/')
+        lp->root[--n] = '\0';
+    return 0;
+}
+
+/*
+ * Creates the root if needed and makes the entries it holds durable: a
+ * directory made by an earlier run that crashed before syncing it is then
+ * as durable as any, which is what local_dir_ensure() relies on.
+ */
+static int open_root(struct local *lp, const char **msg)
+{
+    char parent[PATH_MAX];
+    bool existed = access(lp->root, F_OK) == 0;
+    int r;
+
+    r = util_mkdir_p(lp->root, 0755);
+    if (r < 0) {
+        *msg = "cannot create the local backend's directory";
+        return r;
+    }
+    lp->root_fd = open(lp->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lp->root_fd < 0) {
+        *msg = "cannot open the local backend's directory";
+        return -errno;
+    }
+    if (!existed) {
+        /* Its own entry: the parent of a root we just made. */
+        snprintf(parent, sizeof(parent), "%s", lp->root);
+        char *slash = strrchr(parent, '/');
+        slash[slash == parent ? 1 : 0] = '\0';
+        r = fsync_path(parent);
+    }
+    if (r == 0 && mkdirat(lp->root_fd, LOCAL_TMP_DIR, 0755) < 0 && errno != EEXIST)
+        r = -errno;
+    if (r == 0)
+        r = empty_tmp(lp);
+    if (r == 0 && fsync(lp->root_fd) < 0)
+        r = -errno;
+    if (r < 0) {
+        *msg = "cannot prepare the local backend's directory";
+        close(lp->root_fd);
+    }
+    return r;
+}
+
+static int local_open(struct backend *be, const char *url, const char **msg)
+{
+    struct local *lp = local_of(be);
+    int r;
+
+    lp->root_fd = -1;
+    r = parse_root(lp, url, msg);
+    if (r == 0)
+        r = open_root(lp, msg);
+    if (r < 0)
+        return r;
+    r = uv_mutex_init(&lp->dir_lock);
+    if (r == 0) {
+        r = local_fdcache_init(&lp->cache);
+        if (r < 0)
+            uv_mutex_destroy(&lp->dir_lock);
+    }
+    if (r < 0) {
+        close(lp->root_fd);
+        return r;
+    }
+    atomic_init(&lp->tmp_seq, 0);
+    return 0;
+}
+
+/* Nothing here is a libuv handle (jobs are requests), so the memory can go at once. */
 static void local_close(struct backend *be)
 {
     struct local *lp = local_of(be);
-    if (lp->root_fd >= 0)
-        close(lp->root_fd);
-    lp->root_fd = -1;
-    uv_close((uv_handle_t *)&lp->kick, on_kick_closed);
+
+    local_fdcache_deinit(&lp->cache);
+    uv_mutex_destroy(&lp->dir_lock);
+    close(lp->root_fd);
+    backend_release(be);
 }
 
 static void local_describe(struct backend *be, char *out, size_t out_len)
@@ -561,15 +473,19 @@ static void local_describe(struct backend *be, char *out, size_t out_len)
 
 const struct backend_ops backend_local_ops = {
     .name = "local",
-    .caps = BACKEND_CAP_LIST | BACKEND_CAP_ATOMIC_PUT | BACKEND_CAP_GROUP_SYNC,
+    .caps = BACKEND_CAP_APPEND | BACKEND_CAP_READ_SYNC | BACKEND_CAP_READ_NOWAIT,
     .priv_size = sizeof(struct local),
     .open = local_open,
     .close = local_close,
     .put = local_put,
-    .get = local_job,
-    .head = local_job,
-    .del = local_job,
-    .list = local_job,
-    .describe = local_describe,
+    .get = local_get,
+    .head = local_head,
+    .del = local_del,
+    .list = local_list,
+    .append = local_append,
+    /* Disk I/O on a worker cannot be interrupted; a timed-out attempt just runs to its end. */
+    .cancel = NULL,
     .read_sync = local_read_sync,
+    .try_read = local_try_read,
+    .describe = local_describe,
 };

@@ -1,976 +1,660 @@
 /*
- * Unit tests for the backend front end (URL dispatch, key validation, request
- * bookkeeping) and the local-directory backend on a real libuv loop in a
- * temporary directory. Every test ends with the backend freed, all handles
- * closed, uv_loop_close() == 0 and the temporary directory removed.
+ * Unit tests for the local-directory backend, through the front end, on a
+ * real libuv loop in a temporary directory; main() also runs the tests of
+ * its readers (test-readers.c) and of the front end (test-frontend.c,
+ * test-retry.c). Every test ends with the backend freed, all
+ * handles closed, uv_loop_close() == 0 and the temporary directory removed.
  */
-#include "storage/backend.h"
-#include "proto/util.h"
+#include "storage/test-storage.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <limits.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
-#include <cmocka.h>
+/* ---- opening ------------------------------------------------------------------- */
 
-/* ---- environment: temp dir, loop, backend ------------------------------- */
-
-struct env {
-    char dir[PATH_MAX - 64]; /* mkdtemp result, removed at the end */
-    char root[PATH_MAX];     /* the backend's root below dir */
-    char url[PATH_MAX + 64];
-    uv_loop_t loop;
-    struct backend *be;
-};
-
-static void env_init(struct env *e)
+static void test_local_open(void **state)
 {
-    const char *tmp = getenv("TMPDIR");
-
-    memset(e, 0, sizeof(*e));
-    if (!tmp || !*tmp)
-        tmp = "/tmp";
-    assert_true(snprintf(e->dir, sizeof(e->dir), "%s/cairn-test-storage-XXXXXX", tmp) <
-                (int)sizeof(e->dir));
-    assert_non_null(mkdtemp(e->dir));
-    /* Two levels that do not exist yet: the backend creates the whole path. */
-    snprintf(e->root, sizeof(e->root), "%s/data/root", e->dir);
-    snprintf(e->url, sizeof(e->url), "local:%s", e->root);
-    assert_int_equal(uv_loop_init(&e->loop), 0);
-}
-
-static void env_open(struct env *e)
-{
-    const char *msg = "sentinel";
-
-    assert_int_equal(backend_new(&e->be, &e->loop, e->url, NULL, &msg), 0);
-    assert_null(msg);
-    assert_non_null(e->be);
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
-static void env_finish(struct env *e)
-{
-    if (e->be) {
-        assert_int_equal(e->be->inflight, 0);
-        e->be = backend_free(e->be);
-    }
-    assert_int_equal(uv_run(&e->loop, UV_RUN_NOWAIT), 0);
-    assert_int_equal(uv_loop_close(&e->loop), 0);
-    assert_int_equal(nftw(e->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
-}
-
-/* ---- requests ------------------------------------------------------------ */
-
-/* Shared by the requests of one test: counts callbacks and their order. */
-struct tally {
-    int completed;
-    unsigned iteration; /* loop iterations so far, from a prepare handle */
-};
-
-struct op {
-    struct backend_req req;
-    struct tally *tally;
-    int calls;
-    int order;          /* completion position */
-    unsigned iteration; /* loop iteration of the callback */
-};
-
-static void op_cb(struct backend_req *req)
-{
-    struct op *op = container_of(req, struct op, req);
-
-    assert_ptr_equal(req->userdata, op->tally);
-    op->calls++;
-    op->order = op->tally->completed++;
-    op->iteration = op->tally->iteration;
-}
-
-static void op_prepare(struct op *op, struct tally *tally, const char *key)
-{
-    memset(op, 0, sizeof(*op));
-    op->tally = tally;
-    op->order = -1;
-    op->req.cb = op_cb;
-    op->req.userdata = tally;
-    assert_true(strlen(key) < sizeof(op->req.key));
-    strcpy(op->req.key, key);
-}
-
-static int op_start(struct env *e, struct op *op, enum backend_op kind)
-{
-    return backend_start(e->be, &op->req, kind);
-}
-
-/* Runs one request to completion and returns its status. */
-static int run_op(struct env *e, struct op *op, enum backend_op kind)
-{
-    assert_int_equal(op_start(e, op, kind), 0);
-    assert_int_equal(uv_run(&e->loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(op->calls, 1);
-    return op->req.status;
-}
-
-static int do_put(struct env *e, const char *key, const void *data, size_t len)
-{
-    struct tally t = {0};
-    struct op op;
-
-    op_prepare(&op, &t, key);
-    op.req.data = data;
-    op.req.len = len;
-    return run_op(e, &op, BACKEND_OP_PUT);
-}
-
-/* A get whose result (out/out_len) the caller frees with backend_req_reset(). */
-static int do_get(struct env *e, struct op *op, struct tally *t, const char *key, size_t max_len)
-{
-    op_prepare(op, t, key);
-    op->req.max_len = max_len;
-    return run_op(e, op, BACKEND_OP_GET);
-}
-
-static int do_simple(struct env *e, const char *key, enum backend_op kind, uint64_t *size)
-{
-    struct tally t = {0};
-    struct op op;
-
-    op_prepare(&op, &t, key);
-    op.req.size = UINT64_MAX;
-    int r = run_op(e, &op, kind);
-    if (size)
-        *size = op.req.size;
-    assert_null(op.req.out);
-    assert_null(op.req.keys);
-    return r;
-}
-
-/* Counts loop iterations; unreferenced so it never keeps the loop alive. */
-static void on_prepare(uv_prepare_t *h)
-{
-    struct tally *t = h->data;
-    t->iteration++;
-}
-
-static void start_iteration_counter(struct env *e, uv_prepare_t *h, struct tally *t)
-{
-    assert_int_equal(uv_prepare_init(&e->loop, h), 0);
-    h->data = t;
-    assert_int_equal(uv_prepare_start(h, on_prepare), 0);
-    uv_unref((uv_handle_t *)h);
-}
-
-static void stop_iteration_counter(struct env *e, uv_prepare_t *h)
-{
-    uv_close((uv_handle_t *)h, NULL);
-    assert_int_equal(uv_run(&e->loop, UV_RUN_DEFAULT), 0);
-}
-
-/* ---- filesystem helpers ------------------------------------------------- */
-
-static void object_file(const struct env *e, const char *key, char *out, size_t out_len)
-{
-    const char *slash = strchr(key, '/');
-    snprintf(out, out_len, "%s/%.*s/%.2s/%s", e->root, (int)(slash - key), key, slash + 1,
-             slash + 1);
-}
-
-/* Reads a whole file; returns its length or -1 when it does not exist. */
-static ssize_t read_file(const char *path, uint8_t **data)
-{
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-    *data = NULL;
-    if (fd < 0)
-        return -1;
-    assert_int_equal(fstat(fd, &st), 0);
-    *data = malloc((size_t)st.st_size + 1);
-    assert_non_null(*data);
-    assert_int_equal(read(fd, *data, (size_t)st.st_size + 1), st.st_size);
-    close(fd);
-    return st.st_size;
-}
-
-static void write_file(const char *path, const char *content)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
-    close(fd);
-}
-
-/* Number of directory entries other than "." and "..", or -1. */
-static int count_entries(const char *path)
-{
-    DIR *d = opendir(path);
-    int n = 0;
-
-    if (!d)
-        return -1;
-    for (struct dirent *de; (de = readdir(d));) {
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            n++;
-    }
-    closedir(d);
-    return n;
-}
-
-static bool is_dir(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Deterministic test data. */
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
-}
-
-/* "chunks/" + 64 hex digits; keys with i % 5 == 0 share the shard "ab". */
-static void make_key(char *key, size_t len, unsigned i)
-{
-    static const char digits[] = "0123456789abcdef";
-    int n = snprintf(key, len, "chunks/");
-    for (int d = 0; d < 64; d++)
-        key[n + d] = digits[rng_next() % 16];
-    key[n + 64] = '\0';
-    if (i % 5 == 0) {
-        key[n] = 'a';
-        key[n + 1] = 'b';
-    }
-}
-
-/* ---- opening ------------------------------------------------------------ */
-
-static void test_open_local_path(void **state)
-{
-    struct env e;
+    struct test_env e;
     char path[PATH_MAX + 32], desc[PATH_MAX + 32];
 
-    env_init(&e);
-    env_open(&e);
+    test_env_init(&e);
+    test_env_open(&e);
     assert_ptr_equal(e.be->ops, &backend_local_ops);
     assert_string_equal(e.be->ops->name, "local");
     assert_ptr_equal(e.be->loop, &e.loop);
-    assert_true(e.be->ops->caps & BACKEND_CAP_LIST);
-    assert_true(e.be->ops->caps & BACKEND_CAP_ATOMIC_PUT);
-    assert_true(e.be->ops->caps & BACKEND_CAP_GROUP_SYNC);
+    assert_int_equal(e.be->ops->caps,
+                     BACKEND_CAP_APPEND | BACKEND_CAP_READ_SYNC | BACKEND_CAP_READ_NOWAIT);
+    assert_true(backend_has(e.be, BACKEND_CAP_APPEND | BACKEND_CAP_READ_NOWAIT));
+    assert_int_equal(e.be->retry.attempts, BACKEND_DEFAULT_ATTEMPTS);
+    assert_int_equal(e.be->retry.backoff_ms, BACKEND_DEFAULT_BACKOFF_MS);
+    assert_int_equal(e.be->retry.backoff_max_ms, BACKEND_DEFAULT_BACKOFF_MAX_MS);
+    assert_int_equal(e.be->retry.timeout_ms, 0);
     assert_int_equal(e.be->inflight, 0);
-    assert_true(is_dir(e.root));
+    assert_true(test_is_dir(e.root));
     snprintf(path, sizeof(path), "%s/.tmp", e.root);
-    assert_true(is_dir(path));
+    assert_true(test_is_dir(path));
     e.be->ops->describe(e.be, desc, sizeof(desc));
     assert_string_equal(desc, e.url);
-    env_finish(&e);
+    test_env_finish(&e);
 }
 
-static void test_open_file_url(void **state)
+static void test_local_file_url(void **state)
 {
-    struct env e;
-    char path[PATH_MAX + 32];
-
-    env_init(&e);
-    snprintf(e.url, sizeof(e.url), "file://%s", e.root);
-    env_open(&e);
-    assert_ptr_equal(e.be->ops, &backend_local_ops);
-    assert_int_equal(do_put(&e, "chunks/abcd", "hello", 5), 0);
-    snprintf(path, sizeof(path), "%s/chunks/ab/abcd", e.root);
+    struct test_env e;
+    char path[PATH_MAX + 32], desc[PATH_MAX + 32];
     uint8_t *data;
-    assert_int_equal(read_file(path, &data), 5);
+
+    test_env_init(&e);
+    /* A trailing slash names the same directory. */
+    snprintf(e.url, sizeof(e.url), "file://%s/", e.root);
+    test_env_open(&e);
+    assert_ptr_equal(e.be->ops, &backend_local_ops);
+    e.be->ops->describe(e.be, desc, sizeof(desc));
+    snprintf(path, sizeof(path), "local:%s", e.root);
+    assert_string_equal(desc, path);
+    assert_int_equal(test_do_put(&e, "chunks/abcd", "hello", 5, 0), 0);
+    /* Flat layout: ROOT/dir/name, no shard directories. */
+    snprintf(path, sizeof(path), "%s/chunks/abcd", e.root);
+    assert_int_equal(test_read_file(path, &data), 5);
     assert_memory_equal(data, "hello", 5);
     free(data);
-    env_finish(&e);
+    snprintf(path, sizeof(path), "%s/chunks", e.root);
+    assert_int_equal(test_count_entries(path), 1);
+    test_env_finish(&e);
 }
 
-static void test_open_data_dir(void **state)
-{
-    struct env e;
-    const char *msg = "sentinel";
-    char path[PATH_MAX + 64];
-    uint8_t *data;
-
-    env_init(&e);
-    assert_int_equal(backend_new(&e.be, &e.loop, "local", e.dir, &msg), 0);
-    assert_null(msg);
-    snprintf(path, sizeof(path), "%s/objects/.tmp", e.dir);
-    assert_true(is_dir(path));
-    assert_int_equal(do_put(&e, "chunks/abcdef", "0123456789", 10), 0);
-    snprintf(path, sizeof(path), "%s/objects/chunks/ab/abcdef", e.dir);
-    assert_int_equal(read_file(path, &data), 10);
-    assert_memory_equal(data, "0123456789", 10);
-    free(data);
-    env_finish(&e);
-}
-
-static void test_open_errors(void **state)
+static void test_local_open_errors(void **state)
 {
     static const char *const unknown[] = {"s4://bucket/x", "",        "http://example.com/",
                                           "localx:/tmp/x", ":/tmp/x", "LOCAL:/tmp/x"};
-    static const char *const bad_local[] = {"local:rel", "local:", "local:./x", "file://rel",
-                                            "file:/abs", "file:",  "file:/",    "file://"};
-    struct env e;
+    /* "local" alone is resolved by the daemon to a path before it gets here. */
+    static const char *const bad_local[] = {"local",      "local:rel", "local:",  "local:./x",
+                                            "file://rel", "file:/abs", "file:",   "file:/",
+                                            "file://",    "local:~/x", "file:rel"};
+    struct test_env e;
     struct backend *be = (struct backend *)&e; /* must stay untouched */
     const char *msg;
     char cwd[PATH_MAX], path[PATH_MAX + 32];
+    static char long_url[BACKEND_MAX_URL + 16];
 
-    env_init(&e);
+    test_env_init(&e);
     /* Relative paths would resolve here: make sure nothing gets created. */
     assert_non_null(getcwd(cwd, sizeof(cwd)));
     assert_int_equal(chdir(e.dir), 0);
 
     for (size_t i = 0; i < ARRAY_SIZE(unknown); i++) {
         msg = NULL;
-        assert_int_equal(backend_new(&be, &e.loop, unknown[i], e.dir, &msg), -EINVAL);
+        assert_int_equal(backend_new(&be, &e.loop, unknown[i], &msg), -EINVAL);
         assert_non_null(msg);
         assert_true(strlen(msg) > 0);
         assert_ptr_equal(be, (struct backend *)&e);
     }
     for (size_t i = 0; i < ARRAY_SIZE(bad_local); i++) {
         msg = NULL;
-        int r = backend_new(&be, &e.loop, bad_local[i], e.dir, &msg);
+        int r = backend_new(&be, &e.loop, bad_local[i], &msg);
         if (r != -EINVAL)
             fail_msg("%s: got %d, want -EINVAL", bad_local[i], r);
         assert_non_null(msg);
         assert_ptr_equal(be, (struct backend *)&e);
     }
 
-    /* "local" needs the daemon's data directory. */
+    /* A URL longer than BACKEND_MAX_URL. */
+    memset(long_url, 'a', sizeof(long_url) - 1);
+    memcpy(long_url, "local:/", 7);
     msg = NULL;
-    assert_int_equal(backend_new(&be, &e.loop, "local", NULL, &msg), -EINVAL);
+    assert_int_equal(backend_new(&be, &e.loop, long_url, &msg), -EINVAL);
     assert_non_null(msg);
 
     /* A root that is a regular file. */
     snprintf(path, sizeof(path), "%s/plain", e.dir);
-    write_file(path, "x");
+    test_write_file(path, "x", 1);
     snprintf(e.url, sizeof(e.url), "local:%s", path);
     msg = NULL;
-    assert_true(backend_new(&be, &e.loop, e.url, NULL, &msg) < 0);
+    assert_true(backend_new(&be, &e.loop, e.url, &msg) < 0);
     assert_non_null(msg);
     assert_ptr_equal(be, (struct backend *)&e);
 
     /* Nothing but the file we made appeared in the working directory. */
-    assert_int_equal(count_entries(e.dir), 1);
+    assert_int_equal(test_count_entries(e.dir), 1);
     assert_int_equal(chdir(cwd), 0);
-    env_finish(&e);
+    test_env_finish(&e);
 }
 
-static void test_stale_tmp_removed(void **state)
+static void test_local_tmp_emptied(void **state)
 {
-    struct env e;
+    struct test_env e;
     char path[PATH_MAX + 32];
+    uint64_t size = 0;
 
-    env_init(&e);
+    test_env_init(&e);
     snprintf(path, sizeof(path), "%s/data", e.dir);
     assert_int_equal(mkdir(path, 0755), 0);
     assert_int_equal(mkdir(e.root, 0755), 0);
     snprintf(path, sizeof(path), "%s/.tmp", e.root);
     assert_int_equal(mkdir(path, 0755), 0);
     snprintf(path, sizeof(path), "%s/.tmp/1234.0", e.root);
-    write_file(path, "half-written object");
+    test_write_file(path, "half-written object", 19);
     snprintf(path, sizeof(path), "%s/.tmp/1234.1", e.root);
-    write_file(path, "");
-    snprintf(path, sizeof(path), "%s/.tmp/99999.18446744073709551615", e.root);
-    write_file(path, "another");
+    test_write_file(path, "", 0);
+    snprintf(path, sizeof(path), "%s/.tmp/.hidden", e.root);
+    test_write_file(path, "another", 7);
     /* An acknowledged object must survive the cleanup. */
     snprintf(path, sizeof(path), "%s/chunks", e.root);
     assert_int_equal(mkdir(path, 0755), 0);
-    snprintf(path, sizeof(path), "%s/chunks/ab", e.root);
-    assert_int_equal(mkdir(path, 0755), 0);
-    snprintf(path, sizeof(path), "%s/chunks/ab/abba", e.root);
-    write_file(path, "kept");
+    snprintf(path, sizeof(path), "%s/chunks/abba", e.root);
+    test_write_file(path, "kept", 4);
 
     snprintf(path, sizeof(path), "%s/.tmp", e.root);
-    assert_int_equal(count_entries(path), 3);
-    env_open(&e);
-    assert_int_equal(count_entries(path), 0);
-
-    uint64_t size = 0;
-    assert_int_equal(do_simple(&e, "chunks/abba", BACKEND_OP_HEAD, &size), 0);
+    assert_int_equal(test_count_entries(path), 3);
+    test_env_open(&e);
+    assert_int_equal(test_count_entries(path), 0);
+    assert_int_equal(test_do_head(&e, "chunks/abba", &size), 0);
     assert_int_equal(size, 4);
-    env_finish(&e);
+    test_env_finish(&e);
 }
 
-/* ---- keys --------------------------------------------------------------- */
+/* ---- puts and gets ------------------------------------------------------------- */
 
-static void test_key_valid(void **state)
+static void test_local_put_get_ranges(void **state)
 {
-    char longest[BACKEND_MAX_KEY], too_long[BACKEND_MAX_KEY + 1];
-    static const char *const good[] = {
-        "chunks/ab",
-        "chunks/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-        "manifests/00",
-        "a/bc",
-        "x-y_z.w/ab.c-d_e",
-        "chunks/a.",
-        "chunks/a..",
-    };
-    static const char *const bad[] = {
-        "",
-        "noslash",
-        "a/b/c",
-        "../x",
-        "A/BC",
-        "chunks/.",
-        "chunks/..",
-        "chunks/.ab",
-        "chunks/a",
-        "/abc",
-        "/",
-        "chunks/",
-        "chunks/AB",
-        "Chunks/ab",
-        "chunks/a b",
-        "chunks/ab\n",
-        "chunks/ab/",
-        "chunks//ab",
-        "chunks/a\\b",
-        "chunks/\xc3\xa9t",
-        "chunks/ab:c",
-        "chunks/ab*",
-        /* The directory part must not leave the root either. */
-        "../xy",
-        "./ab",
-        "../../etc/passwd",
-        "..",
-        ".hidden/ab",
-    };
-
-    for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
-        if (!backend_key_valid(good[i]))
-            fail_msg("\"%s\" rejected", good[i]);
-    }
-    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-        if (backend_key_valid(bad[i]))
-            fail_msg("\"%s\" accepted", bad[i]);
-    }
-
-    /* The length limit: BACKEND_MAX_KEY - 1 characters fit the request. */
-    memset(longest, 'a', sizeof(longest));
-    memcpy(longest, "chunks/", 7);
-    longest[sizeof(longest) - 1] = '\0';
-    assert_true(backend_key_valid(longest));
-    memset(too_long, 'a', sizeof(too_long));
-    memcpy(too_long, "chunks/", 7);
-    too_long[sizeof(too_long) - 1] = '\0';
-    assert_false(backend_key_valid(too_long));
-}
-
-static void test_invalid_key_no_callback(void **state)
-{
-    static const char *const bad[] = {"",         "noslash", "a/b/c", "../x",    "A/BC",
-                                      "chunks/.", "../xy",   "./ab",  "chunks/a"};
-    static const enum backend_op kinds[] = {BACKEND_OP_PUT, BACKEND_OP_GET, BACKEND_OP_HEAD,
-                                            BACKEND_OP_DELETE};
-    static struct op ops[ARRAY_SIZE(bad)][ARRAY_SIZE(kinds)];
-    struct env e;
-    struct tally t = {0};
-    char path[PATH_MAX + 32];
-    int started = 0;
-
-    env_init(&e);
-    env_open(&e);
-    for (size_t k = 0; k < ARRAY_SIZE(bad); k++) {
-        for (size_t o = 0; o < ARRAY_SIZE(kinds); o++) {
-            struct op *op = &ops[k][o];
-            op_prepare(op, &t, bad[k]);
-            op->req.data = "data";
-            op->req.len = 4;
-            op->req.max_len = 100;
-            int r = op_start(&e, op, kinds[o]);
-            if (r == 0) {
-                print_error("op %d on \"%s\" was started\n", (int)kinds[o], bad[k]);
-                started++;
-            } else {
-                assert_int_equal(r, -EINVAL);
-            }
-        }
-    }
-    /*
-     * Run the loop before judging, so that a request started by mistake has
-     * finished and a failure here does not leave work behind for later tests.
-     */
-    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(started, 0);
-    assert_int_equal(t.completed, 0);
-    for (size_t k = 0; k < ARRAY_SIZE(bad); k++) {
-        for (size_t o = 0; o < ARRAY_SIZE(kinds); o++)
-            assert_int_equal(ops[k][o].calls, 0);
-    }
-    assert_int_equal(e.be->inflight, 0);
-    assert_int_equal(e.be->stats.puts + e.be->stats.gets + e.be->stats.heads + e.be->stats.deletes +
-                         e.be->stats.failures,
-                     0);
-    /* Only the tmp directory exists under the root, and nothing beside it. */
-    assert_int_equal(count_entries(e.root), 1);
-    snprintf(path, sizeof(path), "%s/data", e.dir);
-    assert_int_equal(count_entries(path), 1);
-    assert_int_equal(count_entries(e.dir), 1);
-    env_finish(&e);
-}
-
-/* ---- puts and gets ------------------------------------------------------ */
-
-#define NPUTS 50
-
-static void test_concurrent_puts_then_get(void **state)
-{
-    struct env e;
-    struct tally t = {0};
-    uv_prepare_t counter;
-    static struct op put_ops[NPUTS], gets[NPUTS], heads[NPUTS];
-    static char keys[NPUTS][BACKEND_MAX_KEY];
-    static uint8_t *data[NPUTS];
-    static size_t lens[NPUTS];
-    uint64_t total = 0;
-    char path[PATH_MAX + 32];
-
-    env_init(&e);
-    env_open(&e);
-    start_iteration_counter(&e, &counter, &t);
-
-    rng_state = 42;
-    for (unsigned i = 0; i < NPUTS; i++) {
-        make_key(keys[i], sizeof(keys[i]), i);
-        lens[i] = i == 0 ? 0 : (size_t)(rng_next() % 20000);
-        data[i] = malloc(lens[i] + 1);
-        assert_non_null(data[i]);
-        for (size_t b = 0; b < lens[i]; b++)
-            data[i][b] = (uint8_t)rng_next();
-        total += lens[i];
-    }
-
-    /* All puts are queued before the loop runs: they must share batches. */
-    for (unsigned i = 0; i < NPUTS; i++) {
-        op_prepare(&put_ops[i], &t, keys[i]);
-        put_ops[i].req.data = data[i];
-        put_ops[i].req.len = lens[i];
-        assert_int_equal(op_start(&e, &put_ops[i], BACKEND_OP_PUT), 0);
-    }
-    assert_int_equal(e.be->inflight, NPUTS);
-    assert_int_equal(t.completed, 0); /* never synchronously */
-    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(t.completed, NPUTS);
-    for (unsigned i = 0; i < NPUTS; i++) {
-        assert_int_equal(put_ops[i].calls, 1);
-        assert_int_equal(put_ops[i].req.status, 0);
-        /* Completed in submission order... */
-        assert_int_equal(put_ops[i].order, (int)i);
-        /* ...and everything queued behind the first put went out as one batch. */
-        if (i > 1)
-            assert_int_equal(put_ops[i].iteration, put_ops[1].iteration);
-    }
-    assert_int_equal(e.be->inflight, 0);
-    assert_int_equal(e.be->stats.puts, NPUTS);
-    assert_int_equal(e.be->stats.bytes_written, total);
-    assert_int_equal(e.be->stats.failures, 0);
-
-    /* On disk: root/chunks/<first two>/<name>, byte-exact; no temp files left. */
-    for (unsigned i = 0; i < NPUTS; i++) {
-        uint8_t *file;
-        object_file(&e, keys[i], path, sizeof(path));
-        assert_int_equal(read_file(path, &file), (ssize_t)lens[i]);
-        if (lens[i])
-            assert_memory_equal(file, data[i], lens[i]);
-        free(file);
-    }
-    snprintf(path, sizeof(path), "%s/.tmp", e.root);
-    assert_int_equal(count_entries(path), 0);
-
-    /* Gets and heads, all concurrent. */
-    t.completed = 0;
-    for (unsigned i = 0; i < NPUTS; i++) {
-        op_prepare(&gets[i], &t, keys[i]);
-        gets[i].req.max_len = lens[i];
-        assert_int_equal(op_start(&e, &gets[i], BACKEND_OP_GET), 0);
-        op_prepare(&heads[i], &t, keys[i]);
-        assert_int_equal(op_start(&e, &heads[i], BACKEND_OP_HEAD), 0);
-    }
-    assert_int_equal(e.be->inflight, 2 * NPUTS);
-    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(t.completed, 2 * NPUTS);
-    for (unsigned i = 0; i < NPUTS; i++) {
-        assert_int_equal(gets[i].calls, 1);
-        assert_int_equal(gets[i].req.status, 0);
-        assert_non_null(gets[i].req.out);
-        assert_int_equal(gets[i].req.out_len, lens[i]);
-        if (lens[i])
-            assert_memory_equal(gets[i].req.out, data[i], lens[i]);
-        backend_req_reset(&gets[i].req);
-        assert_null(gets[i].req.out);
-        assert_int_equal(gets[i].req.out_len, 0);
-        assert_int_equal(heads[i].calls, 1);
-        assert_int_equal(heads[i].req.status, 0);
-        assert_int_equal(heads[i].req.size, lens[i]);
-        assert_null(heads[i].req.out);
-    }
-    assert_int_equal(e.be->stats.gets, NPUTS);
-    assert_int_equal(e.be->stats.heads, NPUTS);
-    assert_int_equal(e.be->stats.bytes_read, total);
-
-    for (unsigned i = 0; i < NPUTS; i++)
-        free(data[i]);
-    stop_iteration_counter(&e, &counter);
-    env_finish(&e);
-}
-
-/* More puts than one batch takes: all of them still complete, in order. */
-static void test_many_puts(void **state)
-{
-    enum { N = 300 };
-    struct env e;
-    struct tally t = {0};
-    static struct op put_ops[N];
-    char key[BACKEND_MAX_KEY], path[PATH_MAX + 32];
-
-    env_init(&e);
-    env_open(&e);
-    for (unsigned i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "chunks/%02x%05u", i % 7, i);
-        op_prepare(&put_ops[i], &t, key);
-        /* The data is the key itself, which lives as long as the request. */
-        put_ops[i].req.data = put_ops[i].req.key;
-        put_ops[i].req.len = strlen(key);
-        assert_int_equal(op_start(&e, &put_ops[i], BACKEND_OP_PUT), 0);
-    }
-    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(t.completed, N);
-    for (unsigned i = 0; i < N; i++) {
-        assert_int_equal(put_ops[i].calls, 1);
-        assert_int_equal(put_ops[i].req.status, 0);
-        assert_int_equal(put_ops[i].order, (int)i);
-    }
-    for (unsigned i = 0; i < N; i += 37) {
-        uint8_t *file;
-        object_file(&e, put_ops[i].req.key, path, sizeof(path));
-        assert_int_equal(read_file(path, &file), (ssize_t)strlen(put_ops[i].req.key));
-        assert_memory_equal(file, put_ops[i].req.key, strlen(put_ops[i].req.key));
-        free(file);
-    }
-    snprintf(path, sizeof(path), "%s/chunks", e.root);
-    assert_int_equal(count_entries(path), 7);
-    env_finish(&e);
-}
-
-/* A callback that starts the next put: the batch machinery is re-entered. */
-struct chain {
-    struct backend_req req;
-    struct env *env;
-    int done;
-    int failed;
-    char payload[32];
-};
-
-static void chain_cb(struct backend_req *req)
-{
-    struct chain *c = container_of(req, struct chain, req);
-
-    if (req->status != 0)
-        c->failed++;
-    c->done++;
-    if (c->done < 10) {
-        snprintf(c->req.key, sizeof(c->req.key), "chunks/ch%02d", c->done);
-        snprintf(c->payload, sizeof(c->payload), "link %d", c->done);
-        c->req.data = c->payload;
-        c->req.len = strlen(c->payload);
-        if (backend_put(c->env->be, &c->req) != 0)
-            c->failed++;
-    }
-}
-
-static void test_put_from_callback(void **state)
-{
-    struct env e;
-    struct chain c;
-    struct tally t = {0};
-    struct op get;
-
-    env_init(&e);
-    env_open(&e);
-    memset(&c, 0, sizeof(c));
-    c.env = &e;
-    c.req.cb = chain_cb;
-    strcpy(c.req.key, "chunks/ch00");
-    strcpy(c.payload, "link 0");
-    c.req.data = c.payload;
-    c.req.len = strlen(c.payload);
-    assert_int_equal(backend_put(e.be, &c.req), 0);
-    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(c.done, 10);
-    assert_int_equal(c.failed, 0);
-    assert_int_equal(e.be->stats.puts, 10);
-
-    assert_int_equal(do_get(&e, &get, &t, "chunks/ch07", 100), 0);
-    assert_int_equal(get.req.out_len, 6);
-    assert_memory_equal(get.req.out, "link 7", 6);
-    backend_req_reset(&get.req);
-    env_finish(&e);
-}
-
-static void test_overwrite(void **state)
-{
-    struct env e;
-    struct tally t = {0};
-    struct op a, b, get;
-
-    env_init(&e);
-    env_open(&e);
-    assert_int_equal(do_put(&e, "manifests/m1", "first version", 13), 0);
-    assert_int_equal(do_put(&e, "manifests/m1", "second", 6), 0);
-    assert_int_equal(do_get(&e, &get, &t, "manifests/m1", 100), 0);
-    assert_int_equal(get.req.out_len, 6);
-    assert_memory_equal(get.req.out, "second", 6);
-    backend_req_reset(&get.req);
-
-    /* Two puts of one key in flight at once: the later one wins. */
-    op_prepare(&a, &t, "manifests/m2");
-    a.req.data = "from a";
-    a.req.len = 6;
-    op_prepare(&b, &t, "manifests/m2");
-    b.req.data = "from b, longer";
-    b.req.len = 14;
-    assert_int_equal(op_start(&e, &a, BACKEND_OP_PUT), 0);
-    assert_int_equal(op_start(&e, &b, BACKEND_OP_PUT), 0);
-    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(a.req.status, 0);
-    assert_int_equal(b.req.status, 0);
-    assert_true(a.order < b.order);
-    assert_int_equal(do_get(&e, &get, &t, "manifests/m2", 100), 0);
-    assert_int_equal(get.req.out_len, 14);
-    assert_memory_equal(get.req.out, "from b, longer", 14);
-    backend_req_reset(&get.req);
-    env_finish(&e);
-}
-
-static void test_get_missing(void **state)
-{
-    struct env e;
-    struct tally t = {0};
-    struct op get;
-    uint64_t size = 7;
-
-    env_init(&e);
-    env_open(&e);
-    assert_int_equal(do_get(&e, &get, &t, "chunks/abcdef", SIZE_MAX), BACKEND_E_NOT_FOUND);
-    assert_null(get.req.out);
-    assert_int_equal(get.req.out_len, 0);
-    assert_int_equal(do_simple(&e, "chunks/abcdef", BACKEND_OP_HEAD, &size), BACKEND_E_NOT_FOUND);
-    assert_int_equal(do_simple(&e, "chunks/abcdef", BACKEND_OP_DELETE, NULL), BACKEND_E_NOT_FOUND);
-
-    /* The shard exists but not the object. */
-    assert_int_equal(do_put(&e, "chunks/ab0000", "x", 1), 0);
-    assert_int_equal(do_get(&e, &get, &t, "chunks/ab0001", SIZE_MAX), BACKEND_E_NOT_FOUND);
-    assert_int_equal(do_get(&e, &get, &t, "manifests/ab0000", SIZE_MAX), BACKEND_E_NOT_FOUND);
-    /* An expected outcome, not a backend failure. */
-    assert_int_equal(e.be->stats.failures, 0);
-    env_finish(&e);
-}
-
-static void test_get_too_large(void **state)
-{
-    struct env e;
-    struct tally t = {0};
-    struct op get;
-    uint8_t blob[1000];
-
-    env_init(&e);
-    env_open(&e);
-    memset(blob, 0x5a, sizeof(blob));
-    assert_int_equal(do_put(&e, "chunks/big1", blob, sizeof(blob)), 0);
-    assert_int_equal(do_put(&e, "chunks/empty", "", 0), 0);
-
-    assert_int_equal(do_get(&e, &get, &t, "chunks/big1", sizeof(blob) - 1), BACKEND_E_TOO_LARGE);
-    assert_null(get.req.out);
-    assert_int_equal(get.req.out_len, 0);
-    assert_int_equal(do_get(&e, &get, &t, "chunks/big1", 0), BACKEND_E_TOO_LARGE);
-    assert_null(get.req.out);
-    assert_int_equal(do_get(&e, &get, &t, "chunks/big1", sizeof(blob)), 0);
-    assert_int_equal(get.req.out_len, sizeof(blob));
-    assert_memory_equal(get.req.out, blob, sizeof(blob));
-    backend_req_reset(&get.req);
-
-    /* The empty object fits max_len 0 and still comes back as a buffer. */
-    assert_int_equal(do_get(&e, &get, &t, "chunks/empty", 0), 0);
-    assert_int_equal(get.req.out_len, 0);
-    assert_non_null(get.req.out);
-    backend_req_reset(&get.req);
-
-    assert_int_equal(e.be->stats.failures, 0);
-    env_finish(&e);
-}
-
-static void test_delete(void **state)
-{
-    struct env e;
-    struct tally t = {0};
-    struct op get, list;
+    enum { LEN = 10000 };
+    struct test_env e;
+    struct backend_put put = {0};
+    struct backend_get get;
+    struct test_done done;
+    static uint8_t data[LEN];
+    struct iovec iov[4];
     char path[PATH_MAX + 32];
     uint8_t *file;
 
-    env_init(&e);
-    env_open(&e);
-    assert_int_equal(do_put(&e, "chunks/dead01", "doomed", 6), 0);
-    assert_int_equal(do_put(&e, "chunks/dead02", "stays", 5), 0);
-    object_file(&e, "chunks/dead01", path, sizeof(path));
-    assert_int_equal(read_file(path, &file), 6);
+    test_env_init(&e);
+    test_env_open(&e);
+    test_fill(data, LEN, 1);
+    /* Several pieces, one of them empty: the object is their concatenation. */
+    iov[0] = (struct iovec){.iov_base = data, .iov_len = 1000};
+    iov[1] = (struct iovec){.iov_base = NULL, .iov_len = 0};
+    iov[2] = (struct iovec){.iov_base = data + 1000, .iov_len = 4000};
+    iov[3] = (struct iovec){.iov_base = data + 5000, .iov_len = LEN - 5000};
+    test_req_init(&put.req, &done, "packs/p1");
+    put.iov = iov;
+    put.iovcnt = 4;
+    assert_int_equal(test_start_put(e.be, &put), 0);
+    assert_int_equal(e.be->inflight, 1);
+    test_wait(&e, &done);
+    assert_int_equal(done.status, 0);
+    assert_int_equal(e.be->inflight, 0);
+    assert_int_equal(e.be->stats.puts, 1);
+    assert_int_equal(e.be->stats.bytes_written, LEN);
+    snprintf(path, sizeof(path), "%s/packs/p1", e.root);
+    assert_int_equal(test_read_file(path, &file), LEN);
+    assert_memory_equal(file, data, LEN);
     free(file);
+    snprintf(path, sizeof(path), "%s/.tmp", e.root);
+    assert_int_equal(test_count_entries(path), 0);
 
-    assert_int_equal(do_simple(&e, "chunks/dead01", BACKEND_OP_DELETE, NULL), 0);
-    assert_int_equal(read_file(path, &file), -1);
-    assert_int_equal(do_get(&e, &get, &t, "chunks/dead01", 100), BACKEND_E_NOT_FOUND);
-    assert_int_equal(do_simple(&e, "chunks/dead01", BACKEND_OP_HEAD, NULL), BACKEND_E_NOT_FOUND);
-    assert_int_equal(do_simple(&e, "chunks/dead01", BACKEND_OP_DELETE, NULL), BACKEND_E_NOT_FOUND);
+    /* The whole object. */
+    assert_int_equal(test_do_get(&e, &get, "packs/p1", 0, BACKEND_TO_END, LEN), 0);
+    assert_int_equal(get.out_len, LEN);
+    assert_memory_equal(get.out, data, LEN);
+    backend_get_reset(&get);
+    assert_null(get.out);
+    assert_int_equal(get.out_len, 0);
 
-    /* The neighbour in the same shard is untouched. */
-    assert_int_equal(do_get(&e, &get, &t, "chunks/dead02", 100), 0);
-    assert_int_equal(get.req.out_len, 5);
-    assert_memory_equal(get.req.out, "stays", 5);
-    backend_req_reset(&get.req);
+    /* Ranges: inside, to the end, running past the end, at and past the end, empty. */
+    assert_int_equal(test_do_get(&e, &get, "packs/p1", 1234, 100, 100), 0);
+    assert_int_equal(get.out_len, 100);
+    assert_memory_equal(get.out, data + 1234, 100);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_get(&e, &get, "packs/p1", 9000, BACKEND_TO_END, SIZE_MAX), 0);
+    assert_int_equal(get.out_len, 1000);
+    assert_memory_equal(get.out, data + 9000, 1000);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_get(&e, &get, "packs/p1", 9990, 500, 500), 0);
+    assert_int_equal(get.out_len, 10);
+    assert_memory_equal(get.out, data + 9990, 10);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_get(&e, &get, "packs/p1", LEN, 10, 10), 0);
+    assert_int_equal(get.out_len, 0);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_get(&e, &get, "packs/p1", UINT64_MAX - 1, 1, 1), 0);
+    assert_int_equal(get.out_len, 0);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_get(&e, &get, "packs/p1", 5, 0, 0), 0);
+    assert_int_equal(get.out_len, 0);
+    backend_get_reset(&get);
 
-    op_prepare(&list, &t, "chunks/");
-    assert_int_equal(run_op(&e, &list, BACKEND_OP_LIST), 0);
-    assert_int_equal(list.req.nkeys, 1);
-    assert_string_equal(list.req.keys[0], "chunks/dead02");
-    backend_req_reset(&list.req);
-
-    /* A deleted key can be written again. */
-    assert_int_equal(do_put(&e, "chunks/dead01", "back", 4), 0);
-    assert_int_equal(do_get(&e, &get, &t, "chunks/dead01", 100), 0);
-    assert_memory_equal(get.req.out, "back", 4);
-    backend_req_reset(&get.req);
-    assert_int_equal(e.be->stats.deletes, 2);
-    env_finish(&e);
+    /* Missing objects, in a directory that exists and in one that does not. */
+    assert_int_equal(test_do_get(&e, &get, "packs/p2", 0, BACKEND_TO_END, SIZE_MAX),
+                     BACKEND_E_NOT_FOUND);
+    assert_int_equal(test_do_get(&e, &get, "nodir/p1", 0, BACKEND_TO_END, SIZE_MAX),
+                     BACKEND_E_NOT_FOUND);
+    assert_int_equal(e.be->stats.gets, 9);
+    assert_int_equal(e.be->stats.bytes_read, LEN + 100 + 1000 + 10);
+    /* Expected outcomes are not failures. */
+    assert_int_equal(e.be->stats.failures, 0);
+    test_env_finish(&e);
 }
 
-static void test_list(void **state)
+static void test_local_get_too_large(void **state)
 {
-    enum { NCHUNKS = 30 };
-    struct env e;
-    struct tally t = {0};
-    struct op list;
-    static char keys[NCHUNKS][BACKEND_MAX_KEY];
-    char *sorted[NCHUNKS];
+    struct test_env e;
+    struct backend_get get;
+    uint8_t blob[1000];
 
-    env_init(&e);
-    env_open(&e);
+    test_env_init(&e);
+    test_env_open(&e);
+    test_fill(blob, sizeof(blob), 2);
+    assert_int_equal(test_do_put(&e, "chunks/big1", blob, sizeof(blob), 0), 0);
+    assert_int_equal(test_do_put(&e, "chunks/empty", "", 0, 0), 0);
+
+    assert_int_equal(test_do_get(&e, &get, "chunks/big1", 0, BACKEND_TO_END, sizeof(blob) - 1),
+                     BACKEND_E_TOO_LARGE);
+    assert_int_equal(test_do_get(&e, &get, "chunks/big1", 0, BACKEND_TO_END, 0),
+                     BACKEND_E_TOO_LARGE);
+    assert_int_equal(test_do_get(&e, &get, "chunks/big1", 100, 501, 500), BACKEND_E_TOO_LARGE);
+    /* The limit applies to the range returned, not to the object. */
+    assert_int_equal(test_do_get(&e, &get, "chunks/big1", 100, 500, 500), 0);
+    assert_int_equal(get.out_len, 500);
+    assert_memory_equal(get.out, blob + 100, 500);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_get(&e, &get, "chunks/big1", 900, BACKEND_TO_END, 100), 0);
+    assert_int_equal(get.out_len, 100);
+    backend_get_reset(&get);
+    /* A range that the end of the object cuts to within the limit. */
+    assert_int_equal(test_do_get(&e, &get, "chunks/big1", 950, 1000, 50), 0);
+    assert_int_equal(get.out_len, 50);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_get(&e, &get, "chunks/big1", 0, BACKEND_TO_END, sizeof(blob)), 0);
+    assert_int_equal(get.out_len, sizeof(blob));
+    assert_memory_equal(get.out, blob, sizeof(blob));
+    backend_get_reset(&get);
+    /* The empty object fits max_len 0 and still comes back as a buffer. */
+    assert_int_equal(test_do_get(&e, &get, "chunks/empty", 0, BACKEND_TO_END, 0), 0);
+    assert_int_equal(get.out_len, 0);
+    backend_get_reset(&get);
+    assert_int_equal(e.be->stats.failures, 0);
+    test_env_finish(&e);
+}
+
+static void test_local_put_replace_and_create(void **state)
+{
+    enum { N = 8 };
+    struct test_env e;
+    struct backend_get get;
+    static struct backend_put puts[N];
+    static struct test_done done[N];
+    static char payload[N][16];
+    static struct iovec iov[N];
+    char path[PATH_MAX + 32];
+    int won = -1, exists = 0;
+
+    test_env_init(&e);
+    test_env_open(&e);
+    assert_int_equal(test_do_put(&e, "manifests/m1", "first version", 13, 0), 0);
+    assert_int_equal(test_do_put(&e, "manifests/m1", "second", 6, 0), 0);
+    assert_int_equal(test_do_get(&e, &get, "manifests/m1", 0, BACKEND_TO_END, 100), 0);
+    assert_int_equal(get.out_len, 6);
+    assert_memory_equal(get.out, "second", 6);
+    backend_get_reset(&get);
+
+    /* Create-only: refused over an existing object, which stays as it was. */
+    assert_int_equal(test_do_put(&e, "manifests/m1", "third", 5, BACKEND_PUT_CREATE),
+                     BACKEND_E_EXISTS);
+    assert_int_equal(test_do_get(&e, &get, "manifests/m1", 0, BACKEND_TO_END, 100), 0);
+    assert_int_equal(get.out_len, 6);
+    assert_memory_equal(get.out, "second", 6);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_put(&e, "manifests/m2", "new", 3, BACKEND_PUT_CREATE), 0);
+    assert_int_equal(e.be->stats.failures, 0);
+
+    /* Racing creates of one key: exactly one wins, and its bytes are the object. */
+    for (int i = 0; i < N; i++) {
+        snprintf(payload[i], sizeof(payload[i]), "writer %d", i);
+        iov[i] = (struct iovec){.iov_base = payload[i], .iov_len = strlen(payload[i])};
+        memset(&puts[i], 0, sizeof(puts[i]));
+        test_req_init(&puts[i].req, &done[i], "manifests/race");
+        puts[i].iov = &iov[i];
+        puts[i].iovcnt = 1;
+        puts[i].flags = BACKEND_PUT_CREATE;
+        assert_int_equal(test_start_put(e.be, &puts[i]), 0);
+    }
+    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(done[i].calls, 1);
+        if (done[i].status == 0) {
+            assert_int_equal(won, -1);
+            won = i;
+        } else {
+            assert_int_equal(done[i].status, BACKEND_E_EXISTS);
+            exists++;
+        }
+    }
+    assert_true(won >= 0);
+    assert_int_equal(exists, N - 1);
+    assert_int_equal(test_do_get(&e, &get, "manifests/race", 0, BACKEND_TO_END, 100), 0);
+    assert_int_equal(get.out_len, strlen(payload[won]));
+    assert_memory_equal(get.out, payload[won], get.out_len);
+    backend_get_reset(&get);
+    /* The losers' temporary files are gone. */
+    snprintf(path, sizeof(path), "%s/.tmp", e.root);
+    assert_int_equal(test_count_entries(path), 0);
+    test_env_finish(&e);
+}
+
+static void test_local_head_delete(void **state)
+{
+    struct test_env e;
+    struct backend_get get;
+    char path[PATH_MAX + 32];
+    uint64_t size = 0;
+
+    test_env_init(&e);
+    test_env_open(&e);
+    assert_int_equal(test_do_put(&e, "chunks/dead01", "doomed", 6, 0), 0);
+    assert_int_equal(test_do_put(&e, "chunks/dead02", "stays", 5, 0), 0);
+    assert_int_equal(test_do_put(&e, "chunks/empty", "", 0, 0), 0);
+    assert_int_equal(test_do_head(&e, "chunks/dead01", &size), 0);
+    assert_int_equal(size, 6);
+    assert_int_equal(test_do_head(&e, "chunks/empty", &size), 0);
+    assert_int_equal(size, 0);
+    assert_int_equal(test_do_head(&e, "chunks/nothere", NULL), BACKEND_E_NOT_FOUND);
+    assert_int_equal(test_do_head(&e, "nodir/nothere", NULL), BACKEND_E_NOT_FOUND);
+
+    assert_int_equal(test_do_del(&e, "chunks/dead01"), 0);
+    snprintf(path, sizeof(path), "%s/chunks/dead01", e.root);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(test_do_get(&e, &get, "chunks/dead01", 0, BACKEND_TO_END, 100),
+                     BACKEND_E_NOT_FOUND);
+    assert_int_equal(test_do_head(&e, "chunks/dead01", NULL), BACKEND_E_NOT_FOUND);
+    assert_int_equal(test_do_del(&e, "chunks/dead01"), BACKEND_E_NOT_FOUND);
+    assert_int_equal(test_do_del(&e, "nodir/dead01"), BACKEND_E_NOT_FOUND);
+
+    /* The neighbour is untouched, and a deleted key can be written again. */
+    assert_int_equal(test_do_get(&e, &get, "chunks/dead02", 0, BACKEND_TO_END, 100), 0);
+    assert_memory_equal(get.out, "stays", 5);
+    backend_get_reset(&get);
+    assert_int_equal(test_do_put(&e, "chunks/dead01", "back", 4, BACKEND_PUT_CREATE), 0);
+    assert_int_equal(test_do_head(&e, "chunks/dead01", &size), 0);
+    assert_int_equal(size, 4);
+    assert_int_equal(e.be->stats.deletes, 3);
+    assert_int_equal(e.be->stats.heads, 6);
+    assert_int_equal(e.be->stats.failures, 0);
+    test_env_finish(&e);
+}
+
+/* ---- lists -------------------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void test_local_list_paging(void **state)
+{
+    /* Chosen so that byte order differs from a locale's and from length order. */
+    static const char *const names[] = {"zz", "a-1", "a.1", "a0",  "a_1", "b", "ab", "a00",
+                                        "9z", "a-",  "m1",  "m10", "m2",  "x", "y.z"};
+    enum { N = ARRAY_SIZE(names) };
+    struct test_env e;
+    struct backend_list list;
+    char key[BACKEND_MAX_KEY], path[PATH_MAX + 64], cursor[BACKEND_MAX_KEY] = "";
+    const char *sorted[N];
+    size_t seen = 0, pages = 0;
+
+    test_env_init(&e);
+    test_env_open(&e);
 
     /* Before anything is stored the directory does not even exist. */
-    op_prepare(&list, &t, "chunks/");
-    assert_int_equal(run_op(&e, &list, BACKEND_OP_LIST), 0);
-    assert_int_equal(list.req.nkeys, 0);
-    backend_req_reset(&list.req);
+    assert_int_equal(test_do_list(&e, &list, "packs/", "", 0), 0);
+    assert_int_equal(list.nentries, 0);
+    assert_null(list.entries);
+    assert_string_equal(list.next_cursor, "");
 
-    rng_state = 7;
-    for (unsigned i = 0; i < NCHUNKS; i++) {
-        make_key(keys[i], sizeof(keys[i]), i);
-        assert_int_equal(do_put(&e, keys[i], keys[i], strlen(keys[i])), 0);
-        sorted[i] = keys[i];
+    for (size_t i = 0; i < N; i++) {
+        char data[32];
+        /* Too short for a key: never stored (one is written below, behind our back). */
+        if (strlen(names[i]) < 2) {
+            sorted[i] = NULL;
+            continue;
+        }
+        snprintf(key, sizeof(key), "packs/%s", names[i]);
+        memset(data, 'd', sizeof(data));
+        assert_int_equal(test_do_put(&e, key, data, i + 1, 0), 0);
+        sorted[i] = names[i];
     }
-    assert_int_equal(do_put(&e, "manifests/m000001", "m1", 2), 0);
-    assert_int_equal(do_put(&e, "manifests/m000002", "m2", 2), 0);
-    assert_int_equal(do_put(&e, "other/zz", "z", 1), 0);
-    qsort(sorted, NCHUNKS, sizeof(sorted[0]), cmp_str);
+    /* Files that are not objects: hidden, not a valid key, a directory, too short. */
+    snprintf(path, sizeof(path), "%s/packs/.hidden", e.root);
+    test_write_file(path, "h", 1);
+    snprintf(path, sizeof(path), "%s/packs/UPPER", e.root);
+    test_write_file(path, "u", 1);
+    snprintf(path, sizeof(path), "%s/packs/b", e.root);
+    test_write_file(path, "b", 1);
+    snprintf(path, sizeof(path), "%s/packs/subdir", e.root);
+    assert_int_equal(mkdir(path, 0755), 0);
+    /* Keys of another directory. */
+    assert_int_equal(test_do_put(&e, "other/a0", "o", 1, 0), 0);
 
-    op_prepare(&list, &t, "chunks/");
-    assert_int_equal(run_op(&e, &list, BACKEND_OP_LIST), 0);
-    assert_int_equal(list.req.nkeys, NCHUNKS);
-    qsort(list.req.keys, list.req.nkeys, sizeof(list.req.keys[0]), cmp_str);
-    for (unsigned i = 0; i < NCHUNKS; i++)
-        assert_string_equal(list.req.keys[i], sorted[i]);
-    backend_req_reset(&list.req);
-    assert_null(list.req.keys);
-    assert_int_equal(list.req.nkeys, 0);
+    size_t nkeys = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (sorted[i])
+            sorted[nkeys++] = sorted[i];
+    }
+    qsort(sorted, nkeys, sizeof(sorted[0]), cmp_str);
+    assert_string_equal(sorted[0], "9z");
+    assert_string_equal(sorted[1], "a-");
+    assert_string_equal(sorted[2], "a-1");
+    assert_string_equal(sorted[3], "a.1");
 
-    op_prepare(&list, &t, "manifests/");
-    assert_int_equal(run_op(&e, &list, BACKEND_OP_LIST), 0);
-    assert_int_equal(list.req.nkeys, 2);
-    qsort(list.req.keys, list.req.nkeys, sizeof(list.req.keys[0]), cmp_str);
-    assert_string_equal(list.req.keys[0], "manifests/m000001");
-    assert_string_equal(list.req.keys[1], "manifests/m000002");
-    backend_req_reset(&list.req);
+    /* Pages of 4: sorted, each after the cursor, sizes as written, "" after the last. */
+    for (;;) {
+        assert_int_equal(test_do_list(&e, &list, "packs/", cursor, 4), 0);
+        pages++;
+        assert_true(list.nentries <= 4);
+        for (size_t i = 0; i < list.nentries; i++, seen++) {
+            assert_true(seen < nkeys);
+            snprintf(key, sizeof(key), "packs/%s", sorted[seen]);
+            assert_string_equal(list.entries[i].key, key);
+            for (size_t k = 0; k < N; k++) {
+                if (strcmp(names[k], sorted[seen]) == 0)
+                    assert_int_equal(list.entries[i].size, k + 1);
+            }
+        }
+        if (!list.next_cursor[0]) {
+            backend_list_reset(&list);
+            break;
+        }
+        assert_int_equal(list.nentries, 4);
+        assert_string_equal(list.next_cursor, list.entries[3].key);
+        strcpy(cursor, list.next_cursor);
+        backend_list_reset(&list);
+        /* Reset keeps the cursor for the next page. */
+        assert_string_equal(list.next_cursor, cursor);
+    }
+    assert_int_equal(seen, nkeys);
+    assert_int_equal(pages, (nkeys + 3) / 4);
 
-    op_prepare(&list, &t, "nothing/");
-    assert_int_equal(run_op(&e, &list, BACKEND_OP_LIST), 0);
-    assert_int_equal(list.req.nkeys, 0);
-    assert_null(list.req.keys);
-    backend_req_reset(&list.req);
+    /* A cursor that is not a key: everything after it in byte order. */
+    assert_int_equal(test_do_list(&e, &list, "packs/", "packs/m", 100), 0);
+    assert_int_equal(list.nentries, 5);
+    assert_string_equal(list.entries[0].key, "packs/m1");
+    assert_string_equal(list.entries[4].key, "packs/zz");
+    assert_string_equal(list.next_cursor, "");
+    backend_list_reset(&list);
+    /* A cursor at the last key: an empty last page. */
+    assert_int_equal(test_do_list(&e, &list, "packs/", "packs/zz", 100), 0);
+    assert_int_equal(list.nentries, 0);
+    assert_string_equal(list.next_cursor, "");
+    backend_list_reset(&list);
+    /* Exactly as many keys as fit: no further page. */
+    assert_int_equal(test_do_list(&e, &list, "packs/", "", nkeys), 0);
+    assert_int_equal(list.nentries, nkeys);
+    assert_string_equal(list.next_cursor, "");
+    backend_list_reset(&list);
 
-    /* Every listed key is a valid key that reads back. */
-    op_prepare(&list, &t, "chunks/");
-    assert_int_equal(run_op(&e, &list, BACKEND_OP_LIST), 0);
-    for (size_t i = 0; i < list.req.nkeys; i++)
-        assert_true(backend_key_valid(list.req.keys[i]));
-    backend_req_reset(&list.req);
-
-    assert_int_equal(e.be->stats.lists, 5);
-    env_finish(&e);
+    assert_int_equal(test_do_list(&e, &list, "other/", "", 0), 0);
+    assert_int_equal(list.nentries, 1);
+    assert_string_equal(list.entries[0].key, "other/a0");
+    backend_list_reset(&list);
+    assert_int_equal(e.be->stats.failures, 0);
+    test_env_finish(&e);
 }
 
-/* Objects are durable files: a new backend on the same root finds them. */
-static void test_reopen(void **state)
+/* More keys than a default page: written directly, since only the listing is tested. */
+static void test_local_list_default_page(void **state)
 {
-    struct env e;
-    struct tally t = {0};
-    struct op get;
+    enum { N = BACKEND_LIST_PAGE + 5 };
+    struct test_env e;
+    struct backend_list list;
+    char path[PATH_MAX + 64], key[BACKEND_MAX_KEY];
 
-    env_init(&e);
-    env_open(&e);
-    assert_int_equal(do_put(&e, "chunks/persist", "still here", 10), 0);
+    test_env_init(&e);
+    test_env_open(&e);
+    snprintf(path, sizeof(path), "%s/chunks", e.root);
+    assert_int_equal(mkdir(path, 0755), 0);
+    /* Written in descending order, so that directory order is not already sorted. */
+    for (int i = N - 1; i >= 0; i--) {
+        snprintf(path, sizeof(path), "%s/chunks/c%05d", e.root, i);
+        test_write_file(path, "0123456789", (size_t)(i % 11));
+    }
+    assert_int_equal(test_do_list(&e, &list, "chunks/", "", 0), 0);
+    assert_int_equal(list.nentries, BACKEND_LIST_PAGE);
+    for (int i = 0; i < BACKEND_LIST_PAGE; i++) {
+        snprintf(key, sizeof(key), "chunks/c%05d", i);
+        assert_string_equal(list.entries[i].key, key);
+        assert_int_equal(list.entries[i].size, (uint64_t)(i % 11));
+    }
+    assert_string_equal(list.next_cursor, "chunks/c00999");
+    strcpy(key, list.next_cursor);
+    backend_list_reset(&list);
+    assert_int_equal(test_do_list(&e, &list, "chunks/", key, 0), 0);
+    assert_int_equal(list.nentries, 5);
+    assert_string_equal(list.entries[0].key, "chunks/c01000");
+    assert_string_equal(list.entries[4].key, "chunks/c01004");
+    assert_string_equal(list.next_cursor, "");
+    backend_list_reset(&list);
+    test_env_finish(&e);
+}
+
+/* ---- appends -------------------------------------------------------------------- */
+
+static void expect_object(struct test_env *e, const char *key, const void *data, size_t len)
+{
+    struct backend_get get;
+    char path[PATH_MAX + 64];
+    struct stat st;
+
+    assert_int_equal(test_do_get(e, &get, key, 0, BACKEND_TO_END, SIZE_MAX), 0);
+    assert_int_equal(get.out_len, len);
+    if (len)
+        assert_memory_equal(get.out, data, len);
+    backend_get_reset(&get);
+    snprintf(path, sizeof(path), "%s/%s", e->root, key);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, len);
+}
+
+static void test_local_append(void **state)
+{
+    struct test_env e;
+    struct backend_append app = {0};
+    struct test_done done;
+    struct iovec iov[2];
+    char path[PATH_MAX + 32];
+
+    test_env_init(&e);
+    test_env_open(&e);
+
+    /* Offset 0 creates the object (and its directory), from several pieces. */
+    iov[0] = (struct iovec){.iov_base = "head", .iov_len = 4};
+    iov[1] = (struct iovec){.iov_base = "er-", .iov_len = 3};
+    test_req_init(&app.req, &done, "packs/0001");
+    app.iov = iov;
+    app.iovcnt = 2;
+    assert_int_equal(test_start_append(e.be, &app), 0);
+    test_wait(&e, &done);
+    assert_int_equal(done.status, 0);
+    snprintf(path, sizeof(path), "%s/packs", e.root);
+    assert_true(test_is_dir(path));
+    expect_object(&e, "packs/0001", "header-", 7);
+
+    /* Creating it again is refused and changes nothing. */
+    assert_int_equal(test_do_append(&e, "packs/0001", 0, "XX", 2), BACKEND_E_EXISTS);
+    expect_object(&e, "packs/0001", "header-", 7);
+    /* Past the end would leave a hole: refused. */
+    assert_int_equal(test_do_append(&e, "packs/0001", 8, "XX", 2), -EINVAL);
+    expect_object(&e, "packs/0001", "header-", 7);
+    /* At the end it extends. */
+    assert_int_equal(test_do_append(&e, "packs/0001", 7, "record1", 7), 0);
+    expect_object(&e, "packs/0001", "header-record1", 14);
+    /* Before the end it overwrites and cuts off the (torn) tail. */
+    assert_int_equal(test_do_append(&e, "packs/0001", 7, "rec", 3), 0);
+    expect_object(&e, "packs/0001", "header-rec", 10);
+    assert_int_equal(test_do_append(&e, "packs/0001", 10, "ord2", 4), 0);
+    expect_object(&e, "packs/0001", "header-record2", 14);
+    /* An empty append at an offset cuts the object there. */
+    assert_int_equal(test_do_append(&e, "packs/0001", 6, NULL, 0), 0);
+    expect_object(&e, "packs/0001", "header", 6);
+    /* Extending needs an object. */
+    assert_int_equal(test_do_append(&e, "packs/0002", 3, "abc", 3), BACKEND_E_NOT_FOUND);
+    snprintf(path, sizeof(path), "%s/packs/0002", e.root);
+    assert_int_equal(access(path, F_OK), -1);
+    /* An empty object made by an append at 0. */
+    assert_int_equal(test_do_append(&e, "packs/0003", 0, NULL, 0), 0);
+    expect_object(&e, "packs/0003", "", 0);
+
+    assert_int_equal(e.be->stats.appends, 9);
+    assert_int_equal(e.be->stats.bytes_written, 7 + 7 + 3 + 4);
+    /* -EINVAL is the caller's mistake but still a failed operation. */
+    assert_int_equal(e.be->stats.failures, 1);
+    test_env_finish(&e);
+}
+
+/* ---- reopening ------------------------------------------------------------------ */
+
+static void test_local_reopen(void **state)
+{
+    struct test_env e;
+    struct backend_get get;
+
+    test_env_init(&e);
+    test_env_open(&e);
+    assert_int_equal(test_do_put(&e, "chunks/persist", "still here", 10, 0), 0);
+    assert_int_equal(test_do_append(&e, "packs/0001", 0, "appended", 8), 0);
     e.be = backend_free(e.be);
     assert_null(e.be);
-    env_open(&e);
-    assert_int_equal(do_get(&e, &get, &t, "chunks/persist", 10), 0);
-    assert_int_equal(get.req.out_len, 10);
-    assert_memory_equal(get.req.out, "still here", 10);
-    backend_req_reset(&get.req);
-    env_finish(&e);
+    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
+    test_env_open(&e);
+    assert_int_equal(test_do_get(&e, &get, "chunks/persist", 0, BACKEND_TO_END, 10), 0);
+    assert_int_equal(get.out_len, 10);
+    assert_memory_equal(get.out, "still here", 10);
+    backend_get_reset(&get);
+    expect_object(&e, "packs/0001", "appended", 8);
+    test_env_finish(&e);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_local_path),
-        cmocka_unit_test(test_open_file_url),
-        cmocka_unit_test(test_open_data_dir),
-        cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_stale_tmp_removed),
-        cmocka_unit_test(test_key_valid),
-        cmocka_unit_test(test_invalid_key_no_callback),
-        cmocka_unit_test(test_concurrent_puts_then_get),
-        cmocka_unit_test(test_many_puts),
-        cmocka_unit_test(test_put_from_callback),
-        cmocka_unit_test(test_overwrite),
-        cmocka_unit_test(test_get_missing),
-        cmocka_unit_test(test_get_too_large),
-        cmocka_unit_test(test_delete),
-        cmocka_unit_test(test_list),
-        cmocka_unit_test(test_reopen),
+        cmocka_unit_test(test_local_open),
+        cmocka_unit_test(test_local_file_url),
+        cmocka_unit_test(test_local_open_errors),
+        cmocka_unit_test(test_local_tmp_emptied),
+        cmocka_unit_test(test_local_put_get_ranges),
+        cmocka_unit_test(test_local_get_too_large),
+        cmocka_unit_test(test_local_put_replace_and_create),
+        cmocka_unit_test(test_local_head_delete),
+        cmocka_unit_test(test_local_list_paging),
+        cmocka_unit_test(test_local_list_default_page),
+        cmocka_unit_test(test_local_append),
+        cmocka_unit_test(test_local_reopen),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("local backend", tests, NULL, NULL);
+
+    return failed + test_readers_run() + test_frontend_run() + test_retry_run();
 }

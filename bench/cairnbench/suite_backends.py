@@ -191,8 +191,9 @@ def _report(ctx, result, rows, rss, lists):
                       report.fmt_ratio(report.ratio(st["mean"], b["mean"])) if b else "n/a")
     lt = result.table("list", ["objects", "tool", "runs", "mean ms", "median ms",
                                "tool ÷ cairn (mean time)"],
-                      "The backend lists a sharded tree (dir/xx/name) and returns keys; "
-                      "raw reads one flat directory and keeps the names; ls prints them.")
+                      "The backend lists one directory and returns a sorted page of keys "
+                      "with their sizes (a stat per key); raw reads the directory and keeps "
+                      "the names; ls prints them.")
     small = sizes[0]
     for n in (50, 1000):
         key = "list_%d" % n

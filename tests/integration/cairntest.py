@@ -580,8 +580,9 @@ class Daemon:
     asserts exit status 0) and removes its temp dir."""
 
     def __init__(self, testcase=None, base=None, socket_path=None, data_dir=None,
-                 args=(), env=None):
+                 args=(), env=None, cwd=None):
         self.testcase = testcase
+        self.cwd = cwd  # the daemon's working directory (a relative data_dir is below it)
         self.base = base or make_tempdir(testcase)
         self.socket_path = socket_path or os.path.join(self.base, "run", "cairnd.sock")
         self.data_dir = data_dir or os.path.join(self.base, "data")
@@ -610,7 +611,7 @@ class Daemon:
             log.write(b"=== start %d: %s\n" % (self.starts, " ".join(self.command()).encode()))
             log.flush()
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=self.env())
+                                         stderr=subprocess.STDOUT, env=self.env(), cwd=self.cwd)
         _LIVE.add(self.proc)
         self.starts += 1
         if wait:

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """A 1 GiB document goes through the CLI and the daemon byte for byte while
 neither holds it in memory (peak RSS under 100 MiB each), and a small get is
-served while a 1 GiB add stream is still in flight.
+served while a 1 GiB add stream is still in flight. The daemon's cache of
+decoded chunks is configured memory on top of a fixed working set: it is set
+to 32M here, so the limit checks that working set (the README says cairnd
+peaks at about cache_size plus 50 MiB).
 
 CAIRN_SANITIZED=1 skips only the RSS assertions (ASan inflates RSS); the
 round trips run regardless. CAIRN_BIGFILE_MIB changes the size for local
@@ -25,7 +28,10 @@ class BigFile(unittest.TestCase):
     def setUpClass(cls):
         cls.base = ct.make_tempdir()
         cls.addClassCleanup(shutil.rmtree, cls.base, True)
-        cls.d = ct.Daemon(None, base=cls.base)
+        conf = os.path.join(cls.base, "cairnd.conf")
+        with open(conf, "w") as f:
+            f.write("[store]\ncache_size = 32M\n")
+        cls.d = ct.Daemon(None, base=cls.base, args=["--config", conf])
         cls.addClassCleanup(cls.d.cleanup)
         cls.d.start()
         src = os.path.join(cls.base, "big.in")

@@ -1,0 +1,398 @@
+/*
+ * Reading records back: the bytes of a chunk or a manifest segment, by id,
+ * wherever its pack is. Worker threads locate the record in the database,
+ * read it with one positioned read (one ranged GET on a remote backend),
+ * open and check it, and leave what they decoded in the cache, where the
+ * loop thread finds hot chunks without any job at all.
+ *
+ * Backends that cannot read from a worker thread (remote ones) are reached
+ * through the bridge: the worker hands the read to the loop and waits.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/cache.h"
+#include "daemon/log.h"
+#include "daemon/packer.h"
+#include "daemon/record.h"
+#include "daemon/store-int.h"
+#include "proto/util.h"
+#include "storage/backend.h"
+
+/* Chunks up to this size are checked on the loop thread when served from the cache. */
+#define STORE_LOOP_CHECK_MAX (64u * 1024)
+
+/* ---- the bridge: blocking reads for workers through the loop ---- */
+
+struct store_bridge_req {
+    struct backend_get get;
+    void *buf;
+    size_t len, got;
+    int status;
+    bool done;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct store_bridge_req *next;
+};
+
+static void bridge_done(struct backend_req *req)
+{
+    struct store_bridge_req *br = container_of(req, struct store_bridge_req, get.req);
+
+    br->status = req->status;
+    if (req->status == 0) {
+        br->got = br->get.out_len < br->len ? br->get.out_len : br->len;
+        memcpy(br->buf, br->get.out, br->got);
+    }
+    backend_get_reset(&br->get);
+    pthread_mutex_lock(&br->lock);
+    br->done = true;
+    pthread_cond_signal(&br->cond);
+    pthread_mutex_unlock(&br->lock);
+}
+
+static void on_bridge(uv_async_t *h)
+{
+    struct store *st = container_of(h, struct store, bridge_async);
+    struct store_bridge_req *q;
+
+    pthread_mutex_lock(&st->bridge_lock);
+    q = st->bridge_queue;
+    st->bridge_queue = NULL;
+    pthread_mutex_unlock(&st->bridge_lock);
+    while (q) {
+        struct store_bridge_req *br = q;
+        q = q->next;
+        int r = backend_get(st->be, &br->get);
+        if (r < 0) {
+            br->get.req.status = r;
+            bridge_done(&br->get.req);
+        }
+    }
+}
+
+int store_bridge_init(struct store *st)
+{
+    int r = uv_async_init(st->loop, &st->bridge_async, on_bridge);
+    if (r == 0) {
+        pthread_mutex_init(&st->bridge_lock, NULL);
+        st->bridge_open = true;
+        /* Only the jobs that use it keep the loop running, not the handle itself. */
+        uv_unref((uv_handle_t *)&st->bridge_async);
+    }
+    return r;
+}
+
+bool store_bridge_close(struct store *st, uv_close_cb closed)
+{
+    if (!st->bridge_open)
+        return false;
+    st->bridge_open = false;
+    pthread_mutex_destroy(&st->bridge_lock);
+    uv_close((uv_handle_t *)&st->bridge_async, closed);
+    return true;
+}
+
+static int bridge_read(struct store *st, const char *key, uint64_t off, void *buf, size_t len,
+                       size_t *got)
+{
+    struct store_bridge_req br = {.buf = buf, .len = len};
+
+    snprintf(br.get.req.key, sizeof(br.get.req.key), "%s", key);
+    br.get.req.cb = bridge_done;
+    br.get.offset = off;
+    br.get.length = len;
+    br.get.max_len = len;
+    pthread_mutex_init(&br.lock, NULL);
+    pthread_cond_init(&br.cond, NULL);
+    pthread_mutex_lock(&st->bridge_lock);
+    br.next = st->bridge_queue;
+    st->bridge_queue = &br;
+    pthread_mutex_unlock(&st->bridge_lock);
+    uv_async_send(&st->bridge_async);
+    pthread_mutex_lock(&br.lock);
+    while (!br.done)
+        pthread_cond_wait(&br.cond, &br.lock);
+    pthread_mutex_unlock(&br.lock);
+    pthread_cond_destroy(&br.cond);
+    pthread_mutex_destroy(&br.lock);
+    *got = br.got;
+    return br.status;
+}
+
+int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, size_t len,
+                    size_t *got)
+{
+    char key[BACKEND_MAX_KEY];
+
+    packer_pack_key(key, sizeof(key), seq);
+    if (backend_has(st->be, BACKEND_CAP_READ_SYNC))
+        return backend_read_sync(st->be, key, off, buf, len, got);
+    return bridge_read(st, key, off, buf, len, got);
+}
+
+/* ---- records ---- */
+
+int store_read_record(struct store *st, const struct db_loc *loc, uint8_t **out)
+{
+    uint8_t *buf = malloc(loc->len ? loc->len : 1);
+    size_t got = 0;
+    int r;
+
+    if (!buf)
+        return -ENOMEM;
+    r = store_read_pack(st, loc->pack, loc->off, buf, loc->len, &got);
+    if (r == 0 && got != loc->len)
+        r = RECORD_E_BAD;
+    else if (r == BACKEND_E_NOT_FOUND || r == BACKEND_E_TOO_LARGE)
+        r = RECORD_E_BAD;
+    else if (r == BACKEND_E_UNAVAILABLE)
+        r = STORE_E_UNAVAILABLE;
+    if (r != 0) {
+        free(buf);
+        return r;
+    }
+    *out = buf;
+    return 0;
+}
+
+static bool loc_equal(const struct db_loc *a, const struct db_loc *b)
+{
+    return a->pack == b->pack && a->off == b->off && a->len == b->len && a->sub == b->sub;
+}
+
+void store_chunk_release(struct store *st, const struct cache_buf *buf)
+{
+    cache_release(st->cache, buf);
+}
+
+static bool chunk_ok(const struct cache_buf *b, const uint8_t *hash, uint64_t size)
+{
+    return b->len == size && record_hash_ok(b->data, b->len, hash);
+}
+
+/*
+ * Decodes the block at `loc` and caches every chunk in it; keeps a
+ * reference to the one wanted. A block holds neighbouring chunks of one
+ * document, so the others are usually read next.
+ */
+static int load_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
+                      const struct cache_buf **out)
+{
+    struct pack_block_chunk *chunks = NULL;
+    uint8_t *bytes, *raw = NULL;
+    size_t raw_len;
+    uint32_t count;
+    int r = store_read_record(st, loc, &bytes);
+
+    if (r != 0)
+        return r;
+    r = record_block_open(bytes, loc->len, &chunks, &count, &raw, &raw_len);
+    free(bytes);
+    if (r != 0)
+        return r;
+    *out = NULL;
+    for (uint32_t i = 0; i < count; i++) {
+        bool wanted = !*out && chunks[i].sub_off == loc->sub &&
+                      memcmp(chunks[i].id, hash, PROTO_HASH_LEN) == 0;
+        const struct cache_buf *b =
+            cache_insert(st->cache, chunks[i].id, raw + chunks[i].sub_off, chunks[i].size, wanted);
+        if (wanted)
+            *out = b;
+    }
+    free(chunks);
+    free(raw);
+    return *out ? 0 : RECORD_E_BAD;
+}
+
+int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
+                     const struct cache_buf **out)
+{
+    char hex[PROTO_HASH_HEX + 1];
+    struct db_loc loc, again;
+    const struct cache_buf *b = cache_lookup(st->cache, hash);
+    int r;
+
+    if (b) {
+        if (chunk_ok(b, hash, size)) {
+            *out = b;
+            return 0;
+        }
+        cache_release(st->cache, b);
+        cache_forget(st->cache, hash);
+    }
+    r = db_chunk_find(st->db, hash, &loc);
+    for (int attempt = 0; r == 0 && attempt < 2; attempt++) {
+        r = load_block(st, &loc, hash, &b);
+        if (r != RECORD_E_BAD)
+            break;
+        /* A repack may have moved it between the lookup and the read: look once more. */
+        if (attempt == 0 && db_chunk_find(st->db, hash, &again) == 0 && !loc_equal(&loc, &again)) {
+            loc = again;
+            r = 0;
+            continue;
+        }
+    }
+    proto_hex_encode(hash, PROTO_HASH_LEN, hex);
+    if (r == DB_E_NOT_FOUND) {
+        log_error("integrity: chunk %s is missing", hex);
+        return STORE_E_INTEGRITY;
+    }
+    if (r == RECORD_E_BAD) {
+        log_error("integrity: the record of chunk %s (pack %016llx offset %llu) is damaged", hex,
+                  (unsigned long long)loc.pack, (unsigned long long)loc.off);
+        return STORE_E_INTEGRITY;
+    }
+    if (r != 0)
+        return r;
+    if (!chunk_ok(b, hash, size)) {
+        log_error("integrity: chunk %s fails its check", hex);
+        cache_release(st->cache, b);
+        cache_forget(st->cache, hash);
+        return STORE_E_INTEGRITY;
+    }
+    *out = b;
+    return 0;
+}
+
+int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,
+                       const struct cache_buf **out)
+{
+    char hex[PROTO_HASH_HEX + 1];
+    const struct cache_buf *b = from_disk ? NULL : cache_lookup(st->cache, hash);
+    struct db_loc loc;
+    uint8_t *bytes, *raw;
+    size_t raw_len;
+    int r;
+
+    if (b) {
+        if (record_hash_ok(b->data, b->len, hash)) {
+            *out = b;
+            return 0;
+        }
+        cache_release(st->cache, b);
+        cache_forget(st->cache, hash);
+    }
+    proto_hex_encode(hash, PROTO_HASH_LEN, hex);
+    r = db_segment_find(st->db, hash, &loc);
+    if (r == 0 && (r = store_read_record(st, &loc, &bytes)) == 0) {
+        r = record_seal_open(bytes, loc.len, PACK_REC_MANIFEST, hash, MANIFEST_MAX_SEGMENT, &raw,
+                             &raw_len);
+        free(bytes);
+    }
+    if (r == DB_E_NOT_FOUND || r == RECORD_E_BAD) {
+        log_error("integrity: manifest segment %s is %s", hex,
+                  r == DB_E_NOT_FOUND ? "missing" : "damaged");
+        return STORE_E_INTEGRITY;
+    }
+    if (r != 0)
+        return r;
+    b = cache_insert(st->cache, hash, raw, raw_len, true);
+    free(raw);
+    if (!b)
+        return -ENOMEM;
+    *out = b;
+    return 0;
+}
+
+const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN],
+                                           uint64_t size)
+{
+    const struct cache_buf *b;
+
+    if (size > STORE_LOOP_CHECK_MAX || !(b = cache_lookup(st->cache, hash)))
+        return NULL;
+    /* A cache entry is a claim: checked before anything is sent. */
+    if (chunk_ok(b, hash, size))
+        return b;
+    cache_release(st->cache, b);
+    cache_forget(st->cache, hash);
+    return NULL;
+}
+
+/* ---- walking manifests from workers ---- */
+
+int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
+                        unsigned flags, store_chunk_fn *fn, void *ctx)
+{
+    struct manifest_cursor cur;
+    struct manifest_entry e;
+    uint8_t want[PROTO_HASH_LEN];
+    int r = manifest_cursor_init(&cur, depth, root, root_len);
+
+    if (r != 0)
+        return r == MANIFEST_E_CORRUPT ? STORE_E_INTEGRITY : r;
+    for (;;) {
+        r = manifest_cursor_next(&cur, &e, want);
+        if (r == MANIFEST_E_END) {
+            r = 0;
+            break;
+        }
+        if (r == MANIFEST_E_NEED) {
+            const struct cache_buf *seg;
+            if (flags & STORE_WALK_SEGMENTS) {
+                struct manifest_entry s = {.bytes = 0};
+                memcpy(s.hash, want, PROTO_HASH_LEN);
+                if ((r = fn(ctx, &s)) != 0)
+                    break;
+            }
+            if ((r = store_load_segment(st, want, flags & STORE_WALK_DISK, &seg)) != 0)
+                break;
+            r = manifest_cursor_feed(&cur, seg->data, seg->len);
+            cache_release(st->cache, seg);
+            if (r != 0) {
+                r = r == MANIFEST_E_CORRUPT ? STORE_E_INTEGRITY : r;
+                break;
+            }
+            continue;
+        }
+        if ((r = fn(ctx, &e)) != 0)
+            break;
+    }
+    manifest_cursor_clear(&cur);
+    return r;
+}
+
+struct prefix_ctx {
+    struct store *st;
+    char *buf;
+    size_t len, max;
+};
+
+static int prefix_chunk(void *ctx, const struct manifest_entry *chunk)
+{
+    struct prefix_ctx *p = ctx;
+    const struct cache_buf *b;
+    int r;
+
+    if (p->len >= p->max)
+        return 1; /* enough */
+    if ((r = store_load_chunk(p->st, chunk->hash, chunk->bytes, &b)) != 0)
+        return r;
+    size_t n = b->len < p->max - p->len ? b->len : p->max - p->len;
+    memcpy(p->buf + p->len, b->data, n);
+    p->len += n;
+    cache_release(p->st->cache, b);
+    return 0;
+}
+
+int store_read_prefix(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
+                      size_t max, char **out, size_t *len)
+{
+    struct prefix_ctx p = {st, NULL, 0, max};
+    int r;
+
+    if (!(p.buf = malloc(max + 1)))
+        return -ENOMEM;
+    r = store_walk_manifest(st, depth, root, root_len, 0, prefix_chunk, &p);
+    if (r < 0 || (r > 0 && r != 1)) {
+        free(p.buf);
+        return r;
+    }
+    p.buf[p.len] = '\0';
+    *out = p.buf;
+    *len = p.len;
+    return 0;
+}

@@ -1,0 +1,190 @@
+/*
+ * Recovery, step 3: the journal entries replay found in the packs and the
+ * database lacked are applied in time order, a page at a time. A worker
+ * reads each entry back and checks that what an add names is there (for a
+ * rebuild: reads every chunk back and checks it); the loop then applies the
+ * page in one transaction. An add that fails its check is refused and
+ * logged, and its record becomes dead weight for gc.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/log.h"
+#include "daemon/objects.h"
+#include "daemon/record.h"
+#include "daemon/replay.h"
+#include "daemon/store-int.h"
+#include "proto/util.h"
+
+/* Journal entries applied per step. */
+#define REPLAY_EVENTS 256
+
+struct event {
+    struct db_pending_entry pend;
+    struct entry e;
+    int verdict; /* 0 apply, else refused (a STORE_E_* or RECORD_E_BAD) */
+};
+
+struct event_page {
+    struct replay *rp;
+    struct event *ev;
+    size_t n;
+    int status;
+};
+
+struct check_ctx {
+    struct store *st;
+};
+
+static int check_chunk(void *ctx, const struct manifest_entry *chunk)
+{
+    struct check_ctx *c = ctx;
+    struct db_loc loc;
+    const struct cache_buf *b;
+    int r;
+
+    if (!c->st->cfg.rebuild) {
+        r = db_chunk_find(c->st->db, chunk->hash, &loc);
+        return r == DB_E_NOT_FOUND ? STORE_E_INTEGRITY : r;
+    }
+    /* A rebuild reads every chunk back and checks it. */
+    r = store_load_chunk(c->st, chunk->hash, chunk->bytes, &b);
+    if (r == 0)
+        store_chunk_release(c->st, b);
+    return r;
+}
+
+static void page_work(void *arg)
+{
+    struct event_page *pg = arg;
+    struct store *st = pg->rp->st;
+
+    for (size_t i = 0; pg->status == 0 && i < pg->n; i++) {
+        struct event *ev = &pg->ev[i];
+        uint8_t *bytes = malloc(ev->pend.loc.len ? ev->pend.loc.len : 1), *raw;
+        size_t got = 0, raw_len;
+        int r = bytes ? store_read_pack(st, ev->pend.loc.pack, ev->pend.loc.off, bytes,
+                                        ev->pend.loc.len, &got)
+                      : -ENOMEM;
+        if (r == 0 && got != ev->pend.loc.len)
+            r = RECORD_E_BAD;
+        if (r == 0)
+            r = record_seal_open(bytes, got, PACK_REC_ENTRY, ev->pend.id, OBJECTS_MAX_ENTRY, &raw,
+                                 &raw_len);
+        free(bytes);
+        if (r == 0) {
+            r = objects_entry_decode(raw, raw_len, &ev->e);
+            free(raw);
+            if (r == -EBADMSG)
+                r = RECORD_E_BAD;
+        }
+        if (r == 0 && !ev->e.is_delete) {
+            struct check_ctx c = {st};
+            r = store_walk_manifest(st, ev->e.depth, ev->e.root, ev->e.root_len, 0, check_chunk,
+                                    &c);
+        }
+        if (r < 0 && r != -ENOMEM && r != -EIO)
+            r = STORE_E_INTEGRITY; /* unreadable: refused, not fatal */
+        if (r == -ENOMEM || r == -EIO || r == STORE_E_UNAVAILABLE)
+            pg->status = r < 0 ? r : -EIO;
+        else
+            ev->verdict = r;
+    }
+}
+
+static int page_apply(struct db_txn *txn, void *ctx)
+{
+    struct event_page *pg = ctx;
+    char hex[PROTO_HASH_HEX + 1];
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < pg->n; i++) {
+        struct event *ev = &pg->ev[i];
+        struct entry *e = &ev->e;
+        if (ev->verdict != 0) {
+            r = db_txn_journal_applied(txn, ev->pend.id, true);
+            continue;
+        }
+        proto_hex_encode(e->doc, PROTO_HASH_LEN, hex);
+        if (e->is_delete) {
+            r = db_txn_delete(txn, hex);
+            if (r == DB_E_NOT_FOUND)
+                r = 0;
+        } else {
+            struct db_add add = {
+                .size = e->size,
+                .nchunks = e->nchunks,
+                .stored = e->stored,
+                .mime = e->mime,
+                .name = e->name,
+                .tags = (const char *const *)e->tags,
+                .ntags = e->ntags,
+                .meta_keys = (const char *const *)e->meta_keys,
+                .meta_values = (const char *const *)e->meta_values,
+                .nmeta = e->nmeta,
+                .depth = e->depth,
+                .root = e->root,
+                .root_len = e->root_len,
+                .text = e->text,
+                .created_at = (int64_t)(e->time_ns / 1000000000u),
+            };
+            memcpy(add.hash, e->doc, PROTO_HASH_LEN);
+            r = db_txn_add(txn, &add);
+        }
+        if (r == 0)
+            r = db_txn_journal_applied(txn, ev->pend.id, false);
+    }
+    return r;
+}
+
+int replay_events(struct replay *rp)
+{
+    struct store *st = rp->st;
+    char hex[PROTO_HASH_HEX + 1];
+    int r = 0;
+
+    for (;;) {
+        struct db_pending_entry *pend;
+        size_t n;
+        if ((r = db_pending_entries(st->db, REPLAY_EVENTS, &pend, &n)) < 0)
+            return r;
+        if (n == 0) {
+            free(pend);
+            return 0;
+        }
+        struct event_page pg = {rp, calloc(n, sizeof(struct event)), n, 0};
+        if (!pg.ev) {
+            free(pend);
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++)
+            pg.ev[i].pend = pend[i];
+        free(pend);
+        r = replay_job(st, page_work, &pg);
+        if (r == 0)
+            r = pg.status;
+        if (r == 0)
+            r = replay_commit(st, page_apply, &pg);
+        for (size_t i = 0; i < n; i++) {
+            struct event *ev = &pg.ev[i];
+            if (r == 0 && ev->verdict != 0) {
+                proto_hex_encode(ev->e.doc, PROTO_HASH_LEN, hex);
+                log_warn("replay: document %s (%s) not restored: %s", ev->e.mime ? hex : "?",
+                         ev->e.name ? ev->e.name : "no name",
+                         ev->verdict == RECORD_E_BAD ? "its journal entry is damaged"
+                                                     : "a chunk or segment is missing or damaged");
+                rp->refused++;
+            } else if (r == 0) {
+                if (ev->e.is_delete)
+                    rp->deleted++;
+                else
+                    rp->added++;
+            }
+            objects_entry_clear(&ev->e);
+        }
+        free(pg.ev);
+        if (r != 0)
+            return r;
+    }
+}
