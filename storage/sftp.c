@@ -365,8 +365,8 @@ static int sftp_open(struct backend *be, const char *url, const char **msg)
     uv_unref((uv_handle_t *)&sb->async);
     /*
      * A dropped connection or a restarting server should not fail a batch
-     * at once: about 20 s of retries (backoff doubling from 100 ms to 5 s),
-     * each attempt limited by the SSH timeout.
+     * at once: 11 to 21 s of retries (backoff doubling from 100 ms to 5 s,
+     * with jitter), each attempt limited by the SSH timeout.
      */
     be->retry.attempts = 10;
     be->retry.backoff_ms = 100;
