@@ -11,11 +11,18 @@
 #include "daemon/log.h"
 #include "daemon/merge.h"
 #include "daemon/record.h"
+#include "daemon/store.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
 /* A batch takes at most this many bytes of records (one group always fits). */
 #define PACKER_BATCH_MAX (16u * 1024 * 1024)
+/*
+ * Batches written at once to a backend without appends (each is a pack of
+ * its own), at most. A remote store is mostly waiting for the network, so
+ * two uploads in flight keep it busy; each holds up to PACKER_BATCH_MAX.
+ */
+#define PACKER_PUTS_MAX 2
 /*
  * Small blocks in one batch worth compressing together (merge.h). Below
  * this a batch is what a few clients send at once, and the extra job would
@@ -44,6 +51,10 @@ struct packer_batch {
         struct backend_append app;
         struct backend_put put;
     } io;
+    /* The packer's batches in flight, oldest first; each ends in this order. */
+    struct packer_batch *next_inflight;
+    bool io_done, io_started;
+    int io_status;
     struct db_write dbw;
     int status;
 };
@@ -78,7 +89,14 @@ struct packer {
     size_t nindex, index_cap;
     bool index_lost; /* some records are missing from `index`: do not seal with it */
     uint64_t next_seq;
-    struct packer_batch *appending;
+    /*
+     * Batches being merged or written, oldest first. With appends there is
+     * one at a time (each continues the open pack); without, each batch is
+     * a pack of its own and up to max_inflight are written at once, but
+     * they still end (are committed, or fail) in the order they started.
+     */
+    struct packer_batch *inflight_head, *inflight_tail;
+    unsigned inflight, max_inflight;
     unsigned txns, seals;
     uv_idle_t kick;
     bool kick_active;
@@ -115,6 +133,10 @@ int packer_new(struct packer **out, uv_loop_t *loop, struct backend *be, struct 
     } else {
         pk->seq = pk->next_seq++;
     }
+    pk->max_inflight = 1;
+    if (!backend_has(be, BACKEND_CAP_APPEND))
+        pk->max_inflight = be->parallel < 2 ? 1 : be->parallel < PACKER_PUTS_MAX ? be->parallel
+                                                                                  : PACKER_PUTS_MAX;
     uv_idle_init(loop, &pk->kick);
     pk->kick.data = pk;
     *out = pk;
@@ -138,7 +160,7 @@ struct packer *packer_free(struct packer *pk)
 
 bool packer_busy(const struct packer *pk)
 {
-    return pk->appending || pk->txns || pk->seals || pk->ready_head || pk->held;
+    return pk->inflight || pk->txns || pk->seals || pk->ready_head || pk->held;
 }
 
 uint64_t packer_open_seq(const struct packer *pk)
@@ -165,7 +187,7 @@ static void on_kick(uv_idle_t *h)
 /* Starts a batch on the next loop turn, so groups queued in this turn share it. */
 static void kick(struct packer *pk)
 {
-    if (!pk->kick_active && !pk->appending) {
+    if (!pk->kick_active && pk->inflight < pk->max_inflight) {
         pk->kick_active = true;
         uv_idle_start(&pk->kick, on_kick);
     }
@@ -339,7 +361,6 @@ static void batch_written(struct packer_batch *b, int status)
     /* The batch is durable in the pack; the database does not name it yet. */
     if (status == 0)
         crash_point("batch-written");
-    pk->appending = NULL;
     if (status != 0) {
         char key[BACKEND_MAX_KEY];
         packer_pack_key(key, sizeof(key), b->seq);
@@ -354,7 +375,9 @@ static void batch_written(struct packer_batch *b, int status)
             pk->size = 0;
             pk->nindex = 0;
         }
-        batch_fail(b, status < 0 ? status : -EIO);
+        batch_fail(b, status == BACKEND_E_UNAVAILABLE ? STORE_E_UNAVAILABLE
+                      : status < 0                   ? status
+                                                     : -EIO);
         rotate_pending(pk);
         batch_start(pk);
         return;
@@ -385,16 +408,18 @@ static void batch_written(struct packer_batch *b, int status)
     batch_start(pk);
 }
 
+static void batch_io_done(struct packer_batch *b, int status, bool started);
+
 static void on_append(struct backend_req *req)
 {
     struct packer_batch *b = container_of(req, struct packer_batch, io.app.req);
-    batch_written(b, req->status);
+    batch_io_done(b, req->status, true);
 }
 
 static void on_put(struct backend_req *req)
 {
     struct packer_batch *b = container_of(req, struct packer_batch, io.put.req);
-    batch_written(b, req->status);
+    batch_io_done(b, req->status, true);
 }
 
 /* Places one record at `offset`: its index entries, and the iovec that writes it. */
@@ -450,15 +475,39 @@ static int batch_layout(struct packer_batch *b, uint64_t offset, unsigned first_
 }
 
 /* A batch that could not even start writing: its groups fail, the next batch may start. */
-static void batch_abort(struct packer_batch *b, int status)
+static void batch_aborted(struct packer_batch *b, int status)
 {
     struct packer *pk = b->pk;
 
-    pk->appending = NULL;
     batch_fail(b, status);
     rotate_pending(pk);
     if (pk->ready_head)
         kick(pk);
+}
+
+/*
+ * A batch's write ended (started: it ran; else it could not start). Batches
+ * end in the order they started, so that their transactions commit in the
+ * order the groups came: a batch that finishes early waits for the older ones.
+ */
+static void batch_io_done(struct packer_batch *b, int status, bool started)
+{
+    struct packer *pk = b->pk;
+
+    b->io_done = true;
+    b->io_started = started;
+    b->io_status = status;
+    while (pk->inflight_head && pk->inflight_head->io_done) {
+        struct packer_batch *h = pk->inflight_head;
+        pk->inflight_head = h->next_inflight;
+        if (!pk->inflight_head)
+            pk->inflight_tail = NULL;
+        pk->inflight--;
+        if (h->io_started)
+            batch_written(h, h->io_status);
+        else
+            batch_aborted(h, h->io_status);
+    }
 }
 
 /* Lays the batch out and starts its append (or put). */
@@ -473,13 +522,13 @@ static void batch_write(struct packer_batch *b)
         for (size_t i = 0; i < g->nrecs; i++)
             nrecs += !g->recs[i].merged;
     }
-    b->whole_pack = !backend_has(pk->be, BACKEND_CAP_APPEND);
     b->iov = calloc(nrecs + 2, sizeof(*b->iov));
     if (!b->iov) {
-        batch_abort(b, -ENOMEM);
+        batch_io_done(b, -ENOMEM, false);
         return;
     }
-    b->seq = b->whole_pack ? pk->next_seq++ : pk->seq;
+    if (!b->whole_pack)
+        b->seq = pk->seq;
     packer_pack_key(key, sizeof(key), b->seq);
     pack_header_encode(b->header, b->seq);
     b->start = b->whole_pack ? 0 : pk->size;
@@ -506,7 +555,7 @@ static void batch_write(struct packer_batch *b)
     }
     if (r < 0) {
         log_error("packer: cannot lay out a batch: %s", strerror(-r));
-        batch_abort(b, r);
+        batch_io_done(b, r, false);
         return;
     }
     if (b->whole_pack) {
@@ -526,7 +575,7 @@ static void batch_write(struct packer_batch *b)
     }
     if (r < 0) {
         log_error("pack %s: cannot start writing: %s", key, strerror(-r));
-        batch_abort(b, r);
+        batch_io_done(b, r, false);
         return;
     }
     pk->stats.appends++;
@@ -571,7 +620,7 @@ static void batch_start(struct packer *pk)
     struct packer_group **tail;
     size_t bytes = 0;
 
-    if (pk->appending || !pk->ready_head)
+    if (pk->inflight >= pk->max_inflight || !pk->ready_head)
         return;
     if (!(b = calloc(1, sizeof(*b)))) {
         /* Try again on the next loop turn; nothing is lost while groups wait. */
@@ -599,8 +648,16 @@ static void batch_start(struct packer *pk)
     }
     if (!pk->ready_head)
         pk->ready_tail = NULL;
-    /* Busy from here: the next batch waits for this one's write. */
-    pk->appending = b;
+    /* A pack of its own is numbered now, so that packs are numbered in batch order. */
+    b->whole_pack = !backend_has(pk->be, BACKEND_CAP_APPEND);
+    if (b->whole_pack)
+        b->seq = pk->next_seq++;
+    if (pk->inflight_tail)
+        pk->inflight_tail->next_inflight = b;
+    else
+        pk->inflight_head = b;
+    pk->inflight_tail = b;
+    pk->inflight++;
     if (b->nmergeable >= PACKER_MERGE_MIN &&
         uv_queue_work(pk->loop, &b->merge_work, merge_work, merge_done) == 0)
         return;
@@ -766,7 +823,7 @@ int packer_rotate(struct packer *pk, void (*cb)(void *ctx), void *ctx)
 {
     if (!backend_has(pk->be, BACKEND_CAP_APPEND) || pk->rotate_cb)
         return 1;
-    if (pk->appending) {
+    if (pk->inflight) {
         pk->rotate_cb = cb; /* after the append: the batch may be the pack's first */
         pk->rotate_ctx = ctx;
         return 0;

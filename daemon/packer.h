@@ -82,7 +82,11 @@ struct packer_group {
     bool durable;
     /* Runs in the batch's transaction on the writer thread; NULL for none. */
     int (*apply)(struct db_txn *txn, struct packer_group *g);
-    /* On the loop thread once durable and committed (0), or failed. */
+    /*
+     * On the loop thread once durable and committed (0), or failed: negative
+     * errno, STORE_E_UNAVAILABLE when the backend could not be reached (after
+     * its retries), or what apply returned.
+     */
     void (*done)(struct packer_group *g, int status);
     /* Private to the packer. */
     int status_;

@@ -440,7 +440,9 @@ static void pack_end(struct repack_pack *p, int status)
             log_warn("gc: pack %016" PRIx64 " goes at the next start", p->seq);
     } else if (status != -EAGAIN) {
         log_error("gc: rewriting pack %016" PRIx64 " failed: %s", p->seq,
-                  status < 0 ? strerror(-status) : "a record in it is damaged");
+                  status < 0                      ? strerror(-status)
+                  : status == STORE_E_UNAVAILABLE ? "backend unavailable"
+                                                  : "a record in it is damaged");
         res->bytes_dead += p->size;
     }
     for (size_t i = 0; i < p->nrecs; i++) {

@@ -22,6 +22,11 @@
 
 void test_env_init(struct test_env *e, uint64_t pack_size)
 {
+    test_env_init_ops(e, pack_size, NULL);
+}
+
+void test_env_init_ops(struct test_env *e, uint64_t pack_size, const struct backend_ops *ops)
+{
     struct packer_config cfg = {.pack_size = pack_size, .compression_level = 3};
     struct packer_resume resume = {0};
     const char *tmp = getenv("TMPDIR"), *msg = NULL;
@@ -35,7 +40,8 @@ void test_env_init(struct test_env *e, uint64_t pack_size)
     snprintf(e->url, sizeof(e->url), "local:%s", e->root);
     snprintf(e->dbpath, sizeof(e->dbpath), "%s/cairn.db", e->dir);
     assert_int_equal(uv_loop_init(&e->loop), 0);
-    if (backend_new(&e->be, &e->loop, e->url, &msg) != 0)
+    if ((ops ? backend_new_ops(&e->be, &e->loop, ops, e->url, &msg)
+             : backend_new(&e->be, &e->loop, e->url, &msg)) != 0)
         fail_msg("backend_new: %s", msg ? msg : "?");
     assert_int_equal(db_new(&e->db, &e->loop, e->dbpath), 0);
     assert_int_equal(packer_new(&e->pk, &e->loop, e->be, e->db, &cfg, &resume), 0);

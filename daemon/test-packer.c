@@ -253,5 +253,6 @@ int main(void)
         cmocka_unit_test(test_group_apply_fails),
         cmocka_unit_test(test_ticket_order),
     };
-    return cmocka_run_group_tests_name("pack writer", tests, NULL, NULL) + test_packer_seal_run();
+    return cmocka_run_group_tests_name("pack writer", tests, NULL, NULL) + test_packer_seal_run() +
+           test_packer_puts_run();
 }

@@ -35,6 +35,9 @@ struct test_env {
 
 /* A temporary directory with the backend's root and the database, and a packer on them. */
 void test_env_init(struct test_env *e, uint64_t pack_size);
+/* The same on a backend of the test's own (opened with the local URL). */
+struct backend_ops;
+void test_env_init_ops(struct test_env *e, uint64_t pack_size, const struct backend_ops *ops);
 /* Frees everything (the packer must be idle), closes the loop, removes the directory. */
 void test_env_finish(struct test_env *e);
 /* Runs the loop until nothing is left to do. */
@@ -82,3 +85,5 @@ void test_after_kick_start(struct test_after_kick *a, struct test_env *e,
 
 /* The group of test-packer-seal.c; returns its number of failures. */
 int test_packer_seal_run(void);
+/* The group of test-packer-puts.c (a backend without appends). */
+int test_packer_puts_run(void);

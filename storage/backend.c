@@ -105,6 +105,7 @@ int backend_new_ops(struct backend **out, uv_loop_t *loop, const struct backend_
     be->ops = ops;
     be->loop = loop;
     be->priv = (char *)be + priv_offset();
+    be->parallel = 1;
     be->retry = (struct backend_retry){
         .attempts = BACKEND_DEFAULT_ATTEMPTS,
         .backoff_ms = BACKEND_DEFAULT_BACKOFF_MS,

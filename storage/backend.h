@@ -227,6 +227,8 @@ struct backend {
     struct backend_stats stats;
     struct backend_retry retry;
     unsigned inflight; /* requests started and not yet called back */
+    /* Requests the backend can usefully run at once (1 unless its open says more). */
+    unsigned parallel;
     /* The front end's timer for retries and timeouts, and what waits on it. */
     uv_timer_t timer;
     struct backend_req *waiting;

@@ -374,6 +374,7 @@ static int sftp_open(struct backend *be, const char *url, const char **msg)
      * at once: 11 to 21 s of retries (backoff doubling from 100 ms to 5 s,
      * with jitter), each attempt limited by the SSH timeout.
      */
+    be->parallel = sb->o.connections;
     be->retry.attempts = 10;
     be->retry.backoff_ms = 100;
     be->retry.backoff_max_ms = 5000;
