@@ -19,6 +19,7 @@ test process exits. The per-connection sshd processes (children of the
 listener, which outlive it) are found through /proc/*/stat and killed too.
 
 Skips (unittest.SkipTest) when sshd or ssh-keygen is not installed.
+$CAIRN_TEST_SSHD names another sshd binary (absolute path).
 """
 
 import atexit
@@ -32,7 +33,8 @@ import time
 import unittest
 import urllib.parse
 
-SSHD = "/usr/sbin/sshd"
+# sshd re-executes itself, so it needs an absolute path ($CAIRN_TEST_SSHD for another one)
+SSHD = os.environ.get("CAIRN_TEST_SSHD") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 BANNER_TIMEOUT = 10
 STOP_TIMEOUT = 10
