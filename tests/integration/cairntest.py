@@ -10,6 +10,10 @@ Contents:
   packb / unpackb      a small msgpack encoder and strict decoder
   Conn                 a raw protocol connection (frames, ids, streams)
   Daemon               start / stop (SIGTERM, exit 0 asserted) / kill9 / restart
+  BACKEND, sftp_server the object backend the tests run against: the local
+                       one, or with CAIRN_TEST_BACKEND=sftp an SFTP server
+                       (sshfixture.py, one per test process) where every
+                       Daemon gets a store of its own
   run_cli / spawn_wait a `cairn` invocation, with or without rusage
   main()               unittest runner; `--tap` (or CAIRN_TAP=1) prints TAP for
                        meson so skipped and failed cases stay visible
@@ -47,6 +51,15 @@ GiB = 1024 * MiB
 STARTUP_TIMEOUT = 30 * SLOW
 STOP_TIMEOUT = 60 * SLOW
 IO_TIMEOUT = 60 * SLOW
+
+# The object backend of every Daemon that does not pass its own --backend:
+# "local" (the default, DATA_DIR/objects), or "sftp": a private sshd on
+# 127.0.0.1 (sshfixture.py), started on first use and stopped at exit, with
+# the store of each Daemon in <its base dir>/remote on that server.
+BACKEND = os.environ.get("CAIRN_TEST_BACKEND") or "local"
+if BACKEND not in ("local", "sftp"):
+    raise SystemExit("CAIRN_TEST_BACKEND=%r: expected local or sftp" % BACKEND)
+SFTP = BACKEND == "sftp"
 
 
 # --------------------------------------------------------------------------
@@ -553,6 +566,38 @@ def make_tempdir(testcase=None, prefix="cairn-it-"):
     return path
 
 
+_SSH_SERVER = None
+
+
+def sftp_server():
+    """The SSH server this test process shares among its sftp-backed
+    daemons (started on first use, stopped at exit). Raises
+    unittest.SkipTest when sshd is not installed."""
+    global _SSH_SERVER
+    if _SSH_SERVER is None or not _SSH_SERVER.running():
+        import sshfixture
+
+        if _SSH_SERVER is None:
+            base = tempfile.mkdtemp(prefix="cairn-sshd-")
+
+            def stop():
+                _kill_leftovers()  # the daemons first: they are the clients
+                if _SSH_SERVER is not None:
+                    _SSH_SERVER.stop()
+                shutil.rmtree(base, True)
+
+            atexit.register(stop)
+            _SSH_SERVER = sshfixture.SshServer(base)
+        _SSH_SERVER.start()
+    return _SSH_SERVER
+
+
+def skip_if_sftp(reason):
+    """Decorator: skips a test (or class) when the tests run against the
+    sftp backend, e.g. one that looks at DATA_DIR/objects itself."""
+    return unittest.skipIf(SFTP, "not with CAIRN_TEST_BACKEND=sftp: " + reason)
+
+
 def _check_exe(path, what, env):
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         raise AssertionError("%s not found at %s (set $%s or build into build/)" % (what, path, env))
@@ -591,6 +636,8 @@ class Daemon:
         self.extra_env = dict(env or {})
         self.proc = None
         self.starts = 0
+        # with CAIRN_TEST_BACKEND=sftp: this daemon's store on the SSH server
+        self.remote_dir = os.path.join(os.path.abspath(self.base), "remote") if SFTP else None
         if testcase is not None:
             testcase.addCleanup(self.cleanup)
 
@@ -602,7 +649,14 @@ class Daemon:
         return env
 
     def command(self):
-        return [CAIRND, "--socket", self.socket_path, "--data-dir", self.data_dir] + self.args
+        return [CAIRND, "--socket", self.socket_path, "--data-dir", self.data_dir] + self.args \
+            + self.backend_args()
+
+    def backend_args(self):
+        """--backend for CAIRN_TEST_BACKEND=sftp, unless args name one."""
+        if not SFTP or any(a == "--backend" or a.startswith("--backend=") for a in self.args):
+            return []
+        return ["--backend", sftp_server().url(self.remote_dir)]
 
     def start(self, wait=True, timeout=STARTUP_TIMEOUT):
         _check_exe(CAIRND, "cairnd", "CAIRND")
@@ -975,6 +1029,10 @@ class _TapResult(unittest.TextTestResult):
 
     def addSkip(self, test, reason):
         super().addSkip(test, reason)
+        if not isinstance(test, unittest.TestCase):
+            # setUpClass raised SkipTest (e.g. no sshd for CAIRN_TEST_BACKEND=sftp)
+            self._emit(True, str(test), "SKIP " + reason.replace("\n", " "))
+            return
         self._worse("skip", reason)
 
     def addExpectedFailure(self, test, err):
