@@ -47,6 +47,33 @@ struct ini_state {
     bool failed;
 };
 
+/* Appends "&key=value" to a URL query, the value percent-encoded; unchanged and -1 when it does not fit. */
+static int append_param(char *dst, size_t dst_len, const char *key, const char *value)
+{
+    size_t start = strlen(dst), n = start;
+    int w = snprintf(dst + n, dst_len - n, "&%s=", key);
+
+    if (w < 0 || (size_t)w >= dst_len - n) {
+        dst[start] = '\0';
+        return -1;
+    }
+    n += (size_t)w;
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
+        bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                     (*p >= '0' && *p <= '9') || strchr("-._~/", *p);
+        if (n + (plain ? 1 : 3) >= dst_len) {
+            dst[start] = '\0';
+            return -1;
+        }
+        if (plain)
+            dst[n++] = (char)*p;
+        else
+            n += (size_t)snprintf(dst + n, 4, "%%%02X", *p);
+    }
+    dst[n] = '\0';
+    return 0;
+}
+
 static int copy_str(char *dst, size_t dst_len, const char *src)
 {
     size_t n = strlen(src);
@@ -168,10 +195,18 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             return NULL;
         }
     } else if (strcmp(section, "backend") == 0) {
+        static const char *const remote_keys[] = {"key",         "known_hosts", "accept_new_host",
+                                                  "connections", "timeout",     "keepalive"};
         if (strcmp(key, "url") == 0)
             return copy_str(cfg->backend_url, sizeof(cfg->backend_url), value)
                        ? "backend url is empty or too long"
                        : NULL;
+        for (size_t i = 0; i < sizeof(remote_keys) / sizeof(remote_keys[0]); i++) {
+            if (strcmp(key, remote_keys[i]) == 0)
+                return append_param(cfg->backend_params, sizeof(cfg->backend_params), key, value)
+                           ? "too many or too long [backend] options"
+                           : NULL;
+        }
     } else {
         return "unknown section";
     }

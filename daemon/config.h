@@ -19,6 +19,8 @@ struct config {
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     char data_dir[PATH_MAX];
     char backend_url[1024];
+    /* [backend] options other than url, as "&name=value" (percent-encoded), for the URL. */
+    char backend_params[2048];
     char config_path[PATH_MAX];
     enum log_level log_level;
     int compression_level;

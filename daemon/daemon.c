@@ -242,16 +242,49 @@ static int set_aside_db(const char *db_path, const char *index_path, char *err, 
     return 0;
 }
 
-/* "local" means the data directory's objects/; the backend itself only takes full URLs. */
-static int backend_url(const struct config *cfg, char *out, size_t len)
+/*
+ * "local" means the data directory's objects/; the backend itself only takes
+ * full URLs. The [backend] options of a remote backend go after the URL's own
+ * parameters, which therefore win (the backend keeps a parameter's first value).
+ */
+static int backend_url(const struct config *cfg, char *out, size_t len, char *err, size_t err_len)
 {
+    bool local = strcmp(cfg->backend_url, "local") == 0 ||
+                 strncmp(cfg->backend_url, "local:", 6) == 0 ||
+                 strncmp(cfg->backend_url, "file:", 5) == 0;
     int n;
 
+    if (local && cfg->backend_params[0]) {
+        snprintf(err, err_len, "[backend] options other than url apply to sftp backends only");
+        return -EINVAL;
+    }
     if (strcmp(cfg->backend_url, "local") == 0)
         n = snprintf(out, len, "local:%s/objects", cfg->data_dir);
+    else if (cfg->backend_params[0])
+        n = snprintf(out, len, "%s%c%s", cfg->backend_url, strchr(cfg->backend_url, '?') ? '&' : '?',
+                     cfg->backend_params + 1);
     else
         n = snprintf(out, len, "%s", cfg->backend_url);
-    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+    if (n < 0 || (size_t)n >= len) {
+        snprintf(err, err_len, "backend URL too long");
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+static void log_backend(enum backend_log_level level, const char *msg)
+{
+    switch (level) {
+    case BACKEND_LOG_ERROR:
+        log_error("%s", msg);
+        break;
+    case BACKEND_LOG_WARN:
+        log_warn("%s", msg);
+        break;
+    default:
+        log_info("%s", msg);
+        break;
+    }
 }
 
 /*
@@ -348,13 +381,14 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     r = take_lock(d, cfg->data_dir, err, err_len);
     if (r)
         return r;
-    if (backend_url(cfg, url, sizeof(url)) < 0) {
-        snprintf(err, err_len, "backend URL too long");
+    if (backend_url(cfg, url, sizeof(url), err, err_len) < 0)
         return DAEMON_E_SETUP;
-    }
+    backend_set_log(log_backend);
     r = backend_new(&d->be, &d->loop, url, &msg);
     if (r < 0) {
-        snprintf(err, err_len, "backend %s: %s (%s)", url, msg ? msg : "cannot open", strerror(-r));
+        /* The URL without its parameters: they may name key files, and msg says enough. */
+        snprintf(err, err_len, "backend %.*s: %s (%s)", (int)strcspn(url, "?"), url,
+                 msg ? msg : "cannot open", strerror(-r));
         return DAEMON_E_SETUP;
     }
     d->be->ops->describe(d->be, d->backend_desc, sizeof(d->backend_desc));

@@ -18,13 +18,39 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdalign.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const struct backend_ops *const backend_table[] = {
     &backend_local_ops,
+    &backend_sftp_ops,
 };
+
+static _Atomic(backend_log_fn) log_sink;
+
+void backend_set_log(backend_log_fn fn)
+{
+    atomic_store(&log_sink, fn);
+}
+
+void backend_log(enum backend_log_level level, const char *fmt, ...)
+{
+    backend_log_fn fn = atomic_load(&log_sink);
+    char msg[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (fn)
+        fn(level, msg);
+    else
+        fprintf(stderr, "cairn backend: %s\n", msg);
+}
 
 static const struct backend_ops *ops_for_url(const char *url)
 {
@@ -47,7 +73,7 @@ int backend_new(struct backend **out, uv_loop_t *loop, const char *url, const ch
 
     *msg = NULL;
     if (!ops) {
-        *msg = "unknown backend (supported: local:/PATH, file:///PATH)";
+        *msg = "unknown backend (supported: local:/PATH, file:///PATH, sftp://USER@HOST[:PORT]/PATH)";
         return -EINVAL;
     }
     return backend_new_ops(out, loop, ops, url, msg);

@@ -235,6 +235,18 @@ struct backend {
 };
 
 extern const struct backend_ops backend_local_ops;
+extern const struct backend_ops backend_sftp_ops;
+
+/*
+ * What backends have to say beyond a request's status (a reconnect, the
+ * server's own error text). The daemon routes it into its log; without a
+ * sink it goes to stderr. Any thread may log; the sink must cope.
+ */
+enum backend_log_level { BACKEND_LOG_ERROR, BACKEND_LOG_WARN, BACKEND_LOG_INFO };
+typedef void (*backend_log_fn)(enum backend_log_level level, const char *msg);
+void backend_set_log(backend_log_fn fn);
+void backend_log(enum backend_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /*
  * Picks the backend for `url` ("local:/path" or "file:///path"), allocates
