@@ -371,7 +371,9 @@ def _report_sftp(ctx, result, sf):
             "alone on an open connection. OpenSSH sftp: one `sftp -b` batch per kind of "
             "operation, each command timed from its echo to the next one's; *batch ms/op* is "
             "the same cost measured the other way: the batch's wall time less that of an "
-            "empty batch (connecting: %s ms on average), over its operations. Writes: `put -f` "
+            "empty batch (connecting: %s ms on average), over its operations - a cross-check "
+            "only, and meaningless for cheap operations: connecting varies by more than a "
+            "batch of them costs. Writes: `put -f` "
             "(fsync@openssh.com) to a temporary name, then `rename` into place. Ranged read: "
             "`reget` into a local file as long as the object less 64 KiB, so sftp fetches "
             "only the last 64 KiB (it has no other ranged read); the backend reads the same "
@@ -417,7 +419,8 @@ def _report_sftp(ctx, result, sf):
             "sftp: one large file (%s of random bytes) to the same sshd" % label,
             ["tool", "runs", "median s", "MB/s (median)", "cairn ÷ tool (MB/s)"],
             "Whole commands, timed from spawn to exit; a new file in each run (cairn would "
-            "otherwise find it stored already), the tools' order rotating from run to run. "
+            "otherwise find it stored already), the tools' order rotating from run to run, "
+            "and a sync(2) before each, untimed, so none flushes what another wrote. "
             "`cairn add FILE`: the CLI through a cairnd whose backend is the sftp URL - "
             "chunking, hashing, compression attempts and packs included - and acknowledged "
             "once durable (each pack put is fsynced on the server). `scp` (OpenSSH's, over the "
