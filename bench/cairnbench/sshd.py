@@ -24,7 +24,7 @@ _module = None
 def unavailable():
     """Why no sshd can be started here (for "not measured: ..."), or None."""
     if not (os.path.isfile(SSHD) and os.access(SSHD, os.X_OK)):
-        return "sshd not installed (%s; Debian package openssh-server)" % SSHD
+        return "sshd not installed"
     if not os.path.isfile(FIXTURE):
         return "no %s in this tree" % os.path.relpath(FIXTURE, REPO)
     return None

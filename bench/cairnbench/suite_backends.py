@@ -356,7 +356,10 @@ def _report_sftp(ctx, result, sf):
     why = sf["why"] or sf["no_backend"]
     ops = sf["ops"]
     if sf["why"]:
-        result.note("backend sftp: not measured: %s" % sf["why"])
+        result.note("backend sftp: not measured: %s%s" % (sf["why"], (
+            " (%s; bench/run does not install the Debian package openssh-server, which "
+            "would start a system sshd)" % sshd.SSHD) if sf["why"] == "sshd not installed"
+            else ""))
     elif sf["no_backend"]:
         result.note("backend sftp: %s; only its peers were measured" % sf["no_backend"])
     if ops:
