@@ -241,6 +241,30 @@ static void test_file_every_key(void **state)
     assert_string_equal(e->cfg.backend_url, "local:/srv/cairn/objects");
 }
 
+/* [backend] options other than url become percent-encoded URL parameters, in file order. */
+static void test_backend_options(void **state)
+{
+    static const char conf[] = "[backend]\n"
+                               "url = sftp://u@h/store\n"
+                               "key = /keys/id ed25519\n"
+                               "known_hosts = /keys/kh&x\n"
+                               "accept_new_host = 1\n"
+                               "connections = 2\n"
+                               "timeout = 5000\n"
+                               "keepalive = 0\n";
+    struct env *e = *state;
+    char path[PATH_MAX];
+
+    write_file(e->dir, "be.conf", conf, path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_string_equal(e->cfg.backend_url, "sftp://u@h/store");
+    assert_string_equal(e->cfg.backend_params,
+                        "&key=/keys/id%20ed25519&known_hosts=/keys/kh%26x&accept_new_host=1"
+                        "&connections=2&timeout=5000&keepalive=0");
+    write_file(e->dir, "bad.conf", "[backend]\nport = 22\n", path, sizeof(path));
+    assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+}
+
 /* The K and M suffixes (either case) are powers of 1024; chunk_max is at most 1M. */
 static void test_file_chunk_size_suffixes(void **state)
 {
@@ -683,6 +707,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_defaults_ignore_relative_xdg, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_every_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_chunk_size_suffixes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backend_options, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunk_sizes_must_be_ordered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_range_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_config_file_is_read, setup, teardown),

@@ -311,16 +311,31 @@ static int authenticate(struct sftp_conn *c, const struct sftp_opts *o, char *ms
     return -EACCES;
 }
 
+void sftp_forget_handle(struct sftp_conn *c, const char *key)
+{
+    for (size_t i = 0; i < SFTP_HANDLE_CACHE; i++) {
+        struct sftp_cached_handle *e = &c->cache[i];
+        if (e->h && (!key || strcmp(e->key, key) == 0)) {
+            libssh2_sftp_close_handle(e->h);
+            e->h = NULL;
+        }
+    }
+}
+
 void sftp_disconnect(struct sftp_conn *c)
 {
     if (c->ssh) {
-        /* A broken session gets no goodbye: it could only wait for the timeout. */
-        if (!c->broken) {
-            libssh2_session_set_timeout(c->ssh, 2000);
-            if (c->sftp)
-                libssh2_sftp_shutdown(c->sftp);
+        /*
+         * A broken session still gets its handles closed and SFTP shut down,
+         * which frees their memory; on a dead socket each call fails at once,
+         * and a stalled server gets a second at most.
+         */
+        libssh2_session_set_timeout(c->ssh, c->broken ? 1000 : 2000);
+        sftp_forget_handle(c, NULL);
+        if (c->sftp)
+            libssh2_sftp_shutdown(c->sftp);
+        if (!c->broken)
             libssh2_session_disconnect(c->ssh, "cairn closing");
-        }
         libssh2_session_free(c->ssh);
     }
     if (c->fd >= 0)
@@ -336,9 +351,7 @@ int sftp_connect(struct sftp_conn *c, const struct sftp_opts *o, char *msg, size
     LIBSSH2_KNOWNHOSTS *kh;
     int r;
 
-    c->ssh = NULL;
-    c->sftp = NULL;
-    c->broken = false;
+    memset(c, 0, sizeof(*c));
     c->fd = connect_fd(o, msg, msg_len);
     if (c->fd < 0)
         return BACKEND_E_UNAVAILABLE;

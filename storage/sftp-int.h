@@ -46,12 +46,28 @@ struct sftp_opts {
 /* Parses "sftp://USER@HOST[:PORT]/PATH[?k=v&...]". 0, or -EINVAL with *msg. */
 int sftp_parse_url(const char *url, struct sftp_opts *o, const char **msg);
 
+/* Open read handles kept per session: packs never change once named, so a
+ * read after the first of its pack is one round trip, not three. */
+#define SFTP_HANDLE_CACHE 8
+
+struct sftp_cached_handle {
+    char key[BACKEND_MAX_KEY];
+    LIBSSH2_SFTP_HANDLE *h;
+    uint64_t used;
+    uint64_t epoch; /* the backend's, when opened */
+};
+
 struct sftp_conn {
     int fd;
     LIBSSH2_SESSION *ssh;
     LIBSSH2_SFTP *sftp;
     bool broken; /* a transport error: the session is dropped before the next use */
+    struct sftp_cached_handle cache[SFTP_HANDLE_CACHE];
+    uint64_t tick;
 };
+
+/* Closes the cached read handle of a key (NULL: all of them). */
+void sftp_forget_handle(struct sftp_conn *c, const char *key);
 
 /*
  * Connects, checks the host key, authenticates and starts SFTP. 0, or
@@ -74,6 +90,9 @@ struct sftp_ctx {
     uint8_t *buf; /* SFTP_WRITE_BUF bytes */
     const atomic_bool *cancel;
     atomic_bool *no_fsync; /* set once the server turned fsync@openssh.com down */
+    /* Bumped by every delete and overwriting put, on any session: cached read
+     * handles opened before it may show an object that is no longer there. */
+    atomic_uint_fast64_t *epoch;
     uint64_t *rng;
 };
 

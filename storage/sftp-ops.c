@@ -141,6 +141,20 @@ static bool exists(struct sftp_ctx *x, const char *path)
                                 &st) == 0;
 }
 
+/* An overwriting put: the old object goes first (not atomic, see above). */
+static int replace(struct sftp_ctx *x, const char *tmp, const char *final, const char *key)
+{
+    LIBSSH2_SFTP *s = x->conn->sftp;
+    int rc;
+
+    atomic_fetch_add(x->epoch, 1);
+    sftp_forget_handle(x->conn, key);
+    rc = libssh2_sftp_unlink_ex(s, final, (unsigned)strlen(final));
+    if (rc == 0)
+        rc = libssh2_sftp_rename_ex(s, tmp, (unsigned)strlen(tmp), final, (unsigned)strlen(final), 0);
+    return rc == 0 ? 0 : sftp_status(x->conn, rc);
+}
+
 static int put_op(struct sftp_ctx *x, struct backend_put *put)
 {
     char final[SFTP_MAX_PATH + BACKEND_MAX_KEY], tmp[sizeof(final) + 32], dir[sizeof(final)];
@@ -184,17 +198,9 @@ static int put_op(struct sftp_ctx *x, struct backend_put *put)
                                     LIBSSH2_SFTP_RENAME_ATOMIC | LIBSSH2_SFTP_RENAME_NATIVE);
         if (rc != 0) {
             r = sftp_status(x->conn, rc);
-            if (r != BACKEND_E_UNAVAILABLE && exists(x, final)) {
-                if (put->flags & BACKEND_PUT_CREATE) {
-                    r = BACKEND_E_EXISTS;
-                } else if ((rc = libssh2_sftp_unlink_ex(s, final, (unsigned)strlen(final))) == 0 &&
-                           (rc = libssh2_sftp_rename_ex(s, tmp, (unsigned)strlen(tmp), final,
-                                                        (unsigned)strlen(final), 0)) == 0) {
-                    r = 0;
-                } else {
-                    r = sftp_status(x->conn, rc);
-                }
-            }
+            if (r != BACKEND_E_UNAVAILABLE && exists(x, final))
+                r = (put->flags & BACKEND_PUT_CREATE) ? BACKEND_E_EXISTS
+                                                      : replace(x, tmp, final, put->req.key);
         }
     }
     if (r == 0)
@@ -206,45 +212,72 @@ static int put_op(struct sftp_ctx *x, struct backend_put *put)
 
 /* ---- get, head, delete ---------------------------------------------------------- */
 
+/* A read handle of the key, from the session's cache or newly opened into it. */
+static int open_cached(struct sftp_ctx *x, const char *key, LIBSSH2_SFTP_HANDLE **out)
+{
+    struct sftp_conn *c = x->conn;
+    struct sftp_cached_handle *slot = &c->cache[0];
+    char path[SFTP_MAX_PATH + BACKEND_MAX_KEY];
+    uint64_t epoch = atomic_load(x->epoch);
+    int r;
+
+    for (size_t i = 0; i < SFTP_HANDLE_CACHE; i++) {
+        struct sftp_cached_handle *e = &c->cache[i];
+        if (e->h && e->epoch != epoch) {
+            libssh2_sftp_close_handle(e->h);
+            e->h = NULL;
+        }
+        if (e->h && strcmp(e->key, key) == 0) {
+            e->used = ++c->tick;
+            *out = e->h;
+            return 0;
+        }
+        if (!e->h || (slot->h && e->used < slot->used))
+            slot = e;
+    }
+    if ((r = sftp_path(x->opts, key, path, sizeof(path))) != 0)
+        return r;
+    if (slot->h) {
+        libssh2_sftp_close_handle(slot->h);
+        slot->h = NULL;
+    }
+    slot->h = libssh2_sftp_open_ex(c->sftp, path, (unsigned)strlen(path), LIBSSH2_FXF_READ, 0,
+                                   LIBSSH2_SFTP_OPENFILE);
+    if (!slot->h)
+        return sftp_status(c, libssh2_session_last_errno(c->ssh));
+    snprintf(slot->key, sizeof(slot->key), "%s", key);
+    slot->used = ++c->tick;
+    slot->epoch = epoch;
+    *out = slot->h;
+    return 0;
+}
+
 static int get_op(struct sftp_ctx *x, struct backend_get *get)
 {
-    char path[SFTP_MAX_PATH + BACKEND_MAX_KEY];
     LIBSSH2_SFTP_HANDLE *h;
     LIBSSH2_SFTP_ATTRIBUTES st;
     uint64_t want = get->length;
     uint8_t *buf;
     size_t got = 0;
-    int r = 0;
+    int r;
 
-    if ((r = sftp_path(x->opts, get->req.key, path, sizeof(path))) != 0)
+    if ((r = open_cached(x, get->req.key, &h)) != 0)
         return r;
-    h = libssh2_sftp_open_ex(x->conn->sftp, path, (unsigned)strlen(path), LIBSSH2_FXF_READ, 0,
-                             LIBSSH2_SFTP_OPENFILE);
-    if (!h)
-        return sftp_status(x->conn, libssh2_session_last_errno(x->conn->ssh));
     /* Only a read to the end, or one larger than allowed, needs the size first. */
     if (want > get->max_len) {
         int rc = libssh2_sftp_fstat_ex(h, &st, 0);
-        if (rc != 0) {
-            r = sftp_status(x->conn, rc);
-            goto out;
-        }
-        if (!(st.flags & LIBSSH2_SFTP_ATTR_SIZE)) {
-            r = -EIO;
-            goto out;
-        }
+        if (rc != 0)
+            return sftp_status(x->conn, rc);
+        if (!(st.flags & LIBSSH2_SFTP_ATTR_SIZE))
+            return -EIO;
         uint64_t rest = get->offset >= st.filesize ? 0 : st.filesize - get->offset;
         if (rest < want)
             want = rest;
-        if (want > get->max_len) {
-            r = BACKEND_E_TOO_LARGE;
-            goto out;
-        }
+        if (want > get->max_len)
+            return BACKEND_E_TOO_LARGE;
     }
-    if (!(buf = malloc(want > 0 ? (size_t)want : 1))) {
-        r = -ENOMEM;
-        goto out;
-    }
+    if (!(buf = malloc(want > 0 ? (size_t)want : 1)))
+        return -ENOMEM;
     libssh2_sftp_seek64(h, get->offset);
     while (got < want) {
         ssize_t n = libssh2_sftp_read(h, (char *)buf + got, (size_t)want - got);
@@ -262,13 +295,13 @@ static int get_op(struct sftp_ctx *x, struct backend_get *get)
     }
     if (r != 0) {
         free(buf);
-        goto out;
+        /* A handle whose read failed is not trusted again. */
+        sftp_forget_handle(x->conn, get->req.key);
+        return r;
     }
     get->out = buf;
     get->out_len = got;
-out:
-    libssh2_sftp_close_handle(h);
-    return r;
+    return 0;
 }
 
 static bool is_regular(const LIBSSH2_SFTP_ATTRIBUTES *st)
@@ -303,6 +336,8 @@ static int del_op(struct sftp_ctx *x, struct backend_del *del)
 
     if ((r = sftp_path(x->opts, del->req.key, path, sizeof(path))) != 0)
         return r;
+    atomic_fetch_add(x->epoch, 1);
+    sftp_forget_handle(x->conn, del->req.key);
     rc = libssh2_sftp_unlink_ex(x->conn->sftp, path, (unsigned)strlen(path));
     return rc == 0 ? 0 : sftp_status(x->conn, rc);
 }

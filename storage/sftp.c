@@ -58,6 +58,7 @@ struct sftp_be {
      * loop alive only while there are some, like a libuv request would. */
     unsigned pending;
     atomic_bool no_fsync;
+    atomic_uint_fast64_t epoch; /* see sftp_ctx */
     atomic_uint connected; /* sessions open, for log messages */
 };
 
@@ -159,6 +160,7 @@ static void run_job(struct sftp_worker *w, struct sftp_job *job)
         .buf = w->buf,
         .cancel = &job->cancel,
         .no_fsync = &w->sb->no_fsync,
+        .epoch = &w->sb->epoch,
         .rng = &w->rng,
     };
     int r;
@@ -250,7 +252,7 @@ static void stop_workers(struct sftp_be *sb)
     sb->stopping = true;
     pthread_cond_broadcast(&sb->cond);
     pthread_mutex_unlock(&sb->lock);
-    for (unsigned i = 0; i < sb->o.connections; i++) {
+    for (unsigned i = 0; sb->workers && i < sb->o.connections; i++) {
         struct sftp_worker *w = &sb->workers[i];
         if (w->started)
             pthread_join(w->tid, NULL);
@@ -292,6 +294,7 @@ static int first_session(struct sftp_be *sb, const char **msg)
         .opts = &sb->o,
         .buf = w->buf,
         .no_fsync = &sb->no_fsync,
+        .epoch = &sb->epoch,
         .rng = &w->rng,
     };
     static const atomic_bool never = false;
@@ -330,23 +333,26 @@ static int sftp_open(struct backend *be, const char *url, const char **msg)
         *msg = "sftp: libssh2 failed to initialise";
         return -EIO;
     }
+    pthread_mutex_init(&sb->lock, NULL);
+    pthread_cond_init(&sb->cond, NULL);
+    atomic_init(&sb->no_fsync, false);
+    atomic_init(&sb->epoch, 0);
+    atomic_init(&sb->connected, 0);
     sb->workers = calloc(sb->o.connections, sizeof(*sb->workers));
-    if (!sb->workers)
-        return -ENOMEM;
+    if (!sb->workers) {
+        r = -ENOMEM;
+        goto fail;
+    }
     for (unsigned i = 0; i < sb->o.connections; i++) {
         struct sftp_worker *w = &sb->workers[i];
         w->sb = sb;
         w->conn.fd = -1;
         w->rng = uv_hrtime() ^ ((uint64_t)(uintptr_t)w << 16) ^ (0x9e3779b97f4a7c15ull * (i + 1));
         if (!(w->buf = malloc(SFTP_WRITE_BUF))) {
-            stop_workers(sb);
-            return -ENOMEM;
+            r = -ENOMEM;
+            goto fail;
         }
     }
-    pthread_mutex_init(&sb->lock, NULL);
-    pthread_cond_init(&sb->cond, NULL);
-    atomic_init(&sb->no_fsync, false);
-    atomic_init(&sb->connected, 0);
     if ((r = first_session(sb, msg)) != 0)
         goto fail;
     /* No job can exist before open returns, so the workers start before the wakeup is set up. */
@@ -365,8 +371,8 @@ static int sftp_open(struct backend *be, const char *url, const char **msg)
     uv_unref((uv_handle_t *)&sb->async);
     /*
      * A dropped connection or a restarting server should not fail a batch
-     * at once: about 20 s of retries (backoff doubling from 100 ms to 5 s),
-     * each attempt limited by the SSH timeout.
+     * at once: 11 to 21 s of retries (backoff doubling from 100 ms to 5 s,
+     * with jitter), each attempt limited by the SSH timeout.
      */
     be->retry.attempts = 10;
     be->retry.backoff_ms = 100;
