@@ -4,7 +4,16 @@
  * operations done with plain system calls in this process, so the backend's
  * own cost shows as a ratio to the file system's.
  *
- *   backend-bench --root DIR --size BYTES --iterations N [--list] [--mode both|backend|raw]
+ *   backend-bench --root DIR --size BYTES --iterations N [--list[=N,...]] [--range BYTES]
+ *                 [--mode both|backend|raw]
+ *   backend-bench --url URL --size BYTES --iterations N [--list[=N,...]] [--range BYTES]
+ *
+ * With --root, the local backend at DIR/backend, and raw system calls at
+ * DIR/raw. With --url, any backend backend_new() knows (sftp://..., or a
+ * local: URL), in backend mode only: raw system calls have no meaning for a
+ * remote store, so its peer is measured outside (bench/run runs OpenSSH's
+ * sftp client against the same server). The backend is opened - connected,
+ * for a remote one - before the clock starts.
  *
  * One object size per process, so the peak RSS it reports belongs to that
  * size. Each operation runs alone (the next starts when the previous one has
@@ -14,7 +23,10 @@
  * mode, `both`, alternates the two operation by operation (which goes first
  * alternates too), so both see the same disk: fsync latency on shared or
  * virtual disks drifts by several times within seconds. With --list, 50 and
- * 1,000 small objects are put (not timed) and listed, page by page.
+ * 1,000 small objects are put (not timed) and listed, page by page;
+ * --list=50 lists only 50. With --range BYTES, each object is also read in
+ * part: its last BYTES bytes (a ranged get at offset size - BYTES; raw: a
+ * pread), the op "range".
  *
  * Reads go the way the daemon's do: backend_try_read() first when the
  * backend can serve reads without blocking (the loop thread's read), then
@@ -51,7 +63,9 @@ static const char *const mode_names[MODE_COUNT_] = {"backend", "raw"};
 struct bench {
     bool modes[MODE_COUNT_];
     char root[PATH_MAX];
+    const char *url; /* --url: the backend to drive (no raw mode) */
     size_t size;
+    size_t range; /* --range: bytes read at the end of each object, 0 for none */
     unsigned iterations;
     uint8_t *data;
     /* Where try_read puts an object: one byte more than its size, to see that it ends. */
@@ -199,6 +213,34 @@ static int raw_get(struct bench *b, const char *path, uint8_t **out, size_t *out
     return 0;
 }
 
+/* The last `len` bytes of the object, with one pread, into a malloc'd buffer. */
+static int raw_range(struct bench *b, const char *path, uint64_t offset, size_t len, uint8_t **out,
+                     size_t *out_len)
+{
+    size_t got = 0;
+    uint8_t *buf;
+    int fd = openat(b->root_fd, path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return -errno;
+    if (!(buf = malloc(len ? len : 1))) {
+        close(fd);
+        return -ENOMEM;
+    }
+    while (got < len) {
+        ssize_t n = pread(fd, buf + got, len - got, (off_t)(offset + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    *out = buf;
+    *out_len = got;
+    return 0;
+}
+
 static int raw_list(struct bench *b, const char *dir, unsigned *count)
 {
     int fd = openat(b->root_fd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -300,6 +342,41 @@ static int do_get(struct bench *b, enum mode m, unsigned i, uint8_t **out, size_
     return r;
 }
 
+/*
+ * The object's last b->range bytes, the way do_get reads (try_read, then
+ * read_sync, then a ranged backend_get). Malloc'd or b->read_buf, as there.
+ */
+static int do_range(struct bench *b, enum mode m, unsigned i, uint8_t **out, size_t *out_len)
+{
+    char key[BACKEND_MAX_KEY];
+    uint64_t offset = b->size - b->range;
+    struct backend_get get = {.offset = offset, .length = b->range, .max_len = b->range};
+    bool done;
+    int r;
+
+    key_of(key, sizeof(key), "obj", i);
+    if (m == MODE_RAW)
+        return raw_range(b, key, offset, b->range, out, out_len);
+    if (backend_has(b->be, BACKEND_CAP_READ_NOWAIT)) {
+        r = backend_try_read(b->be, key, offset, b->read_buf, b->range, out_len);
+        if (r == 0)
+            *out = b->read_buf;
+        if (r != -EAGAIN)
+            return r;
+    }
+    if (backend_has(b->be, BACKEND_CAP_READ_SYNC)) {
+        r = backend_read_sync(b->be, key, offset, b->read_buf, b->range, out_len);
+        if (r == 0)
+            *out = b->read_buf;
+        return r;
+    }
+    be_prepare(&get.req, key, &done);
+    r = be_wait(b, &get.req, &done, backend_get(b->be, &get));
+    *out = get.out;
+    *out_len = get.out_len;
+    return r;
+}
+
 static int do_head(struct bench *b, enum mode m, unsigned i)
 {
     char key[BACKEND_MAX_KEY];
@@ -377,10 +454,15 @@ static int populate(struct bench *b, enum mode m, const char *dir, unsigned n)
 
 /* --- driver --- */
 
-enum { OP_PUT, OP_GET, OP_HEAD, OP_LIST50, OP_LIST1000, OP_DELETE, OP_COUNT_ };
+enum { OP_PUT, OP_GET, OP_RANGE, OP_HEAD, OP_LIST50, OP_LIST1000, OP_DELETE, OP_COUNT_ };
 
-static const char *const op_names[OP_COUNT_] = {"put",     "get",       "head",
+static const char *const op_names[OP_COUNT_] = {"put",     "get",       "range",  "head",
                                                 "list_50", "list_1000", "delete"};
+
+/* Which of the optional ops run: --range, and the lists of --list. */
+struct op_set {
+    bool range, list50, list1000;
+};
 
 struct samples {
     double *ms[MODE_COUNT_][OP_COUNT_];
@@ -444,6 +526,9 @@ static int one_op(struct bench *b, enum mode m, unsigned op, unsigned i, struct 
     case OP_GET:
         r = do_get(b, m, i, &out, &out_len);
         break;
+    case OP_RANGE:
+        r = do_range(b, m, i, &out, &out_len);
+        break;
     case OP_HEAD:
         r = do_head(b, m, i);
         break;
@@ -457,6 +542,9 @@ static int one_op(struct bench *b, enum mode m, unsigned op, unsigned i, struct 
     smp->ms[m][op][smp->n[m][op]++] = now_ms() - t;
     if (r == 0 && op == OP_GET && (out_len != b->size || memcmp(out, b->data, b->size) != 0))
         r = -EIO;
+    if (r == 0 && op == OP_RANGE &&
+        (out_len != b->range || memcmp(out, b->data + b->size - b->range, b->range) != 0))
+        r = -EIO;
     if (r == 0 && (op == OP_LIST50 || op == OP_LIST1000) && count != list_sizes[op])
         r = -EIO;
     if (out != b->read_buf)
@@ -469,7 +557,7 @@ static int one_op(struct bench *b, enum mode m, unsigned op, unsigned i, struct 
     return 0;
 }
 
-static int run(struct bench *b, bool list)
+static int run(struct bench *b, struct op_set set)
 {
     struct samples smp = {0};
     enum mode modes[MODE_COUNT_];
@@ -483,7 +571,8 @@ static int run(struct bench *b, bool list)
         }
     }
     for (unsigned op = 0; op < OP_COUNT_ && status == 0; op++) {
-        if ((op == OP_LIST50 || op == OP_LIST1000) && !list)
+        if ((op == OP_LIST50 && !set.list50) || (op == OP_LIST1000 && !set.list1000) ||
+            (op == OP_RANGE && !set.range))
             continue;
         if (op == OP_LIST50 || op == OP_LIST1000) {
             for (unsigned m = 0; m < MODE_COUNT_ && status == 0; m++) {
@@ -570,12 +659,15 @@ int main(int argc, char **argv)
         {"size", required_argument, NULL, 's'},
         {"iterations", required_argument, NULL, 'n'},
         {"mode", required_argument, NULL, 'm'},
-        {"list", no_argument, NULL, 'l'},
+        {"list", optional_argument, NULL, 'l'},
+        {"url", required_argument, NULL, 'u'},
+        {"range", required_argument, NULL, 'g'},
         {0},
     };
     struct bench b = {.modes = {true, true}, .iterations = 10, .root_fd = -1};
     size_t data_len;
-    bool list = false;
+    struct op_set set = {0};
+    bool mode_given = false;
     uint64_t v;
     int opt, r, status;
     const char *msg;
@@ -603,16 +695,45 @@ int main(int argc, char **argv)
             b.modes[MODE_RAW] = strcmp(optarg, "raw") == 0 || strcmp(optarg, "both") == 0;
             if (!b.modes[MODE_BACKEND] && !b.modes[MODE_RAW])
                 goto usage;
+            mode_given = true;
             break;
         case 'l':
-            list = true;
+            if (!optarg) {
+                set.list50 = set.list1000 = true;
+                break;
+            }
+            for (char *tok = optarg, *save = NULL; (tok = strtok_r(tok, ",", &save)); tok = NULL) {
+                if (strcmp(tok, "50") == 0)
+                    set.list50 = true;
+                else if (strcmp(tok, "1000") == 0)
+                    set.list1000 = true;
+                else
+                    goto usage;
+            }
+            break;
+        case 'u':
+            if (strlen(optarg) >= BACKEND_MAX_URL)
+                goto usage;
+            b.url = optarg;
+            break;
+        case 'g':
+            if (parse_uint(optarg, MAX_SIZE, &v) < 0 || v == 0)
+                goto usage;
+            b.range = (size_t)v;
+            set.range = true;
             break;
         default:
             goto usage;
         }
     }
-    if (!b.root[0] || optind < argc)
+    if (!b.root[0] == !b.url || optind < argc || b.range > b.size)
         goto usage;
+    if (b.url) {
+        /* Raw system calls only mean something next to a local directory. */
+        if (mode_given && b.modes[MODE_RAW])
+            goto usage;
+        b.modes[MODE_RAW] = false;
+    }
 
     data_len = b.size > LIST_OBJECT_SIZE ? b.size : LIST_OBJECT_SIZE;
     b.data = malloc(data_len);
@@ -628,7 +749,7 @@ int main(int argc, char **argv)
         x ^= x << 17;
         b.data[i] = (uint8_t)x;
     }
-    if ((r = open_raw(&b)) < 0) {
+    if (!b.url && (r = open_raw(&b)) < 0) {
         free(b.data);
         free(b.read_buf);
         return fail(b.root, r);
@@ -636,17 +757,22 @@ int main(int argc, char **argv)
     r = uv_loop_init(&b.loop);
     if (r < 0)
         return fail("loop", r);
-    snprintf(url, sizeof(url), "local:%s/backend", b.root);
+    if (b.url)
+        snprintf(url, sizeof(url), "%s", b.url);
+    else
+        snprintf(url, sizeof(url), "local:%s/backend", b.root);
     r = backend_new(&b.be, &b.loop, url, &msg);
     if (r < 0) {
+        /* The URL may name a key file; it holds no secret itself. */
         fprintf(stderr, "backend-bench: %s: %s\n", url, msg ? msg : strerror(-r));
         return 1;
     }
-    status = run(&b, list);
+    status = run(&b, set);
     backend_free(b.be);
     uv_run(&b.loop, UV_RUN_DEFAULT);
     r = uv_loop_close(&b.loop);
-    close(b.root_fd);
+    if (b.root_fd >= 0)
+        close(b.root_fd);
     free(b.data);
     free(b.read_buf);
     if (r < 0)
@@ -655,6 +781,8 @@ int main(int argc, char **argv)
 
 usage:
     fprintf(stderr, "usage: backend-bench --root DIR --size BYTES [--iterations N] "
-                    "[--mode both|backend|raw] [--list]\n");
+                    "[--mode both|backend|raw] [--list[=50,1000]] [--range BYTES]\n"
+                    "       backend-bench --url URL --size BYTES [--iterations N] "
+                    "[--list[=50,1000]] [--range BYTES]\n");
     return 2;
 }

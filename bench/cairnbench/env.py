@@ -20,6 +20,8 @@ TIERS = {
         "redis_get_requests": 2000, "redis_set_per_client": 50,
         "be_sizes": [(1 * KIB, 3), (64 * KIB, 3)], "be_list_iterations": 2,
         "be_peer_iterations": 2,
+        "sftp_size": 1 * MIB, "sftp_iterations": 3, "sftp_rounds": 1,
+        "sftp_large": 8 * MIB, "sftp_large_runs": 1,
         "man_pages": 150, "search_runs": 1, "search_queries": 5,
         "ingest_big": 2 * MIB,
     },
@@ -29,6 +31,8 @@ TIERS = {
         "redis_get_requests": 50000, "redis_set_per_client": 400,
         "be_sizes": [(1 * KIB, 30), (64 * KIB, 30), (1 * MIB, 10), (64 * MIB, 3)],
         "be_list_iterations": 10, "be_peer_iterations": 5,
+        "sftp_size": 1 * MIB, "sftp_iterations": 6, "sftp_rounds": 5,
+        "sftp_large": 256 * MIB, "sftp_large_runs": 3,
         "man_pages": 3000, "search_runs": 3, "search_queries": 20,
         "ingest_big": 64 * MIB,
     },
@@ -38,6 +42,8 @@ TIERS = {
         "redis_get_requests": 300000, "redis_set_per_client": 2000,
         "be_sizes": [(1 * KIB, 200), (64 * KIB, 200), (1 * MIB, 50), (64 * MIB, 5)],
         "be_list_iterations": 50, "be_peer_iterations": 20,
+        "sftp_size": 1 * MIB, "sftp_iterations": 10, "sftp_rounds": 10,
+        "sftp_large": 1 * GIB, "sftp_large_runs": 5,
         "man_pages": None, "search_runs": 5, "search_queries": 20,
         "ingest_big": 1 * GIB,
     },
@@ -57,6 +63,10 @@ PEER_PACKAGES = {
     "rclone": "rclone",
     "zstd": "zstd",
     "/usr/bin/time": "time",  # GNU time, for the peak RSS of commands
+    # OpenSSH's clients, the sftp backend's peers. Not openssh-server: its package
+    # starts and enables a system sshd; the suite skips its sftp rows without one.
+    "sftp": "openssh-client",
+    "scp": "openssh-client",
 }
 
 
@@ -172,6 +182,7 @@ def tool_versions():
         ("zstd", ["zstd", "--version"]),
         ("tar", ["tar", "--version"]),
         ("gnuplot", ["gnuplot", "--version"]),
+        ("openssh", ["ssh", "-V"]),
     ]:
         if shutil.which(argv[0]):
             versions[name] = _first_line(argv)

@@ -1,5 +1,5 @@
 """Processes: timed command runs, and the servers a suite starts (cairnd,
-redis-server), which are always stopped again - at the end of the suite, on
+redis-server, sshd), which are always stopped again - at the end of the suite, on
 an exception, on Ctrl-C or SIGTERM, and (through PR_SET_PDEATHSIG) even when
 the runner itself is killed."""
 
@@ -34,6 +34,18 @@ def _die_with_parent():
 def stop_all_servers():
     for server in list(_servers):
         server.stop(check=False)
+
+
+def register_server(server):
+    """For servers started some other way than Server._spawn (sshd, through
+    its test fixture): stop_all_servers() then stops them too."""
+    if server not in _servers:
+        _servers.append(server)
+
+
+def unregister_server(server):
+    if server in _servers:
+        _servers.remove(server)
 
 
 def install_signal_handlers():

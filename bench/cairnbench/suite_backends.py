@@ -1,24 +1,29 @@
 """backends: the object backend layer alone, per backend.
 
-Only the local backend exists in this build; S3, R2 and SFTP are reported as
-not available. bench/backend-bench drives storage/ directly on a libuv loop
+The local and the sftp backend are measured; S3 and R2 do not exist in this
+build and are reported as not available. bench/backend-bench drives storage/ directly on a libuv loop
 (no daemon, no protocol, no compression), one operation at a time, and does
 the same work with plain system calls in the same process ("raw": write a
 temporary file, fsync, rename, fsync the directory - what the backend promises
 for a put). Process-level peers do it from the shell: `cp` + `sync` (file and
 directory, so the write is as durable), `cat`, `stat`, `ls`, `rm` + `sync`,
 and rclone with a local remote, which does not fsync.
+
+The sftp rows (cairnbench/sftp.py) run against an sshd of their own on
+127.0.0.1: the backend through backend-bench --url, OpenSSH's sftp client in
+batch mode over one connection, and for large files `cairn add` through a
+cairnd on that backend against scp and rclone's sftp backend.
 """
 
 import json
 import os
 
-from . import charts, common, procs, report
+from . import charts, common, procs, report, sftp, sshd
 from .procs import run_timed
 
 KIB = 1024
 MIB = 1024 * 1024
-UNAVAILABLE = ["s3", "r2", "sftp"]
+UNAVAILABLE = ["s3", "r2"]
 
 
 def _max(values):
@@ -124,8 +129,8 @@ def run(ctx, result, log):
     else:
         result.note("rclone is not installed: the rclone comparison is not measured")
     for name in UNAVAILABLE:
-        result.note("backend %s: not available in this build (only `local` exists); skipped"
-                    % name)
+        result.note("backend %s: not available in this build (only `local` and `sftp` exist); "
+                    "skipped" % name)
 
     rows = {}  # (size, tool) -> {op: stats}
     rss = {}
@@ -159,6 +164,7 @@ def run(ctx, result, log):
         procs.remove_tree(os.path.dirname(src))
     lists = _list_peers(ctx, s["be_list_iterations"], rclone_env, have_rclone)
     _report(ctx, result, rows, rss, lists)
+    _report_sftp(ctx, result, _run_sftp(ctx, result, log, have_rclone))
 
 
 def _report(ctx, result, rows, rss, lists):
@@ -246,3 +252,203 @@ def _report(ctx, result, rows, rss, lists):
         common.chart(result, ctx, "backends-%s.svg" % label, charts.line_chart,
                      "backends: %s throughput, one object at a time" % label,
                      "object size (KiB)", "MB/s", series, logx=True, logy=True)
+
+
+# --- sftp ---------------------------------------------------------------------
+
+SFTP_OPS = [("put", "write 1 MiB (durable)", "write 1 MiB"),
+            ("get", "read 1 MiB", "read 1 MiB"),
+            ("range", "ranged read 64 KiB (the last 64 KiB of 1 MiB)", "ranged read 64 KiB"),
+            ("head", "exists", "exists"),
+            ("list_50", "list 50", "list 50"),
+            ("delete", "delete", "delete")]
+CAIRN_SFTP = "cairn sftp backend"
+OPENSSH_SFTP = "OpenSSH sftp -b (one connection)"
+
+
+def _run_sftp(ctx, result, log, have_rclone):
+    """Everything measured against one sshd; a dict for _report_sftp. Its "why"
+    says why nothing was measured, "no_backend" why cairn was not."""
+    s = ctx.sizes
+    out = {"why": sshd.unavailable(), "no_backend": None, "ops": {}, "ops_rss": None,
+           "batch": None, "large": {}, "large_size": s["sftp_large"]}
+    if out["why"] is None and not (ctx.have("sftp") and ctx.have("scp")):
+        out["why"] = "OpenSSH's sftp and scp clients not installed (openssh-client)"
+    if out["why"]:
+        log("backends: sftp not measured: " + out["why"])
+        return out
+    size, n, rounds = s["sftp_size"], s["sftp_iterations"], s["sftp_rounds"]
+    try:
+        server = sshd.Sshd(ctx)
+    except procs.Skip as e:
+        out["why"] = str(e)
+        return out
+    with server:
+        remote = ctx.mkdtemp("sftp-remote")
+        src = os.path.join(ctx.mkdtemp("sftp-src"), "object")
+        with open(src, "wb") as f:
+            f.write(os.urandom(size))
+        cairn = {op: [] for op, _, _ in SFTP_OPS}
+        peer = {op: [] for op, _, _ in SFTP_OPS}
+        batch = {"total_ms": {op: 0.0 for op, _, _ in SFTP_OPS},
+                 "ops": {op: 0 for op, _, _ in SFTP_OPS}, "empty_ms": []}
+        peer_ok = True
+        for r in range(rounds):
+            log("backends: sftp %s x %d, round %d of %d" % (_size_name(size), n, r + 1, rounds))
+            for side in (("cairn", "peer") if r % 2 == 0 else ("peer", "cairn")):
+                if side == "cairn" and out["no_backend"] is None:
+                    try:
+                        ops, peak = sftp.backend_round(ctx, server, os.path.join(
+                            remote, "be-%d" % r), size, n, n)
+                    except sftp.NoBackend as e:
+                        out["no_backend"] = "this build has no sftp backend"
+                        log("backends: sftp backend not measured: %s" % e)
+                        continue
+                    for op in cairn:
+                        cairn[op] += ops[op]
+                    out["ops_rss"] = max(out["ops_rss"] or 0, peak)
+                elif side == "peer" and peer_ok:
+                    try:
+                        smp, totals, counts, empty = sftp.peer_round(
+                            ctx, server, os.path.join(remote, "peer-%d" % r), src, size, n, n)
+                    except sftp.PeerError as e:
+                        result.note("OpenSSH sftp failed, not compared: %s" % e)
+                        peer_ok = False
+                        continue
+                    for op in peer:
+                        peer[op] += smp[op]
+                        # Every batch pays the connection once; the empty batch is that cost.
+                        batch["total_ms"][op] += totals[op] - empty
+                        batch["ops"][op] += counts[op]
+                    batch["empty_ms"].append(empty)
+            server.check_alive()
+        if out["no_backend"] is None:
+            out["ops"][CAIRN_SFTP] = cairn
+        if peer_ok:
+            out["ops"][OPENSSH_SFTP] = peer
+            out["batch"] = batch
+        procs.remove_tree(os.path.dirname(src))
+
+        size_l, runs = s["sftp_large"], s["sftp_large_runs"]
+        log("backends: sftp large file, %s x %d" % (_size_name(size_l), runs))
+        env = sftp.rclone_env(ctx, server)
+        daemon = None
+        if out["no_backend"] is None:
+            daemon = procs.Cairnd(ctx, "sftp", config="[backend]\nurl = %s\n"
+                                  % server.srv.url(os.path.join(remote, "cairn")))
+        try:
+            large, notes = sftp.large_files(ctx, server, daemon, size_l, runs, remote,
+                                            have_rclone, env, log)
+            for note in notes:
+                result.note(note)
+            out["large"] = large
+        except sftp.PeerError as e:
+            result.note("large files over sftp not compared: %s" % e)
+        finally:
+            if daemon:
+                out["cairnd_peak_rss_kib"] = daemon.peak_rss_kib()
+                daemon.stop()
+        server.check_alive()
+    return out
+
+
+def _report_sftp(ctx, result, sf):
+    why = sf["why"] or sf["no_backend"]
+    ops = sf["ops"]
+    if sf["why"]:
+        result.note("backend sftp: not measured: %s%s" % (sf["why"], (
+            " (%s; bench/run does not install the Debian package openssh-server, which "
+            "would start a system sshd)" % sshd.SSHD) if sf["why"] == "sshd not installed"
+            else ""))
+    elif sf["no_backend"]:
+        result.note("backend sftp: %s; only its peers were measured" % sf["no_backend"])
+    if ops:
+        size = ctx.sizes["sftp_size"]
+        t = result.table(
+            "sftp: one operation at a time, %s objects, over one open connection"
+            % _size_name(size),
+            ["operation", "tool", "runs", "mean ms", "median ms", "p95 ms", "MB/s (median)",
+             "batch ms/op", "cairn ÷ sftp (median)"],
+            "Both against the same sshd on 127.0.0.1 (OpenSSH, `internal-sftp`), alternating "
+            "round by round. cairn: backend-bench --url sftp://..., each operation timed "
+            "alone on an open connection. OpenSSH sftp: one `sftp -b` batch per kind of "
+            "operation, each command timed from its echo to the next one's; *batch ms/op* is "
+            "the same cost measured the other way: the batch's wall time less that of an "
+            "empty batch (connecting: %s ms on average), over its operations - a cross-check "
+            "only, and meaningless for cheap operations: connecting varies by more than a "
+            "batch of them costs. Writes: `put -f` "
+            "(fsync@openssh.com) to a temporary name, then `rename` into place. Ranged read: "
+            "`reget` into a local file as long as the object less 64 KiB, so sftp fetches "
+            "only the last 64 KiB (it has no other ranged read); the backend reads the same "
+            "range. Exists: `ls -l FILE`; list: `ls -l DIR` of 50 objects of 1 KiB "
+            "(the backend's list returns keys with sizes); delete: `rm`."
+            % (report.fmt(report.mean(sf["batch"]["empty_ms"])) if sf.get("batch") else "n/a"))
+        for op, label, _ in SFTP_OPS:
+            base = ops.get(OPENSSH_SFTP, {}).get(op)
+            base_st = common.summarize(base) if base else None
+            for tool in (CAIRN_SFTP, OPENSSH_SFTP):
+                if tool not in ops:
+                    continue
+                st = common.summarize(ops[tool][op])
+                nbytes = {"put": size, "get": size, "range": sftp.RANGE}.get(op)
+                mbs = nbytes / (st["median"] / 1000.0) / 1e6 if nbytes else None
+                per_op = "-"
+                if tool == OPENSSH_SFTP and sf.get("batch") and sf["batch"]["ops"][op]:
+                    per_op = sf["batch"]["total_ms"][op] / sf["batch"]["ops"][op]
+                t.add(label, tool, st["n"], st["mean"], st["median"], st["p95"],
+                      mbs if mbs is not None else "-", per_op,
+                      report.fmt_ratio(report.ratio(st["median"], base_st["median"]))
+                      if base_st and tool != OPENSSH_SFTP else "-")
+        if sf.get("ops_rss"):
+            result.note("backend-bench against sftp: peak RSS %s (it holds the %s object it "
+                        "writes)" % (report.fmt_bytes(sf["ops_rss"] * 1024), _size_name(size)))
+    for op, _, short in SFTP_OPS:
+        name = "backends sftp: %s at most 1.1x OpenSSH sftp (median)" % short
+        if CAIRN_SFTP in ops and OPENSSH_SFTP in ops:
+            c = report.median(ops[CAIRN_SFTP][op])
+            p = report.median(ops[OPENSSH_SFTP][op])
+            r = report.ratio(c, p)
+            result.target(name, "%s (%s vs %s ms)" % (report.fmt_ratio(r), report.fmt(c),
+                                                      report.fmt(p)), r <= 1.1)
+        else:
+            result.target(name, "not measured: " + (why or "OpenSSH sftp failed"), None)
+
+    large, size_l = sf["large"], sf["large_size"]
+    label = _size_name(size_l)
+    if large:
+        mbs = {tool: size_l / report.median(sec) / 1e6 for tool, sec in large.items() if sec}
+        c = mbs.get("cairn add")
+        lt = result.table(
+            "sftp: one large file (%s of random bytes) to the same sshd" % label,
+            ["tool", "runs", "median s", "MB/s (median)", "cairn ÷ tool (MB/s)"],
+            "Whole commands, timed from spawn to exit; a new file in each run (cairn would "
+            "otherwise find it stored already), the tools' order rotating from run to run, "
+            "and a sync(2) before each, untimed, so none flushes what another wrote. "
+            "`cairn add FILE`: the CLI through a cairnd whose backend is the sftp URL - "
+            "chunking, hashing, compression attempts and packs included - and acknowledged "
+            "once durable (each pack put is fsynced on the server). `scp` (OpenSSH's, over the "
+            "SFTP protocol by default since 9.0) and `rclone copyto` to an sftp remote (set up "
+            "through RCLONE_CONFIG_* variables, defaults otherwise) do not fsync.")
+        for tool in ("cairn add", "scp", "rclone copyto"):
+            if tool in large and large[tool]:
+                lt.add(tool if tool != "rclone copyto" else "rclone copyto (sftp remote)",
+                       len(large[tool]), report.median(large[tool]), mbs[tool],
+                       report.fmt_ratio(report.ratio(c, mbs[tool])) if c else "n/a")
+        if sf.get("cairnd_peak_rss_kib"):
+            result.note("cairnd with the sftp backend: peak RSS %s after the large files"
+                        % report.fmt_bytes(sf["cairnd_peak_rss_kib"] * 1024))
+    name = "backends sftp: large file (%s) at least 0.8x scp (MB/s)" % label
+    if large.get("cairn add") and large.get("scp"):
+        r = report.ratio(mbs["cairn add"], mbs["scp"])
+        result.target(name, "%s (%s vs %s MB/s)" % (report.fmt_ratio(r), report.fmt(
+            mbs["cairn add"]), report.fmt(mbs["scp"])), r >= 0.8)
+    else:
+        result.target(name, "not measured: " + (why or "scp failed"), None)
+    name = "backends sftp: large file (%s) faster than rclone (sftp)" % label
+    if large.get("cairn add") and large.get("rclone copyto"):
+        r = report.ratio(mbs["cairn add"], mbs["rclone copyto"])
+        result.target(name, "%s (%s vs %s MB/s)" % (report.fmt_ratio(r), report.fmt(
+            mbs["cairn add"]), report.fmt(mbs["rclone copyto"])), r > 1.0)
+    else:
+        result.target(name, "not measured: " + (why or "rclone not installed or failed"), None)
+    result.data["sftp"] = {k: v for k, v in sf.items()}
