@@ -130,29 +130,17 @@ static int drain(struct add *add, size_t limit)
     return status;
 }
 
-/* Sends a document that fits one frame and goes on; see ADD_WINDOW. */
-static int add_small(struct add *add, int fd, const char *what, const char *name, size_t size)
+/* Sends `data` (taken over), a document that fits one frame, and goes on; see ADD_WINDOW. */
+static int add_small(struct add *add, uint8_t *data, size_t got, const char *what,
+                     const char *name)
 {
-    _cleanup_free_ uint8_t *data = malloc(size ? size : 1);
+    _cleanup_free_ uint8_t *owned = data;
     struct client *c = cli_client(add->cli);
     struct pending *p;
-    size_t got = 0;
     int status = CLI_EXIT_OK, r;
 
     if (!c)
         return CLI_EXIT_UNREACHABLE;
-    if (!data)
-        return cli_fail(add->cli, what, -ENOMEM);
-    while (got < size) {
-        ssize_t n = read(fd, data + got, size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return cli_fail_errno(what);
-        if (n == 0)
-            break; /* shrank since fstat: send what is there */
-        got += (size_t)n;
-    }
     /* The same name twice: the first must be committed first, so its version is older. */
     for (size_t k = 0; k < add->count; k++) {
         if (strcmp(add->win[(add->head + k) % ADD_WINDOW].name, name) == 0) {
@@ -180,6 +168,63 @@ static int add_small(struct add *add, int fd, const char *what, const char *name
     return status;
 }
 
+/*
+ * Reads a file to its end, whatever its size said (files in /proc say 0),
+ * as long as it fits one frame: 0 with the bytes in *out, 1 when there is
+ * more than a frame (the offset is back at the start), or -errno.
+ */
+static int read_small(int fd, size_t hint, uint8_t **out, size_t *len)
+{
+    size_t cap = hint + 1 > 65536 ? hint + 1 : 65536, got = 0;
+    uint8_t *buf = NULL;
+
+    for (;;) {
+        if (got == cap || !buf) {
+            if (buf)
+                cap = cap * 2 > (size_t)PROTO_MAX_DATA + 1 ? (size_t)PROTO_MAX_DATA + 1 : cap * 2;
+            uint8_t *grown = realloc(buf, cap);
+            if (!grown) {
+                free(buf);
+                return -ENOMEM;
+            }
+            buf = grown;
+        }
+        ssize_t n = read(fd, buf + got, cap - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            free(buf);
+            return -e;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+        if (got > PROTO_MAX_DATA) {
+            free(buf);
+            return lseek(fd, 0, SEEK_SET) == 0 ? 1 : -errno;
+        }
+    }
+    *out = buf;
+    *len = got;
+    return 0;
+}
+
+/* Whether a file changed between two fstat calls around its reading. */
+static bool changed(const struct stat *a, const struct stat *b)
+{
+    return a->st_size != b->st_size || a->st_mtim.tv_sec != b->st_mtim.tv_sec ||
+           a->st_mtim.tv_nsec != b->st_mtim.tv_nsec;
+}
+
+static void warn_changed(int fd, const struct stat *before, const char *what)
+{
+    struct stat after;
+
+    if (fstat(fd, &after) == 0 && changed(before, &after))
+        fprintf(stderr, "cairn: warning: %s changed while it was read; stored as read\n", what);
+}
+
 /* Adds the content of fd (closed here) as `name`; `what` names it in messages. */
 static int add_fd(struct add *add, int fd, const char *what, const char *name)
 {
@@ -187,10 +232,23 @@ static int add_fd(struct add *add, int fd, const char *what, const char *name)
     const msgpack_object *reply;
     struct client *c;
     struct stat st;
+    bool regular = fstat(in, &st) == 0 && S_ISREG(st.st_mode);
     int status, r;
 
-    if (fstat(in, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= PROTO_MAX_DATA)
-        return add_small(add, in, what, name, (size_t)st.st_size);
+    if (regular && (uint64_t)st.st_size <= PROTO_MAX_DATA) {
+        uint8_t *data = NULL;
+        size_t len = 0;
+        r = read_small(in, (size_t)st.st_size, &data, &len);
+        if (r < 0) {
+            errno = -r;
+            return cli_fail_errno(what);
+        }
+        if (r == 0) {
+            warn_changed(in, &st, what);
+            return add_small(add, data, len, what, name);
+        }
+        /* It grew past a frame: streamed from the start like a large file. */
+    }
     /* Streamed: after the adds in flight, so the output stays in order. */
     status = drain(add, 0);
     c = cli_client(add->cli);
@@ -200,6 +258,8 @@ static int add_fd(struct add *add, int fd, const char *what, const char *name)
     r = client_add(c, &add->req, in, &reply);
     if (r != 0)
         return merge(status, cli_fail(add->cli, what, r));
+    if (regular)
+        warn_changed(in, &st, what);
     return merge(status, print_added(add, stdout, reply, name));
 }
 
@@ -329,7 +389,7 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
 
     if (!tags || !meta)
         return cli_fail(cli, NULL, -ENOMEM);
-    while ((opt = getopt_long(argc, argv, ":rn:t:m:h", options, NULL)) != -1) {
+    while ((opt = cli_getopt(cli, argc, argv, ":rn:t:m:h", options)) != -1) {
         switch (opt) {
         case 'r':
             add.recursive = true;

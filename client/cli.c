@@ -31,6 +31,7 @@ void cli_print_usage(FILE *out)
 {
     fputs(
         "Usage: cairn [--socket PATH] [--json] [--no-autostart] COMMAND [ARGS]\n"
+        "(the options may also come after the command)\n"
         "\n"
         "Commands:\n"
         "  add [-r] [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] PATH...\n"
@@ -57,7 +58,7 @@ void cli_print_usage(FILE *out)
         "  --json          print one JSON object per line\n"
         "  --no-autostart  fail instead of starting cairnd when it is not running\n"
         "  --help          show this help\n"
-        "  --version       show the version\n"
+        "  -V, --version   show the version\n"
         "\n"
         "Exit status: 0 success, 1 an operation failed, 2 usage error,\n"
         "3 cairnd unreachable.\n",
@@ -159,6 +160,71 @@ int cli_fail_errno(const char *what)
     return CLI_EXIT_FAILED;
 }
 
+/* Codes of the global options among a command's own. */
+enum {
+    GLOBAL_SOCKET = 0x1000,
+    GLOBAL_JSON,
+    GLOBAL_NO_AUTOSTART,
+};
+
+static bool take_global(struct cli *cli, int opt)
+{
+    switch (opt) {
+    case GLOBAL_SOCKET:
+        cli->socket = optarg;
+        return true;
+    case GLOBAL_JSON:
+        cli->json = true;
+        return true;
+    case GLOBAL_NO_AUTOSTART:
+        cli->autostart = false;
+        return true;
+    default:
+        return false;
+    }
+}
+
+int cli_getopt(struct cli *cli, int argc, char **argv, const char *shortopts,
+               const struct option *longopts)
+{
+    struct option merged[CLI_MAX_OPTIONS + 4];
+    size_t n = 0;
+    int opt;
+
+    while (n < CLI_MAX_OPTIONS && longopts[n].name) {
+        merged[n] = longopts[n];
+        n++;
+    }
+    merged[n++] = (struct option){"socket", required_argument, NULL, GLOBAL_SOCKET};
+    merged[n++] = (struct option){"json", no_argument, NULL, GLOBAL_JSON};
+    merged[n++] = (struct option){"no-autostart", no_argument, NULL, GLOBAL_NO_AUTOSTART};
+    merged[n] = (struct option){0};
+    do
+        opt = getopt_long(argc, argv, shortopts, merged, NULL);
+    while (take_global(cli, opt));
+    return opt;
+}
+
+int cli_take_trailing_globals(struct cli *cli, int argc, char **argv, int from)
+{
+    int out = from;
+
+    for (int i = from; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            cli->json = true;
+        } else if (strcmp(argv[i], "--no-autostart") == 0) {
+            cli->autostart = false;
+        } else if (strncmp(argv[i], "--socket=", 9) == 0) {
+            cli->socket = argv[i] + 9;
+        } else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
+            cli->socket = argv[++i];
+        } else {
+            argv[out++] = argv[i];
+        }
+    }
+    return out;
+}
+
 static const struct command *find_command(const char *name)
 {
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -191,7 +257,7 @@ int cli_main(int argc, char **argv)
 
     opterr = 0;
     /* '+': options after the command belong to the command. */
-    while ((opt = getopt_long(argc, argv, "+:h", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:hV", options, NULL)) != -1) {
         switch (opt) {
         case 's':
             cli.socket = optarg;

@@ -34,6 +34,22 @@ struct cli {
 
 int cli_main(int argc, char **argv);
 
+/* Most long options a command may have (cli_getopt adds the global ones). */
+#define CLI_MAX_OPTIONS 28
+struct option;
+/*
+ * getopt_long() for a command's options that also takes the global ones
+ * (--socket, --json, --no-autostart) wherever they appear: they are applied
+ * to cli and skipped. Returns what getopt_long returns otherwise.
+ */
+int cli_getopt(struct cli *cli, int argc, char **argv, const char *shortopts,
+               const struct option *longopts);
+/*
+ * For commands whose options end at their first operand (search): applies
+ * and removes the global options among argv[from..argc); returns the new argc.
+ */
+int cli_take_trailing_globals(struct cli *cli, int argc, char **argv, int from);
+
 /* The connection, made (and cairnd started) on first use; NULL after printing why. */
 struct client *cli_client(struct cli *cli);
 /* Prints why a client_*() call about `what` (may be NULL) failed; returns CLI_EXIT_FAILED. */

@@ -4,6 +4,7 @@
 #include "client/util.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -21,9 +22,10 @@ static const struct option help_only[] = {
  * that between min and max operands follow. Returns -1 to go on, else the
  * exit status.
  */
-static int parse_operands(int argc, char **argv, int min, int max, const char *operands)
+static int parse_operands(struct cli *cli, int argc, char **argv, int min, int max,
+                          const char *operands)
 {
-    int opt = getopt_long(argc, argv, ":h", help_only, NULL);
+    int opt = cli_getopt(cli, argc, argv, ":h", help_only);
 
     if (opt == 'h') {
         cli_print_usage(stdout);
@@ -47,6 +49,37 @@ static int print_reply(struct cli *cli, const msgpack_object *reply, const char 
     return CLI_EXIT_OK;
 }
 
+/* The temporary file of a get -o in progress, removed if a signal ends cairn. */
+static const char *volatile get_tmp;
+static const int get_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+static void on_get_signal(int sig)
+{
+    const char *tmp = get_tmp;
+
+    if (tmp)
+        unlink(tmp); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Installs (tmp) or removes (NULL) the cleanup; `saved` keeps the old handlers. */
+static void guard_tmp(const char *tmp, struct sigaction *saved)
+{
+    struct sigaction sa = {.sa_handler = on_get_signal};
+
+    if (tmp) {
+        get_tmp = tmp;
+        sigemptyset(&sa.sa_mask);
+        for (size_t i = 0; i < ARRAY_SIZE(get_signals); i++)
+            sigaction(get_signals[i], &sa, &saved[i]);
+    } else {
+        for (size_t i = 0; i < ARRAY_SIZE(get_signals); i++)
+            sigaction(get_signals[i], &saved[i], NULL);
+        get_tmp = NULL;
+    }
+}
+
 /*
  * Writes the document to a temporary file beside `path` and renames it into
  * place only when the whole stream arrived intact, so a failed get never
@@ -55,6 +88,8 @@ static int print_reply(struct cli *cli, const msgpack_object *reply, const char 
 static int get_to_file(struct cli *cli, struct client *c, const char *ref, const char *path)
 {
     _cleanup_free_ char *tmp = NULL;
+    struct sigaction saved[ARRAY_SIZE(get_signals)];
+    sigset_t block, old_mask;
     const char *slash = strrchr(path, '/');
     int dir_len = slash ? (int)(slash - path + 1) : 0;
     mode_t mask;
@@ -64,13 +99,22 @@ static int get_to_file(struct cli *cli, struct client *c, const char *ref, const
         tmp = NULL;
         return cli_fail(cli, path, -ENOMEM);
     }
+    /* Blocked while the file is made, so a signal never finds it unnamed in get_tmp. */
+    sigemptyset(&block);
+    for (size_t i = 0; i < ARRAY_SIZE(get_signals); i++)
+        sigaddset(&block, get_signals[i]);
+    sigprocmask(SIG_BLOCK, &block, &old_mask);
     fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd >= 0)
+        guard_tmp(tmp, saved);
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (fd < 0)
         return cli_fail_errno(path);
     r = client_get(c, ref, fd);
     if (r != 0) {
         close(fd);
         unlink(tmp);
+        guard_tmp(NULL, saved);
         return cli_fail(cli, r == CLIENT_E_IO ? path : ref, r);
     }
     /* mkostemp creates 0600; give the file the mode a plain create would. */
@@ -78,9 +122,13 @@ static int get_to_file(struct cli *cli, struct client *c, const char *ref, const
     umask(mask);
     r = fchmod(fd, 0666 & ~mask);
     if (close(fd) < 0 || r < 0 || rename(tmp, path) < 0) {
+        int e = errno;
         unlink(tmp);
+        guard_tmp(NULL, saved);
+        errno = e;
         return cli_fail_errno(path);
     }
+    guard_tmp(NULL, saved);
     return CLI_EXIT_OK;
 }
 
@@ -95,7 +143,7 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
     struct client *c;
     int opt, r;
 
-    while ((opt = getopt_long(argc, argv, ":o:h", options, NULL)) != -1) {
+    while ((opt = cli_getopt(cli, argc, argv, ":o:h", options)) != -1) {
         switch (opt) {
         case 'o':
             out = optarg;
@@ -122,7 +170,7 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
 
 int cli_cmd_rm(struct cli *cli, int argc, char **argv)
 {
-    int status = parse_operands(argc, argv, 1, argc, "REF");
+    int status = parse_operands(cli, argc, argv, 1, argc, "REF");
     struct client *c;
 
     if (status >= 0)
@@ -191,7 +239,7 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
     struct client *c;
     int opt, r;
 
-    while ((opt = getopt_long(argc, argv, ":t:h", options, NULL)) != -1) {
+    while ((opt = cli_getopt(cli, argc, argv, ":t:h", options)) != -1) {
         switch (opt) {
         case 't':
             tag = optarg;
@@ -216,7 +264,7 @@ int cli_cmd_stat(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {"hash", "name",    "names", "size", "stored_size", "chunks",
                                        "mime", "created", "tags",  "meta", NULL};
-    int status = parse_operands(argc, argv, 1, 1, "REF");
+    int status = parse_operands(cli, argc, argv, 1, 1, "REF");
     const msgpack_object *reply;
     struct client *c;
     int r;
@@ -235,7 +283,7 @@ static int reply_command(struct cli *cli, int argc, char **argv,
                          int (*call)(struct client *, const msgpack_object **),
                          const char *const *keys)
 {
-    int status = parse_operands(argc, argv, 0, 0, "");
+    int status = parse_operands(cli, argc, argv, 0, 0, "");
     const msgpack_object *reply;
     struct client *c;
     int r;
@@ -311,7 +359,7 @@ static int print_verify(struct cli *cli, const msgpack_object *reply)
 
 int cli_cmd_verify(struct cli *cli, int argc, char **argv)
 {
-    int status = parse_operands(argc, argv, 0, PROTO_MAX_TAGS, "REF");
+    int status = parse_operands(cli, argc, argv, 0, PROTO_MAX_TAGS, "REF");
     const msgpack_object *reply;
     struct client *c;
     int r;

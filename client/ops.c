@@ -108,18 +108,6 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t have, size_t cap)
     return (ssize_t)have;
 }
 
-/* The bytes left to read when fd is a regular file, else -1. */
-static int64_t input_size(int fd)
-{
-    struct stat st;
-    off_t pos;
-
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        return -1;
-    pos = lseek(fd, 0, SEEK_CUR);
-    return pos < 0 || pos > st.st_size ? -1 : st.st_size - pos;
-}
-
 static void pack_strs(msgpack_packer *pk, const char *key, const char *const *strs, size_t n)
 {
     proto_pack_cstr(pk, key);
@@ -182,7 +170,12 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
                const msgpack_object **reply)
 {
     const size_t cap = (size_t)PROTO_MAX_DATA + 1;
-    int64_t size = input_size(in_fd);
+    /*
+     * No size is announced: a file may change while it is read (or, like
+     * those in /proc, say a size it does not have), and what was read is
+     * what is stored.
+     */
+    int64_t size = -1;
     ssize_t n;
     uint64_t id;
     bool more;

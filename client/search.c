@@ -121,7 +121,7 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv)
     int opt, r;
 
     /* "+": options end at the first word, so `search eggs -butter` keeps -butter in the query. */
-    while ((opt = getopt_long(argc, argv, "+:l:t:h", options, NULL)) != -1) {
+    while ((opt = cli_getopt(cli, argc, argv, "+:l:t:h", options)) != -1) {
         switch (opt) {
         case 'l':
             if (parse_count(optarg, 1, 1000, &req.limit))
@@ -165,6 +165,9 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv)
             return cli_option_error(argv[0], opt, argv);
         }
     }
+    /* Global options may follow the query words too, unless "--" ended the options. */
+    if (strcmp(argv[optind - 1], "--") != 0)
+        argc = cli_take_trailing_globals(cli, argc, argv, optind);
     if (optind >= argc)
         return cli_usage_error("%s: missing QUERY", argv[0]);
     query = join_words(argc - optind, argv + optind);

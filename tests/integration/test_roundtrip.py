@@ -6,10 +6,13 @@ spec (0 ok, 1 failed, 2 usage, 3 unreachable; `--json` one object a line)."""
 
 import ctypes
 import hashlib
+import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -353,6 +356,101 @@ class OutputAndExitCodes(CliTestCase):
         p = ct.run_cli("ls", socket=stale, check_exit=3)
         ct.assert_cli_error(self, p)
         self.stop_daemon()
+
+
+class InputFiles(CliTestCase):
+    """add reads a file to its end, whatever its size says, and a file that
+    changes while it is read is stored as it was read, with a warning."""
+
+    def test_proc_file_is_read_to_its_end(self):
+        # /proc files say size 0; their content is generated as they are read.
+        with open("/proc/self/status", "rb") as f:
+            self.assertEqual(os.fstat(f.fileno()).st_size, 0)
+        p = self.cli("add", "-n", "cpuinfo", "/proc/cpuinfo")
+        [(h, name)] = ct.parse_add(p.stdout)
+        self.assertEqual(name, "cpuinfo")
+        content = self.get("cpuinfo")
+        self.assertGreater(len(content), 0)
+        self.assertEqual(h, ct.sha256_hex(content))
+        self.assertIn(b"processor", content)
+
+    def test_file_growing_while_read(self):
+        path = self.write("growing", os.urandom(48 * ct.MiB))
+        stop = threading.Event()
+
+        def grow():
+            with open(path, "ab") as f:
+                while not stop.is_set():
+                    f.write(os.urandom(64 * 1024))
+                    f.flush()
+                    time.sleep(0.001)
+
+        t = threading.Thread(target=grow)
+        t.start()
+        try:
+            p = self.cli("add", "-n", "growing", path)
+        finally:
+            stop.set()
+            t.join()
+        self.assertIn(b"changed while it was read; stored as read", p.stderr)
+        [(h, _)] = ct.parse_add(p.stdout)
+        stored = self.get("growing")
+        self.assertEqual(h, ct.sha256_hex(stored))
+        with open(path, "rb") as f:
+            final = f.read()
+        # What was read: at least the original, a prefix of what the file became.
+        self.assertGreaterEqual(len(stored), 48 * ct.MiB)
+        self.assertEqual(stored, final[:len(stored)])
+
+
+class GetInterrupted(CliTestCase):
+    """A signal during `get -o FILE` leaves neither FILE nor its temporary file."""
+
+    def test_signals_remove_the_temporary_file(self):
+        src = self.write("big", os.urandom(256 * ct.MiB))
+        p = self.cli("add", "-n", "big", src)
+        os.unlink(src)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with self.subTest(sig=sig.name):
+                outdir = os.path.join(self.tmp, "out-%s" % sig.name)
+                os.mkdir(outdir)
+                proc = subprocess.Popen(
+                    [ct.CAIRN, "--socket", self.d.socket_path, "--no-autostart", "get", "-o",
+                     os.path.join(outdir, "file"), "big"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ct.cli_env())
+                deadline = time.monotonic() + 60 * ct.SLOW
+                # Wait until the temporary file holds some bytes, then interrupt.
+                while time.monotonic() < deadline:
+                    names = os.listdir(outdir)
+                    if names and os.path.getsize(os.path.join(outdir, names[0])) > 0:
+                        break
+                    time.sleep(0.001)
+                self.assertTrue(names and names[0].startswith(".file."), names)
+                proc.send_signal(sig)
+                proc.communicate(timeout=60 * ct.SLOW)
+                if proc.returncode == 0:
+                    self.skipTest("the get finished before the signal came")
+                self.assertEqual(proc.returncode, -sig)
+                self.assertEqual(os.listdir(outdir), [])
+
+
+class GlobalOptionsAnywhere(CliTestCase):
+    """--json, --socket and --no-autostart may come before or after the command."""
+
+    def test_after_the_command(self):
+        h = self.add(b"anywhere\n", "-n", "anywhere")
+        for args in (("ls", "--json"), ("--json", "ls"), ("stat", "anywhere", "--json"),
+                     ("search", "anywhere", "--json"), ("search", "--json", "anywhere")):
+            with self.subTest(args=args):
+                out = ct.run_cli(*args, "--socket", self.d.socket_path).stdout
+                rows = [json.loads(line) for line in out.decode().splitlines()]
+                self.assertTrue(rows, out)
+                self.assertIn(h, json.dumps(rows))
+
+    def test_socket_after_the_command(self):
+        # The harness puts --no-autostart first; a wrong --socket after the command wins.
+        p = ct.run_cli("ls", "--socket", os.path.join(self.tmp, "none.sock"), check_exit=3)
+        self.assertIn(b"none.sock", p.stderr)
 
 
 def _become_subreaper():
