@@ -23,9 +23,12 @@ static const char *env(const char *name)
     return value && value[0] ? value : NULL;
 }
 
-int cli_data_dir(char *buf, size_t size)
+int cli_data_dir(char *buf, size_t size, const char *configured)
 {
     const char *dir = env("CAIRN_DATA_DIR"), *xdg = env("XDG_DATA_HOME"), *home = env("HOME");
+
+    if (!dir && configured && configured[0])
+        dir = configured;
     struct passwd *pw;
     int n;
 
@@ -116,9 +119,11 @@ static void write_int(int fd, int value)
  * exit at once with waitpid() instead of depending on init to reap a zombie.
  * When the CLI exits, the daemon moves on to init as usual.
  */
-static pid_t spawn(const char *daemon, const char *socket_path, int null_fd, int log_fd)
+static pid_t spawn(const char *daemon, const char *socket_path, const char *config, int null_fd,
+                   int log_fd)
 {
-    char *const argv[] = {(char *)daemon, "--socket", (char *)socket_path, NULL};
+    char *const argv[] = {(char *)daemon, "--socket", (char *)socket_path,
+                          config ? "--config" : NULL, (char *)config, NULL};
     _cleanup_close_ int rd = -1, wr = -1;
     int fds[2], pid, err, status;
     pid_t middle;
@@ -181,9 +186,29 @@ static long now_ms(void)
     return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Copies what the daemon wrote to its log since `start` (its last 4 KiB at most) to stderr. */
+static void print_log_since(const char *log_path, off_t start)
+{
+    char buf[4096];
+    _cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+    off_t end;
+    ssize_t n;
+
+    if (fd < 0 || (end = lseek(fd, 0, SEEK_END)) < 0)
+        return;
+    if (end - start > (off_t)sizeof(buf))
+        start = end - (off_t)sizeof(buf);
+    n = pread(fd, buf, sizeof(buf), start);
+    if (n > 0) {
+        fwrite(buf, 1, (size_t)n, stderr);
+        if (buf[n - 1] != '\n')
+            fputc('\n', stderr);
+    }
+}
+
 /* Polls until the daemon answers; it may still be creating its database. */
 static int wait_for_daemon(pid_t pid, const char *socket_path, const char *log_path,
-                           struct client **out)
+                           off_t log_start, struct client **out)
 {
     long deadline = now_ms() + START_TIMEOUT_MS;
     int status;
@@ -200,9 +225,11 @@ static int wait_for_daemon(pid_t pid, const char *socket_path, const char *log_p
         }
         /* Checked after the connect: a daemon that forks away still counts if it answers. */
         if (waitpid(pid, &status, WNOHANG) == pid) {
-            fprintf(stderr, "cairn: cairnd exited during startup (%s %d); see %s\n",
+            fprintf(stderr, "cairn: cairnd exited during startup (%s %d):\n",
                     WIFEXITED(status) ? "status" : "signal",
-                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log_path);
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            print_log_since(log_path, log_start);
+            fprintf(stderr, "cairn: (the daemon's log: %s)\n", log_path);
             return -1;
         }
         if (now_ms() >= deadline) {
@@ -214,15 +241,16 @@ static int wait_for_daemon(pid_t pid, const char *socket_path, const char *log_p
     }
 }
 
-int cli_autostart(const char *socket_path, struct client **out)
+int cli_autostart(struct cli *cli, struct client **out)
 {
     char daemon[PATH_MAX], log_path[PATH_MAX];
     _cleanup_close_ int null_fd = -1, log_fd = -1;
+    off_t log_start;
     pid_t pid;
     int r;
 
     find_daemon(daemon, sizeof(daemon));
-    r = cli_data_dir(log_path, sizeof(log_path) - sizeof("/cairnd.log"));
+    r = cli_data_dir(log_path, sizeof(log_path) - sizeof("/cairnd.log"), cli->config.data_dir);
     if (r < 0) {
         fprintf(stderr, "cairn: cannot start cairnd: data directory: %s\n", strerror(-r));
         return -1;
@@ -240,16 +268,17 @@ int cli_autostart(const char *socket_path, struct client **out)
         fprintf(stderr, "cairn: cannot start cairnd: %s: %s\n", log_path, strerror(errno));
         return -1;
     }
+    log_start = lseek(log_fd, 0, SEEK_END);
     null_fd = util_fd_above_stdio(open("/dev/null", O_RDWR | O_CLOEXEC));
     if (null_fd < 0) {
         fprintf(stderr, "cairn: cannot start cairnd: /dev/null: %s\n", strerror(errno));
         return -1;
     }
-    pid = spawn(daemon, socket_path, null_fd, log_fd);
+    pid = spawn(daemon, cli->socket, cli->config_path, null_fd, log_fd);
     if (pid < 0) {
         fprintf(stderr, "cairn: cannot start %s: %s%s\n", daemon, strerror(-pid),
                 pid == -ENOENT ? " (set CAIRND, or put cairnd in PATH)" : "");
         return -1;
     }
-    return wait_for_daemon(pid, socket_path, log_path, out);
+    return wait_for_daemon(pid, cli->socket, log_path, log_start < 0 ? 0 : log_start, out);
 }

@@ -30,7 +30,7 @@ static const struct command {
 void cli_print_usage(FILE *out)
 {
     fputs(
-        "Usage: cairn [--socket PATH] [--json] [--no-autostart] COMMAND [ARGS]\n"
+        "Usage: cairn [--socket PATH] [--config FILE] [--json] [--no-autostart] COMMAND [ARGS]\n"
         "(the options may also come after the command)\n"
         "\n"
         "Commands:\n"
@@ -53,8 +53,12 @@ void cli_print_usage(FILE *out)
         "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"
         "\n"
         "Options:\n"
-        "  --socket PATH   cairnd's socket (default: $CAIRN_SOCKET, else\n"
-        "                  $XDG_RUNTIME_DIR/cairn/cairnd.sock, else /tmp/cairn-$UID/cairnd.sock)\n"
+        "  --socket PATH   cairnd's socket (default: $CAIRN_SOCKET, else the config file's\n"
+        "                  [daemon] socket, else $XDG_RUNTIME_DIR/cairn/cairnd.sock,\n"
+        "                  else /tmp/cairn-$UID/cairnd.sock)\n"
+        "  --config FILE   cairnd's config file, for [daemon] socket and [store] data_dir,\n"
+        "                  passed on to a cairnd the command starts (default:\n"
+        "                  $XDG_CONFIG_HOME/cairn/cairn.conf, else ~/.config/cairn/cairn.conf)\n"
         "  --json          print one JSON object per line\n"
         "  --no-autostart  fail instead of starting cairnd when it is not running\n"
         "  --help          show this help\n"
@@ -98,6 +102,12 @@ struct client *cli_client(struct cli *cli)
     if (cli->client && client_connected(cli->client))
         return cli->client;
     cli->client = client_free(cli->client);
+    if (!cli->config.loaded && cli_config_load(&cli->config, cli->config_path) < 0)
+        return NULL;
+    /* --socket, else $CAIRN_SOCKET, else the config file's, else the default. */
+    if (!cli->socket && !(getenv("CAIRN_SOCKET") && getenv("CAIRN_SOCKET")[0]) &&
+        cli->config.socket[0])
+        cli->socket = cli->config.socket;
     if (!cli->socket) {
         r = client_socket_path(cli->socket_buf, sizeof(cli->socket_buf));
         if (r < 0) {
@@ -108,7 +118,7 @@ struct client *cli_client(struct cli *cli)
     }
     r = client_connect(&cli->client, cli->socket, CONNECT_TIMEOUT_MS);
     if ((r == -ENOENT || r == -ECONNREFUSED) && cli->autostart)
-        return cli_autostart(cli->socket, &cli->client) == 0 ? cli->client : NULL;
+        return cli_autostart(cli, &cli->client) == 0 ? cli->client : NULL;
     if (r < 0) {
         fprintf(stderr, "cairn: cannot connect to cairnd at %s: %s\n", cli->socket, strerror(-r));
         return NULL;
@@ -165,6 +175,7 @@ enum {
     GLOBAL_SOCKET = 0x1000,
     GLOBAL_JSON,
     GLOBAL_NO_AUTOSTART,
+    GLOBAL_CONFIG,
 };
 
 static bool take_global(struct cli *cli, int opt)
@@ -179,6 +190,9 @@ static bool take_global(struct cli *cli, int opt)
     case GLOBAL_NO_AUTOSTART:
         cli->autostart = false;
         return true;
+    case GLOBAL_CONFIG:
+        cli->config_path = optarg;
+        return true;
     default:
         return false;
     }
@@ -187,7 +201,7 @@ static bool take_global(struct cli *cli, int opt)
 int cli_getopt(struct cli *cli, int argc, char **argv, const char *shortopts,
                const struct option *longopts)
 {
-    struct option merged[CLI_MAX_OPTIONS + 4];
+    struct option merged[CLI_MAX_OPTIONS + 5];
     size_t n = 0;
     int opt;
 
@@ -198,6 +212,7 @@ int cli_getopt(struct cli *cli, int argc, char **argv, const char *shortopts,
     merged[n++] = (struct option){"socket", required_argument, NULL, GLOBAL_SOCKET};
     merged[n++] = (struct option){"json", no_argument, NULL, GLOBAL_JSON};
     merged[n++] = (struct option){"no-autostart", no_argument, NULL, GLOBAL_NO_AUTOSTART};
+    merged[n++] = (struct option){"config", required_argument, NULL, GLOBAL_CONFIG};
     merged[n] = (struct option){0};
     do
         opt = getopt_long(argc, argv, shortopts, merged, NULL);
@@ -218,6 +233,10 @@ int cli_take_trailing_globals(struct cli *cli, int argc, char **argv, int from)
             cli->socket = argv[i] + 9;
         } else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
             cli->socket = argv[++i];
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            cli->config_path = argv[i] + 9;
+        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            cli->config_path = argv[++i];
         } else {
             argv[out++] = argv[i];
         }
@@ -249,7 +268,8 @@ int cli_main(int argc, char **argv)
     static const struct option options[] = {
         {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
         {"no-autostart", no_argument, NULL, 'A'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {0},
+        {"version", no_argument, NULL, 'V'},      {"config", required_argument, NULL, 'c'},
+        {0},
     };
     struct cli cli = {.autostart = true};
     const struct command *cmd;
@@ -267,6 +287,9 @@ int cli_main(int argc, char **argv)
             break;
         case 'A':
             cli.autostart = false;
+            break;
+        case 'c':
+            cli.config_path = optarg;
             break;
         case 'h':
             cli_print_usage(stdout);

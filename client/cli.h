@@ -24,13 +24,30 @@ enum {
     CLI_EXIT_UNREACHABLE = 3, /* no daemon, and it could not be started */
 };
 
+/* What the CLI reads from cairnd's config file (config.c). */
+struct cli_config {
+    char path[4096];
+    char socket[108];    /* [daemon] socket, "" if not set */
+    char data_dir[4096]; /* [store] data_dir, "" if not set */
+    bool loaded;
+};
+
 struct cli {
     const char *socket; /* --socket, else resolved on first connect */
     char socket_buf[128];
+    const char *config_path; /* --config, passed on to a daemon the CLI starts */
     bool json;
     bool autostart;
+    struct cli_config config;
     struct client *client; /* NULL until a command needs the daemon */
 };
+
+/*
+ * Reads [daemon] socket and [store] data_dir from `path`, or from the
+ * daemon's default config file when NULL (missing is fine then). 0, or -1
+ * after printing why.
+ */
+int cli_config_load(struct cli_config *cc, const char *path);
 
 int cli_main(int argc, char **argv);
 
@@ -91,9 +108,15 @@ void cli_print_fields(FILE *out, const msgpack_object *map, const char *const *k
 void cli_format_time(uint64_t seconds, char buf[CLI_TIME_MAX]);
 
 /*
- * Where cairnd keeps its data: $CAIRN_DATA_DIR, else $XDG_DATA_HOME/cairn,
- * else ~/.local/share/cairn. -ENAMETOOLONG, or -ENOENT without a home.
+ * Where cairnd keeps its data: $CAIRN_DATA_DIR, else `configured` (the
+ * config file's [store] data_dir; NULL or "" for none), else
+ * $XDG_DATA_HOME/cairn, else ~/.local/share/cairn. -ENAMETOOLONG, or
+ * -ENOENT without a home.
  */
-int cli_data_dir(char *buf, size_t size);
-/* Starts cairnd on `socket_path` and connects to it; -1 after printing why. */
-int cli_autostart(const char *socket_path, struct client **out);
+int cli_data_dir(char *buf, size_t size, const char *configured);
+/*
+ * Starts cairnd on cli->socket (with cli->config_path as its --config, if
+ * given) and connects to it; -1 after printing why, with the daemon's own
+ * last words when it exited during startup.
+ */
+int cli_autostart(struct cli *cli, struct client **out);

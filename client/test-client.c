@@ -168,15 +168,15 @@ static void test_data_dir(void **state)
     setenv("CAIRN_DATA_DIR", "/srv/cairn", 1);
     setenv("XDG_DATA_HOME", "/home/u/.data", 1);
     setenv("HOME", "/home/u", 1);
-    assert_int_equal(cli_data_dir(dir, sizeof(dir)), 0);
+    assert_int_equal(cli_data_dir(dir, sizeof(dir), NULL), 0);
     assert_string_equal(dir, "/srv/cairn");
     unsetenv("CAIRN_DATA_DIR");
-    assert_int_equal(cli_data_dir(dir, sizeof(dir)), 0);
+    assert_int_equal(cli_data_dir(dir, sizeof(dir), NULL), 0);
     assert_string_equal(dir, "/home/u/.data/cairn");
     setenv("XDG_DATA_HOME", "", 1);
-    assert_int_equal(cli_data_dir(dir, sizeof(dir)), 0);
+    assert_int_equal(cli_data_dir(dir, sizeof(dir), NULL), 0);
     assert_string_equal(dir, "/home/u/.local/share/cairn");
-    assert_int_equal(cli_data_dir(dir, 8), -ENAMETOOLONG);
+    assert_int_equal(cli_data_dir(dir, 8, NULL), -ENAMETOOLONG);
 }
 
 /* --- output --- */

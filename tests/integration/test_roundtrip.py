@@ -524,5 +524,83 @@ class Autostart(unittest.TestCase):
         ct.run_cli("status", socket=sock, env=env, check_exit=3)
 
 
+class CliConfig(unittest.TestCase):
+    """The CLI reads cairnd's config file: [daemon] socket and [store] data_dir
+    (the default file, or --config FILE, which it passes to a daemon it
+    starts), and a daemon that fails to start has its own reason printed."""
+
+    def setUp(self):
+        self.base = ct.make_tempdir(self)
+        self.reaper = _become_subreaper()
+        self.sock = os.path.join(self.base, "run", "from-config.sock")
+        self.data = os.path.join(self.base, "data-from-config")
+        os.makedirs(os.path.join(self.base, "xdg", "cairn"))
+        self.conf = os.path.join(self.base, "xdg", "cairn", "cairn.conf")
+        with open(self.conf, "w") as f:
+            f.write("[daemon]\nsocket = %s\n\n[store]\ndata_dir = %s\n" % (self.sock, self.data))
+        self.env = ct.cli_env({"CAIRND": ct.CAIRND, "XDG_CONFIG_HOME": os.path.join(self.base, "xdg"),
+                               "HOME": self.base},
+                              unset=["CAIRN_SOCKET", "CAIRN_DATA_DIR"])
+        self.addCleanup(self.stop_daemon)
+
+    def stop_daemon(self):
+        try:
+            with ct.Conn(self.sock, timeout=5) as c:
+                pid = c.call("status").get("pid")
+        except (OSError, ct.ConnectionClosed):
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + ct.STOP_TIMEOUT
+        while time.monotonic() < deadline and os.path.exists("/proc/%d" % pid):
+            if self.reaper:
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                        return
+                except ChildProcessError:
+                    return
+            time.sleep(0.05)
+
+    def cli(self, *args, **kw):
+        kw.setdefault("env", self.env)
+        kw.setdefault("timeout", 60 * ct.SLOW)
+        return ct.run_cli(*args, autostart=True, **kw)
+
+    def test_default_config_file_gives_socket_and_data_dir(self):
+        p = self.cli("add", "-n", "conf.txt", "-", input=b"configured\n")
+        [(h, _)] = ct.parse_add(p.stdout)
+        self.assertTrue(os.path.exists(self.sock), "the CLI did not start cairnd on the config's socket")
+        self.assertTrue(os.path.exists(os.path.join(self.data, "cairnd.log")))
+        self.assertTrue(os.path.exists(os.path.join(self.data, "cairn.db")))
+        # A second command finds the daemon through the config too.
+        self.assertEqual(self.cli("get", "conf.txt").stdout, b"configured\n")
+        # $CAIRN_SOCKET still wins over the file.
+        env = dict(self.env, CAIRN_SOCKET=os.path.join(self.base, "elsewhere.sock"))
+        ct.run_cli("status", env=env, check_exit=3)
+
+    def test_explicit_config_is_passed_to_the_daemon(self):
+        other = os.path.join(self.base, "other.conf")
+        sock = os.path.join(self.base, "other.sock")
+        with open(other, "w") as f:
+            f.write("[daemon]\nsocket = %s\nlog_level = warn\n[store]\ndata_dir = %s\n"
+                    % (sock, os.path.join(self.base, "other-data")))
+        self.sock = sock
+        self.cli("--config", other, "add", "-", input=b"x\n")
+        self.assertTrue(os.path.exists(sock))
+        self.assertEqual(ct.run_cli("status", socket=sock, env=self.env).returncode, 0)
+        # A missing --config file is an error, not a silent default.
+        p = ct.run_cli("--config", os.path.join(self.base, "nope.conf"), "ls", env=self.env,
+                       check_exit=None)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(b"nope.conf", p.stderr)
+
+    def test_failed_autostart_prints_the_daemons_reason(self):
+        with open(self.conf, "a") as f:
+            f.write("compression_level = 99\n")
+        p = self.cli("ls", check_exit=3)
+        self.assertIn(b"cairnd exited during startup", p.stderr)
+        self.assertIn(b"compression_level must be between 1 and 19", p.stderr)
+        self.assertIn(os.path.join(self.data, "cairnd.log").encode(), p.stderr)
+
+
 if __name__ == "__main__":
     ct.main()
