@@ -413,7 +413,7 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
             add.req.mime = optarg;
             break;
         case 'h':
-            cli_print_usage(stdout);
+            cli_print_command_help(stdout, argv[0]);
             return CLI_EXIT_OK;
         default:
             return cli_option_error("add", opt, argv);

@@ -11,21 +11,104 @@
 /* Only bounds the wait for a daemon whose listen backlog is full. */
 #define CONNECT_TIMEOUT_MS 5000
 
-static int cmd_help(struct cli *cli, int argc, char **argv)
-{
-    cli_print_usage(stdout);
-    return CLI_EXIT_OK;
-}
+static int cmd_help(struct cli *cli, int argc, char **argv);
 
 static const struct command {
     const char *name;
     int (*run)(struct cli *cli, int argc, char **argv);
+    const char *help; /* "usage line\n\ndescription"; NULL for an alias (the entry before) */
 } commands[] = {
-    {"add", cli_cmd_add},   {"get", cli_cmd_get},       {"rm", cli_cmd_rm},
-    {"delete", cli_cmd_rm}, {"ls", cli_cmd_ls},         {"list", cli_cmd_ls},
-    {"stat", cli_cmd_stat}, {"status", cli_cmd_status}, {"search", cli_cmd_search},
-    {"gc", cli_cmd_gc},     {"verify", cli_cmd_verify}, {"help", cmd_help},
+    {"add", cli_cmd_add,
+     "cairn add [-r] [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] PATH...\n\n"
+     "Stores files (- reads standard input) and prints \"<hash>  <name>\" for each.\n"
+     "  -r, --recursive     add the regular files under directories, named by their paths\n"
+     "  -n, --name NAME     the document's name (one document only; default: the path)\n"
+     "  -t, --tag TAG       add a tag (repeatable)\n"
+     "  -m, --meta KEY=VALUE  add metadata (repeatable)\n"
+     "      --mime TYPE     the mime type (default: guessed from the first 8 KiB)\n"
+     "A file is read to its end; one that changes while it is read is stored as read,\n"
+     "with a warning.\n"},
+    {"get", cli_cmd_get,
+     "cairn get [-o FILE] REF\n\n"
+     "Writes a document to standard output, or to FILE (through a temporary file that\n"
+     "is renamed into place once the whole document arrived intact).\n"
+     "  -o, --output FILE   write to FILE (- for standard output)\n"},
+    {"rm", cli_cmd_rm,
+     "cairn rm REF...\n\n"
+     "Deletes documents, with their tags, metadata and name versions (alias: delete).\n"},
+    {"delete", cli_cmd_rm, NULL},
+    {"ls", cli_cmd_ls,
+     "cairn ls [-t TAG]\n\n"
+     "Lists documents: hash, size and name (alias: list).\n"
+     "  -t, --tag TAG       only documents with this tag\n"},
+    {"list", cli_cmd_ls, NULL},
+    {"stat", cli_cmd_stat,
+     "cairn stat REF\n\n"
+     "Shows a document's details: hash, names, size, stored size, mime type, tags,\n"
+     "metadata and creation time.\n"},
+    {"status", cli_cmd_status,
+     "cairn status\n\n"
+     "Shows the daemon's state: version, backend, documents, bytes, cache, connections.\n"},
+    {"search", cli_cmd_search,
+     "cairn search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
+     "             [--after DATE] [--before DATE] [--fuzzy] QUERY...\n\n"
+     "Ranked full-text search: words, \"phrases\", OR, NOT or -word, prefix*,\n"
+     "name:word, tag:value. Options end at the first word of the query.\n"
+     "  -l, --limit N       at most N hits (1 to 1000, default 10)\n"
+     "      --offset N      skip the first N hits\n"
+     "  -t, --tag TAG       only documents with this tag (repeatable)\n"
+     "      --name GLOB     only documents whose name matches\n"
+     "      --mime TYPE     only documents of this mime type\n"
+     "      --after DATE, --before DATE\n"
+     "                      created after or before (YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] in UTC,\n"
+     "                      or @UNIXSECONDS)\n"
+     "      --fuzzy         tolerate typos: indexed words one or two edits away, and words\n"
+     "                      that contain the query word\n"},
+    {"gc", cli_cmd_gc,
+     "cairn gc\n\n"
+     "Removes chunks no document uses any more and rewrites mostly-dead packs; prints\n"
+     "packs rewritten, bytes reclaimed and bytes still dead.\n"},
+    {"verify", cli_cmd_verify,
+     "cairn verify [REF]...\n\n"
+     "Re-reads and re-hashes the stored chunks of the given documents, or of all.\n"},
+    {"help", cmd_help,
+     "cairn help [COMMAND]\n\n"
+     "Shows the help of COMMAND, or the overview.\n"},
 };
+
+static const struct command *find_command(const char *name);
+
+void cli_print_command_help(FILE *out, const char *name)
+{
+    const struct command *cmd = find_command(name);
+
+    while (cmd && !cmd->help && cmd > commands)
+        cmd--; /* an alias: the entry before it has the text */
+    if (!cmd || !cmd->help) {
+        cli_print_usage(out);
+        return;
+    }
+    fputs("Usage: ", out);
+    fputs(cmd->help, out);
+    fputs("\nGlobal options (--socket, --config, --json, --no-autostart) may come anywhere;\n"
+          "see 'cairn --help'.\n",
+          out);
+}
+
+static int cmd_help(struct cli *cli, int argc, char **argv)
+{
+    if (argc > 2)
+        return cli_usage_error("help: too many arguments");
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
+        argv[1] = "help";
+    if (argc == 2 && !find_command(argv[1]))
+        return cli_usage_error("help: unknown command '%s'", argv[1]);
+    if (argc == 2)
+        cli_print_command_help(stdout, argv[1]);
+    else
+        cli_print_usage(stdout);
+    return CLI_EXIT_OK;
+}
 
 void cli_print_usage(FILE *out)
 {
@@ -48,7 +131,7 @@ void cli_print_usage(FILE *out)
         "         [--after DATE] [--before DATE] [--fuzzy] QUERY...\n"
         "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
         "                  prefix*, name:word, tag:value\n"
-        "  help            show this help\n"
+        "  help [COMMAND]  show this help, or a command's ('cairn COMMAND --help' too)\n"
         "\n"
         "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"
         "\n"

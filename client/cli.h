@@ -50,6 +50,8 @@ struct cli {
 int cli_config_load(struct cli_config *cc, const char *path);
 
 int cli_main(int argc, char **argv);
+/* A command's own help (its usage, what it does, its options); the overview for others. */
+void cli_print_command_help(FILE *out, const char *name);
 
 /* Most long options a command may have (cli_getopt adds the global ones). */
 #define CLI_MAX_OPTIONS 28

@@ -28,7 +28,7 @@ static int parse_operands(struct cli *cli, int argc, char **argv, int min, int m
     int opt = cli_getopt(cli, argc, argv, ":h", help_only);
 
     if (opt == 'h') {
-        cli_print_usage(stdout);
+        cli_print_command_help(stdout, argv[0]);
         return CLI_EXIT_OK;
     }
     if (opt != -1)
@@ -149,7 +149,7 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
             out = optarg;
             break;
         case 'h':
-            cli_print_usage(stdout);
+            cli_print_command_help(stdout, argv[0]);
             return CLI_EXIT_OK;
         default:
             return cli_option_error("get", opt, argv);
@@ -245,7 +245,7 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
             tag = optarg;
             break;
         case 'h':
-            cli_print_usage(stdout);
+            cli_print_command_help(stdout, argv[0]);
             return CLI_EXIT_OK;
         default:
             return cli_option_error(argv[0], opt, argv);

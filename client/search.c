@@ -159,7 +159,7 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv)
             req.fuzzy = true;
             break;
         case 'h':
-            cli_print_usage(stdout);
+            cli_print_command_help(stdout, argv[0]);
             return CLI_EXIT_OK;
         default:
             return cli_option_error(argv[0], opt, argv);

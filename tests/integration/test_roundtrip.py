@@ -434,6 +434,28 @@ class GetInterrupted(CliTestCase):
                 self.assertEqual(os.listdir(outdir), [])
 
 
+class Help(unittest.TestCase):
+    """Each command has its own help: `cairn CMD --help` and `cairn help CMD`."""
+
+    def test_command_help(self):
+        for cmd, option in (("add", "--recursive"), ("get", "--output"), ("rm", "REF"),
+                            ("delete", "REF"), ("ls", "--tag"), ("list", "--tag"),
+                            ("stat", "REF"), ("status", "status"), ("search", "--fuzzy"),
+                            ("gc", "gc"), ("verify", "REF"), ("help", "COMMAND")):
+            with self.subTest(cmd=cmd):
+                a = ct.run_cli(cmd, "--help").stdout
+                b = ct.run_cli("help", cmd).stdout
+                self.assertEqual(a, b)
+                self.assertTrue(a.startswith(b"Usage: cairn "), a[:80])
+                self.assertIn(option.encode(), a)
+                # Its own text, not the overview of every command.
+                self.assertNotIn(b"Commands:", a)
+        self.assertIn(b"Commands:", ct.run_cli("help").stdout)
+        p = ct.run_cli("help", "frobnicate", check_exit=2)
+        self.assertIn(b"unknown command 'frobnicate'", p.stderr)
+        self.assertEqual(ct.run_cli("-V").stdout, ct.run_cli("--version").stdout)
+
+
 class GlobalOptionsAnywhere(CliTestCase):
     """--json, --socket and --no-autostart may come before or after the command."""
 
