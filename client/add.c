@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <getopt.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +34,8 @@ struct add {
     struct client_add_req req;
     const char *name; /* -n */
     bool recursive;
+    const char **excludes; /* --exclude GLOB */
+    size_t n_excludes;
     struct pending win[ADD_WINDOW];
     size_t head, count;
 };
@@ -278,12 +281,30 @@ static int merge(int status, int r)
 
 static int add_tree(struct add *add, int dir_fd, const char *path);
 
+/*
+ * Whether --exclude leaves out this entry of a walk: a pattern with a '/'
+ * is matched against the whole path, one without against the entry's name
+ * (so "*.o" and ".git" work at any depth). An excluded directory is not
+ * entered.
+ */
+static bool excluded(const struct add *add, const char *entry, const char *path)
+{
+    for (size_t i = 0; i < add->n_excludes; i++) {
+        const char *pat = add->excludes[i];
+        if (fnmatch(pat, strchr(pat, '/') ? path : entry, FNM_PERIOD) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* One entry of a directory walk; `path` is how the user sees it. */
 static int add_entry(struct add *add, int dir, const char *entry, const char *path)
 {
     struct stat st;
     int fd;
 
+    if (excluded(add, entry, path))
+        return CLI_EXIT_OK;
     if (fstatat(dir, entry, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return cli_fail_errno(path);
     if (S_ISDIR(st.st_mode)) {
@@ -378,16 +399,18 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
         {"tag", required_argument, NULL, 't'},
         {"meta", required_argument, NULL, 'm'},
         {"mime", required_argument, NULL, 'M'},
+        {"exclude", required_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     /* No option can occur more often than there are arguments. */
     _cleanup_free_ const char **tags = calloc((size_t)argc, sizeof(*tags));
+    _cleanup_free_ const char **excludes = calloc((size_t)argc, sizeof(*excludes));
     _cleanup_free_ struct client_meta *meta = calloc((size_t)argc, sizeof(*meta));
-    struct add add = {.cli = cli, .req = {.tags = tags, .meta = meta}};
+    struct add add = {.cli = cli, .req = {.tags = tags, .meta = meta}, .excludes = excludes};
     int opt, status = CLI_EXIT_OK;
 
-    if (!tags || !meta)
+    if (!tags || !meta || !excludes)
         return cli_fail(cli, NULL, -ENOMEM);
     while ((opt = cli_getopt(cli, argc, argv, ":rn:t:m:h", options)) != -1) {
         switch (opt) {
@@ -411,6 +434,11 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
             break;
         case 'M':
             add.req.mime = optarg;
+            break;
+        case 'x':
+            if (!optarg[0])
+                return cli_usage_error("add: empty --exclude pattern");
+            excludes[add.n_excludes++] = optarg;
             break;
         case 'h':
             cli_print_command_help(stdout, argv[0]);

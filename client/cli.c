@@ -19,13 +19,16 @@ static const struct command {
     const char *help; /* "usage line\n\ndescription"; NULL for an alias (the entry before) */
 } commands[] = {
     {"add", cli_cmd_add,
-     "cairn add [-r] [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] PATH...\n\n"
+     "cairn add [-r] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE]\n"
+     "          PATH...\n\n"
      "Stores files (- reads standard input) and prints \"<hash>  <name>\" for each.\n"
      "  -r, --recursive     add the regular files under directories, named by their paths\n"
      "  -n, --name NAME     the document's name (one document only; default: the path)\n"
      "  -t, --tag TAG       add a tag (repeatable)\n"
      "  -m, --meta KEY=VALUE  add metadata (repeatable)\n"
      "      --mime TYPE     the mime type (default: guessed from the first 8 KiB)\n"
+     "      --exclude GLOB  leave out what -r finds whose name matches GLOB (or whose\n"
+     "                      path does, when GLOB has a /); repeatable\n"
      "A file is read to its end; one that changes while it is read is stored as read,\n"
      "with a warning.\n"},
     {"get", cli_cmd_get,
@@ -117,7 +120,7 @@ void cli_print_usage(FILE *out)
         "(the options may also come after the command)\n"
         "\n"
         "Commands:\n"
-        "  add [-r] [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] PATH...\n"
+        "  add [-r] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] PATH...\n"
         "                  store files; - reads standard input, -r adds directories\n"
         "  get [-o FILE] REF\n"
         "                  write a document to standard output or FILE\n"

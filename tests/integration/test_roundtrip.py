@@ -125,6 +125,24 @@ class RoundTrip(CliTestCase):
             self.assertEqual(self.get(ct.sha256_hex(content)), content)
         self.stop_daemon()
 
+    def test_recursive_exclude(self):
+        tree = os.path.join(self.tmp, "ex")
+        files = {"keep.txt": b"k\n", "obj.o": b"o\n", "sub/deep.o": b"d\n",
+                 "sub/keep2.txt": b"k2\n", ".git/config": b"g\n", "skipdir/x.txt": b"x\n",
+                 "sub/skipdir/y.txt": b"y\n"}
+        for rel, content in files.items():
+            os.makedirs(os.path.dirname(os.path.join(tree, rel)), exist_ok=True)
+            with open(os.path.join(tree, rel), "wb") as f:
+                f.write(content)
+        # A name pattern works at any depth, a pattern with a / matches the path.
+        p = self.cli("add", "-r", "--exclude", "*.o", "--exclude", ".git",
+                     "--exclude", os.path.join(tree, "skipdir"), tree)
+        added = sorted(name for _, name in ct.parse_add(p.stdout))
+        self.assertEqual(added, sorted(os.path.join(tree, rel) for rel in
+                                       ("keep.txt", "sub/keep2.txt", "sub/skipdir/y.txt")))
+        p = self.cli("add", "--exclude", "", tree, check_exit=2)
+        self.assertIn(b"empty --exclude", p.stderr)
+
     def test_get_output_file(self):
         content = os.urandom(5000)
         h = self.add(content, "-n", "for-o")
