@@ -113,6 +113,11 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
  * of it may have been written already; the caller discards it.
  */
 int client_get(struct client *c, const char *ref, int out_fd);
+/*
+ * client_get() into a new, empty regular file (not opened with O_APPEND):
+ * aligned 4 KiB blocks of zeros become holes, as `cp --sparse` makes them.
+ */
+int client_get_sparse(struct client *c, const char *ref, int out_fd);
 int client_delete(struct client *c, const char *ref, const msgpack_object **reply);
 /* Every document (with `tag` when it is not NULL), in hash order. */
 int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata);

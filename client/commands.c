@@ -110,7 +110,8 @@ static int get_to_file(struct cli *cli, struct client *c, const char *ref, const
     sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (fd < 0)
         return cli_fail_errno(path);
-    r = client_get(c, ref, fd);
+    /* A new file: runs of zeros become holes, as cp and rsync -S make them. */
+    r = client_get_sparse(c, ref, fd);
     if (r != 0) {
         close(fd);
         unlink(tmp);

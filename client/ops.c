@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -209,11 +210,72 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
     return r < 0 ? r : client_await(c, id, reply);
 }
 
+#define SPARSE_BLOCK 4096
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    return n > 0 && p[0] == 0 && memcmp(p, p + 1, n - 1) == 0;
+}
+
+/* The next piece of a sparse write at file offset pos: a whole zero block, or data up to one. */
+static size_t next_piece(const uint8_t *p, size_t len, uint64_t pos, bool *hole)
+{
+    size_t n = (size_t)(SPARSE_BLOCK - pos % SPARSE_BLOCK);
+
+    if (n > len)
+        n = len;
+    *hole = n == SPARSE_BLOCK && all_zero(p, n);
+    if (*hole)
+        return n;
+    /* Data runs on until a whole zero block starts. */
+    while (n < len) {
+        size_t next = len - n < SPARSE_BLOCK ? len - n : SPARSE_BLOCK;
+        if (next == SPARSE_BLOCK && all_zero(p + n, next))
+            break;
+        n += next;
+    }
+    return n;
+}
+
+/* Writes len bytes at *pos, seeking over whole zero blocks; *hole_at_end says whether it ended on one. */
+static int write_sparse(int fd, const uint8_t *p, size_t len, uint64_t *pos, bool *hole_at_end)
+{
+    while (len > 0) {
+        bool hole;
+        size_t n = next_piece(p, len, *pos, &hole);
+        if (hole) {
+            if (lseek(fd, (off_t)n, SEEK_CUR) < 0)
+                return -errno;
+        } else {
+            int r = util_write_all(fd, p, n);
+            if (r < 0)
+                return r;
+        }
+        *hole_at_end = hole;
+        p += n;
+        len -= n;
+        *pos += n;
+    }
+    return 0;
+}
+
+static int get_to(struct client *c, const char *ref, int out_fd, bool sparse);
+
 int client_get(struct client *c, const char *ref, int out_fd)
 {
+    return get_to(c, ref, out_fd, false);
+}
+
+int client_get_sparse(struct client *c, const char *ref, int out_fd)
+{
+    return get_to(c, ref, out_fd, true);
+}
+
+static int get_to(struct client *c, const char *ref, int out_fd, bool sparse)
+{
     const msgpack_object *reply;
-    uint64_t size = 0, total = 0;
-    bool sized, more;
+    uint64_t size = 0, total = 0, pos = 0;
+    bool sized, more, hole_at_end = false;
     uint64_t id;
     int r;
 
@@ -235,7 +297,14 @@ int client_get(struct client *c, const char *ref, int out_fd)
         total += len;
         if (sized && (total > size || (!more && total != size)))
             return bad_reply(c);
-        if (len > 0 && (r = util_write_all(out_fd, data, len)) < 0) {
+        r = 0;
+        if (len > 0)
+            r = sparse ? write_sparse(out_fd, data, len, &pos, &hole_at_end)
+                       : util_write_all(out_fd, data, len);
+        /* A hole at the end is there only once the file is that long. */
+        if (r == 0 && !more && hole_at_end && ftruncate(out_fd, (off_t)pos) < 0)
+            r = -errno;
+        if (r < 0) {
             /* The rest of the stream is of no use now; hanging up stops it. */
             client_disconnect(c);
             return client_io_error(c, -r);

@@ -143,6 +143,22 @@ class RoundTrip(CliTestCase):
         p = self.cli("add", "--exclude", "", tree, check_exit=2)
         self.assertIn(b"empty --exclude", p.stderr)
 
+    def test_get_output_file_is_sparse(self):
+        # Zero runs (aligned or not) in the middle and at the end; data at odd offsets.
+        content = (os.urandom(1000) + bytes(8 * ct.MiB) + os.urandom(70000) + bytes(5000)
+                   + os.urandom(3) + bytes(4 * ct.MiB + 123))
+        h = self.add(content, "-n", "sparse")
+        out = os.path.join(self.tmp, "sparse.bin")
+        self.cli("get", "-o", out, "sparse")
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), content)
+        st = os.stat(out)
+        self.assertEqual(st.st_size, len(content))
+        # Holes where the zero runs were: far less allocated than the size.
+        self.assertLess(st.st_blocks * 512, 1 * ct.MiB, "get -o wrote the zeros")
+        # Standard output gets every byte.
+        self.assertEqual(self.get(h), content)
+
     def test_get_output_file(self):
         content = os.urandom(5000)
         h = self.add(content, "-n", "for-o")
