@@ -15,7 +15,7 @@
 
 static const char usage_text[] =
     "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
-    "              [--config FILE] [--rebuild-index | --upgrade]\n"
+    "              [--config FILE] [--rebuild-index | --upgrade | --print-config]\n"
     "       cairnd --help | --version\n"
     "\n"
     "Runs the cairn storage daemon in the foreground.\n"
@@ -30,12 +30,13 @@ static const char usage_text[] =
     "  --log-level LEVEL  error, warn, info (default) or debug\n"
     "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n"
     "  --rebuild-index    recreate the metadata database from the packs, then exit\n"
-    "  --upgrade          convert a data directory of format 1 to packs, then exit\n";
+    "  --upgrade          convert a data directory of format 1 to packs, then exit\n"
+    "  --print-config     print the effective settings and where each came from, then exit\n";
 
 /* Flag values, kept apart so they can be applied after the file and the environment. */
 struct flags {
     const char *socket, *data_dir, *backend, *log_level, *config;
-    bool rebuild_index, upgrade;
+    bool rebuild_index, upgrade, print_config;
 };
 
 struct ini_state {
@@ -269,6 +270,11 @@ static int on_ini_entry(void *user, const char *section, const char *key, const 
         st->failed = true;
         return 0;
     }
+    if (key) {
+        char from[sizeof(st->cfg->origins[0].from)];
+        snprintf(from, sizeof(from), "%s:%d", st->path, lineno);
+        config_note_origin(st->cfg, section, key, from);
+    }
     return 1;
 }
 
@@ -318,7 +324,8 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
         {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
-        {"upgrade", no_argument, NULL, 'U'},       {NULL, 0, NULL, 0},
+        {"upgrade", no_argument, NULL, 'U'},       {"print-config", no_argument, NULL, 'P'},
+        {NULL, 0, NULL, 0},
     };
     /* clang-format on */
     int c;
@@ -349,6 +356,9 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         case 'U':
             fl->upgrade = true;
             break;
+        case 'P':
+            fl->print_config = true;
+            break;
         case 'h':
             fputs(usage_text, stdout);
             return CONFIG_E_EXIT;
@@ -370,8 +380,8 @@ static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         snprintf(err, err_len, "unexpected argument '%s'", argv[optind]);
         return CONFIG_E_USAGE;
     }
-    if (fl->rebuild_index && fl->upgrade) {
-        snprintf(err, err_len, "--rebuild-index and --upgrade do not go together");
+    if (fl->rebuild_index + fl->upgrade + fl->print_config > 1) {
+        snprintf(err, err_len, "--rebuild-index, --upgrade and --print-config do not go together");
         return CONFIG_E_USAGE;
     }
     return 0;
@@ -420,7 +430,26 @@ static int apply_checked(struct config *cfg, const char *section, const char *ke
         snprintf(err, err_len, "%s: %s", origin, problem);
         return CONFIG_E_INVALID;
     }
+    config_note_origin(cfg, section, key, origin);
     return 0;
+}
+
+void config_note_origin(struct config *cfg, const char *section, const char *key, const char *from)
+{
+    char name[sizeof(cfg->origins[0].key)];
+    unsigned i;
+
+    snprintf(name, sizeof(name), "%s.%s", section, key);
+    for (i = 0; i < cfg->norigins; i++) {
+        if (strcmp(cfg->origins[i].key, name) == 0)
+            break;
+    }
+    if (i == CONFIG_ORIGINS)
+        return;
+    if (i == cfg->norigins)
+        cfg->norigins++;
+    snprintf(cfg->origins[i].key, sizeof(cfg->origins[i].key), "%s", name);
+    snprintf(cfg->origins[i].from, sizeof(cfg->origins[i].from), "%s", from);
 }
 
 int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len)
@@ -435,6 +464,7 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         return r;
     cfg->rebuild_index = fl.rebuild_index;
     cfg->upgrade = fl.upgrade;
+    cfg->print_config = fl.print_config;
 
     if (fl.config && copy_str(cfg->config_path, sizeof(cfg->config_path), fl.config)) {
         snprintf(err, err_len, "--config: path is empty or too long");

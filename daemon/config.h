@@ -8,12 +8,20 @@
  */
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/un.h>
 
 #include "daemon/log.h"
+
+/* Where a setting came from ("FILE:LINE", "CAIRN_SOCKET", "--socket"); absent: the default. */
+#define CONFIG_ORIGINS 32
+struct config_origin {
+    char key[32]; /* "section.key" */
+    char from[288];
+};
 
 struct config {
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -33,6 +41,9 @@ struct config {
     unsigned threads;
     bool rebuild_index; /* --rebuild-index: rebuild the database, then exit */
     bool upgrade;       /* --upgrade: convert a format 1 directory, then exit */
+    bool print_config;  /* --print-config: show the effective settings, then exit */
+    struct config_origin origins[CONFIG_ORIGINS];
+    unsigned norigins;
 };
 
 /* config_load() results besides 0. */
@@ -43,3 +54,7 @@ enum {
 };
 
 int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len);
+/* Notes where section.key came from (config.c; a later source replaces an earlier one). */
+void config_note_origin(struct config *cfg, const char *section, const char *key, const char *from);
+/* Prints every setting as a config file would say it, each with where it came from. */
+void config_print(const struct config *cfg, FILE *out);

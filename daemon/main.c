@@ -24,6 +24,10 @@ int main(int argc, char **argv)
         }
         return 1;
     }
+    if (cfg.print_config) {
+        config_print(&cfg, stdout);
+        return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+    }
     log_init(cfg.log_level);
     r = daemon_new(&d, &cfg, err, sizeof(err));
     if (r) {

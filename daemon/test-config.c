@@ -265,6 +265,52 @@ static void test_backend_options(void **state)
     assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
 }
 
+/* --print-config: every setting with where it came from; the output reads back the same. */
+static void test_print_config(void **state)
+{
+    struct env *e = *state;
+    char path[PATH_MAX], again[PATH_MAX];
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out;
+
+    write_file(e->dir, "pc.conf",
+               "[store]\ncompression_level = 7\n\npack_size = 32M\n[backend]\nurl = sftp://u@h/x\n"
+               "key = /k/id x\n",
+               path, sizeof(path));
+    assert_int_equal(setenv("CAIRN_SOCKET", "/run/env.sock", 1), 0);
+    assert_int_equal(load(e, "--config", path, "--data-dir", "/flag/data", "--print-config", NULL),
+                     0);
+    unsetenv("CAIRN_SOCKET");
+    assert_true(e->cfg.print_config);
+    assert_non_null(out = open_memstream(&text, &len));
+    config_print(&e->cfg, out);
+    assert_int_equal(fclose(out), 0);
+    char expect[PATH_MAX + 64];
+    snprintf(expect, sizeof(expect), "# compression_level: %s:2\ncompression_level = 7\n", path);
+    assert_non_null(strstr(text, expect));
+    snprintf(expect, sizeof(expect), "# pack_size: %s:4\npack_size = 32M\n", path);
+    assert_non_null(strstr(text, expect));
+    assert_non_null(strstr(text, "# socket: CAIRN_SOCKET\nsocket = /run/env.sock\n"));
+    assert_non_null(strstr(text, "# data_dir: --data-dir\ndata_dir = /flag/data\n"));
+    assert_non_null(strstr(text, "# chunk_avg: default\nchunk_avg = 64K\n"));
+    assert_non_null(strstr(text, "# key: "));
+    assert_non_null(strstr(text, "key = /k/id x\n"));
+    /* Written back as a file, it gives the same settings. */
+    write_file(e->dir, "again.conf", text, again, sizeof(again));
+    struct config first = e->cfg;
+    assert_int_equal(load(e, "--config", again, NULL), 0);
+    assert_string_equal(e->cfg.socket_path, first.socket_path);
+    assert_string_equal(e->cfg.data_dir, first.data_dir);
+    assert_int_equal(e->cfg.compression_level, 7);
+    assert_int_equal(e->cfg.pack_size, 32u << 20);
+    assert_string_equal(e->cfg.backend_url, first.backend_url);
+    assert_string_equal(e->cfg.backend_params, first.backend_params);
+    free(text);
+    /* Not with the other one-shot modes. */
+    assert_int_equal(load(e, "--print-config", "--upgrade", NULL), CONFIG_E_USAGE);
+}
+
 /* The K and M suffixes (either case) are powers of 1024; chunk_max is at most 1M. */
 static void test_file_chunk_size_suffixes(void **state)
 {
@@ -708,6 +754,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_file_every_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_chunk_size_suffixes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backend_options, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_print_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunk_sizes_must_be_ordered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_range_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_config_file_is_read, setup, teardown),

@@ -1,0 +1,115 @@
+/*
+ * cairnd --print-config: every setting, as a config file would say it, each
+ * under a comment that says where it came from (the file and line, the
+ * environment variable, the flag, or the default). The output is itself a
+ * valid config file.
+ */
+#include "daemon/config.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static const char *origin(const struct config *cfg, const char *section, const char *key)
+{
+    char name[sizeof(cfg->origins[0].key)];
+
+    snprintf(name, sizeof(name), "%s.%s", section, key);
+    for (unsigned i = 0; i < cfg->norigins; i++) {
+        if (strcmp(cfg->origins[i].key, name) == 0)
+            return cfg->origins[i].from;
+    }
+    return "default";
+}
+
+static void put(FILE *out, const struct config *cfg, const char *section, const char *key,
+                const char *value)
+{
+    fprintf(out, "# %s: %s\n%s = %s\n", key, origin(cfg, section, key), key, value);
+}
+
+static void put_u64(FILE *out, const struct config *cfg, const char *section, const char *key,
+                    uint64_t value)
+{
+    char buf[32];
+
+    /* In the units the file takes, when they divide it. */
+    if (value >= 1024 * 1024 && value % (1024 * 1024) == 0)
+        snprintf(buf, sizeof(buf), "%" PRIu64 "M", value / (1024 * 1024));
+    else if (value >= 1024 && value % 1024 == 0)
+        snprintf(buf, sizeof(buf), "%" PRIu64 "K", value / 1024);
+    else
+        snprintf(buf, sizeof(buf), "%" PRIu64, value);
+    put(out, cfg, section, key, buf);
+}
+
+static void put_uint(FILE *out, const struct config *cfg, const char *section, const char *key,
+                     unsigned value)
+{
+    char buf[16];
+
+    snprintf(buf, sizeof(buf), "%u", value);
+    put(out, cfg, section, key, buf);
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The [backend] options other than url, decoded from their "&key=value" form. */
+static void put_backend_params(FILE *out, const struct config *cfg)
+{
+    const char *p = cfg->backend_params;
+
+    while (*p == '&') {
+        char key[32], value[sizeof(cfg->backend_params)];
+        size_t k = 0, v = 0;
+        for (p++; *p && *p != '=' && k + 1 < sizeof(key); p++)
+            key[k++] = *p;
+        key[k] = '\0';
+        if (*p == '=')
+            p++;
+        for (; *p && *p != '&' && v + 1 < sizeof(value); p++) {
+            if (*p == '%' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
+                value[v++] = (char)(hexval(p[1]) * 16 + hexval(p[2]));
+                p += 2;
+            } else {
+                value[v++] = *p;
+            }
+        }
+        value[v] = '\0';
+        put(out, cfg, "backend", key, value);
+    }
+}
+
+void config_print(const struct config *cfg, FILE *out)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    char buf[16];
+
+    fprintf(out, "# cairnd " CAIRN_VERSION ": the effective settings, each under where it came "
+                 "from\n# (FILE:LINE, an environment variable, a flag, or the default).\n"
+                 "# config file: %s\n\n[daemon]\n",
+            cfg->config_path);
+    put(out, cfg, "daemon", "socket", cfg->socket_path);
+    put(out, cfg, "daemon", "log_level",
+        (unsigned)cfg->log_level < sizeof(levels) / sizeof(levels[0]) ? levels[cfg->log_level]
+                                                                       : "info");
+    put_uint(out, cfg, "daemon", "max_connections", cfg->max_connections);
+    put_uint(out, cfg, "daemon", "threads", cfg->threads);
+    fputs("\n[store]\n", out);
+    put(out, cfg, "store", "data_dir", cfg->data_dir);
+    snprintf(buf, sizeof(buf), "%d", cfg->compression_level);
+    put(out, cfg, "store", "compression_level", buf);
+    put_u64(out, cfg, "store", "chunk_min", cfg->chunk_min);
+    put_u64(out, cfg, "store", "chunk_avg", cfg->chunk_avg);
+    put_u64(out, cfg, "store", "chunk_max", cfg->chunk_max);
+    put_u64(out, cfg, "store", "pack_size", cfg->pack_size);
+    put_uint(out, cfg, "store", "repack_threshold", cfg->repack_threshold);
+    put_u64(out, cfg, "store", "cache_size", cfg->cache_size);
+    fputs("\n[search]\n", out);
+    put_u64(out, cfg, "search", "max_text", cfg->max_text);
+    fputs("\n[backend]\n", out);
+    put(out, cfg, "backend", "url", cfg->backend_url);
+    put_backend_params(out, cfg);
+}
