@@ -74,6 +74,12 @@ static const struct command {
     {"verify", cli_cmd_verify,
      "cairn verify [REF]...\n\n"
      "Re-reads and re-hashes the stored chunks of the given documents, or of all.\n"},
+    {"mcp", cli_cmd_mcp,
+     "cairn mcp\n\n"
+     "Runs a Model Context Protocol server on standard input and output (JSON-RPC 2.0,\n"
+     "one message a line) for agents: tools add, get, search, list, stat and delete,\n"
+     "and documents as resources cairn://doc/HASH and cairn://name/NAME. It keeps one\n"
+     "connection to cairnd (started if needed) and ends when its input ends.\n"},
     {"help", cmd_help,
      "cairn help [COMMAND]\n\n"
      "Shows the help of COMMAND, or the overview.\n"},
@@ -134,6 +140,7 @@ void cli_print_usage(FILE *out)
         "         [--after DATE] [--before DATE] [--fuzzy] QUERY...\n"
         "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
         "                  prefix*, name:word, tag:value\n"
+        "  mcp             serve the Model Context Protocol on stdin/stdout (for agents)\n"
         "  help [COMMAND]  show this help, or a command's ('cairn COMMAND --help' too)\n"
         "\n"
         "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"

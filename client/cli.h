@@ -90,6 +90,7 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv);
 int cli_cmd_search(struct cli *cli, int argc, char **argv);
 int cli_cmd_gc(struct cli *cli, int argc, char **argv);
 int cli_cmd_verify(struct cli *cli, int argc, char **argv);
+int cli_cmd_mcp(struct cli *cli, int argc, char **argv);
 
 /* Splits "KEY=VALUE" in place at the first '='; -EINVAL without '=' or KEY. */
 int cli_parse_meta(char *arg, struct client_meta *out);
