@@ -38,6 +38,7 @@ struct cli {
     const char *config_path; /* --config, passed on to a daemon the CLI starts */
     bool json;
     bool autostart;
+    int verbosity; /* -1 with -q, 1 with -v */
     struct cli_config config;
     struct client *client; /* NULL until a command needs the daemon */
 };

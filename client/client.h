@@ -52,6 +52,13 @@ struct client_add_req {
     size_t n_meta;
 };
 
+/*
+ * Told of content bytes as an add sends them or a get receives them: `n` more,
+ * of `total` (0 when unknown: an add streams until its input ends).
+ */
+typedef void client_progress_fn(void *userdata, uint64_t n, uint64_t total);
+void client_set_progress(struct client *c, client_progress_fn *fn, void *userdata);
+
 /* Called by client_list() once per document; the map lives until it returns. */
 typedef void client_doc_fn(void *userdata, const msgpack_object *doc);
 

@@ -61,6 +61,18 @@ int client_status(struct client *c, const msgpack_object **reply)
     return call(c, "status", NULL, reply);
 }
 
+void client_set_progress(struct client *c, client_progress_fn *fn, void *userdata)
+{
+    c->progress = fn;
+    c->progress_data = userdata;
+}
+
+static void progress(struct client *c, uint64_t n, uint64_t total)
+{
+    if (c->progress && n)
+        c->progress(c->progress_data, n, total);
+}
+
 int client_add_send(struct client *c, const struct client_add_req *req, const void *data,
                     size_t len, uint64_t *id)
 {
@@ -68,7 +80,9 @@ int client_add_send(struct client *c, const struct client_add_req *req, const vo
 
     *id = c->next_id++;
     r = client_encode_add(&c->sbuf, *id, req, (int64_t)len, data, len, false);
-    return r < 0 ? r : client_send(c);
+    if (r == 0 && (r = client_send(c)) == 0)
+        progress(c, len, len);
+    return r;
 }
 
 int client_gc(struct client *c, const msgpack_object **reply)
@@ -191,6 +205,7 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
     id = begin_add(c, req, size, c->iobuf, (size_t)n, more);
     r = client_send_data(c, c->iobuf, more ? PROTO_MAX_DATA : (size_t)n);
     while (r == 0 && more) {
+        progress(c, PROTO_MAX_DATA, 0);
         c->iobuf[0] = c->iobuf[PROTO_MAX_DATA];
         n = read_full(in_fd, c->iobuf, 1, cap);
         if (n < 0) {
@@ -207,6 +222,8 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
         pack_more(&c->pk, more);
         r = client_send_data(c, c->iobuf, more ? PROTO_MAX_DATA : (size_t)n);
     }
+    if (r == 0)
+        progress(c, (size_t)n, 0);
     return r < 0 ? r : client_await(c, id, reply);
 }
 
@@ -334,6 +351,8 @@ static int get_to(struct client *c, const char *ref, struct get_sink *k)
             return bad_reply(c);
         r = sink_put(k, first, data, len, !more);
         first = NULL;
+        if (r == 0)
+            progress(c, len, sized ? size : 0);
         if (r == 1) {
             /* The caller has what it wanted: hanging up stops the rest of the stream. */
             client_disconnect(c);
