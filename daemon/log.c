@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum log_level log_threshold = LOG_LEVEL_INFO;
 static bool log_journal;
@@ -28,10 +29,56 @@ int log_level_parse(const char *s, enum log_level *out)
     return -EINVAL;
 }
 
+/*
+ * JOURNAL_STREAM is "DEV:INODE" of the stream systemd connected to the
+ * service's stdout/stderr. It is inherited by whatever the service starts,
+ * so it only counts when stderr is still that stream: a cairnd that the CLI
+ * started from such a process writes to cairnd.log, without prefixes.
+ */
+static bool stderr_is_journal(void)
+{
+    const char *e = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    char end;
+
+    if (!e || sscanf(e, "%llu:%llu%c", &dev, &ino, &end) != 2 || fstat(2, &st) < 0)
+        return false;
+    return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+void log_init_early(void)
+{
+    log_journal = stderr_is_journal();
+}
+
+bool log_to_journal(void)
+{
+    return log_journal;
+}
+
 void log_init(enum log_level threshold)
 {
     log_threshold = threshold;
-    log_journal = getenv("JOURNAL_STREAM") != NULL;
+    log_init_early();
+}
+
+void log_plain(enum log_level level, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    int n;
+
+    if (log_journal)
+        n = snprintf(line, sizeof(line), "<%d>", level_priority[level]);
+    else
+        n = snprintf(line, sizeof(line), "cairnd: ");
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    fwrite(line, 1, len, stderr);
 }
 
 void log_write(enum log_level level, const char *fmt, ...)
