@@ -7,7 +7,7 @@ CAIRN_DEB_PACKAGES=(
     build-essential meson ninja-build pkg-config
     libuv1-dev libmsgpack-dev libsqlite3-dev libzstd-dev libssl-dev
     libinih-dev libjansson-dev libcmocka-dev python3 libssh2-1-dev
-    openssh-server openssh-client
+    openssh-server openssh-client scdoc
 )
 
 # Peers of the benchmarks (bench/run), whose smoke tier runs with the tests.
