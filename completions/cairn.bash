@@ -6,27 +6,28 @@
 _cairn()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
-    local global_opts='--socket --json --no-autostart --help -V --version'
-    local commands='add get rm delete ls list stat status gc verify search'
+    local global_opts='--socket --config --json --no-autostart --help -V --version'
+    local commands='add get rm delete ls list stat status gc verify search mcp help'
     COMPREPLY=()
 
-    # bash splits --socket=PATH at '='.
-    if [[ $cur == = && $prev == --socket ]]; then
-        cur='' prev=--socket
-    elif [[ $prev == = && ${COMP_WORDS[COMP_CWORD - 2]} == --socket ]]; then
-        prev=--socket
+    # bash splits --socket=PATH and --config=FILE at '='.
+    local before=${COMP_WORDS[COMP_CWORD - 2]}
+    if [[ $cur == = && ($prev == --socket || $prev == --config) ]]; then
+        cur=''
+    elif [[ $prev == = && ($before == --socket || $before == --config) ]]; then
+        prev=$before
     fi
 
-    # The command, any --socket given, and whether -- ended the options.
-    local i=1 w cmd='' dashdash='' socket=()
+    # The command, any --socket and --config, and whether -- ended the options.
+    local i=1 w cmd='' dashdash='' conn=()
     while ((i < COMP_CWORD)); do
         w=${COMP_WORDS[i]}
-        if [[ $w == --socket && ! $dashdash ]]; then
+        if [[ ($w == --socket || $w == --config) && ! $dashdash ]]; then
             ((i++))
             [[ ${COMP_WORDS[i]} == = ]] && ((i++))
-            socket=(--socket "${COMP_WORDS[i]}")
-        elif [[ $w == --socket=* && ! $dashdash ]]; then
-            socket=("$w")
+            conn+=("$w" "${COMP_WORDS[i]}")
+        elif [[ ($w == --socket=* || $w == --config=*) && ! $dashdash ]]; then
+            conn+=("$w")
         elif [[ $w == -- && $cmd ]]; then
             dashdash=1
         elif [[ ! $cmd && $w != -* ]]; then
@@ -37,12 +38,12 @@ _cairn()
 
     if [[ ! $dashdash ]]; then
         case $prev in
-            --socket | -o)
+            --socket | --config | -o)
                 compopt -o filenames 2>/dev/null
                 mapfile -t COMPREPLY < <(compgen -f -- "$cur")
                 return
                 ;;
-            -n | -t | -m | --mime | -l | --offset | --name | --after | --before)
+            -n | -t | -m | --mime | --exclude | -l | --offset | --name | --after | --before)
                 [[ $cmd ]] && return
                 ;;
         esac
@@ -60,7 +61,7 @@ _cairn()
     if [[ $cur == -* && ! $dashdash ]]; then
         local opts=''
         case $cmd in
-            add) opts='-r -n -t -m --mime' ;;
+            add) opts='-r --exclude -n -t -m --mime' ;;
             get) opts='-o' ;;
             ls | list) opts='-t' ;;
             search) opts='-l --offset -t --name --mime --after --before --fuzzy' ;;
@@ -75,12 +76,15 @@ _cairn()
             compopt -o filenames 2>/dev/null
             mapfile -t COMPREPLY < <(compgen -f -- "$cur")
             ;;
+        help)
+            mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")
+            ;;
         get | rm | delete | stat | verify)
             # Lines of ls are "<hash>  <size>  <name>"; "-" is a document without a name.
             while IFS= read -r line; do
                 line=${line#*  *  }
                 [[ $line != - && $line == "$cur"* ]] && COMPREPLY+=("$line")
-            done < <(timeout 1 "${COMP_WORDS[0]}" --no-autostart "${socket[@]}" ls 2>/dev/null)
+            done < <(timeout 1 "${COMP_WORDS[0]}" --no-autostart "${conn[@]}" ls 2>/dev/null)
             ;;
     esac
 } &&

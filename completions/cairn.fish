@@ -3,26 +3,27 @@
 # already answers (`cairn --no-autostart ls`, at most 1 second; it never
 # starts one).
 
-set -l commands add get rm delete ls list stat status gc verify search
+set -l commands add get rm delete ls list stat status gc verify search mcp help
 
 function __cairn_refs
     set -l tokens (commandline -opc)
-    set -l socket
+    set -l conn
     for i in (seq 2 (count $tokens))
         switch $tokens[$i]
-            case --socket
-                set socket --socket $tokens[(math $i + 1)]
-            case '--socket=*'
-                set socket $tokens[$i]
+            case --socket --config
+                set -a conn $tokens[$i] $tokens[(math $i + 1)]
+            case '--socket=*' '--config=*'
+                set -a conn $tokens[$i]
         end
     end
     # Lines of ls are "<hash>  <size>  <name>"; "-" is a document without a name.
-    timeout 1 $tokens[1] --no-autostart $socket ls 2>/dev/null |
+    timeout 1 $tokens[1] --no-autostart $conn ls 2>/dev/null |
         string replace -r '^\S+  \S+  ' '' | string match -v -- -
 end
 
 complete -c cairn -f
 complete -c cairn -l socket -r -F -d "cairnd's socket"
+complete -c cairn -l config -r -F -d "cairnd's config file"
 complete -c cairn -l json -d 'Print one JSON object per line instead of text'
 complete -c cairn -l no-autostart -d 'Fail (exit 3) instead of starting cairnd'
 complete -c cairn -l help -d 'Show the usage'
@@ -37,9 +38,13 @@ complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a status -d "S
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Reclaim what no document uses any more'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a verify -d 'Re-read and check stored chunks'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a search -d 'Ranked full-text search'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a mcp -d 'Serve the Model Context Protocol on stdin/stdout'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a help -d 'Show the usage, or the usage of a command'
+complete -c cairn -n '__fish_seen_subcommand_from help' -a "$commands"
 
 complete -c cairn -n '__fish_seen_subcommand_from add' -F
 complete -c cairn -n '__fish_seen_subcommand_from add' -s r -d 'Add the regular files under directories'
+complete -c cairn -n '__fish_seen_subcommand_from add' -l exclude -x -d 'Leave out what -r finds that matches GLOB'
 complete -c cairn -n '__fish_seen_subcommand_from add' -s n -x -d 'Name of the document'
 complete -c cairn -n '__fish_seen_subcommand_from add' -s t -x -d 'Add a tag'
 complete -c cairn -n '__fish_seen_subcommand_from add' -s m -x -d 'Add metadata KEY=VALUE'
