@@ -6,7 +6,7 @@
 _cairn()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
-    local global_opts='--socket --config --json --no-autostart --help -V --version'
+    local global_opts='--socket --config --json --no-autostart -q --quiet -v --verbose --help -V --version'
     local commands='add get rm delete ls list stat status gc verify search mcp help'
     COMPREPLY=()
 

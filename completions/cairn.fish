@@ -26,6 +26,8 @@ complete -c cairn -l socket -r -F -d "cairnd's socket"
 complete -c cairn -l config -r -F -d "cairnd's config file"
 complete -c cairn -l json -d 'Print one JSON object per line instead of text'
 complete -c cairn -l no-autostart -d 'Fail (exit 3) instead of starting cairnd'
+complete -c cairn -s q -l quiet -d 'No progress or summary on stderr'
+complete -c cairn -s v -l verbose -d 'Progress and summary even when stderr is not a terminal'
 complete -c cairn -l help -d 'Show the usage'
 complete -c cairn -s V -l version -d 'Show the version'
 
