@@ -8,6 +8,7 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -683,6 +684,10 @@ class CliConfig(unittest.TestCase):
         self.assertTrue(os.path.exists(self.sock), "the CLI did not start cairnd on the config's socket")
         self.assertTrue(os.path.exists(os.path.join(self.data, "cairnd.log")))
         self.assertTrue(os.path.exists(os.path.join(self.data, "cairn.db")))
+        # The daemon's log lines carry the time (UTC, milliseconds).
+        with open(os.path.join(self.data, "cairnd.log")) as f:
+            first = f.readline()
+        self.assertRegex(first, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z cairnd: info: ")
         # A second command finds the daemon through the config too.
         self.assertEqual(self.cli("get", "conf.txt").stdout, b"configured\n")
         # $CAIRN_SOCKET still wins over the file.
