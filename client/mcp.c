@@ -14,8 +14,10 @@
 #include "client/mcp.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -195,6 +197,8 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
     }
     /* The protocol owns standard output: nothing else may go there. */
     cli->json = true;
+    /* A client that goes away mid-reply ends the server through EPIPE, not a signal. */
+    signal(SIGPIPE, SIG_IGN);
     while (r == 0 && (got = read_line(&line, &cap, &len)) != 0) {
         json_error_t err;
         json_t *msg;
@@ -217,5 +221,11 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
         json_decref(msg);
     }
     free(line);
+    if (r == -EIO) {
+        /* Output that cannot be written means the client is gone: the end of the session,
+         * with nothing left to flush at exit. */
+        __fpurge(stdout);
+        return CLI_EXIT_OK;
+    }
     return r == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILED;
 }
