@@ -135,6 +135,9 @@ int client_get_sparse(struct client *c, const char *ref, int out_fd);
 typedef int client_data_fn(void *userdata, const msgpack_object *first, const uint8_t *data,
                            size_t len);
 int client_get_fn(struct client *c, const char *ref, client_data_fn *fn, void *userdata);
+/* The same for bytes [offset, offset + length) only (UINT64_MAX: to the end). */
+int client_get_range(struct client *c, const char *ref, uint64_t offset, uint64_t length,
+                     client_data_fn *fn, void *userdata);
 int client_delete(struct client *c, const char *ref, const msgpack_object **reply);
 /* Every document (with `tag` when it is not NULL), in hash order. */
 int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata);

@@ -2,8 +2,9 @@
  * The MCP server's tools (add, get, search, list, stat, delete) and
  * resources (documents as cairn://doc/<hash> and cairn://name/<name>), each
  * a call or two of the client library on the one daemon connection.
- * Reads return at most MCP_MAX_READ bytes: a get stops the daemon's stream
- * once it has them, so memory never grows with the document.
+ * Reads return at most MCP_MAX_READ bytes, asked of cairnd as a range (the
+ * chunks before it are not even read), so memory and time do not grow with
+ * the document or the offset.
  */
 #include "client/mcp.h"
 
@@ -222,7 +223,7 @@ static int range_take(void *userdata, const msgpack_object *first, const uint8_t
         rg->got += (size_t)(to - from);
     }
     rg->pos += len;
-    return rg->pos >= end ? 1 : 0;
+    return 0; /* the daemon sends the range and no more */
 }
 
 /* Reads [offset, offset + length) of ref into rg; 0 or a client error code. */
@@ -234,7 +235,8 @@ static int read_range(struct mcp *m, const char *ref, struct range *rg)
         return -ENOTCONN;
     if (!(rg->buf = malloc(rg->length)))
         return -ENOMEM;
-    return client_get_fn(c, ref, range_take, rg);
+    rg->pos = rg->offset;
+    return client_get_range(c, ref, rg->offset, rg->length, range_take, rg);
 }
 
 /* The content item of what a read returned: text for UTF-8 text, else a base64 blob. */
@@ -621,6 +623,14 @@ json_t *mcp_resources_read(struct mcp *m, json_t *params, int *code, const char 
     ref[n] = '\0';
     if (*src || n == 0 || memchr(ref, '\0', n))
         return NULL;
+    /*
+     * cairnd reads 8 to 64 hex digits as a hash first: a name like that
+     * could give another document, so it is refused rather than misread.
+     */
+    if (uri[8] == 'n' && n >= 8 && n <= PROTO_HASH_HEX && proto_is_hex(ref, n)) {
+        *msg = "a name of 8 to 64 hex digits reads as a hash: use cairn://doc/HASH";
+        return NULL;
+    }
     r = read_range(m, ref, &rg);
     if (r != 0) {
         free(rg.buf);

@@ -209,7 +209,7 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
         }
         if (len == 0 || strspn(line, " \t\r") == len)
             continue;
-        msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &err);
+        msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
         if (!msg) {
             r = reply_error(NULL, MCP_PARSE_ERROR, "parse error");
             continue;

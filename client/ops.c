@@ -302,41 +302,62 @@ static int sink_put(struct get_sink *k, const msgpack_object *first, const uint8
     return r;
 }
 
-static int get_to(struct client *c, const char *ref, struct get_sink *k);
+static int get_to(struct client *c, const char *ref, uint64_t offset, uint64_t length,
+                  struct get_sink *k);
 
 int client_get(struct client *c, const char *ref, int out_fd)
 {
     struct get_sink k = {.fd = out_fd};
-    return get_to(c, ref, &k);
+    return get_to(c, ref, 0, UINT64_MAX, &k);
 }
 
 int client_get_sparse(struct client *c, const char *ref, int out_fd)
 {
     struct get_sink k = {.fd = out_fd, .sparse = true};
-    return get_to(c, ref, &k);
+    return get_to(c, ref, 0, UINT64_MAX, &k);
 }
 
 int client_get_fn(struct client *c, const char *ref, client_data_fn *fn, void *userdata)
 {
-    struct get_sink k = {.fd = -1, .fn = fn, .userdata = userdata};
-    return get_to(c, ref, &k);
+    return client_get_range(c, ref, 0, UINT64_MAX, fn, userdata);
 }
 
-static int get_to(struct client *c, const char *ref, struct get_sink *k)
+int client_get_range(struct client *c, const char *ref, uint64_t offset, uint64_t length,
+                     client_data_fn *fn, void *userdata)
+{
+    struct get_sink k = {.fd = -1, .fn = fn, .userdata = userdata};
+    return get_to(c, ref, offset, length, &k);
+}
+
+static int get_to(struct client *c, const char *ref, uint64_t offset, uint64_t length,
+                  struct get_sink *k)
 {
     const msgpack_object *reply, *first;
     uint64_t size = 0, total = 0;
-    bool sized, more;
+    bool ranged = offset > 0 || length != UINT64_MAX, sized, more;
     uint64_t id;
     int r;
 
-    id = client_begin(c, "get", 1);
+    id = client_begin(c, "get", ranged ? 3 : 1);
     proto_pack_cstr(&c->pk, "ref");
     proto_pack_cstr(&c->pk, ref);
+    if (ranged) {
+        proto_pack_cstr(&c->pk, "offset");
+        msgpack_pack_uint64(&c->pk, offset);
+        proto_pack_cstr(&c->pk, "length");
+        msgpack_pack_uint64(&c->pk, length);
+    }
     r = client_send(c);
     if (r < 0 || (r = client_await(c, id, &reply)) != 0)
         return r;
     sized = proto_get_uint(reply, "size", &size) == 0;
+    if (sized) {
+        /* What the range holds of the document: that many bytes must come. */
+        uint64_t end = length > size - (offset < size ? offset : size)
+                           ? size
+                           : offset + length;
+        size = offset < size ? end - offset : 0;
+    }
     first = reply;
     for (;;) {
         const uint8_t *data = NULL;

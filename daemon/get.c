@@ -42,6 +42,8 @@ struct store_get {
     uint8_t want[PROTO_HASH_LEN]; /* the segment the cursor needs */
     uint64_t epoch;               /* the ref cache's, when the resolve started */
     bool busy, released, pumping, again, sent_first, done;
+    /* The bytes asked for: [from, to) of the content (to is UINT64_MAX for the end). */
+    uint64_t from, to;
     /* A worker job and its result. */
     uv_work_t work;
     enum get_job job;
@@ -84,11 +86,23 @@ static int begin_walk(struct store_get *get)
     return r;
 }
 
-static void deliver(struct store_get *get, const uint8_t *data, size_t len)
+/*
+ * Hands out the part of a chunk that lies in the range; `start` is where the
+ * chunk begins in the content. The last piece is the one that reaches the end
+ * of the range or of the document.
+ */
+static void deliver(struct store_get *get, uint64_t start, const uint8_t *data, size_t len)
 {
     bool first = !get->sent_first;
-    bool last = get->cur.offset >= get->doc.size;
+    uint64_t end = start + len, stop = get->to < get->doc.size ? get->to : get->doc.size;
+    bool last = end >= stop;
 
+    if (data && len > 0) {
+        uint64_t lo = get->from > start ? get->from - start : 0;
+        uint64_t hi = end > stop ? stop - start : len;
+        data += lo;
+        len = hi > lo ? (size_t)(hi - lo) : 0;
+    }
     get->sent_first = true;
     if (last)
         get->done = true;
@@ -154,12 +168,22 @@ static void step(struct store_get *get)
                           get->doc.hash);
                 fail(get, STORE_E_INTEGRITY);
             } else {
-                deliver(get, NULL, 0); /* the empty document */
+                /* The empty document, or a range that starts at or past its end. */
+                deliver(get, get->doc.size, NULL, 0);
             }
             return;
         }
         if (r != 0) {
             fail(get, r);
+            return;
+        }
+        /* Chunks wholly before the range are passed over without being read. */
+        if (get->cur.offset <= get->from && get->chunk.bytes > 0) {
+            if (get->buf) { /* the lookup's read of the first chunk */
+                store_chunk_release(get->st, get->buf);
+                get->buf = NULL;
+            }
+            get->again = true;
             return;
         }
         get->have_chunk = true;
@@ -173,7 +197,7 @@ static void step(struct store_get *get)
         return;
     }
     get->have_chunk = false;
-    deliver(get, b->data, b->len);
+    deliver(get, get->cur.offset - get->chunk.bytes, b->data, b->len);
     store_chunk_release(get->st, b);
 }
 
@@ -237,7 +261,7 @@ static void job_done(uv_work_t *work, int status)
     store_get_next(get);
 }
 
-int store_get_start(struct store *st, const char *ref, size_t ref_len,
+int store_get_start(struct store *st, const char *ref, size_t ref_len, uint64_t from, uint64_t to,
                     const struct store_get_ops *ops, void *userdata, struct store_get **out)
 {
     struct store_get *get = calloc(1, sizeof(*get));
@@ -247,6 +271,8 @@ int store_get_start(struct store *st, const char *ref, size_t ref_len,
         free(get);
         return -ENOMEM;
     }
+    get->from = from;
+    get->to = to < from ? from : to;
     memcpy(get->ref, ref, ref_len);
     get->ref[ref_len] = '\0';
     get->ref_len = ref_len;

@@ -136,6 +136,7 @@ static const struct store_get_ops get_ops = {
 void dispatch_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
 {
     struct op *op = dispatch_op_new(c, id, OP_GET, sizeof(struct op_get), get_clear);
+    uint64_t offset = 0, length = UINT64_MAX, to;
     struct op_get *g;
     int r;
 
@@ -144,7 +145,13 @@ void dispatch_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
     g = op_get_of(op);
     if (!dispatch_take_ref(op, map, &g->ref, &g->ref_len))
         return;
-    r = store_get_start(c->d->store, g->ref, g->ref_len, &get_ops, g, &g->get);
+    if (proto_get_uint(map, "offset", &offset) < 0 || proto_get_uint(map, "length", &length) < 0) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "offset and length must be unsigned integers");
+        dispatch_op_finish(op);
+        return;
+    }
+    to = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
+    r = store_get_start(c->d->store, g->ref, g->ref_len, offset, to, &get_ops, g, &g->get);
     if (r < 0) {
         dispatch_reply_status_error(op, r);
         dispatch_op_finish(op);

@@ -141,7 +141,12 @@ struct store_get_ops {
 };
 
 /* Starts a get; the first piece comes after store_get_next(). */
-int store_get_start(struct store *st, const char *ref, size_t ref_len,
+/*
+ * Streams bytes [from, to) of the document (to = UINT64_MAX for the end; a
+ * range past the end gives what there is, maybe nothing). Chunks before the
+ * range are passed over without being read.
+ */
+int store_get_start(struct store *st, const char *ref, size_t ref_len, uint64_t from, uint64_t to,
                     const struct store_get_ops *ops, void *userdata, struct store_get **out);
 /* Asks for the next piece (possibly delivered before this returns). */
 void store_get_next(struct store_get *get);
