@@ -1,6 +1,7 @@
 /* `cairn add`: files, standard input and directory trees. */
 
 #include "client/cli.h"
+#include "client/progress.h"
 #include "client/util.h"
 
 #include <dirent.h>
@@ -8,6 +9,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <getopt.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -36,6 +38,9 @@ struct add {
     bool recursive;
     const char **excludes; /* --exclude GLOB */
     size_t n_excludes;
+    struct progress progress;
+    /* For the summary: documents added, their bytes, and the bytes new to the store. */
+    uint64_t docs, bytes, new_stored;
     struct pending win[ADD_WINDOW];
     size_t head, count;
 };
@@ -58,6 +63,16 @@ static int print_added(struct add *add, FILE *out, const msgpack_object *reply, 
     const char *hash = "", *echoed = name;
     size_t hash_len = 0, echoed_len = strlen(name);
 
+    uint64_t size = 0, stored = 0;
+    bool is_new = false;
+
+    proto_get_uint(reply, "size", &size);
+    proto_get_uint(reply, "stored_size", &stored);
+    proto_get_bool(reply, "new", &is_new);
+    add->docs++;
+    add->bytes += size;
+    add->new_stored += is_new ? stored : 0;
+    progress_file(&add->progress);
     if (add->cli->json)
         return cli_print_json(out, cli_json_reply(reply)) < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
     proto_get_str(reply, "hash", &hash, &hash_len);
@@ -144,6 +159,7 @@ static int add_small(struct add *add, uint8_t *data, size_t got, const char *wha
 
     if (!c)
         return CLI_EXIT_UNREACHABLE;
+    client_set_progress(c, progress_bytes, &add->progress);
     /* The same name twice: the first must be committed first, so its version is older. */
     for (size_t k = 0; k < add->count; k++) {
         if (strcmp(add->win[(add->head + k) % ADD_WINDOW].name, name) == 0) {
@@ -257,6 +273,7 @@ static int add_fd(struct add *add, int fd, const char *what, const char *name)
     c = cli_client(add->cli);
     if (!c)
         return CLI_EXIT_UNREACHABLE;
+    client_set_progress(c, progress_bytes, &add->progress);
     add->req.name = name;
     r = client_add(c, &add->req, in, &reply);
     if (r != 0)
@@ -391,6 +408,24 @@ static bool meta_key_seen(const struct client_meta *meta, size_t n, const char *
     return false;
 }
 
+/* After a progress display: what was added, how much was new, and how long it took. */
+static void summary(const struct add *add)
+{
+    char bytes[32], stored[32];
+    struct timespec ts;
+    double secs;
+
+    if (!add->progress.on || add->docs == 0)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    secs = ((double)ts.tv_sec * 1e9 + (double)ts.tv_nsec - (double)add->progress.start_ns) / 1e9;
+    cli_human_size(add->bytes, bytes, sizeof(bytes));
+    cli_human_size(add->new_stored, stored, sizeof(stored));
+    fprintf(stderr, "added %llu document%s, %s; %s new in the store (%.1fx smaller) in %.1f s\n",
+            (unsigned long long)add->docs, add->docs == 1 ? "" : "s", bytes, stored,
+            add->new_stored ? (double)add->bytes / (double)add->new_stored : 0.0, secs);
+}
+
 int cli_cmd_add(struct cli *cli, int argc, char **argv)
 {
     static const struct option options[] = {
@@ -451,7 +486,11 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
         return cli_usage_error("add: missing PATH");
     if (add.name && argc - optind > 1)
         return cli_usage_error("add: -n names one document, not %d", argc - optind);
+    progress_init(&add.progress, cli, "added", false);
     for (int i = optind; i < argc && status != CLI_EXIT_UNREACHABLE; i++)
         status = merge(status, add_path(&add, argv[i]));
-    return merge(status, drain(&add, 0));
+    status = merge(status, drain(&add, 0));
+    progress_end(&add.progress);
+    summary(&add);
+    return status;
 }

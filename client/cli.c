@@ -74,6 +74,12 @@ static const struct command {
     {"verify", cli_cmd_verify,
      "cairn verify [REF]...\n\n"
      "Re-reads and re-hashes the stored chunks of the given documents, or of all.\n"},
+    {"mcp", cli_cmd_mcp,
+     "cairn mcp\n\n"
+     "Runs a Model Context Protocol server on standard input and output (JSON-RPC 2.0,\n"
+     "one message a line) for agents: tools add, get, search, list, stat and delete,\n"
+     "and documents as resources cairn://doc/HASH and cairn://name/NAME. It keeps one\n"
+     "connection to cairnd (started if needed) and ends when its input ends.\n"},
     {"help", cmd_help,
      "cairn help [COMMAND]\n\n"
      "Shows the help of COMMAND, or the overview.\n"},
@@ -93,7 +99,7 @@ void cli_print_command_help(FILE *out, const char *name)
     }
     fputs("Usage: ", out);
     fputs(cmd->help, out);
-    fputs("\nGlobal options (--socket, --config, --json, --no-autostart) may come anywhere;\n"
+    fputs("\nGlobal options (--socket, --config, --json, -q, -v, --no-autostart) may come anywhere;\n"
           "see 'cairn --help'.\n",
           out);
 }
@@ -116,7 +122,7 @@ static int cmd_help(struct cli *cli, int argc, char **argv)
 void cli_print_usage(FILE *out)
 {
     fputs(
-        "Usage: cairn [--socket PATH] [--config FILE] [--json] [--no-autostart] COMMAND [ARGS]\n"
+        "Usage: cairn [--socket PATH] [--config FILE] [--json] [-q|-v] [--no-autostart] COMMAND [ARGS]\n"
         "(the options may also come after the command)\n"
         "\n"
         "Commands:\n"
@@ -134,6 +140,7 @@ void cli_print_usage(FILE *out)
         "         [--after DATE] [--before DATE] [--fuzzy] QUERY...\n"
         "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
         "                  prefix*, name:word, tag:value\n"
+        "  mcp             serve the Model Context Protocol on stdin/stdout (for agents)\n"
         "  help [COMMAND]  show this help, or a command's ('cairn COMMAND --help' too)\n"
         "\n"
         "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"
@@ -146,6 +153,8 @@ void cli_print_usage(FILE *out)
         "                  passed on to a cairnd the command starts (default:\n"
         "                  $XDG_CONFIG_HOME/cairn/cairn.conf, else ~/.config/cairn/cairn.conf)\n"
         "  --json          print one JSON object per line\n"
+        "  -q, --quiet     no progress or summary on stderr\n"
+        "  -v, --verbose   progress and summary on stderr even when it is not a terminal\n"
         "  --no-autostart  fail instead of starting cairnd when it is not running\n"
         "  --help          show this help\n"
         "  -V, --version   show the version\n"
@@ -262,6 +271,8 @@ enum {
     GLOBAL_JSON,
     GLOBAL_NO_AUTOSTART,
     GLOBAL_CONFIG,
+    GLOBAL_QUIET,
+    GLOBAL_VERBOSE,
 };
 
 static bool take_global(struct cli *cli, int opt)
@@ -279,6 +290,12 @@ static bool take_global(struct cli *cli, int opt)
     case GLOBAL_CONFIG:
         cli->config_path = optarg;
         return true;
+    case GLOBAL_QUIET:
+        cli->verbosity = -1;
+        return true;
+    case GLOBAL_VERBOSE:
+        cli->verbosity = 1;
+        return true;
     default:
         return false;
     }
@@ -287,7 +304,7 @@ static bool take_global(struct cli *cli, int opt)
 int cli_getopt(struct cli *cli, int argc, char **argv, const char *shortopts,
                const struct option *longopts)
 {
-    struct option merged[CLI_MAX_OPTIONS + 5];
+    struct option merged[CLI_MAX_OPTIONS + 7];
     size_t n = 0;
     int opt;
 
@@ -299,11 +316,20 @@ int cli_getopt(struct cli *cli, int argc, char **argv, const char *shortopts,
     merged[n++] = (struct option){"json", no_argument, NULL, GLOBAL_JSON};
     merged[n++] = (struct option){"no-autostart", no_argument, NULL, GLOBAL_NO_AUTOSTART};
     merged[n++] = (struct option){"config", required_argument, NULL, GLOBAL_CONFIG};
+    merged[n++] = (struct option){"quiet", no_argument, NULL, GLOBAL_QUIET};
+    merged[n++] = (struct option){"verbose", no_argument, NULL, GLOBAL_VERBOSE};
     merged[n] = (struct option){0};
-    do
-        opt = getopt_long(argc, argv, shortopts, merged, NULL);
-    while (take_global(cli, opt));
-    return opt;
+    char shorts[64];
+    snprintf(shorts, sizeof(shorts), "%sqv", shortopts);
+    for (;;) {
+        opt = getopt_long(argc, argv, shorts, merged, NULL);
+        if (opt == 'q')
+            opt = GLOBAL_QUIET;
+        else if (opt == 'v')
+            opt = GLOBAL_VERBOSE;
+        if (!take_global(cli, opt))
+            return opt;
+    }
 }
 
 int cli_take_trailing_globals(struct cli *cli, int argc, char **argv, int from)
@@ -319,6 +345,11 @@ int cli_take_trailing_globals(struct cli *cli, int argc, char **argv, int from)
             cli->socket = argv[i] + 9;
         } else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
             cli->socket = argv[++i];
+        } else if (strcmp(argv[i], "--quiet") == 0) {
+            cli->verbosity = -1;
+        } else if (strcmp(argv[i], "--verbose") == 0) {
+            /* Not -q or -v: after the first word, "-v" is the query's NOT v. */
+            cli->verbosity = 1;
         } else if (strncmp(argv[i], "--config=", 9) == 0) {
             cli->config_path = argv[i] + 9;
         } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
@@ -355,6 +386,7 @@ int cli_main(int argc, char **argv)
         {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
         {"no-autostart", no_argument, NULL, 'A'}, {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},      {"config", required_argument, NULL, 'c'},
+        {"quiet", no_argument, NULL, 'q'},        {"verbose", no_argument, NULL, 'v'},
         {0},
     };
     struct cli cli = {.autostart = true};
@@ -363,7 +395,7 @@ int cli_main(int argc, char **argv)
 
     opterr = 0;
     /* '+': options after the command belong to the command. */
-    while ((opt = getopt_long(argc, argv, "+:hV", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:hVqv", options, NULL)) != -1) {
         switch (opt) {
         case 's':
             cli.socket = optarg;
@@ -376,6 +408,12 @@ int cli_main(int argc, char **argv)
             break;
         case 'c':
             cli.config_path = optarg;
+            break;
+        case 'q':
+            cli.verbosity = -1;
+            break;
+        case 'v':
+            cli.verbosity = 1;
             break;
         case 'h':
             cli_print_usage(stdout);

@@ -38,6 +38,7 @@ struct cli {
     const char *config_path; /* --config, passed on to a daemon the CLI starts */
     bool json;
     bool autostart;
+    int verbosity; /* -1 with -q, 1 with -v */
     struct cli_config config;
     struct client *client; /* NULL until a command needs the daemon */
 };
@@ -90,6 +91,7 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv);
 int cli_cmd_search(struct cli *cli, int argc, char **argv);
 int cli_cmd_gc(struct cli *cli, int argc, char **argv);
 int cli_cmd_verify(struct cli *cli, int argc, char **argv);
+int cli_cmd_mcp(struct cli *cli, int argc, char **argv);
 
 /* Splits "KEY=VALUE" in place at the first '='; -EINVAL without '=' or KEY. */
 int cli_parse_meta(char *arg, struct client_meta *out);

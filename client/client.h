@@ -52,6 +52,13 @@ struct client_add_req {
     size_t n_meta;
 };
 
+/*
+ * Told of content bytes as an add sends them or a get receives them: `n` more,
+ * of `total` (0 when unknown: an add streams until its input ends).
+ */
+typedef void client_progress_fn(void *userdata, uint64_t n, uint64_t total);
+void client_set_progress(struct client *c, client_progress_fn *fn, void *userdata);
+
 /* Called by client_list() once per document; the map lives until it returns. */
 typedef void client_doc_fn(void *userdata, const msgpack_object *doc);
 
@@ -118,9 +125,22 @@ int client_get(struct client *c, const char *ref, int out_fd);
  * aligned 4 KiB blocks of zeros become holes, as `cp --sparse` makes them.
  */
 int client_get_sparse(struct client *c, const char *ref, int out_fd);
+/*
+ * Receives a document's content piece by piece: `first` is the first frame
+ * (hash, name, size, mime) with the first piece, NULL later. The callback
+ * returns 0 to go on, 1 when it has what it wanted (the connection is then
+ * closed to stop the stream: connect again for the next request), or
+ * negative errno to fail with CLIENT_E_IO.
+ */
+typedef int client_data_fn(void *userdata, const msgpack_object *first, const uint8_t *data,
+                           size_t len);
+int client_get_fn(struct client *c, const char *ref, client_data_fn *fn, void *userdata);
 int client_delete(struct client *c, const char *ref, const msgpack_object **reply);
 /* Every document (with `tag` when it is not NULL), in hash order. */
 int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata);
+/* The same from the first hash after `after` (NULL: the start), at most `limit` (0: all). */
+int client_list_page(struct client *c, const char *tag, const char *after, uint64_t limit,
+                     client_doc_fn *fn, void *userdata);
 struct client_search_req;
 /* Searches (PROTOCOL.md "search"); calls `fn` for each hit, best first. */
 int client_search(struct client *c, const struct client_search_req *req, client_doc_fn *fn,

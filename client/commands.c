@@ -1,6 +1,7 @@
 /* The commands besides add: get, rm, ls, stat and status. */
 
 #include "client/cli.h"
+#include "client/progress.h"
 #include "client/util.h"
 
 #include <errno.h>
@@ -141,6 +142,7 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
         {0},
     };
     const char *out = NULL, *ref;
+    struct progress progress;
     struct client *c;
     int opt, r;
 
@@ -162,10 +164,16 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
     c = cli_client(cli);
     if (!c)
         return CLI_EXIT_UNREACHABLE;
-    if (out && strcmp(out, "-") != 0)
-        return get_to_file(cli, c, ref, out);
+    progress_init(&progress, cli, "got", true);
+    client_set_progress(c, progress_bytes, &progress);
+    if (out && strcmp(out, "-") != 0) {
+        r = get_to_file(cli, c, ref, out);
+        progress_end(&progress);
+        return r;
+    }
     /* Straight from the receive buffer to fd 1: stdio is never involved. */
     r = client_get(c, ref, STDOUT_FILENO);
+    progress_end(&progress);
     return r == 0 ? CLI_EXIT_OK : cli_fail(cli, r == CLIENT_E_IO ? "standard output" : ref, r);
 }
 

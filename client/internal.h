@@ -30,6 +30,10 @@ struct client {
     uint8_t *iobuf;
 
     struct client_error error;
+
+    /* Content bytes sent (add) or received (get), as they go; see client_set_progress. */
+    client_progress_fn *progress;
+    void *progress_data;
 };
 
 /* Records a local read or write failure; returns CLIENT_E_IO. */

@@ -61,6 +61,18 @@ int client_status(struct client *c, const msgpack_object **reply)
     return call(c, "status", NULL, reply);
 }
 
+void client_set_progress(struct client *c, client_progress_fn *fn, void *userdata)
+{
+    c->progress = fn;
+    c->progress_data = userdata;
+}
+
+static void progress(struct client *c, uint64_t n, uint64_t total)
+{
+    if (c->progress && n)
+        c->progress(c->progress_data, n, total);
+}
+
 int client_add_send(struct client *c, const struct client_add_req *req, const void *data,
                     size_t len, uint64_t *id)
 {
@@ -68,7 +80,9 @@ int client_add_send(struct client *c, const struct client_add_req *req, const vo
 
     *id = c->next_id++;
     r = client_encode_add(&c->sbuf, *id, req, (int64_t)len, data, len, false);
-    return r < 0 ? r : client_send(c);
+    if (r == 0 && (r = client_send(c)) == 0)
+        progress(c, len, len);
+    return r;
 }
 
 int client_gc(struct client *c, const msgpack_object **reply)
@@ -191,6 +205,7 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
     id = begin_add(c, req, size, c->iobuf, (size_t)n, more);
     r = client_send_data(c, c->iobuf, more ? PROTO_MAX_DATA : (size_t)n);
     while (r == 0 && more) {
+        progress(c, PROTO_MAX_DATA, 0);
         c->iobuf[0] = c->iobuf[PROTO_MAX_DATA];
         n = read_full(in_fd, c->iobuf, 1, cap);
         if (n < 0) {
@@ -207,6 +222,8 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
         pack_more(&c->pk, more);
         r = client_send_data(c, c->iobuf, more ? PROTO_MAX_DATA : (size_t)n);
     }
+    if (r == 0)
+        progress(c, (size_t)n, 0);
     return r < 0 ? r : client_await(c, id, reply);
 }
 
@@ -259,23 +276,57 @@ static int write_sparse(int fd, const uint8_t *p, size_t len, uint64_t *pos, boo
     return 0;
 }
 
-static int get_to(struct client *c, const char *ref, int out_fd, bool sparse);
+/* Where a get's content goes: a file descriptor (maybe written sparse), or a callback. */
+struct get_sink {
+    int fd;
+    bool sparse, hole_at_end;
+    uint64_t pos;
+    client_data_fn *fn;
+    void *userdata;
+};
+
+/* 0, 1 to stop early (callback only), or -errno of the write. */
+static int sink_put(struct get_sink *k, const msgpack_object *first, const uint8_t *data,
+                    size_t len, bool last)
+{
+    int r = 0;
+
+    if (k->fn)
+        return k->fn(k->userdata, first, data, len);
+    if (len > 0)
+        r = k->sparse ? write_sparse(k->fd, data, len, &k->pos, &k->hole_at_end)
+                      : util_write_all(k->fd, data, len);
+    /* A hole at the end is there only once the file is that long. */
+    if (r == 0 && last && k->hole_at_end && ftruncate(k->fd, (off_t)k->pos) < 0)
+        r = -errno;
+    return r;
+}
+
+static int get_to(struct client *c, const char *ref, struct get_sink *k);
 
 int client_get(struct client *c, const char *ref, int out_fd)
 {
-    return get_to(c, ref, out_fd, false);
+    struct get_sink k = {.fd = out_fd};
+    return get_to(c, ref, &k);
 }
 
 int client_get_sparse(struct client *c, const char *ref, int out_fd)
 {
-    return get_to(c, ref, out_fd, true);
+    struct get_sink k = {.fd = out_fd, .sparse = true};
+    return get_to(c, ref, &k);
 }
 
-static int get_to(struct client *c, const char *ref, int out_fd, bool sparse)
+int client_get_fn(struct client *c, const char *ref, client_data_fn *fn, void *userdata)
 {
-    const msgpack_object *reply;
-    uint64_t size = 0, total = 0, pos = 0;
-    bool sized, more, hole_at_end = false;
+    struct get_sink k = {.fd = -1, .fn = fn, .userdata = userdata};
+    return get_to(c, ref, &k);
+}
+
+static int get_to(struct client *c, const char *ref, struct get_sink *k)
+{
+    const msgpack_object *reply, *first;
+    uint64_t size = 0, total = 0;
+    bool sized, more;
     uint64_t id;
     int r;
 
@@ -286,6 +337,7 @@ static int get_to(struct client *c, const char *ref, int out_fd, bool sparse)
     if (r < 0 || (r = client_await(c, id, &reply)) != 0)
         return r;
     sized = proto_get_uint(reply, "size", &size) == 0;
+    first = reply;
     for (;;) {
         const uint8_t *data = NULL;
         size_t len = 0;
@@ -297,13 +349,15 @@ static int get_to(struct client *c, const char *ref, int out_fd, bool sparse)
         total += len;
         if (sized && (total > size || (!more && total != size)))
             return bad_reply(c);
-        r = 0;
-        if (len > 0)
-            r = sparse ? write_sparse(out_fd, data, len, &pos, &hole_at_end)
-                       : util_write_all(out_fd, data, len);
-        /* A hole at the end is there only once the file is that long. */
-        if (r == 0 && !more && hole_at_end && ftruncate(out_fd, (off_t)pos) < 0)
-            r = -errno;
+        r = sink_put(k, first, data, len, !more);
+        first = NULL;
+        if (r == 0)
+            progress(c, len, sized ? size : 0);
+        if (r == 1) {
+            /* The caller has what it wanted: hanging up stops the rest of the stream. */
+            client_disconnect(c);
+            return 0;
+        }
         if (r < 0) {
             /* The rest of the stream is of no use now; hanging up stops it. */
             client_disconnect(c);
@@ -345,12 +399,26 @@ static int stream_items(struct client *c, uint64_t id, const char *key, client_d
 
 int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata)
 {
-    uint64_t id = client_begin(c, "list", tag ? 1 : 0);
+    return client_list_page(c, tag, NULL, 0, fn, userdata);
+}
+
+int client_list_page(struct client *c, const char *tag, const char *after, uint64_t limit,
+                     client_doc_fn *fn, void *userdata)
+{
+    uint64_t id = client_begin(c, "list", (tag ? 1 : 0) + (after ? 1 : 0) + (limit ? 1 : 0));
     int r;
 
     if (tag) {
         proto_pack_cstr(&c->pk, "tag");
         proto_pack_cstr(&c->pk, tag);
+    }
+    if (after) {
+        proto_pack_cstr(&c->pk, "after");
+        proto_pack_cstr(&c->pk, after);
+    }
+    if (limit) {
+        proto_pack_cstr(&c->pk, "limit");
+        msgpack_pack_uint64(&c->pk, limit);
     }
     r = client_send(c);
     return r < 0 ? r : stream_items(c, id, "items", fn, userdata);

@@ -20,12 +20,18 @@
 #include "daemon/db.h"
 #include "daemon/log.h"
 #include "daemon/store.h"
+#include "daemon/systemd.h"
 #include "daemon/upgrade.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
 /* How long a stop waits for requests in progress before dropping their clients. */
 #define DAEMON_STOP_GRACE_MS 30000
+/* How often STATUS= is brought up to date (only sent when it changed). */
+#define DAEMON_STATUS_MS 1000
+/* Before READY=1: the start-up time asked for (EXTEND_TIMEOUT_USEC) every ..._EVERY status ticks. */
+#define DAEMON_EXTEND_EVERY 10
+#define DAEMON_EXTEND_USEC 30000000ull
 
 static int take_lock(struct daemon *d, const char *data_dir, char *err, size_t err_len)
 {
@@ -90,6 +96,99 @@ static void on_connection(uv_stream_t *listener, int status)
     conn_accept(d, listener);
 }
 
+/* ---- systemd notifications ---- */
+
+static void on_watchdog(uv_timer_t *t)
+{
+    sysd_notify("WATCHDOG=1");
+}
+
+static void send_status(struct daemon *d)
+{
+    if (d->stopping)
+        sysd_notify("STATUS=stopping: %u connection%s left", d->nconns, d->nconns == 1 ? "" : "s");
+    else
+        sysd_notify("STATUS=serving %u connection%s", d->nconns, d->nconns == 1 ? "" : "s");
+    d->status_conns = d->nconns;
+}
+
+static void on_status_tick(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+
+    d->status_ticks++;
+    if (!d->ready_sent) {
+        /* Start-up (replaying packs, an upgrade) is still making progress: ask for more time. */
+        if (d->status_ticks % DAEMON_EXTEND_EVERY == 0)
+            sysd_notify("EXTEND_TIMEOUT_USEC=%llu", DAEMON_EXTEND_USEC);
+        return;
+    }
+    if (d->nconns != d->status_conns)
+        send_status(d);
+}
+
+/*
+ * With NOTIFY_SOCKET: the watchdog, when systemd asked for one, and the
+ * status timer. Both are unreferenced: they never keep the loop alive.
+ */
+static void notify_start(struct daemon *d)
+{
+    uint64_t wd;
+
+    d->notify = sysd_notify_enabled();
+    if (!d->notify)
+        return;
+    sysd_notify("STATUS=starting");
+    wd = sysd_watchdog_usec();
+    if (wd) {
+        uint64_t ms = wd / 2000 ? wd / 2000 : 1;
+        uv_timer_start(&d->watchdog_timer, on_watchdog, ms, ms);
+        uv_unref((uv_handle_t *)&d->watchdog_timer);
+        log_debug("watchdog: WATCHDOG=1 every %llu ms", (unsigned long long)ms);
+    }
+    uv_timer_start(&d->status_timer, on_status_tick, DAEMON_STATUS_MS, DAEMON_STATUS_MS);
+    uv_unref((uv_handle_t *)&d->status_timer);
+}
+
+static void notify_ready(struct daemon *d)
+{
+    if (!d->notify)
+        return;
+    d->ready_sent = true;
+    d->status_conns = d->nconns;
+    sysd_notify("READY=1\nSTATUS=serving %u connection%s", d->nconns, d->nconns == 1 ? "" : "s");
+}
+
+/* ---- the listening socket ---- */
+
+/* Serves on the socket systemd passed: its path, mode and owner are the socket unit's. */
+static int setup_activated_socket(struct daemon *d, char *err, size_t err_len)
+{
+    size_t len = sizeof(d->socket_path);
+    int fd = d->listen_fd, r;
+
+    d->listen_fd = -1;
+    uv_pipe_init(&d->loop, &d->listener, 0);
+    r = uv_pipe_open(&d->listener, fd);
+    if (r == 0) {
+        d->activated = true;
+        r = uv_listen((uv_stream_t *)&d->listener, SOMAXCONN, on_connection);
+    } else {
+        close(fd);
+    }
+    if (r < 0) {
+        snprintf(err, err_len, "cannot listen on the socket systemd passed: %s", uv_strerror(r));
+        uv_close((uv_handle_t *)&d->listener, NULL);
+        return DAEMON_E_SETUP;
+    }
+    if (uv_pipe_getsockname(&d->listener, d->socket_path, &len) < 0 || len == 0)
+        snprintf(d->socket_path, sizeof(d->socket_path), "(fd %d from systemd)", fd);
+    else if (d->socket_path[0] == '\0')
+        d->socket_path[0] = '@'; /* abstract namespace, as systemd writes it */
+    d->listening = true;
+    return 0;
+}
+
 static int setup_socket(struct daemon *d, const char *path, char *err, size_t err_len)
 {
     char dir[sizeof(d->socket_path)];
@@ -98,6 +197,8 @@ static int setup_socket(struct daemon *d, const char *path, char *err, size_t er
     mode_t old_mask;
     int r;
 
+    if (d->listen_fd >= 0)
+        return setup_activated_socket(d, err, err_len);
     snprintf(d->socket_path, sizeof(d->socket_path), "%s", path);
     snprintf(dir, sizeof(dir), "%s", path);
     slash = strrchr(dir, '/');
@@ -158,7 +259,9 @@ static void stop_listening(struct daemon *d)
         return;
     d->listening = false;
     uv_close((uv_handle_t *)&d->listener, NULL);
-    unlink(d->socket_path);
+    /* An activated socket's path belongs to the socket unit, which keeps listening. */
+    if (!d->activated)
+        unlink(d->socket_path);
 }
 
 void daemon_check_stopped(struct daemon *d)
@@ -208,6 +311,11 @@ static void on_signal(uv_signal_t *s, int signum)
     }
     log_info("received %s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
     d->stopping = true;
+    if (d->notify) {
+        sysd_notify("STOPPING=1\nSTATUS=stopping: %u connection%s left", d->nconns,
+                    d->nconns == 1 ? "" : "s");
+        d->status_conns = d->nconns;
+    }
     stop_listening(d);
     close_all(d, true);
     uv_timer_start(&d->stop_timer, on_stop_timeout, DAEMON_STOP_GRACE_MS, 0);
@@ -298,6 +406,8 @@ static int open_db(struct daemon *d, const struct config *cfg, const char *url, 
     int r = db_new(&d->db, &d->loop, db_path);
 
     if (r == DB_E_OLD_FORMAT) {
+        if (d->notify)
+            sysd_notify("STATUS=upgrading a format 1 data directory");
         r = upgrade_run(&d->loop, d->be, url, db_path, cfg->pack_size, cfg->compression_level,
                         cfg->max_text, err, err_len);
         if (r < 0)
@@ -346,6 +456,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         return DAEMON_E_SETUP;
     }
     d->lock_fd = -1;
+    d->listen_fd = -1;
     d->max_connections = cfg->max_connections;
     /* The threadpool size is read once, at the first queued job. */
     snprintf(threads, sizeof(threads), "%u", cfg->threads ? cfg->threads : 8);
@@ -371,7 +482,15 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
     d->sig_term.data = d->sig_int.data = d;
+    uv_timer_init(&d->loop, &d->watchdog_timer);
+    uv_timer_init(&d->loop, &d->status_timer);
+    d->watchdog_timer.data = d->status_timer.data = d;
     *out = d;
+    notify_start(d);
+    /* A socket from systemd is checked first: a wrong one fails at once. */
+    if (!cfg->rebuild_index && !cfg->upgrade &&
+        sysd_listen_fd(&d->listen_fd, err, err_len) < 0)
+        return DAEMON_E_SETUP;
 
     r = util_mkdir_p(cfg->data_dir, 0700);
     if (r < 0) {
@@ -401,6 +520,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     }
     if ((r = open_db(d, cfg, url, db_path, err, err_len)) != 0)
         return r;
+    if (d->notify)
+        sysd_notify("STATUS=replaying packs");
     /* Recovery from the packs happens in here, before anyone is served. */
     r = store_new(&d->store, &d->loop, d->be, d->db, index_path, &scfg);
     if (r < 0) {
@@ -419,8 +540,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
     d->started_ms = uv_now(&d->loop);
-    log_info("cairnd %s listening on %s, data in %s, backend %s", CAIRN_VERSION, cfg->socket_path,
-             cfg->data_dir, d->backend_desc);
+    log_info("cairnd %s listening on %s%s, data in %s, backend %s", CAIRN_VERSION, d->socket_path,
+             d->activated ? " (socket from systemd)" : "", cfg->data_dir, d->backend_desc);
     return 0;
 }
 
@@ -437,6 +558,7 @@ int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len)
 
 int daemon_run(struct daemon *d)
 {
+    notify_ready(d);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     log_info("stopped");
     return 0;
@@ -451,6 +573,8 @@ struct daemon *daemon_free(struct daemon *d)
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->pending_idle);
     close_handle((uv_handle_t *)&d->stop_timer);
+    close_handle((uv_handle_t *)&d->watchdog_timer);
+    close_handle((uv_handle_t *)&d->status_timer);
     /* Let close callbacks and any queued work finish before freeing what they use. */
     uv_run(&d->loop, UV_RUN_DEFAULT);
     d->store = store_free(d->store);
@@ -461,6 +585,8 @@ struct daemon *daemon_free(struct daemon *d)
         log_error("event loop still has open handles at exit");
     if (d->lock_fd >= 0)
         close(d->lock_fd);
+    if (d->listen_fd >= 0)
+        close(d->listen_fd);
     free(d);
     return NULL;
 }

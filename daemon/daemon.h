@@ -32,6 +32,8 @@ struct daemon {
     uv_signal_t sig_term, sig_int;
     uv_idle_t pending_idle;
     uv_timer_t stop_timer;
+    uv_timer_t watchdog_timer; /* WATCHDOG=1 at half of WATCHDOG_USEC */
+    uv_timer_t status_timer;   /* STATUS= when the connection count changed */
     struct backend *be;
     struct db *db;
     struct store *store;
@@ -40,6 +42,12 @@ struct daemon {
     unsigned nconns, max_connections;
     uint64_t started_ms;
     bool stopping, listening;
+    bool activated;      /* the listener came from systemd (socket activation) */
+    bool notify;         /* NOTIFY_SOCKET is set */
+    bool ready_sent;     /* READY=1 went out */
+    unsigned status_ticks;
+    unsigned status_conns; /* the count in the last STATUS= */
+    int listen_fd;       /* the socket from systemd until it is opened, else -1 */
     bool upgraded; /* the data directory was converted from format 1 at this start */
     int lock_fd;
     char socket_path[sizeof(((struct config *)0)->socket_path)];

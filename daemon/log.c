@@ -5,9 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 enum log_level log_threshold = LOG_LEVEL_INFO;
 static bool log_journal;
+/* stderr is a file or a pipe, not a terminal: lines start with the time (cairnd.log). */
+static bool log_stamped;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 /* syslog priorities: err, warning, info, debug */
@@ -28,10 +33,74 @@ int log_level_parse(const char *s, enum log_level *out)
     return -EINVAL;
 }
 
+/*
+ * JOURNAL_STREAM is "DEV:INODE" of the stream systemd connected to the
+ * service's stdout/stderr. It is inherited by whatever the service starts,
+ * so it only counts when stderr is still that stream: a cairnd that the CLI
+ * started from such a process writes to cairnd.log, without prefixes.
+ */
+static bool stderr_is_journal(void)
+{
+    const char *e = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    char end;
+
+    if (!e || sscanf(e, "%llu:%llu%c", &dev, &ino, &end) != 2 || fstat(2, &st) < 0)
+        return false;
+    return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+void log_init_early(void)
+{
+    log_journal = stderr_is_journal();
+    log_stamped = !log_journal && !isatty(STDERR_FILENO);
+}
+
+/* "2026-12-01T03:04:05.678Z " when lines are stamped; its length. */
+static int stamp(char *buf, size_t len)
+{
+    struct timespec ts;
+    struct tm tm;
+    size_t n;
+
+    if (!log_stamped)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    return n ? (int)n + snprintf(buf + n, len - n, ".%03ldZ ", ts.tv_nsec / 1000000) : 0;
+}
+
+bool log_to_journal(void)
+{
+    return log_journal;
+}
+
 void log_init(enum log_level threshold)
 {
     log_threshold = threshold;
-    log_journal = getenv("JOURNAL_STREAM") != NULL;
+    log_init_early();
+}
+
+void log_plain(enum log_level level, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    int n;
+
+    if (log_journal) {
+        n = snprintf(line, sizeof(line), "<%d>", level_priority[level]);
+    } else {
+        n = stamp(line, sizeof(line));
+        n += snprintf(line + n, sizeof(line) - (size_t)n, "cairnd: ");
+    }
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    fwrite(line, 1, len, stderr);
 }
 
 void log_write(enum log_level level, const char *fmt, ...)
@@ -40,10 +109,12 @@ void log_write(enum log_level level, const char *fmt, ...)
     va_list ap;
     int n;
 
-    if (log_journal)
+    if (log_journal) {
         n = snprintf(line, sizeof(line), "<%d>", level_priority[level]);
-    else
-        n = snprintf(line, sizeof(line), "cairnd: %s: ", level_names[level]);
+    } else {
+        n = stamp(line, sizeof(line));
+        n += snprintf(line + n, sizeof(line) - (size_t)n, "cairnd: %s: ", level_names[level]);
+    }
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
     va_end(ap);

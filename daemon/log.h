@@ -2,8 +2,8 @@
 
 /*
  * Logging for cairnd: leveled messages to stderr. Under systemd (when
- * JOURNAL_STREAM is set) each line carries a "<N>" syslog priority prefix so
- * the journal records the level. The level is checked before any formatting.
+ * stderr is the stream JOURNAL_STREAM names) each line carries a "<N>"
+ * syslog priority prefix so the journal records the level. The level is checked before any formatting.
  * Secrets are never passed to these functions.
  */
 
@@ -21,6 +21,15 @@ extern enum log_level log_threshold;
 /* Parses "error", "warn", "info" or "debug". 0 or -EINVAL. */
 int log_level_parse(const char *s, enum log_level *out);
 void log_init(enum log_level threshold);
+/* Detects the journal before the configuration (and so the level) is known. */
+void log_init_early(void);
+/*
+ * Start-up messages that are printed whatever the level (a bad command line,
+ * a failed setup): "cairnd: MESSAGE", or "<N>MESSAGE" under the journal.
+ */
+/* True when stderr goes to the journal (lines carry "<N>" prefixes). */
+bool log_to_journal(void);
+void log_plain(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -13,13 +13,15 @@ int main(int argc, char **argv)
     char err[1024];
     int r;
 
+    /* Messages before the configuration is read carry their priority too. */
+    log_init_early();
     r = config_load(&cfg, argc, argv, err, sizeof(err));
     if (r == CONFIG_E_EXIT)
         return 0;
     if (r) {
-        fprintf(stderr, "cairnd: %s\n", err);
+        log_plain(LOG_LEVEL_ERROR, "%s", err);
         if (r == CONFIG_E_USAGE) {
-            fprintf(stderr, "Try 'cairnd --help'.\n");
+            fprintf(stderr, "%sTry 'cairnd --help'.\n", log_to_journal() ? "<3>" : "");
             return 2;
         }
         return 1;
@@ -31,7 +33,7 @@ int main(int argc, char **argv)
     log_init(cfg.log_level);
     r = daemon_new(&d, &cfg, err, sizeof(err));
     if (r) {
-        fprintf(stderr, "cairnd: %s\n", err);
+        log_plain(LOG_LEVEL_ERROR, "%s", err);
         daemon_free(d);
         return 1;
     }
@@ -39,8 +41,8 @@ int main(int argc, char **argv)
         char summary[512] = "";
         r = daemon_rebuild(d, summary, sizeof(summary));
         if (r)
-            fprintf(stderr, "cairnd: %s failed: %s\n", cfg.upgrade ? "upgrade" : "rebuild",
-                    r < 0 ? strerror(-r) : "storage error");
+            log_plain(LOG_LEVEL_ERROR, "%s failed: %s", cfg.upgrade ? "upgrade" : "rebuild",
+                      r < 0 ? strerror(-r) : "storage error");
         else if (cfg.upgrade)
             printf("cairnd: %s %s: %s\n", d->upgraded ? "upgraded" : "nothing to upgrade in",
                    cfg.data_dir, summary);

@@ -7,7 +7,11 @@ CAIRN_DEB_PACKAGES=(
     build-essential meson ninja-build pkg-config
     libuv1-dev libmsgpack-dev libsqlite3-dev libzstd-dev libssl-dev
     libinih-dev libjansson-dev libcmocka-dev python3 libssh2-1-dev
-    openssh-server openssh-client
+    openssh-server openssh-client scdoc
+    libsystemd-dev
+    # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py
+    # (which skips what is missing); installing it does not make systemd PID 1.
+    systemd
 )
 
 # Peers of the benchmarks (bench/run), whose smoke tier runs with the tests.

@@ -8,6 +8,7 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -490,6 +491,62 @@ class Help(unittest.TestCase):
         self.assertEqual(ct.run_cli("-V").stdout, ct.run_cli("--version").stdout)
 
 
+class Progress(CliTestCase):
+    """Progress and the add summary go to stderr when it is a terminal or with
+    -v; never with -q or --json, and never to stdout."""
+
+    def test_verbose_quiet_and_terminal(self):
+        tree = os.path.join(self.tmp, "tree")
+        os.makedirs(tree)
+        for i in range(5):
+            with open(os.path.join(tree, "f%d" % i), "wb") as f:
+                f.write(os.urandom(3000) if i else b"same\n")
+        big = self.write("big", os.urandom(40 * ct.MiB))
+        p = self.cli("-v", "add", "-r", tree)
+        self.assertEqual(len(ct.parse_add(p.stdout)), 5)
+        self.assertRegex(p.stderr.decode(), r"added 5 documents, [0-9.]+ KiB; [0-9.]+ (B|KiB) new "
+                                            r"in the store \([0-9.]+x smaller\) in [0-9.]+ s\n")
+        # Not a terminal, no -v: nothing on stderr. -q: nothing even with a terminal.
+        self.assertEqual(self.cli("add", "-r", tree).stderr, b"")
+        self.assertEqual(self.cli("add", big, "--verbose", "-q").stderr, b"")
+        h = ct.sha256_hex(open(big, "rb").read())
+        p = self.cli("get", "-v", "-o", os.path.join(self.tmp, "out"), h)
+        self.assertEqual(p.stdout, b"")
+        p = self.cli("--json", "-v", "add", tree + "/f1")
+        self.assertEqual(p.stderr, b"")
+        json.loads(p.stdout)
+
+    def test_terminal_gets_progress_in_place(self):
+        import pty
+        big = self.write("big", os.urandom(200 * ct.MiB))
+        master, slave = pty.openpty()
+        try:
+            proc = subprocess.Popen([ct.CAIRN, "--socket", self.d.socket_path, "--no-autostart",
+                                     "add", big], stdout=subprocess.PIPE, stderr=slave,
+                                    env=ct.cli_env())
+            os.close(slave)
+            slave = -1
+            out, _ = proc.communicate(timeout=120 * ct.SLOW)
+            self.assertEqual(proc.returncode, 0)
+            err = b""
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                err += chunk
+        finally:
+            if slave >= 0:
+                os.close(slave)
+            os.close(master)
+        self.assertEqual(len(ct.parse_add(out)), 1)  # stdout has only the result
+        self.assertIn(b"added 1 document, 200.0 MiB", err)
+        # A progress line, if the add took long enough for one, was drawn in place and cleared.
+        self.assertNotIn(b"MiB/s\n", err)
+
+
 class GlobalOptionsAnywhere(CliTestCase):
     """--json, --socket and --no-autostart may come before or after the command."""
 
@@ -627,6 +684,10 @@ class CliConfig(unittest.TestCase):
         self.assertTrue(os.path.exists(self.sock), "the CLI did not start cairnd on the config's socket")
         self.assertTrue(os.path.exists(os.path.join(self.data, "cairnd.log")))
         self.assertTrue(os.path.exists(os.path.join(self.data, "cairn.db")))
+        # The daemon's log lines carry the time (UTC, milliseconds).
+        with open(os.path.join(self.data, "cairnd.log")) as f:
+            first = f.readline()
+        self.assertRegex(first, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z cairnd: info: ")
         # A second command finds the daemon through the config too.
         self.assertEqual(self.cli("get", "conf.txt").stdout, b"configured\n")
         # $CAIRN_SOCKET still wins over the file.

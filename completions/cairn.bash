@@ -1,0 +1,91 @@
+# bash completion for cairn(1): commands and options as README.md lists
+# them. REF arguments complete to the names of stored documents when a daemon
+# already answers (`cairn --no-autostart ls`, at most 1 second; it never
+# starts one). Needs nothing from the bash-completion package.
+
+_cairn()
+{
+    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
+    local global_opts='--socket --config --json --no-autostart -q --quiet -v --verbose --help -V --version'
+    local commands='add get rm delete ls list stat status gc verify search mcp help'
+    COMPREPLY=()
+
+    # bash splits --socket=PATH and --config=FILE at '='.
+    local before=${COMP_WORDS[COMP_CWORD - 2]}
+    if [[ $cur == = && ($prev == --socket || $prev == --config) ]]; then
+        cur=''
+    elif [[ $prev == = && ($before == --socket || $before == --config) ]]; then
+        prev=$before
+    fi
+
+    # The command, any --socket and --config, and whether -- ended the options.
+    local i=1 w cmd='' dashdash='' conn=()
+    while ((i < COMP_CWORD)); do
+        w=${COMP_WORDS[i]}
+        if [[ ($w == --socket || $w == --config) && ! $dashdash ]]; then
+            ((i++))
+            [[ ${COMP_WORDS[i]} == = ]] && ((i++))
+            conn+=("$w" "${COMP_WORDS[i]}")
+        elif [[ ($w == --socket=* || $w == --config=*) && ! $dashdash ]]; then
+            conn+=("$w")
+        elif [[ $w == -- && $cmd ]]; then
+            dashdash=1
+        elif [[ ! $cmd && $w != -* ]]; then
+            cmd=$w
+        fi
+        ((i++))
+    done
+
+    if [[ ! $dashdash ]]; then
+        case $prev in
+            --socket | --config | -o)
+                compopt -o filenames 2>/dev/null
+                mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+                return
+                ;;
+            -n | -t | -m | --mime | --exclude | -l | --offset | --name | --after | --before)
+                [[ $cmd ]] && return
+                ;;
+        esac
+    fi
+
+    if [[ ! $cmd ]]; then
+        if [[ $cur == -* ]]; then
+            mapfile -t COMPREPLY < <(compgen -W "$global_opts" -- "$cur")
+        else
+            mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")
+        fi
+        return
+    fi
+
+    if [[ $cur == -* && ! $dashdash ]]; then
+        local opts=''
+        case $cmd in
+            add) opts='-r --exclude -n -t -m --mime' ;;
+            get) opts='-o' ;;
+            ls | list) opts='-t' ;;
+            search) opts='-l --offset -t --name --mime --after --before --fuzzy' ;;
+        esac
+        mapfile -t COMPREPLY < <(compgen -W "$opts $global_opts" -- "$cur")
+        return
+    fi
+
+    local line
+    case $cmd in
+        add)
+            compopt -o filenames 2>/dev/null
+            mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+            ;;
+        help)
+            mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")
+            ;;
+        get | rm | delete | stat | verify)
+            # Lines of ls are "<hash>  <size>  <name>"; "-" is a document without a name.
+            while IFS= read -r line; do
+                line=${line#*  *  }
+                [[ $line != - && $line == "$cur"* ]] && COMPREPLY+=("$line")
+            done < <(timeout 1 "${COMP_WORDS[0]}" --no-autostart "${conn[@]}" ls 2>/dev/null)
+            ;;
+    esac
+} &&
+    complete -F _cairn cairn

@@ -1,0 +1,67 @@
+# fish completion for cairn(1): commands and options as README.md lists them.
+# REF arguments complete to the names of stored documents when a daemon
+# already answers (`cairn --no-autostart ls`, at most 1 second; it never
+# starts one).
+
+set -l commands add get rm delete ls list stat status gc verify search mcp help
+
+function __cairn_refs
+    set -l tokens (commandline -opc)
+    set -l conn
+    for i in (seq 2 (count $tokens))
+        switch $tokens[$i]
+            case --socket --config
+                set -a conn $tokens[$i] $tokens[(math $i + 1)]
+            case '--socket=*' '--config=*'
+                set -a conn $tokens[$i]
+        end
+    end
+    # Lines of ls are "<hash>  <size>  <name>"; "-" is a document without a name.
+    timeout 1 $tokens[1] --no-autostart $conn ls 2>/dev/null |
+        string replace -r '^\S+  \S+  ' '' | string match -v -- -
+end
+
+complete -c cairn -f
+complete -c cairn -l socket -r -F -d "cairnd's socket"
+complete -c cairn -l config -r -F -d "cairnd's config file"
+complete -c cairn -l json -d 'Print one JSON object per line instead of text'
+complete -c cairn -l no-autostart -d 'Fail (exit 3) instead of starting cairnd'
+complete -c cairn -s q -l quiet -d 'No progress or summary on stderr'
+complete -c cairn -s v -l verbose -d 'Progress and summary even when stderr is not a terminal'
+complete -c cairn -l help -d 'Show the usage'
+complete -c cairn -s V -l version -d 'Show the version'
+
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a add -d 'Store files'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a get -d 'Write a document to standard output or a file'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'rm delete' -d 'Delete documents'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'ls list' -d 'List documents'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a stat -d "Show a document's details"
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a status -d "Show the daemon's state"
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Reclaim what no document uses any more'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a verify -d 'Re-read and check stored chunks'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a search -d 'Ranked full-text search'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a mcp -d 'Serve the Model Context Protocol on stdin/stdout'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a help -d 'Show the usage, or the usage of a command'
+complete -c cairn -n '__fish_seen_subcommand_from help' -a "$commands"
+
+complete -c cairn -n '__fish_seen_subcommand_from add' -F
+complete -c cairn -n '__fish_seen_subcommand_from add' -s r -d 'Add the regular files under directories'
+complete -c cairn -n '__fish_seen_subcommand_from add' -l exclude -x -d 'Leave out what -r finds that matches GLOB'
+complete -c cairn -n '__fish_seen_subcommand_from add' -s n -x -d 'Name of the document'
+complete -c cairn -n '__fish_seen_subcommand_from add' -s t -x -d 'Add a tag'
+complete -c cairn -n '__fish_seen_subcommand_from add' -s m -x -d 'Add metadata KEY=VALUE'
+complete -c cairn -n '__fish_seen_subcommand_from add' -l mime -x -d 'Mime type'
+
+complete -c cairn -n '__fish_seen_subcommand_from get' -s o -r -F -d 'Write to FILE'
+complete -c cairn -n '__fish_seen_subcommand_from get rm delete stat verify' -a '(__cairn_refs)'
+
+complete -c cairn -n '__fish_seen_subcommand_from ls list' -s t -x -d 'Only documents with this tag'
+
+complete -c cairn -n '__fish_seen_subcommand_from search' -s l -x -d 'Hits to show (1-1000, default 10)'
+complete -c cairn -n '__fish_seen_subcommand_from search' -l offset -x -d 'Hits to skip'
+complete -c cairn -n '__fish_seen_subcommand_from search' -s t -x -d 'Only documents with the tag'
+complete -c cairn -n '__fish_seen_subcommand_from search' -l name -x -d 'Only names matching the glob'
+complete -c cairn -n '__fish_seen_subcommand_from search' -l mime -x -d 'Only this mime type'
+complete -c cairn -n '__fish_seen_subcommand_from search' -l after -x -d 'Only documents created after DATE'
+complete -c cairn -n '__fish_seen_subcommand_from search' -l before -x -d 'Only documents created before DATE'
+complete -c cairn -n '__fish_seen_subcommand_from search' -l fuzzy -d 'Tolerate typos'
