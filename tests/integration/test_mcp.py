@@ -740,7 +740,13 @@ class Errors(McpTestCase):
         # that is valid UTF-8 JSON when read back (the reader checks)
         m.send_raw(b'{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"add","arguments":'
                    b'{"content":"lone \\ud800 escape","name":"lone-surrogate"}}}\n')
-        r = m.reply_to(20)
+        msgs = m.probe("after-surrogate")
+        self.assertEqual(len(msgs), 2, [trim(x) for x in msgs])
+        r = msgs[0]
+        if "error" in r:
+            self.assertIn(r.get("id"), (20, None), trim(r))
+        else:
+            self.assertEqual(r.get("id"), 20, trim(r))
         if "result" in r and not r["result"].get("isError"):
             got = m.call_tool("get", {"ref": "lone-surrogate"})
             sys.stderr.write("a lone \\ud800 escape was stored; get gives %r\n" % (trim(got),))
@@ -804,6 +810,57 @@ class Errors(McpTestCase):
         self.finish()
 
 
+class Resources(McpTestCase):
+    def test_name_uri_means_a_name(self):
+        """cairn://name/{name} reads the document under that name, also when
+        the name looks like a hash or a hash prefix of another document
+        (a bare ref would resolve those as hashes first)."""
+        target = b"the document whose hash the name looks like\n"
+        th = ct.sha256_hex(target)
+        self.d.cli("add", "-n", "target.txt", "-", input=target)
+        m = self.mcp()
+        for i, name in enumerate((th[:16], th)):
+            with self.subTest(name=name):
+                content = "named %d like a hash\n" % i
+                r = m.call_tool("add", {"content": content, "name": name})
+                self.assertIsNot(r.get("isError"), True, trim(r))
+                got = m.request("resources/read", {"uri": "cairn://name/" + name})
+                self.assertIn("result", got, trim(got))
+                self.assertEqual(got["result"]["contents"][0].get("text"), content,
+                                 "cairn://name/%s read the document with that hash, not the one with that name"
+                                 % name)
+        self.finish(m)
+
+    def test_far_offset_costs_no_more_than_near(self):
+        """A get of the last MiB of a 512 MiB document takes about as long as
+        one of its first MiB: a range is read, not everything before it."""
+        path = os.path.join(self.tmp, "far.bin")
+        size = 512 * ct.MiB
+        h = ct.write_random_file(path, size)
+        self.d.cli("add", "-n", "far.bin", path)
+        os.unlink(path)
+        m = self.mcp()
+
+        def timed(offset):
+            best = None
+            for _ in range(3):
+                t0 = time.monotonic()
+                r = m.call_tool("get", {"ref": h, "offset": offset}, timeout=300 * ct.SLOW)
+                dt = time.monotonic() - t0
+                self.assertIsNot(r.get("isError"), True, trim(r))
+                self.assertEqual(r["structuredContent"]["length"], ct.MiB)
+                best = dt if best is None else min(best, dt)
+            return best
+
+        near = timed(0)
+        far = timed(size - ct.MiB)
+        sys.stderr.write("get of 1 MiB at offset 0: %.3f s, at offset 511 MiB: %.3f s\n" % (near, far))
+        self.assertLess(far, 4 * near + 0.25 * ct.SLOW,
+                        "a get at offset 511 MiB took %.3f s, at offset 0 %.3f s: the range costs what "
+                        "comes before it" % (far, near))
+        self.finish(m)
+
+
 class Batches(McpTestCase):
     def batch(self):
         return [{"jsonrpc": "2.0", "id": "b1", "method": "ping"},
@@ -820,14 +877,23 @@ class Batches(McpTestCase):
         self.assertError(msgs[0], (INVALID_REQUEST, PARSE_ERROR), rid=None)
         self.finish(m)
 
-    def test_batch_served_in_2025_03_26(self):
+    def test_batch_in_2025_03_26(self):
+        """2025-03-26 has batches: served (an array with a reply to each
+        request), or refused as a whole with one error (the README says
+        batches are refused in every revision); nothing in between."""
         m = self.mcp(version="2025-03-26")
         m.send(self.batch())
-        reply = m.recv()
-        self.assertIsInstance(reply, list, "2025-03-26 supports batches; got %r" % (trim(reply),))
-        self.assertEqual(sorted(r.get("id") for r in reply), ["b1", "b2"], trim(reply))
-        for r in reply:
-            self.assertIn("result", r, trim(r))
+        msgs = m.probe("after")
+        self.assertEqual(len(msgs), 2, [trim(x) for x in msgs])
+        reply = msgs[0]
+        if isinstance(reply, list):
+            self.assertEqual(sorted(r.get("id") for r in reply), ["b1", "b2"], trim(reply))
+            for r in reply:
+                self.assertIn("result", r, trim(r))
+            sys.stderr.write("a batch in 2025-03-26: served\n")
+        else:
+            self.assertError(reply, INVALID_REQUEST, rid=None)
+            sys.stderr.write("a batch in 2025-03-26: refused (%s)\n" % reply["error"]["message"])
         self.finish(m)
 
     def test_empty_batch(self):
