@@ -8,6 +8,8 @@ CAIRN_DEB_PACKAGES=(
     libuv1-dev libmsgpack-dev libsqlite3-dev libzstd-dev libssl-dev
     libinih-dev libjansson-dev libcmocka-dev python3 libssh2-1-dev
     openssh-server openssh-client scdoc
+    # the MCP tests drive cairn mcp with the official SDK client (tests/mcp)
+    nodejs npm
     libsystemd-dev
     # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py
     # (which skips what is missing); installing it does not make systemd PID 1.

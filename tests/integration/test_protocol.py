@@ -485,5 +485,53 @@ class Limits(ProtocolTestCase):
         self.finish()
 
 
+
+class RangedGet(unittest.TestCase):
+    """get with offset and length streams those bytes only, across chunk
+    boundaries, and the first frame still gives the whole document's size."""
+
+    def setUp(self):
+        self.d = ct.Daemon(self).start()
+        self.c = self.d.connect()
+        self.addCleanup(self.c.close)
+
+    def ranged(self, ref, **fields):
+        rid = self.c.send_request("get", ref=ref, **fields)
+        frames, data = self.c.collect_stream(rid)
+        self.assertIsNotNone(data, frames[-1])
+        return frames[0], data
+
+    def test_ranges(self):
+        content = os.urandom(3 * 1024 * 1024 + 12345)  # many chunks
+        h = self.c.add(content)["hash"]
+        size = len(content)
+        cases = [(0, 1), (0, 100000), (65536, 70000), (1000000, 1), (size - 10, 10),
+                 (size - 10, 1000), (size, 5), (size + 100, 5), (123, 0), (0, size),
+                 (2 * 1024 * 1024 + 7, 2 ** 64 - 1 - (2 * 1024 * 1024 + 7))]
+        for off, length in cases:
+            with self.subTest(offset=off, length=length):
+                first, data = self.ranged(h, offset=off, length=length)
+                self.assertEqual(first["size"], size)
+                self.assertEqual(first["hash"], h)
+                self.assertEqual(data, content[off:off + length])
+        first, data = self.ranged(h, offset=3000000)
+        self.assertEqual(data, content[3000000:])
+        # An empty document and a small one.
+        e = self.c.add(b"")["hash"]
+        self.assertEqual(self.ranged(e, offset=0, length=10)[1], b"")
+        self.assertEqual(self.ranged(e, offset=5)[1], b"")
+        s = self.c.add(b"0123456789")["hash"]
+        self.assertEqual(self.ranged(s, offset=3, length=4)[1], b"3456")
+
+    def test_bad_fields(self):
+        h = self.c.add(b"x")["hash"]
+        for fields in ({"offset": -1}, {"offset": "1"}, {"length": 1.5}, {"length": -3}):
+            with self.subTest(fields=fields):
+                rid = self.c.send_request("get", ref=h, **fields)
+                r = self.c.recv_for(rid)
+                self.assertEqual(ct.error_code(r), "bad_request", r)
+        self.assertEqual(self.c.call("status").get("ok"), True)
+
+
 if __name__ == "__main__":
     ct.main()
