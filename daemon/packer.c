@@ -1,4 +1,4 @@
-#include "daemon/packer.h"
+#include "daemon/packer-int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -59,52 +59,6 @@ struct packer_batch {
     int status;
 };
 
-/* The seal of a pack: its index and trailer appended, then the database told. */
-struct packer_seal {
-    struct packer *pk;
-    void (*cb)(void *ctx); /* packer_rotate's caller, told when the seal is in */
-    void *ctx;
-    uint64_t seq, size;
-    uint8_t *bytes;
-    struct iovec iov;
-    struct backend_append app;
-    struct db_write dbw;
-};
-
-struct packer {
-    uv_loop_t *loop;
-    struct backend *be;
-    struct db *db;
-    struct packer_config cfg;
-    /* Groups ready to go, in order. */
-    struct packer_group *ready_head, *ready_tail;
-    /* Event groups waiting for an earlier ticket, sorted by ticket. */
-    struct packer_group *held;
-    uint64_t next_ticket, release_ticket;
-    uint64_t *cancelled; /* tickets given up before their turn */
-    size_t ncancelled, cancelled_cap;
-    /* The open pack. */
-    uint64_t seq, size; /* size 0: not created yet */
-    struct pack_index_entry *index;
-    size_t nindex, index_cap;
-    bool index_lost; /* some records are missing from `index`: do not seal with it */
-    uint64_t next_seq;
-    /*
-     * Batches being merged or written, oldest first. With appends there is
-     * one at a time (each continues the open pack); without, each batch is
-     * a pack of its own and up to max_inflight are written at once, but
-     * they still end (are committed, or fail) in the order they started.
-     */
-    struct packer_batch *inflight_head, *inflight_tail;
-    unsigned inflight, max_inflight;
-    unsigned txns, seals;
-    uv_idle_t kick;
-    bool kick_active;
-    /* packer_rotate waiting for the running append. */
-    void (*rotate_cb)(void *ctx);
-    void *rotate_ctx;
-    struct packer_stats stats;
-};
 
 void packer_pack_key(char *key, size_t len, uint64_t seq)
 {
@@ -293,7 +247,7 @@ static int index_push(struct pack_index_entry **v, size_t *n, size_t *cap,
 /* ---- batches ---- */
 
 /* A failed backend call, for the log. */
-static const char *status_str(int status)
+const char *packer_status_str(int status)
 {
     switch (status) {
     case BACKEND_E_NOT_FOUND:
@@ -336,7 +290,6 @@ static void batch_fail(struct packer_batch *b, int status)
 
 static int batch_apply(struct db_txn *txn, struct db_write *w);
 static void batch_committed(struct db_write *w);
-static void seal_start(struct packer *pk, void (*cb)(void *), void *ctx);
 
 /* A rotation waited for the append that just ended: seal now. True when it did. */
 static bool rotate_pending(struct packer *pk)
@@ -347,7 +300,7 @@ static bool rotate_pending(struct packer *pk)
         return false;
     pk->rotate_cb = NULL;
     if (pk->size > 0)
-        seal_start(pk, cb, pk->rotate_ctx);
+        packer_seal_start(pk, cb, pk->rotate_ctx);
     else
         cb(pk->rotate_ctx);
     return true;
@@ -365,7 +318,7 @@ static void batch_written(struct packer_batch *b, int status)
         char key[BACKEND_MAX_KEY];
         packer_pack_key(key, sizeof(key), b->seq);
         log_error("pack %s: writing %" PRIu64 " bytes failed: %s", key, b->end - b->start,
-                  status_str(status));
+                  packer_status_str(status));
         if (!b->whole_pack && (pk->size == 0 || status == BACKEND_E_NOT_FOUND)) {
             /*
              * The pack could not even be created, or it is gone (what it held
@@ -404,7 +357,7 @@ static void batch_written(struct packer_batch *b, int status)
     b->dbw.done = batch_committed;
     db_write(pk->db, &b->dbw);
     if (!rotate_pending(pk) && !b->whole_pack && (pk->size >= pk->cfg.pack_size || pk->index_lost))
-        seal_start(pk, NULL, NULL);
+        packer_seal_start(pk, NULL, NULL);
     batch_start(pk);
 }
 
@@ -727,109 +680,4 @@ static void batch_committed(struct db_write *w)
         g->done(g, w->status != 0 ? (w->status < 0 ? w->status : -EIO) : g->status_);
     }
     batch_free(b);
-}
-
-/* ---- sealing ---- */
-
-static int seal_apply(struct db_txn *txn, struct db_write *w)
-{
-    struct packer_seal *s = container_of(w, struct packer_seal, dbw);
-    return db_txn_pack_set(txn, s->seq, s->size, DB_PACK_SEALED);
-}
-
-static void seal_end(struct packer_seal *s)
-{
-    s->pk->seals--;
-    if (s->cb)
-        s->cb(s->ctx);
-    free(s);
-}
-
-static void seal_committed(struct db_write *w)
-{
-    /* A failed update only means replay checks the trailer; the pack is sealed all the same. */
-    seal_end(container_of(w, struct packer_seal, dbw));
-}
-
-static void on_sealed(struct backend_req *req)
-{
-    struct packer_seal *s = container_of(req, struct packer_seal, app.req);
-    struct packer *pk = s->pk;
-
-    /* The index is written; the database still has the pack as open. */
-    crash_point("pack-sealed");
-    free(s->bytes);
-    s->bytes = NULL;
-    if (req->status != 0) {
-        log_error("pack %s: writing its index failed: %s; it stays readable unsealed", req->key,
-                  status_str(req->status));
-        seal_end(s);
-        return;
-    }
-    pk->stats.packs_sealed++;
-    s->dbw.apply = seal_apply;
-    s->dbw.done = seal_committed;
-    db_write(pk->db, &s->dbw);
-}
-
-/* Ends the open pack with its index; new records go to a new pack meanwhile. */
-static void seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
-{
-    struct packer_seal *s = calloc(1, sizeof(*s));
-    size_t len = pack_index_size(pk->nindex);
-    uint64_t seq = pk->seq, size = pk->size;
-    int r = -ENOMEM;
-
-    if (pk->index_lost) {
-        /* Replay reads an unsealed pack record by record; a partial index would hide some. */
-        free(s);
-        s = NULL;
-    } else if (s && (s->bytes = malloc(len))) {
-        pack_index_encode(s->bytes, pk->index, pk->nindex, size, seq);
-        s->pk = pk;
-        s->cb = cb;
-        s->ctx = ctx;
-        s->seq = seq;
-        s->size = size + len;
-        s->iov.iov_base = s->bytes;
-        s->iov.iov_len = len;
-        packer_pack_key(s->app.req.key, sizeof(s->app.req.key), seq);
-        s->app.req.cb = on_sealed;
-        s->app.offset = size;
-        s->app.iov = &s->iov;
-        s->app.iovcnt = 1;
-        r = backend_append(pk->be, &s->app);
-    }
-    if (r < 0) {
-        log_error("pack %016" PRIx64 ": cannot write its index: %s; it stays readable unsealed",
-                  seq, strerror(-r));
-        if (s)
-            free(s->bytes);
-        free(s);
-        if (cb)
-            cb(ctx);
-    } else {
-        pk->seals++;
-    }
-    free(pk->index);
-    pk->index = NULL;
-    pk->nindex = pk->index_cap = 0;
-    pk->index_lost = false;
-    pk->seq = pk->next_seq++;
-    pk->size = 0;
-}
-
-int packer_rotate(struct packer *pk, void (*cb)(void *ctx), void *ctx)
-{
-    if (!backend_has(pk->be, BACKEND_CAP_APPEND) || pk->rotate_cb)
-        return 1;
-    if (pk->inflight) {
-        pk->rotate_cb = cb; /* after the append: the batch may be the pack's first */
-        pk->rotate_ctx = ctx;
-        return 0;
-    }
-    if (pk->size == 0)
-        return 1;
-    seal_start(pk, cb, ctx);
-    return 0;
 }
