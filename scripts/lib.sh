@@ -8,8 +8,6 @@ CAIRN_DEB_PACKAGES=(
     libuv1-dev libmsgpack-dev libsqlite3-dev libzstd-dev libssl-dev
     libinih-dev libjansson-dev libcmocka-dev python3 libssh2-1-dev
     openssh-server openssh-client scdoc
-    # the MCP tests drive cairn mcp with the official SDK client (tests/mcp)
-    nodejs npm
     libsystemd-dev
     # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py
     # (which skips what is missing); installing it does not make systemd PID 1.
@@ -35,8 +33,14 @@ cairn_install_deps() {
         echo "warning: dpkg-query not found; install these yourself: ${CAIRN_DEB_PACKAGES[*]}" >&2
         return 0
     fi
-    local missing=() pkg
-    for pkg in "${CAIRN_DEB_PACKAGES[@]}"; do
+    local missing=() pkg wanted=("${CAIRN_DEB_PACKAGES[@]}")
+    # The MCP tests drive cairn mcp with the official SDK client (tests/mcp),
+    # on node and npm: Debian's packages, unless some node with npm is there
+    # already (NodeSource's nodejs ships npm and conflicts with Debian's).
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        wanted+=(nodejs npm)
+    fi
+    for pkg in "${wanted[@]}"; do
         if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
             missing+=("$pkg")
         fi
@@ -55,8 +59,10 @@ cairn_install_deps() {
         fi
     fi
     cairn_log "installing ${missing[*]}"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    # Without our TMPDIR: apt's unprivileged helper cannot write to a 0700 one,
+    # and then fails to check the archive signatures.
+    "${sudo[@]}" env -u TMPDIR DEBIAN_FRONTEND=noninteractive apt-get update -q
+    "${sudo[@]}" env -u TMPDIR DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
