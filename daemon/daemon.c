@@ -204,17 +204,23 @@ static int setup_socket(struct daemon *d, const char *path, char *err, size_t er
     slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = '\0';
+        bool existed = stat(dir, &st) == 0;
         r = util_mkdir_p(dir, 0700);
         if (r < 0 || stat(dir, &st) < 0) {
             snprintf(err, err_len, "socket directory %s: %s", dir, strerror(r < 0 ? -r : errno));
             return DAEMON_E_SETUP;
         }
-        if (st.st_uid != getuid()) {
+        /*
+         * A directory made here is the owner's alone (the umask may have
+         * widened nothing, but may have been odd). One that was there already
+         * is left as it is: it may be /tmp or a shared runtime directory, and
+         * the socket's own mode and the peer check guard the daemon anyway.
+         */
+        if (!existed && st.st_uid != getuid()) {
             snprintf(err, err_len, "socket directory %s belongs to another user", dir);
             return DAEMON_E_SETUP;
         }
-        /* Only the owner may reach the socket: the directory is the first gate. */
-        if ((st.st_mode & 077) && chmod(dir, 0700) < 0) {
+        if (!existed && (st.st_mode & 077) && chmod(dir, 0700) < 0) {
             snprintf(err, err_len, "socket directory %s: %s", dir, strerror(errno));
             return DAEMON_E_SETUP;
         }

@@ -50,6 +50,18 @@ class Transport(ProtocolTestCase):
         self.assertEqual(dir_mode, 0o700, oct(dir_mode))
         self.finish()
 
+    def test_an_existing_socket_directory_keeps_its_mode(self):
+        # Like /tmp: a directory that was there is not cairnd's to change.
+        base = ct.make_tempdir(self)
+        shared = os.path.join(base, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        d = ct.Daemon(self, socket_path=os.path.join(shared, "cairnd.sock")).start()
+        self.assertEqual(stat.S_IMODE(os.stat(shared).st_mode), 0o1777)
+        self.assertEqual(stat.S_IMODE(os.stat(d.socket_path).st_mode), 0o600)
+        d.stop()
+        self.finish()
+
     def test_requests_without_hello(self):
         r = self.assertOk(self.c.call("status"))
         self.assertEqual(r["protocol"], 1)
