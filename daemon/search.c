@@ -692,7 +692,7 @@ char *search_snippet(const char *text, size_t len, const struct search_query *q,
             found = tok.match;
             continue;
         }
-        if (nwin == words + SNIPPET_BEFORE) {
+        if (nwin >= words) { /* the words before the match count too */
             more = true;
             break;
         }

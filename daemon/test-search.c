@@ -136,17 +136,20 @@ static char *snippet_for(const char *text, const char *query)
 
 static void test_snippets(void **state)
 {
+    /* At most `words` words in all (8 here), "..." for what is cut. */
     char *s = snippet_for("The quick brown fox jumps over the lazy dog", "FOX");
-    assert_string_equal(s, "The quick brown **fox** jumps over the lazy dog");
+    assert_string_equal(s, "The quick brown **fox** jumps over the lazy...");
     free(s);
-    /* Three words of context before the match, `words` from it, "..." for what is cut. */
+    s = snippet_for("The quick brown fox jumps over the lazy", "FOX");
+    assert_string_equal(s, "The quick brown **fox** jumps over the lazy");
+    free(s);
+    /* Three words of context before the match, then the rest of the words from it. */
     s = snippet_for("one two three four five six seven eight nine ten eleven twelve thirteen",
                     "six");
-    assert_string_equal(s,
-                        "...three four five **six** seven eight nine ten eleven twelve thirteen");
+    assert_string_equal(s, "...three four five **six** seven eight nine ten...");
     free(s);
     s = snippet_for("a b c d e f g h i j k l m n o p", "e");
-    assert_string_equal(s, "...b c d **e** f g h i j k l...");
+    assert_string_equal(s, "...b c d **e** f g h i...");
     free(s);
     s = snippet_for("Configure the network interface", "net*");
     assert_non_null(strstr(s, "**network**"));

@@ -639,6 +639,15 @@ class IndexConsistency(SearchCase):
         self.assertEqual(h, ct.sha256_hex(content))
         return h
 
+    def test_snippets_have_at_most_16_words(self):
+        # PROTOCOL.md: a snippet is up to 16 words, the context before the match included.
+        words = " ".join("w%02d" % i for i in range(40))
+        self.add_cli(("%s needle %s\n" % (words, words)).encode(), "-n", "long-line.txt")
+        [h] = self.proto("needle")
+        text = h["snippet"].replace("**", "").replace("...", " ")
+        self.assertLessEqual(len(text.split()), 16, h["snippet"])
+        self.assertIn("**needle**", h["snippet"])
+
     def test_delete_then_search_gone_at_once(self):
         ha = self.add_cli(b"The lantern by the gate burns oil; the keeper is Ingrid.\n",
                           "-n", "gate-lantern.txt", "-t", "lamps")
