@@ -172,9 +172,15 @@ bool dispatch_take_ref(struct op *op, const msgpack_object *map, char **ref, siz
 static void do_hello(struct conn *c, uint64_t id, const msgpack_object *map)
 {
     const msgpack_object *v = proto_map_get(map, "versions");
+    const msgpack_object *client = proto_map_get(map, "client");
     uint64_t chosen = 0;
     struct reply r;
 
+    /* Only logged, but a field the spec says is a string must be one. */
+    if (client && (client->type != MSGPACK_OBJECT_STR || client->via.str.size > PROTO_MAX_NAME)) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "client must be a string of at most 4096 bytes");
+        return;
+    }
     if (!v) {
         chosen = PROTO_VERSION;
     } else if (v->type != MSGPACK_OBJECT_ARRAY) {

@@ -498,6 +498,20 @@ class Limits(ProtocolTestCase):
 
 
 
+class HelloFields(unittest.TestCase):
+    def test_client_must_be_a_string(self):
+        d = ct.Daemon(self).start()
+        with d.connect() as c:
+            for bad in (7, ["x"], {"a": 1}, True, "x" * 5000):
+                with self.subTest(client=str(bad)[:20]):
+                    r = c.call("hello", versions=[1], client=bad)
+                    self.assertEqual(ct.error_code(r), "bad_request", r)
+            r = c.call("hello", versions=[1], client="tests/1.0")
+            self.assertIs(r.get("ok"), True, r)
+            r = c.call("hello")
+            self.assertEqual(r.get("version"), 1, r)
+
+
 class RangedGet(unittest.TestCase):
     """get with offset and length streams those bytes only, across chunk
     boundaries, and the first frame still gives the whole document's size."""
