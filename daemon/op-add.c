@@ -230,15 +230,18 @@ void dispatch_do_data(struct conn *c, uint64_t id, const msgpack_object *map)
     }
     a = op_add_of(op);
     if (get_data(map, &data, &len, &more) < 0) {
-        /* The stream is broken: fail the add now rather than store something else. */
-        reply_error(c, id, PROTO_E_BAD_REQUEST, "data must be binary and more a boolean");
-        a->stream_open = false;
+        /*
+         * The stream is broken: the add fails now rather than store something
+         * else. As for any add that failed before its last frame, the rest of
+         * the stream is discarded silently up to the frame with more: false,
+         * and the id stays in use until then.
+         */
         if (a->add) {
+            reply_error(c, id, PROTO_E_BAD_REQUEST, "data must be binary and more a boolean");
             store_add_abort(a->add);
             a->add = NULL;
             release_full(a);
         }
-        dispatch_op_finish(op);
         return;
     }
     add_feed(a, data, len, more);

@@ -316,6 +316,26 @@ class Streams(ProtocolTestCase):
         self.assertOk(self.c.call("status"))
         self.finish()
 
+    def test_mistyped_data_frame_fails_the_add_and_the_rest_is_discarded(self):
+        rid = self.c.next_id()
+        self.c.send({"id": rid, "op": "add", "data": b"first piece ", "more": True})
+        self.c.send({"id": rid, "op": "data", "data": "not bin", "more": True})
+        self.assertError(self.c.recv_for(rid), "bad_request")
+        # The rest of the stream, even mistyped again, is swallowed silently...
+        self.c.send({"id": rid, "op": "data", "data": b"more", "more": True})
+        self.c.send({"id": rid, "op": "data", "data": 5, "more": "yes"})
+        self.c.send({"id": rid, "op": "data", "data": b"last", "more": False})
+        # ...so the next frame on the connection is the status's reply, not an error about rid.
+        sid = self.c.send_request("status")
+        frame = self.c.recv_frame()
+        self.assertEqual(frame.get("id"), sid, frame)
+        self.assertOk(frame)
+        # The id is free again after the frame with more: false.
+        self.c.send({"id": rid, "op": "stat", "ref": "nothing-here"})
+        self.assertError(self.c.recv_for(rid), "not_found")
+        self.assertEqual(self.c.list_all(), [])
+        self.finish()
+
     def test_data_after_completed_add(self):
         rid = self.c.next_id()
         self.c.send({"id": rid, "op": "add", "data": b"done", "more": False})
