@@ -303,7 +303,8 @@ int db_name_current(struct db *db, const char *name, int64_t doc, bool *current)
 int db_list(struct db *db, const char *tag, const char *after, size_t limit, struct db_doc **docs,
             size_t *ndocs)
 {
-    struct db_conn *c = db_reader_acquire(db);
+    /* One snapshot: a document deleted meanwhile is either listed whole or not at all. */
+    struct db_conn *c = db_snapshot_begin(db);
     struct db_doc *out = NULL;
     int64_t *ids = NULL;
     size_t n = 0, cap = 0;
@@ -316,7 +317,7 @@ int db_list(struct db *db, const char *tag, const char *after, size_t limit, str
         return -EIO;
     s = db_stmt(c, tag ? DB_S_LIST_TAG : DB_S_LIST_ALL);
     if (!s) {
-        db_reader_release(db, c);
+        db_snapshot_end(db, c);
         return -EIO;
     }
     sqlite3_bind_text(s, 1, after ? after : "", -1, SQLITE_TRANSIENT);
@@ -346,7 +347,7 @@ int db_list(struct db *db, const char *tag, const char *after, size_t limit, str
         r = -ENOMEM;
     for (size_t i = 0; r == 0 && i < n; i++)
         r = db_load_doc(c, ids[i], DB_WANT_TAGS, &out[i]);
-    db_reader_release(db, c);
+    db_snapshot_end(db, c);
     free(ids);
     if (r < 0) {
         db_docs_free(out, n);
