@@ -585,13 +585,6 @@ json_t *mcp_resources_list(struct mcp *m, json_t *params, int *code, const char 
     return out;
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                                               : -1;
-}
-
 json_t *mcp_resources_read(struct mcp *m, json_t *params, int *code, const char **msg)
 {
     const char *uri = json_string_value(json_object_get(params, "uri")), *mime, *src;
@@ -613,8 +606,8 @@ json_t *mcp_resources_read(struct mcp *m, json_t *params, int *code, const char 
         return NULL;
     /* Percent-decoded: a name may hold any character. */
     for (; *src && n < PROTO_MAX_NAME; src++) {
-        if (*src == '%' && hexval(src[1]) >= 0 && hexval(src[2]) >= 0) {
-            ref[n++] = (char)(hexval(src[1]) * 16 + hexval(src[2]));
+        if (*src == '%' && proto_hex_value(src[1]) >= 0 && proto_hex_value(src[2]) >= 0) {
+            ref[n++] = (char)(proto_hex_value(src[1]) * 16 + proto_hex_value(src[2]));
             src += 2;
         } else {
             ref[n++] = *src;

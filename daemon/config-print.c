@@ -5,6 +5,7 @@
  * valid config file.
  */
 #include "daemon/config.h"
+#include "proto/proto.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -51,11 +52,6 @@ static void put_uint(FILE *out, const struct config *cfg, const char *section, c
     put(out, cfg, section, key, buf);
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* The [backend] options other than url, decoded from their "&key=value" form. */
 static void put_backend_params(FILE *out, const struct config *cfg)
 {
@@ -70,8 +66,8 @@ static void put_backend_params(FILE *out, const struct config *cfg)
         if (*p == '=')
             p++;
         for (; *p && *p != '&' && v + 1 < sizeof(value); p++) {
-            if (*p == '%' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
-                value[v++] = (char)(hexval(p[1]) * 16 + hexval(p[2]));
+            if (*p == '%' && proto_hex_value(p[1]) >= 0 && proto_hex_value(p[2]) >= 0) {
+                value[v++] = (char)(proto_hex_value(p[1]) * 16 + proto_hex_value(p[2]));
                 p += 2;
             } else {
                 value[v++] = *p;

@@ -83,43 +83,40 @@ void log_init(enum log_level threshold)
     log_init_early();
 }
 
-void log_plain(enum log_level level, const char *fmt, ...)
+/* One line: the journal priority, or the time and "cairnd: " and the level when labelled. */
+static void write_line(enum log_level level, bool labelled, const char *fmt, va_list ap)
 {
     char line[1024];
-    va_list ap;
     int n;
 
     if (log_journal) {
         n = snprintf(line, sizeof(line), "<%d>", level_priority[level]);
     } else {
         n = stamp(line, sizeof(line));
-        n += snprintf(line + n, sizeof(line) - (size_t)n, "cairnd: ");
+        n += snprintf(line + n, sizeof(line) - (size_t)n, labelled ? "cairnd: %s: " : "cairnd: ",
+                      level_names[level]);
     }
-    va_start(ap, fmt);
     vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
+    /* One write per line keeps lines from different threads whole. */
     size_t len = strlen(line);
     line[len++] = '\n';
     fwrite(line, 1, len, stderr);
 }
 
+void log_plain(enum log_level level, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    write_line(level, false, fmt, ap);
+    va_end(ap);
+}
+
 void log_write(enum log_level level, const char *fmt, ...)
 {
-    char line[1024];
     va_list ap;
-    int n;
 
-    if (log_journal) {
-        n = snprintf(line, sizeof(line), "<%d>", level_priority[level]);
-    } else {
-        n = stamp(line, sizeof(line));
-        n += snprintf(line + n, sizeof(line) - (size_t)n, "cairnd: %s: ", level_names[level]);
-    }
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    write_line(level, true, fmt, ap);
     va_end(ap);
-    /* One write per line keeps lines from different threads whole. */
-    size_t len = strlen(line);
-    line[len++] = '\n';
-    fwrite(line, 1, len, stderr);
 }

@@ -358,7 +358,7 @@ void proto_hex_encode(const uint8_t *bin, size_t len, char *hex)
     hex[2 * len] = '\0';
 }
 
-static int hex_value(char c)
+int proto_hex_value(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -372,7 +372,7 @@ static int hex_value(char c)
 bool proto_is_hex(const char *s, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
-        if (hex_value(s[i]) < 0)
+        if (proto_hex_value(s[i]) < 0)
             return false;
     }
     return true;
@@ -383,6 +383,6 @@ int proto_hex_decode(const char *hex, size_t hexlen, uint8_t *bin, size_t len)
     if (hexlen != 2 * len || !proto_is_hex(hex, hexlen))
         return -EINVAL;
     for (size_t i = 0; i < len; i++)
-        bin[i] = (uint8_t)(hex_value(hex[2 * i]) << 4 | hex_value(hex[2 * i + 1]));
+        bin[i] = (uint8_t)(proto_hex_value(hex[2 * i]) << 4 | proto_hex_value(hex[2 * i + 1]));
     return 0;
 }

@@ -149,3 +149,5 @@ void proto_hex_encode(const uint8_t *bin, size_t len, char *hex /* 2*len+1 */);
 /* 0 when `hex` is exactly 2*len lowercase or uppercase hex digits. */
 int proto_hex_decode(const char *hex, size_t hexlen, uint8_t *bin, size_t len);
 bool proto_is_hex(const char *s, size_t len);
+/* The value of one hex digit (either case), or -1. */
+int proto_hex_value(char c);

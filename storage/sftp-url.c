@@ -14,22 +14,12 @@
  * wins over the [backend] keys that cairnd appends after it.
  */
 #include "storage/sftp-int.h"
+#include "proto/proto.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* Decodes n bytes of s into out (NUL-terminated); -1 on a bad escape, a NUL, or no room. */
 static int decode(const char *s, size_t n, char *out, size_t out_len)
@@ -39,8 +29,8 @@ static int decode(const char *s, size_t n, char *out, size_t out_len)
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (c == '%') {
-            int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
-            int lo = hi >= 0 ? hexval(s[i + 2]) : -1;
+            int hi = i + 2 < n ? proto_hex_value(s[i + 1]) : -1;
+            int lo = hi >= 0 ? proto_hex_value(s[i + 2]) : -1;
             if (hi < 0 || lo < 0)
                 return -1;
             c = (char)(hi * 16 + lo);
