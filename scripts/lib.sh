@@ -7,6 +7,7 @@ CAIRN_DEB_PACKAGES=(
     build-essential meson ninja-build pkg-config
     libuv1-dev libmsgpack-dev libsqlite3-dev libzstd-dev libssl-dev
     libinih-dev libjansson-dev libcmocka-dev python3 libssh2-1-dev
+    libcurl4-openssl-dev
     openssh-server openssh-client scdoc
     libsystemd-dev
     # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py

@@ -379,6 +379,7 @@ static int attempt(struct backend_req *req)
 
     req->attempts++;
     req->status = 0;
+    req->retry_after_ms = 0;
     req->in_backend = true;
     r = op_function(be, req->op)(be, req);
     if (r < 0) {
@@ -390,7 +391,10 @@ static int attempt(struct backend_req *req)
     return 0;
 }
 
-/* Draws the delay before try `n` (n >= 2): uniform in [d/2, d], d = backoff * 2^(n-2), capped. */
+/*
+ * Draws the delay before try `n` (n >= 2): uniform in [d/2, d] (in [0, d]
+ * with full jitter), d = backoff * 2^(n-2), capped.
+ */
 static uint64_t retry_delay(struct backend *be, unsigned n)
 {
     unsigned doublings = n - 2;
@@ -403,7 +407,7 @@ static uint64_t retry_delay(struct backend *be, unsigned n)
     x ^= x >> 7;
     x ^= x << 17;
     be->rng = x;
-    lo = d / 2;
+    lo = be->retry.full_jitter ? 0 : d / 2;
     return lo + x % (d - lo + 1);
 }
 
@@ -415,7 +419,13 @@ static void schedule_retry(struct backend_req *req)
 {
     struct backend *be = req->be;
     uint64_t now = uv_now(be->loop);
-    uint64_t at = now + retry_delay(be, req->attempts + 1);
+    uint64_t delay = retry_delay(be, req->attempts + 1);
+    uint64_t at;
+
+    /* The server's own estimate wins when it asks for longer. */
+    if (req->retry_after_ms > delay)
+        delay = req->retry_after_ms;
+    at = now + delay;
 
     if (req->deadline_ms && at >= req->deadline_ms) {
         finish_timed_out(req);

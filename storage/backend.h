@@ -82,6 +82,9 @@ struct backend_req {
     void *userdata;
     /* Set by the front end: 0, BACKEND_E_*, or negative errno. */
     int status;
+    /* Set by a backend with a transient failure when the server said how long
+     * to wait (Retry-After); the front end waits at least that long. */
+    uint32_t retry_after_ms;
     /* Owned by the front end and the backend; callers leave these alone. */
     struct backend *be;
     enum backend_op op;
@@ -218,6 +221,9 @@ struct backend_retry {
     unsigned attempts;       /* tries in all, at least 1 */
     uint32_t backoff_ms;     /* delay before the second try; doubles, with jitter */
     uint32_t backoff_max_ms; /* cap on one delay */
+    /* Delays uniform in [0, d] ("full jitter") rather than [d/2, d]: for many
+     * clients of one remote server, so that their retries spread out. */
+    bool full_jitter;
     uint32_t timeout_ms;     /* default per-request timeout, 0 for none */
 };
 

@@ -1,0 +1,91 @@
+#pragma once
+
+/*
+ * HTTP requests for the S3 backend, run by libcurl's multi socket interface
+ * on the daemon's libuv loop: one uv_poll_t per socket curl opens, one
+ * uv_timer_t for curl's own timer, connections kept alive between requests
+ * in the multi handle's cache. Nothing here blocks the loop; every function
+ * runs on the loop thread.
+ *
+ * The caller owns each struct s3_http_req. It fills in the method, URL,
+ * headers and body, starts it, and gets `done` exactly once on the loop
+ * thread, never from inside s3_http_start() or s3_http_cancel(). A
+ * response body is kept up to `body_max` bytes; a longer one ends the
+ * request with S3_HTTP_E_TOO_LARGE rather than growing without bound.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <curl/curl.h>
+#include <uv.h>
+
+struct s3_http;
+struct s3_http_req;
+
+/* Outcomes of a request besides an HTTP status (positive; 0 is a response). */
+enum {
+    S3_HTTP_E_NETWORK = 1, /* connection refused or reset, timeout, stall, short body */
+    S3_HTTP_E_TOO_LARGE,   /* the response body passed body_max */
+    S3_HTTP_E_TLS,         /* TLS or certificate failure: not worth a retry */
+};
+
+#define S3_HTTP_MAX_HEADERS 16
+
+typedef void (*s3_http_cb)(struct s3_http_req *req);
+
+struct s3_http_opts {
+    unsigned connections;        /* requests in flight, and connections kept */
+    uint32_t connect_timeout_ms; /* TCP and TLS set-up of one connection */
+    uint32_t stall_timeout_ms;   /* no byte either way for this long ends an attempt */
+};
+
+struct s3_http_req {
+    /* Filled in by the caller. */
+    const char *method; /* "GET", "PUT", "HEAD", "DELETE", "POST" */
+    char url[2048];
+    const char *headers[S3_HTTP_MAX_HEADERS]; /* "Name: value", borrowed until done */
+    size_t nheaders;
+    const struct iovec *body; /* request body, borrowed until done */
+    size_t body_iovcnt;
+    size_t body_max; /* response bytes kept at most */
+    s3_http_cb cb;
+    void *userdata;
+
+    /* Results. */
+    int result;         /* 0: `status` holds the response, else S3_HTTP_E_* or negative errno */
+    long status;        /* HTTP status */
+    uint8_t *resp;      /* malloc'd response body, owned by the caller after done */
+    size_t resp_len;
+    uint64_t total_size;     /* from Content-Range ".../N"; UINT64_MAX when absent */
+    uint64_t content_length; /* UINT64_MAX when absent */
+    uint32_t retry_after_ms; /* from Retry-After (seconds), 0 when absent */
+    char error[CURL_ERROR_SIZE]; /* curl's text for a network failure */
+
+    /* Private. */
+    struct s3_http *http;
+    CURL *easy;
+    struct curl_slist *slist;
+    size_t resp_cap;
+    size_t iov_idx, iov_off;
+    uint64_t body_len, body_sent;
+    bool cancelled, too_large, rewound;
+    struct s3_http_req *next_;
+};
+
+/* 0 or negative errno. */
+int s3_http_new(struct s3_http **out, uv_loop_t *loop, const struct s3_http_opts *opts);
+/*
+ * Stops every request (each gets done with -ECANCELED first), then closes
+ * the handles; `closed` runs once the last is closed. NULL-safe.
+ */
+void s3_http_free(struct s3_http *http, void (*closed)(void *arg), void *arg);
+
+/* 0 when done will come, else negative errno (and done never comes). */
+int s3_http_start(struct s3_http *http, struct s3_http_req *req);
+/* Ends a running request soon; its done still comes, with -ECANCELED. */
+void s3_http_cancel(struct s3_http_req *req);
+/* Frees the response body. */
+void s3_http_req_reset(struct s3_http_req *req);
