@@ -244,6 +244,8 @@ struct backend {
 
 extern const struct backend_ops backend_local_ops;
 extern const struct backend_ops backend_sftp_ops;
+extern const struct backend_ops backend_s3_ops;
+extern const struct backend_ops backend_r2_ops;
 
 /*
  * What backends have to say beyond a request's status (a reconnect, the

@@ -472,12 +472,9 @@ static int setup_easy(struct s3_http *http, struct s3_http_req *req)
     return 0;
 }
 
-int s3_http_start(struct s3_http *http, struct s3_http_req *req)
+/* Resets a request's results and sums its body; 0 or -EINVAL. */
+static int req_init(struct s3_http *http, struct s3_http_req *req)
 {
-    int r;
-
-    if (http->closing)
-        return -ECANCELED;
     req->http = http;
     req->result = 0;
     req->status = 0;
@@ -488,6 +485,7 @@ int s3_http_start(struct s3_http *http, struct s3_http_req *req)
     req->retry_after_ms = 0;
     req->error[0] = '\0';
     req->slist = NULL;
+    req->easy = NULL;
     req->iov_idx = req->iov_off = 0;
     req->body_len = req->body_sent = 0;
     req->cancelled = req->too_large = req->rewound = false;
@@ -497,6 +495,17 @@ int s3_http_start(struct s3_http *http, struct s3_http_req *req)
             return -EINVAL;
         req->body_len += req->body[i].iov_len;
     }
+    return 0;
+}
+
+int s3_http_start(struct s3_http *http, struct s3_http_req *req)
+{
+    int r;
+
+    if (http->closing)
+        return -ECANCELED;
+    if ((r = req_init(http, req)) < 0)
+        return r;
     req->easy = curl_easy_init();
     if (!req->easy)
         return -ENOMEM;
@@ -513,6 +522,43 @@ int s3_http_start(struct s3_http *http, struct s3_http_req *req)
         req->slist = NULL;
         req->http = NULL;
     }
+    return r;
+}
+
+int s3_http_perform(const struct s3_http_opts *opts, struct s3_http_req *req)
+{
+    struct s3_http tmp = {.opts = *opts};
+    CURLcode rc;
+    int r;
+
+    if ((r = req_init(&tmp, req)) < 0)
+        return req->result = r;
+    req->easy = curl_easy_init();
+    if (!req->easy) {
+        req->http = NULL;
+        return -ENOMEM;
+    }
+    r = setup_easy(&tmp, req);
+    if (r == 0) {
+        /* Blocking, so the whole attempt needs a bound of its own. */
+        curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS,
+                         (long)opts->connect_timeout_ms + (long)opts->stall_timeout_ms);
+        rc = curl_easy_perform(req->easy);
+        if (req->too_large)
+            r = S3_HTTP_E_TOO_LARGE;
+        else if ((r = classify(rc)) == 0)
+            curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &req->status);
+        else if (!req->error[0])
+            snprintf(req->error, sizeof(req->error), "%s", curl_easy_strerror(rc));
+    }
+    req->result = r;
+    if (r != 0)
+        s3_http_req_reset(req);
+    curl_easy_cleanup(req->easy);
+    req->easy = NULL;
+    curl_slist_free_all(req->slist);
+    req->slist = NULL;
+    req->http = NULL;
     return r;
 }
 

@@ -85,6 +85,11 @@ void s3_http_free(struct s3_http *http, void (*closed)(void *arg), void *arg);
 
 /* 0 when done will come, else negative errno (and done never comes). */
 int s3_http_start(struct s3_http *http, struct s3_http_req *req);
+/*
+ * The same request, blocking, outside any loop: for start-up checks before
+ * the loop runs. Returns (and sets) req->result; no callback.
+ */
+int s3_http_perform(const struct s3_http_opts *opts, struct s3_http_req *req);
 /* Ends a running request soon; its done still comes, with -ECANCELED. */
 void s3_http_cancel(struct s3_http_req *req);
 /* Frees the response body. */

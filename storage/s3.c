@@ -1,0 +1,1038 @@
+/*
+ * The S3 backend (and R2, which speaks S3): each attempt of a backend request
+ * is one signed HTTP request on the loop (s3-http.c). Sealed packs are
+ * whole-object PUTs with their real payload hash, reads are ranged GETs, and
+ * listing is ListObjectsV2 from a key (start-after), so a cursor is just the
+ * last key seen.
+ */
+#include "storage/s3-int.h"
+#include "storage/s3-xml.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* One attempt of one request. */
+struct s3_op {
+    struct s3_http_req http;
+    struct s3_be *sb;
+    struct backend_req *req;
+    struct s3_op *next; /* sb->ops */
+    uv_work_t work;
+    bool hashing, cancelled;
+    char hash[65];
+    struct s3_signed *sig; /* malloc'd: the signer's output is large */
+    char h_host[320], h_date[48], h_sha[96], h_auth[S3_SIGN_AUTH_SIZE + 16];
+    char h_range[96], h_extra[2][96];
+    char extra_names[4][32];
+    char *h_token; /* "x-amz-security-token: ..." when there is a session token */
+};
+
+/* Why the last open failed (opens run on the main thread, before the loop). */
+static char open_msg[512];
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_status;
+
+static void init_curl(void)
+{
+    curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- building and signing a request ----------------------------------------- */
+
+/* The object's name in the bucket: PREFIX/KEY, or KEY without a prefix. */
+static int object_name(const struct s3_opts *o, const char *key, char *out, size_t len)
+{
+    int n = o->prefix[0] ? snprintf(out, len, "%s/%s", o->prefix, key)
+                         : snprintf(out, len, "%s", key);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* What an attempt holds besides itself; the probe's op lives on the stack. */
+static void op_clear(struct s3_op *op)
+{
+    s3_http_req_reset(&op->http);
+    if (op->sig) {
+        OPENSSL_cleanse(op->sig, sizeof(*op->sig));
+        free(op->sig);
+        op->sig = NULL;
+    }
+    if (op->h_token) {
+        OPENSSL_cleanse(op->h_token, strlen(op->h_token));
+        free(op->h_token);
+        op->h_token = NULL;
+    }
+    OPENSSL_cleanse(op->h_auth, sizeof(op->h_auth));
+}
+
+static void op_free(struct s3_op *op)
+{
+    op_clear(op);
+    free(op);
+}
+
+static void ops_remove(struct s3_op *op)
+{
+    struct s3_op **p = &op->sb->ops;
+
+    while (*p && *p != op)
+        p = &(*p)->next;
+    if (*p)
+        *p = op->next;
+}
+
+/* Ends the attempt: the backend front end hears of it. */
+static void op_complete(struct s3_op *op, int status)
+{
+    struct backend_req *req = op->req;
+
+    ops_remove(op);
+    req->status = status;
+    req->retry_after_ms = op->http.retry_after_ms;
+    op_free(op);
+    backend_complete(req);
+}
+
+static void on_http_done(struct s3_http_req *http);
+
+/*
+ * Builds and signs the request: `name` is the object's name ("" for the
+ * bucket itself), `query` its raw parameters, `extra` more headers to sign.
+ */
+static int op_prepare(struct s3_op *op, const char *method, const char *name,
+                      const struct s3_param *query, size_t nquery, const char *const *extra,
+                      size_t nextra, size_t body_max)
+{
+    struct s3_be *sb = op->sb;
+    struct s3_header hdrs[4];
+    char path[S3_MAX_PREFIX + BACKEND_MAX_KEY + 80];
+    size_t nh = 0;
+    int r;
+
+    if (nextra > 4 || nextra + 5 > S3_HTTP_MAX_HEADERS)
+        return -EINVAL;
+    if (op->hash[0] == '\0')
+        memcpy(op->hash, S3_EMPTY_SHA256, sizeof(S3_EMPTY_SHA256));
+    /* "Name: value" lines, signed as they are sent. */
+    for (size_t i = 0; i < nextra; i++) {
+        const char *colon = strchr(extra[i], ':');
+        size_t len = (size_t)(colon - extra[i]);
+        if (!colon || len >= sizeof(op->extra_names[i]))
+            return -EINVAL;
+        memcpy(op->extra_names[i], extra[i], len);
+        op->extra_names[i][len] = '\0';
+        hdrs[nh].name = op->extra_names[i];
+        hdrs[nh].value = colon + 1 + strspn(colon + 1, " ");
+        nh++;
+    }
+    r = snprintf(path, sizeof(path), "%s/%s", sb->o.path_prefix, name);
+    if (r < 0 || (size_t)r >= sizeof(path))
+        return -ENAMETOOLONG;
+    if (!op->sig && !(op->sig = malloc(sizeof(*op->sig))))
+        return -ENOMEM;
+    r = s3_sign(sb->signer,
+                &(struct s3_request){
+                    .method = method,
+                    .path = path,
+                    .params = query,
+                    .n_params = nquery,
+                    .host = sb->o.host_header,
+                    .headers = hdrs,
+                    .n_headers = nh,
+                    .payload_sha256 = op->hash,
+                    .now = time(NULL),
+                },
+                op->sig);
+    if (r < 0)
+        return r;
+    r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s", sb->o.scheme,
+                 sb->o.host_header, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
+    if (r < 0 || (size_t)r >= sizeof(op->http.url))
+        return -ENAMETOOLONG;
+    snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.host_header);
+    snprintf(op->h_date, sizeof(op->h_date), "x-amz-date: %s", op->sig->amz_date);
+    snprintf(op->h_sha, sizeof(op->h_sha), "x-amz-content-sha256: %s", op->hash);
+    r = snprintf(op->h_auth, sizeof(op->h_auth), "Authorization: %s", op->sig->authorization);
+    if (r < 0 || (size_t)r >= sizeof(op->h_auth))
+        return -ENAMETOOLONG;
+    op->http.nheaders = 0;
+    op->http.headers[op->http.nheaders++] = op->h_host;
+    op->http.headers[op->http.nheaders++] = op->h_date;
+    op->http.headers[op->http.nheaders++] = op->h_sha;
+    op->http.headers[op->http.nheaders++] = op->h_auth;
+    if (op->sig->security_token[0]) {
+        size_t len = strlen(op->sig->security_token) + 32;
+        if (!op->h_token && !(op->h_token = malloc(len)))
+            return -ENOMEM;
+        snprintf(op->h_token, len, "x-amz-security-token: %s", op->sig->security_token);
+        op->http.headers[op->http.nheaders++] = op->h_token;
+    }
+    for (size_t i = 0; i < nextra; i++)
+        op->http.headers[op->http.nheaders++] = extra[i];
+    op->http.method = method;
+    op->http.body_max = body_max;
+    op->http.cb = on_http_done;
+    op->http.userdata = op;
+    return 0;
+}
+
+static int op_send(struct s3_op *op, const char *method, const char *name,
+                   const struct s3_param *query, size_t nquery, const char *const *extra,
+                   size_t nextra, size_t body_max)
+{
+    int r = op_prepare(op, method, name, query, nquery, extra, nextra, body_max);
+    return r < 0 ? r : s3_http_start(op->sb->http, &op->http);
+}
+
+/* ---- what a response means ----------------------------------------------------- */
+
+static const char *op_method(enum backend_op op)
+{
+    switch (op) {
+    case BACKEND_OP_PUT:
+        return "PUT";
+    case BACKEND_OP_GET:
+        return "GET";
+    case BACKEND_OP_HEAD:
+        return "HEAD";
+    case BACKEND_OP_DELETE:
+        return "DELETE";
+    case BACKEND_OP_LIST:
+        return "LIST";
+    default:
+        return "?";
+    }
+}
+
+static bool code_is(const char *code, const char *a)
+{
+    return strcmp(code, a) == 0;
+}
+
+/* A failed response: a backend status, with the server's code and message in the log. */
+static int map_failure(struct s3_op *op)
+{
+    struct s3_http_req *h = &op->http;
+    struct s3_be *sb = op->sb;
+    struct s3_xml_error err = {0};
+    long st = h->status;
+    int status;
+
+    if (h->result != 0) {
+        if (h->result == S3_HTTP_E_NETWORK) {
+            backend_log(BACKEND_LOG_INFO, "s3: %s %s: %s", op_method(op->req->op), op->req->key,
+                        h->error);
+            return BACKEND_E_UNAVAILABLE;
+        }
+        if (h->result == S3_HTTP_E_TLS) {
+            backend_log(BACKEND_LOG_ERROR, "s3: %s %s: TLS: %s", op_method(op->req->op),
+                        op->req->key, h->error);
+            return -EPROTO;
+        }
+        return h->result == S3_HTTP_E_TOO_LARGE ? BACKEND_E_TOO_LARGE : h->result;
+    }
+    if (h->resp_len)
+        s3_xml_parse_error((const char *)h->resp, h->resp_len, &err);
+    if (st == 404 && !code_is(err.code, "NoSuchBucket"))
+        return BACKEND_E_NOT_FOUND;
+    if (st == 412)
+        return BACKEND_E_EXISTS;
+    if (st == 408 || st == 429 || st == 500 || st == 502 || st == 503 || st == 504 ||
+        code_is(err.code, "SlowDown") || code_is(err.code, "RequestTimeout") ||
+        code_is(err.code, "RequestTimeTooSkewed") || code_is(err.code, "InternalError") ||
+        code_is(err.code, "ExpiredToken")) {
+        if (code_is(err.code, "ExpiredToken"))
+            s3_r2_renew_now(sb);
+        backend_log(BACKEND_LOG_INFO, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
+                    op->req->key, st, err.code, err.message[0] ? ": " : "", err.message);
+        return BACKEND_E_UNAVAILABLE;
+    }
+    backend_log(BACKEND_LOG_ERROR, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
+                op->req->key, st, err.code[0] ? err.code : "(no error code)",
+                err.message[0] ? ": " : "", err.message);
+    if (st == 403 || st == 401)
+        return -EACCES;
+    if (code_is(err.code, "NoSuchBucket"))
+        return -ENOENT;
+    if (st == 400 || st == 416)
+        return -EINVAL;
+    return -EIO;
+}
+
+static int finish_get(struct s3_op *op)
+{
+    struct backend_get *get = container_of(op->req, struct backend_get, req);
+    struct s3_http_req *h = &op->http;
+
+    if (h->status == 416) {
+        /* The offset is at or past the end: an empty read, as on a local file. */
+        return 0;
+    }
+    if (h->status != 200 && h->status != 206)
+        return map_failure(op);
+    if (h->content_length != UINT64_MAX && h->content_length != h->resp_len) {
+        backend_log(BACKEND_LOG_INFO, "s3: GET %s: %zu of %" PRIu64 " bytes", op->req->key,
+                    h->resp_len, h->content_length);
+        return BACKEND_E_UNAVAILABLE;
+    }
+    if (get->length == 0) {
+        s3_http_req_reset(h);
+        return 0;
+    }
+    if (h->resp_len > get->max_len || (get->length != BACKEND_TO_END && h->resp_len > get->length))
+        return h->resp_len > get->max_len ? BACKEND_E_TOO_LARGE : -EPROTO;
+    get->out = h->resp;
+    get->out_len = h->resp_len;
+    h->resp = NULL;
+    h->resp_len = 0;
+    if (!get->out) {
+        /* An empty body: callers get a valid (empty) buffer. */
+        get->out = malloc(1);
+        if (!get->out)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+struct list_ctx {
+    struct backend_list *list;
+    size_t cap;       /* entries allocated */
+    size_t skip;      /* length of "PREFIX/" */
+    const char *want; /* the list's own prefix ("packs/") */
+    char last[BACKEND_MAX_KEY]; /* the page's last key, without PREFIX/: the next cursor */
+    bool last_ok;
+};
+
+static int on_list_entry(void *opaque, const char *name, size_t len, uint64_t size)
+{
+    struct list_ctx *c = opaque;
+    struct backend_list *list = c->list;
+    const char *key = name + c->skip;
+
+    c->last_ok = false;
+    /* Only our own keys: under the prefix, and in cairn's key alphabet. */
+    if (len <= c->skip || len - c->skip >= BACKEND_MAX_KEY)
+        return 0;
+    memcpy(c->last, key, len - c->skip + 1);
+    c->last_ok = true;
+    if (strncmp(key, c->want, strlen(c->want)) != 0 || !backend_key_valid(key))
+        return 0;
+    if (list->nentries == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        if (cap > BACKEND_LIST_MAX)
+            return -EPROTO; /* more than we asked for */
+        struct backend_entry *grown = realloc(list->entries, cap * sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        list->entries = grown;
+        c->cap = cap;
+    }
+    struct backend_entry *e = &list->entries[list->nentries++];
+    memcpy(e->key, key, len - c->skip + 1);
+    e->size = size;
+    return 0;
+}
+
+static int finish_list(struct s3_op *op)
+{
+    struct backend_list *list = container_of(op->req, struct backend_list, req);
+    struct s3_http_req *h = &op->http;
+    struct s3_be *sb = op->sb;
+    struct s3_list_page page;
+    struct list_ctx c = {
+        .list = list,
+        .skip = sb->o.prefix[0] ? strlen(sb->o.prefix) + 1 : 0,
+        .want = op->req->key,
+    };
+    int r;
+
+    if (h->status != 200)
+        return map_failure(op);
+    list->entries = NULL;
+    list->nentries = 0;
+    r = s3_xml_parse_list((const char *)h->resp, h->resp_len, S3_XML_MAX_KEY, on_list_entry, &c,
+                          &page);
+    if (r == -ENOMEM)
+        return r;
+    if (r < 0 || (page.truncated && (!page.entries || !c.last_ok))) {
+        backend_log(BACKEND_LOG_INFO, "s3: LIST %s: malformed ListObjectsV2 response (%s)",
+                    op->req->key, strerror(r < 0 ? -r : EPROTO));
+        return BACKEND_E_UNAVAILABLE;
+    }
+    list->next_cursor[0] = '\0';
+    if (page.truncated)
+        memcpy(list->next_cursor, c.last, strlen(c.last) + 1);
+    return 0;
+}
+
+static void on_http_done(struct s3_http_req *http);
+
+/*
+ * Builds and signs the request: `name` is the object's name ("" for the
+ * bucket itself), `query` its raw parameters, `extra` more headers to sign.
+ */
+static int op_prepare(struct s3_op *op, const char *method, const char *name,
+                      const struct s3_param *query, size_t nquery, const char *const *extra,
+                      size_t nextra, size_t body_max)
+{
+    struct s3_be *sb = op->sb;
+    struct s3_header hdrs[4];
+    char path[S3_MAX_PREFIX + BACKEND_MAX_KEY + 80];
+    size_t nh = 0;
+    int r;
+
+    if (nextra > 4 || nextra + 5 > S3_HTTP_MAX_HEADERS)
+        return -EINVAL;
+    if (op->hash[0] == '\0')
+        memcpy(op->hash, S3_EMPTY_SHA256, sizeof(S3_EMPTY_SHA256));
+    /* "Name: value" lines, signed as they are sent. */
+    for (size_t i = 0; i < nextra; i++) {
+        const char *colon = strchr(extra[i], ':');
+        size_t len = (size_t)(colon - extra[i]);
+        if (!colon || len >= sizeof(op->extra_names[i]))
+            return -EINVAL;
+        memcpy(op->extra_names[i], extra[i], len);
+        op->extra_names[i][len] = '\0';
+        hdrs[nh].name = op->extra_names[i];
+        hdrs[nh].value = colon + 1 + strspn(colon + 1, " ");
+        nh++;
+    }
+    r = snprintf(path, sizeof(path), "%s/%s", sb->o.path_prefix, name);
+    if (r < 0 || (size_t)r >= sizeof(path))
+        return -ENAMETOOLONG;
+    if (!op->sig && !(op->sig = malloc(sizeof(*op->sig))))
+        return -ENOMEM;
+    r = s3_sign(sb->signer,
+                &(struct s3_request){
+                    .method = method,
+                    .path = path,
+                    .params = query,
+                    .n_params = nquery,
+                    .host = sb->o.host_header,
+                    .headers = hdrs,
+                    .n_headers = nh,
+                    .payload_sha256 = op->hash,
+                    .now = time(NULL),
+                },
+                op->sig);
+    if (r < 0)
+        return r;
+    r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s", sb->o.scheme,
+                 sb->o.host_header, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
+    if (r < 0 || (size_t)r >= sizeof(op->http.url))
+        return -ENAMETOOLONG;
+    snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.host_header);
+    snprintf(op->h_date, sizeof(op->h_date), "x-amz-date: %s", op->sig->amz_date);
+    snprintf(op->h_sha, sizeof(op->h_sha), "x-amz-content-sha256: %s", op->hash);
+    r = snprintf(op->h_auth, sizeof(op->h_auth), "Authorization: %s", op->sig->authorization);
+    if (r < 0 || (size_t)r >= sizeof(op->h_auth))
+        return -ENAMETOOLONG;
+    op->http.nheaders = 0;
+    op->http.headers[op->http.nheaders++] = op->h_host;
+    op->http.headers[op->http.nheaders++] = op->h_date;
+    op->http.headers[op->http.nheaders++] = op->h_sha;
+    op->http.headers[op->http.nheaders++] = op->h_auth;
+    if (op->sig->security_token[0]) {
+        size_t len = strlen(op->sig->security_token) + 32;
+        if (!op->h_token && !(op->h_token = malloc(len)))
+            return -ENOMEM;
+        snprintf(op->h_token, len, "x-amz-security-token: %s", op->sig->security_token);
+        op->http.headers[op->http.nheaders++] = op->h_token;
+    }
+    for (size_t i = 0; i < nextra; i++)
+        op->http.headers[op->http.nheaders++] = extra[i];
+    op->http.method = method;
+    op->http.body_max = body_max;
+    op->http.cb = on_http_done;
+    op->http.userdata = op;
+    return 0;
+}
+
+static int op_send(struct s3_op *op, const char *method, const char *name,
+                   const struct s3_param *query, size_t nquery, const char *const *extra,
+                   size_t nextra, size_t body_max)
+{
+    int r = op_prepare(op, method, name, query, nquery, extra, nextra, body_max);
+    return r < 0 ? r : s3_http_start(op->sb->http, &op->http);
+}
+
+/* ---- what a response means ----------------------------------------------------- */
+
+static const char *op_method(enum backend_op op)
+{
+    switch (op) {
+    case BACKEND_OP_PUT:
+        return "PUT";
+    case BACKEND_OP_GET:
+        return "GET";
+    case BACKEND_OP_HEAD:
+        return "HEAD";
+    case BACKEND_OP_DELETE:
+        return "DELETE";
+    case BACKEND_OP_LIST:
+        return "LIST";
+    default:
+        return "?";
+    }
+}
+
+static bool code_is(const char *code, const char *a)
+{
+    return strcmp(code, a) == 0;
+}
+
+/* A failed response: a backend status, with the server's code and message in the log. */
+static int map_failure(struct s3_op *op)
+{
+    struct s3_http_req *h = &op->http;
+    struct s3_be *sb = op->sb;
+    struct s3_xml_error err = {0};
+    long st = h->status;
+    int status;
+
+    if (h->result != 0) {
+        if (h->result == S3_HTTP_E_NETWORK) {
+            backend_log(BACKEND_LOG_INFO, "s3: %s %s: %s", op_method(op->req->op), op->req->key,
+                        h->error);
+            return BACKEND_E_UNAVAILABLE;
+        }
+        if (h->result == S3_HTTP_E_TLS) {
+            backend_log(BACKEND_LOG_ERROR, "s3: %s %s: TLS: %s", op_method(op->req->op),
+                        op->req->key, h->error);
+            return -EPROTO;
+        }
+        return h->result == S3_HTTP_E_TOO_LARGE ? BACKEND_E_TOO_LARGE : h->result;
+    }
+    if (h->resp_len)
+        s3_xml_parse_error((const char *)h->resp, h->resp_len, &err);
+    if (st == 404 && !code_is(err.code, "NoSuchBucket"))
+        return BACKEND_E_NOT_FOUND;
+    if (st == 412)
+        return BACKEND_E_EXISTS;
+    if (st == 408 || st == 429 || st == 500 || st == 502 || st == 503 || st == 504 ||
+        code_is(err.code, "SlowDown") || code_is(err.code, "RequestTimeout") ||
+        code_is(err.code, "RequestTimeTooSkewed") || code_is(err.code, "InternalError") ||
+        code_is(err.code, "ExpiredToken")) {
+        if (code_is(err.code, "ExpiredToken"))
+            s3_r2_renew_now(sb);
+        backend_log(BACKEND_LOG_INFO, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
+                    op->req->key, st, err.code, err.message[0] ? ": " : "", err.message);
+        return BACKEND_E_UNAVAILABLE;
+    }
+    backend_log(BACKEND_LOG_ERROR, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
+                op->req->key, st, err.code[0] ? err.code : "(no error code)",
+                err.message[0] ? ": " : "", err.message);
+    if (st == 403 || st == 401)
+        return -EACCES;
+    if (code_is(err.code, "NoSuchBucket"))
+        return -ENOENT;
+    if (st == 400 || st == 416)
+        return -EINVAL;
+    return -EIO;
+}
+
+static int finish_get(struct s3_op *op)
+{
+    struct backend_get *get = container_of(op->req, struct backend_get, req);
+    struct s3_http_req *h = &op->http;
+
+    if (h->status == 416) {
+        /* The offset is at or past the end: an empty read, as on a local file. */
+        return 0;
+    }
+    if (h->status != 200 && h->status != 206)
+        return map_failure(op);
+    if (h->content_length != UINT64_MAX && h->content_length != h->resp_len) {
+        backend_log(BACKEND_LOG_INFO, "s3: GET %s: %zu of %" PRIu64 " bytes", op->req->key,
+                    h->resp_len, h->content_length);
+        return BACKEND_E_UNAVAILABLE;
+    }
+    if (get->length == 0) {
+        s3_http_req_reset(h);
+        return 0;
+    }
+    if (h->resp_len > get->max_len || (get->length != BACKEND_TO_END && h->resp_len > get->length))
+        return h->resp_len > get->max_len ? BACKEND_E_TOO_LARGE : -EPROTO;
+    get->out = h->resp;
+    get->out_len = h->resp_len;
+    h->resp = NULL;
+    h->resp_len = 0;
+    if (!get->out) {
+        /* An empty body: callers get a valid (empty) buffer. */
+        get->out = malloc(1);
+        if (!get->out)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static int finish_list(struct s3_op *op)
+{
+    struct backend_list *list = container_of(op->req, struct backend_list, req);
+    struct s3_http_req *h = &op->http;
+    struct s3_be *sb = op->sb;
+    struct s3_list_page page;
+    size_t skip = sb->o.prefix[0] ? strlen(sb->o.prefix) + 1 : 0;
+    int r;
+
+    if (h->status != 200)
+        return map_failure(op);
+    r = s3_xml_parse_list((const char *)h->resp, h->resp_len, &page);
+    if (r < 0) {
+        backend_log(BACKEND_LOG_INFO, "s3: LIST %s: malformed ListObjectsV2 response", op->req->key);
+        return BACKEND_E_UNAVAILABLE;
+    }
+    list->entries = page.nentries ? calloc(page.nentries, sizeof(*list->entries)) : NULL;
+    if (page.nentries && !list->entries) {
+        s3_list_page_reset(&page);
+        return -ENOMEM;
+    }
+    list->nentries = 0;
+    for (size_t i = 0; i < page.nentries; i++) {
+        const char *name = page.entries[i].key;
+        /* Only our own keys: under the prefix, and in cairn's key alphabet. */
+        if (strlen(name) <= skip || strncmp(name + skip, op->req->key, strlen(op->req->key)) ||
+            !backend_key_valid(name + skip))
+            continue;
+        struct backend_entry *e = &list->entries[list->nentries++];
+        snprintf(e->key, sizeof(e->key), "%s", name + skip);
+        e->size = page.entries[i].size;
+    }
+    list->next_cursor[0] = '\0';
+    if (page.truncated) {
+        if (page.nentries == 0 || strlen(page.entries[page.nentries - 1].key) <= skip ||
+            strlen(page.entries[page.nentries - 1].key + skip) >= sizeof(list->next_cursor)) {
+            s3_list_page_reset(&page);
+            return -EPROTO;
+        }
+        snprintf(list->next_cursor, sizeof(list->next_cursor), "%s",
+                 page.entries[page.nentries - 1].key + skip);
+    }
+    s3_list_page_reset(&page);
+    return 0;
+}
+
+static void on_http_done(struct s3_http_req *http)
+{
+    struct s3_op *op = http->userdata;
+    struct s3_http_req *h = &op->http;
+    int status;
+
+    if (h->result == -ECANCELED || op->cancelled) {
+        op_complete(op, -ECANCELED);
+        return;
+    }
+    if (h->result != 0) {
+        op_complete(op, map_failure(op));
+        return;
+    }
+    switch (op->req->op) {
+    case BACKEND_OP_PUT:
+        status = h->status == 200 ? 0 : map_failure(op);
+        break;
+    case BACKEND_OP_GET:
+        status = finish_get(op);
+        break;
+    case BACKEND_OP_HEAD:
+        if (h->status == 200 && h->content_length != UINT64_MAX) {
+            container_of(op->req, struct backend_head, req)->size = h->content_length;
+            status = 0;
+        } else {
+            status = h->status == 200 ? -EPROTO : map_failure(op);
+        }
+        break;
+    case BACKEND_OP_DELETE:
+        /* S3 answers 204 whether or not the key existed. */
+        status = h->status == 204 || h->status == 200 ? 0 : map_failure(op);
+        break;
+    case BACKEND_OP_LIST:
+        status = finish_list(op);
+        break;
+    default:
+        status = -EOPNOTSUPP;
+    }
+    op_complete(op, status);
+}
+
+/* ---- operations ------------------------------------------------------------------- */
+
+static struct s3_op *op_new(struct s3_be *sb, struct backend_req *req)
+{
+    struct s3_op *op = calloc(1, sizeof(*op));
+
+    if (!op)
+        return NULL;
+    op->sb = sb;
+    op->req = req;
+    op->next = sb->ops;
+    sb->ops = op;
+    return op;
+}
+
+/* A failed start: the front end hears of it through the return value, not a callback. */
+static int op_abandon(struct s3_op *op, int r)
+{
+    ops_remove(op);
+    op_free(op);
+    return r;
+}
+
+static int send_put(struct s3_op *op)
+{
+    struct backend_put *put = container_of(op->req, struct backend_put, req);
+    struct s3_be *sb = op->sb;
+    const char *extra[2];
+    size_t nextra = 0;
+    char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
+    int r;
+
+    if ((r = object_name(&sb->o, op->req->key, name, sizeof(name))) < 0)
+        return r;
+    if (put->flags & BACKEND_PUT_CREATE)
+        extra[nextra++] = "If-None-Match: *";
+    if (sb->o.storage_class[0]) {
+        snprintf(op->h_extra[0], sizeof(op->h_extra[0]), "x-amz-storage-class: %s",
+                 sb->o.storage_class);
+        extra[nextra++] = op->h_extra[0];
+    }
+    op->http.body = put->iov;
+    op->http.body_iovcnt = put->iovcnt;
+    return op_send(op, "PUT", name, NULL, 0, extra, nextra, S3_ERROR_BODY_MAX);
+}
+
+static void hash_work(uv_work_t *w)
+{
+    struct s3_op *op = container_of(w, struct s3_op, work);
+    struct backend_put *put = container_of(op->req, struct backend_put, req);
+
+    s3_sha256_hex(put->iov, put->iovcnt, op->hash);
+}
+
+static void hash_done(uv_work_t *w, int status)
+{
+    struct s3_op *op = container_of(w, struct s3_op, work);
+    int r;
+
+    op->hashing = false;
+    if (status < 0 || op->cancelled) {
+        op_complete(op, -ECANCELED);
+        return;
+    }
+    if ((r = send_put(op)) < 0)
+        op_complete(op, r);
+}
+
+static int s3_put(struct backend *be, struct backend_req *req)
+{
+    struct backend_put *put = container_of(req, struct backend_put, req);
+    struct s3_be *sb = s3_of(be);
+    struct s3_op *op = op_new(sb, req);
+    uint64_t total = 0;
+    int r;
+
+    if (!op)
+        return -ENOMEM;
+    for (size_t i = 0; i < put->iovcnt; i++)
+        total += put->iov[i].iov_len;
+    if (total > S3_HASH_INLINE_MAX) {
+        /* Hashing megabytes would stall every connection: the thread pool does it. */
+        op->hashing = true;
+        if ((r = uv_queue_work(be->loop, &op->work, hash_work, hash_done)) < 0)
+            return op_abandon(op, r);
+        return 0;
+    }
+    s3_sha256_hex(put->iov, put->iovcnt, op->hash);
+    if ((r = send_put(op)) < 0)
+        return op_abandon(op, r);
+    return 0;
+}
+
+static int s3_get(struct backend *be, struct backend_req *req)
+{
+    struct backend_get *get = container_of(req, struct backend_get, req);
+    struct s3_be *sb = s3_of(be);
+    struct s3_op *op;
+    char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
+    const char *extra[1];
+    size_t nextra = 0, want;
+    int r;
+
+    if ((r = object_name(&sb->o, req->key, name, sizeof(name))) < 0)
+        return r;
+    if (!(op = op_new(sb, req)))
+        return -ENOMEM;
+    if (get->offset || get->length != BACKEND_TO_END) {
+        /* A read of nothing still asks for one byte, to tell a missing object. */
+        uint64_t last = get->length == BACKEND_TO_END ? 0
+                        : get->length ? get->offset + get->length - 1
+                                      : get->offset;
+        if (get->length == BACKEND_TO_END)
+            snprintf(op->h_range, sizeof(op->h_range), "Range: bytes=%" PRIu64 "-", get->offset);
+        else
+            snprintf(op->h_range, sizeof(op->h_range), "Range: bytes=%" PRIu64 "-%" PRIu64,
+                     get->offset, last);
+        extra[nextra++] = op->h_range;
+    }
+    want = get->max_len;
+    if (get->length != BACKEND_TO_END && get->length < want)
+        want = get->length ? (size_t)get->length : 1;
+    /* One byte over the limit tells a too-large object from one that fits exactly. */
+    if (want < SIZE_MAX)
+        want++;
+    if (want < S3_ERROR_BODY_MAX)
+        want = S3_ERROR_BODY_MAX;
+    if ((r = op_send(op, "GET", name, NULL, 0, extra, nextra, want)) < 0)
+        return op_abandon(op, r);
+    return 0;
+}
+
+static int s3_head(struct backend *be, struct backend_req *req)
+{
+    struct s3_be *sb = s3_of(be);
+    struct s3_op *op;
+    char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
+    int r;
+
+    if ((r = object_name(&sb->o, req->key, name, sizeof(name))) < 0)
+        return r;
+    if (!(op = op_new(sb, req)))
+        return -ENOMEM;
+    if ((r = op_send(op, "HEAD", name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
+        return op_abandon(op, r);
+    return 0;
+}
+
+static int s3_del(struct backend *be, struct backend_req *req)
+{
+    struct s3_be *sb = s3_of(be);
+    struct s3_op *op;
+    char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
+    int r;
+
+    if ((r = object_name(&sb->o, req->key, name, sizeof(name))) < 0)
+        return r;
+    if (!(op = op_new(sb, req)))
+        return -ENOMEM;
+    if ((r = op_send(op, "DELETE", name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
+        return op_abandon(op, r);
+    return 0;
+}
+
+static int s3_list(struct backend *be, struct backend_req *req)
+{
+    struct backend_list *list = container_of(req, struct backend_list, req);
+    struct s3_be *sb = s3_of(be);
+    struct s3_op *op;
+    char prefix[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2], after[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
+    char max_keys[24];
+    struct s3_param q[4];
+    size_t nq = 0;
+    int r;
+
+    if ((r = object_name(&sb->o, req->key, prefix, sizeof(prefix))) < 0)
+        return r;
+    snprintf(max_keys, sizeof(max_keys), "%zu", list->max_keys ? list->max_keys : BACKEND_LIST_PAGE);
+    q[nq++] = (struct s3_param){"list-type", "2"};
+    q[nq++] = (struct s3_param){"max-keys", max_keys};
+    q[nq++] = (struct s3_param){"prefix", prefix};
+    if (list->cursor[0]) {
+        if ((r = object_name(&sb->o, list->cursor, after, sizeof(after))) < 0)
+            return r;
+        q[nq++] = (struct s3_param){"start-after", after};
+    }
+    if (!(op = op_new(sb, req)))
+        return -ENOMEM;
+    if ((r = op_send(op, "GET", "", q, nq, NULL, 0, S3_LIST_BODY_MAX)) < 0)
+        return op_abandon(op, r);
+    return 0;
+}
+
+static void s3_cancel(struct backend *be, struct backend_req *req)
+{
+    struct s3_be *sb = s3_of(be);
+
+    for (struct s3_op *op = sb->ops; op; op = op->next) {
+        if (op->req != req)
+            continue;
+        op->cancelled = true;
+        if (op->hashing)
+            uv_cancel((uv_req_t *)&op->work); /* hash_done sees op->cancelled either way */
+        else
+            s3_http_cancel(&op->http);
+        return;
+    }
+}
+
+static void s3_describe(struct backend *be, char *out, size_t out_len)
+{
+    s3_opts_describe(&s3_of(be)->o, out, out_len);
+}
+
+/* ---- opening: credentials and a first request ------------------------------------ */
+
+/*
+ * One ListObjectsV2 of at most one key: the endpoint answers, the bucket
+ * exists and the credentials are good. A server that is down or throttling
+ * is asked again until `timeout`; a refusal ends the start at once.
+ */
+static int probe(struct s3_be *sb)
+{
+    uint64_t give_up = uv_hrtime() / 1000000 + sb->o.timeout_ms;
+    unsigned delay_ms = 200;
+
+    for (;;) {
+        struct s3_op op = {.sb = sb};
+        struct backend_req fake = {.op = BACKEND_OP_LIST};
+        struct s3_xml_error err = {0};
+        char prefix[S3_MAX_PREFIX + 2];
+        struct s3_param q[3] = {{"list-type", "2"}, {"max-keys", "1"}, {"prefix", prefix}};
+        int r;
+
+        snprintf(prefix, sizeof(prefix), "%s%s", sb->o.prefix, sb->o.prefix[0] ? "/" : "");
+        op.req = &fake;
+        /* op_send() starts an asynchronous request; the probe needs the same one, blocking. */
+        r = op_prepare(&op, "GET", "", q, 3, NULL, 0, S3_ERROR_BODY_MAX);
+        if (r < 0) {
+            snprintf(sb->msg, sizeof(sb->msg), "s3: cannot build the first request: %s",
+                     strerror(-r));
+            return r;
+        }
+        s3_http_perform(&sb->http_opts, &op.http);
+        if (op.http.result == 0 && op.http.resp_len)
+            s3_xml_parse_error((const char *)op.http.resp, op.http.resp_len, &err);
+        op_clear(&op);
+        if (op.http.result == 0 && op.http.status == 200)
+            return 0;
+        if (op.http.result == S3_HTTP_E_TLS) {
+            snprintf(sb->msg, sizeof(sb->msg), "s3: TLS to %s failed: %s", sb->o.endpoint,
+                     op.http.error);
+            return -EPROTO;
+        }
+        bool transient = op.http.result == S3_HTTP_E_NETWORK || op.http.status >= 500 ||
+                         op.http.status == 429 || op.http.status == 408;
+        if (!transient) {
+            if (op.http.status == 403 || op.http.status == 401)
+                snprintf(sb->msg, sizeof(sb->msg),
+                         "s3: %s refused our credentials (%s): %s%s%s", sb->o.endpoint,
+                         sb->creds_source, err.code[0] ? err.code : "HTTP 403",
+                         err.message[0] ? ": " : "", err.message);
+            else if (op.http.status == 404)
+                snprintf(sb->msg, sizeof(sb->msg), "s3: bucket %s does not exist at %s (%s)",
+                         sb->o.bucket, sb->o.endpoint, err.code[0] ? err.code : "HTTP 404");
+            else
+                snprintf(sb->msg, sizeof(sb->msg), "s3: %s answered HTTP %ld %s%s%s",
+                         sb->o.endpoint, op.http.status, err.code, err.message[0] ? ": " : "",
+                         err.message);
+            return op.http.status == 403 || op.http.status == 401 ? -EACCES : -EIO;
+        }
+        if (uv_hrtime() / 1000000 + delay_ms >= give_up) {
+            if (op.http.result)
+                snprintf(sb->msg, sizeof(sb->msg), "s3: cannot reach %s: %s", sb->o.endpoint,
+                         op.http.error);
+            else
+                snprintf(sb->msg, sizeof(sb->msg), "s3: %s still answers HTTP %ld %s",
+                         sb->o.endpoint, op.http.status, err.code);
+            return -EHOSTUNREACH;
+        }
+        backend_log(BACKEND_LOG_WARN, "s3: %s not ready (%s), trying again", sb->o.endpoint,
+                    op.http.result ? op.http.error : err.code[0] ? err.code : "server error");
+        usleep(delay_ms * 1000);
+        if (delay_ms < 5000)
+            delay_ms *= 2;
+    }
+}
+
+static int s3_open(struct backend *be, const char *url, const char **msg)
+{
+    struct s3_be *sb = s3_of(be);
+    int r;
+
+    memset(sb, 0, sizeof(*sb));
+    sb->be = be;
+    if ((r = s3_parse_url(url, &sb->o, msg)) != 0)
+        return r;
+    pthread_once(&curl_once, init_curl);
+    if (curl_init_status != CURLE_OK) {
+        *msg = "s3: libcurl failed to initialise";
+        return -EIO;
+    }
+    sb->http_opts = (struct s3_http_opts){
+        .connections = sb->o.connections,
+        .connect_timeout_ms = sb->o.connect_timeout_ms,
+        .stall_timeout_ms = sb->o.stall_timeout_ms,
+    };
+    if ((r = s3_creds_resolve(&sb->o, &sb->creds, sb->msg, sizeof(sb->msg))) < 0)
+        goto fail;
+    if (sb->o.r2 && sb->creds.api_token[0] &&
+        (r = s3_r2_fetch_blocking(sb, sb->msg, sizeof(sb->msg))) < 0)
+        goto fail;
+    if ((r = s3_signer_init(&sb->signer, &sb->creds, sb->o.region)) < 0) {
+        snprintf(sb->msg, sizeof(sb->msg), "s3: bad credentials or region");
+        goto fail;
+    }
+    if ((r = probe(sb)) < 0)
+        goto fail;
+    if ((r = s3_http_new(&sb->http, be->loop, &sb->http_opts)) < 0) {
+        snprintf(sb->msg, sizeof(sb->msg), "s3: cannot set up HTTP: %s", strerror(-r));
+        goto fail;
+    }
+    s3_r2_start_renewal(sb);
+    /*
+     * Many clients hitting one server: full jitter spreads their retries.
+     * The request deadline (`timeout`) bounds the whole, so the number of
+     * attempts is generous.
+     */
+    be->parallel = sb->o.connections;
+    be->retry.attempts = 30;
+    be->retry.backoff_ms = 100;
+    be->retry.backoff_max_ms = 5000;
+    be->retry.full_jitter = true;
+    be->retry.timeout_ms = sb->o.timeout_ms;
+    return 0;
+fail:
+    s3_signer_clear(&sb->signer);
+    s3_creds_clear(&sb->creds);
+    /* The backend's memory goes with the failure; the message must outlive it. */
+    snprintf(open_msg, sizeof(open_msg), "%s", sb->msg);
+    *msg = open_msg;
+    return r;
+}
+
+static void on_http_closed(void *arg)
+{
+    struct s3_be *sb = arg;
+    struct backend *be = sb->be;
+
+    s3_signer_clear(&sb->signer);
+    s3_creds_clear(&sb->creds);
+    backend_release(be);
+}
+
+static void on_renewal_stopped(struct s3_be *sb)
+{
+    s3_http_free(sb->http, on_http_closed, sb);
+}
+
+static void s3_close(struct backend *be)
+{
+    s3_r2_stop(s3_of(be), on_renewal_stopped);
+}
+
+#define S3_OPS(scheme)                                                                   \
+    {                                                                                    \
+        .name = scheme, .caps = 0, .priv_size = sizeof(struct s3_be), .open = s3_open,   \
+        .close = s3_close, .put = s3_put, .get = s3_get, .head = s3_head, .del = s3_del, \
+        .list = s3_list, .cancel = s3_cancel, .describe = s3_describe,                   \
+    }
+
+const struct backend_ops backend_s3_ops = S3_OPS("s3");
+const struct backend_ops backend_r2_ops = S3_OPS("r2");
