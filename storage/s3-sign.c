@@ -596,10 +596,9 @@ int s3_sign(struct s3_signer *s, const struct s3_request *req, struct s3_signed 
         return r;
     text_init(&t, s->canonical, sizeof(s->canonical));
     r = build_canonical(s, req, out->amz_date, out->path, out->query, signed_headers, &t);
-    if (r < 0)
-        return r;
-    r = sha256_hex_of(t.buf, t.len, canonical_hash);
-    /* The canonical request holds the session token. */
+    if (r == 0)
+        r = sha256_hex_of(t.buf, t.len, canonical_hash);
+    /* The canonical request holds the session token, whole or in part. */
     OPENSSL_cleanse(s->canonical, t.len);
     if (r < 0)
         return r;

@@ -10,6 +10,7 @@
  * line from the encoded path and query that s3_sign() returns, so that what
  * is sent is byte for byte what was signed. Every text has a documented
  * maximum: what does not fit is refused with -ENAMETOOLONG, never cut short.
+ * The module has no error codes of its own: every failure is a negative errno.
  *
  * A signer is not thread-safe (signing updates the key cache): use one per
  * thread, or serialise the calls.
