@@ -74,6 +74,8 @@ static void on_sock_closed(uv_handle_t *h)
 
 /* ---- finishing ------------------------------------------------------------ */
 
+static void on_done_timer(uv_timer_t *t);
+
 static void queue_done(struct s3_http_req *req)
 {
     struct s3_http *http = req->http;
@@ -85,7 +87,7 @@ static void queue_done(struct s3_http_req *req)
         http->done_head = req;
     http->done_tail = req;
     if (!http->closing)
-        uv_timer_start(&http->done_timer, NULL, 0, 0);
+        uv_timer_start(&http->done_timer, on_done_timer, 0, 0);
 }
 
 static void active_remove(struct s3_http_req *req)
@@ -398,7 +400,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userp)
         if (parse_u64(v, vlen, &n))
             req->content_length = n;
     } else if (header_is(line, len, "content-range", &v, &vlen)) {
-        /* "bytes A-B/TOTAL" or "bytes */TOTAL" */
+        /* "bytes A-B/TOTAL", or "bytes STAR/TOTAL" with a 416 */
         const char *slash = memchr(v, '/', vlen);
         if (slash && parse_u64(slash + 1, vlen - (size_t)(slash + 1 - v), &n))
             req->total_size = n;
