@@ -361,6 +361,59 @@ static void test_fe_backoff_jitter(void **state)
     test_env_finish(&e);
 }
 
+/* Full jitter draws from [0, d]: over many draws, some fall below d/2. */
+static void test_fe_backoff_full_jitter(void **state)
+{
+    enum { N = 16 };
+    struct test_env e;
+    static struct traced t[N];
+    bool below_half = false;
+
+    fault_probe_reset(NULL, 0, BACKEND_E_UNAVAILABLE);
+    fault_probe.on_start = trace_start;
+    fault_probe.on_complete = trace_complete;
+    fault_env_open(&e, &fault_ops);
+    e.be->retry = (struct backend_retry){
+        .attempts = 2, .backoff_ms = 40, .backoff_max_ms = 40, .full_jitter = true};
+    for (int i = 0; i < N; i++)
+        start_traced(&e, &t[i]);
+    assert_int_equal(uv_run(&e.loop, UV_RUN_DEFAULT), 0);
+    for (int i = 0; i < N; i++) {
+        uint64_t delay = drawn_delay(&t[i], 1);
+        assert_true(delay <= 40);
+        if (delay < 20)
+            below_half = true;
+    }
+    /* The chance that 16 uniform draws in [0, 40] all land in [20, 40] is 2^-16. */
+    assert_true(below_half);
+    test_env_finish(&e);
+}
+
+static void ask_for_200ms(struct backend_req *req)
+{
+    trace_complete(req);
+    req->retry_after_ms = 200;
+}
+
+/* A server's Retry-After longer than the backoff is waited out. */
+static void test_fe_retry_after(void **state)
+{
+    struct test_env e;
+    struct traced t;
+
+    FAULT_SCRIPT(0, BACKEND_E_UNAVAILABLE, 0);
+    fault_probe.on_start = trace_start;
+    fault_probe.on_complete = ask_for_200ms;
+    fault_env_open(&e, &fault_ops);
+    e.be->retry = (struct backend_retry){.attempts = 3, .backoff_ms = 5, .backoff_max_ms = 5};
+    start_traced(&e, &t);
+    test_wait(&e, &t.done);
+    assert_int_equal(t.done.status, 0);
+    assert_int_equal(t.n, 2);
+    assert_true(drawn_delay(&t, 1) >= 200);
+    test_env_finish(&e);
+}
+
 /* ---- timeouts ------------------------------------------------------------------- */
 
 static void test_fe_timeout_cancels_attempt(void **state)
@@ -629,6 +682,8 @@ int test_retry_run(void)
         cmocka_unit_test(test_fe_many_iovecs_retried),
         cmocka_unit_test(test_fe_backoff_bounds),
         cmocka_unit_test(test_fe_backoff_jitter),
+        cmocka_unit_test(test_fe_backoff_full_jitter),
+        cmocka_unit_test(test_fe_retry_after),
         cmocka_unit_test(test_fe_timeout_cancels_attempt),
         cmocka_unit_test(test_fe_timeout_success_anyway),
         cmocka_unit_test(test_fe_deadline_cuts_backoff),
