@@ -300,7 +300,9 @@ class Faults(S3Case):
         self.assertEqual(self.assertOk(self.get("obj"), "GET after up"), self.BODY)
         self.srv.down(mode="reset")
         rc, code, data, err = self.get("obj", max_time=5)
-        self.assertIn(rc, (52, 55, 56), err)  # empty reply, or a reset while sending or receiving
+        # the reset can come while curl still checks its connect, or while
+        # it sends or waits; the counter shows the port accepted it
+        self.assertIn(rc, (7, 52, 55, 56), err)
         self.assertGreaterEqual(self.srv.counters()["connections_refused"], 1)
         self.srv.up()
         self.assertOk(self.get("obj"), "GET after the second up")
