@@ -248,7 +248,7 @@ class S3Server:
             return status, raw
 
     def control(self, **settings):
-        """POSTs the settings (see tests/s3/README.md) and returns the new
+        """POSTs the settings (tests/s3/README.md lists them) and returns the new
         state {settings, counters, ...}; a refused setting raises."""
         status, reply = self._json("POST", self.control_url, settings)
         if status != 200:
