@@ -729,6 +729,10 @@ async function handleS3(req, res) {
   up.on('data', c => (counters.bytes_out += c.length));
   up.pipe(res);
   up.on('error', () => req.socket.destroy());
+  // a client that goes away mid-body must not leave s3rver's socket paused
+  res.on('close', () => {
+    if (!up.complete) up.destroy();
+  });
 }
 
 // ---------------------------------------------------------------- control
