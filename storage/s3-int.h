@@ -35,7 +35,8 @@ struct s3_r2_call {
 struct s3_be {
     struct backend *be;
     struct s3_opts o;
-    struct s3_signer signer;
+    struct s3_signer *signer;
+    struct s3_creds creds;
     struct s3_http *http;
     struct s3_http_opts http_opts;
     struct s3_op *ops; /* attempts in flight, for cancel */

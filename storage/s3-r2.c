@@ -103,7 +103,7 @@ static int take_answer(struct s3_be *sb, const struct s3_http_req *h, char *msg,
         snprintf(msg, msg_len, "r2: temporary credentials: unexpected answer from %s",
                  sb->o.api_base);
         r = -EPROTO;
-    } else if (s3_signer_set_credentials(&sb->signer, key, secret, token) < 0) {
+    } else if (s3_signer_set_credentials(sb->signer, key, secret, token) < 0) {
         snprintf(msg, msg_len, "r2: temporary credentials too long");
         r = -EPROTO;
     } else {
@@ -193,7 +193,7 @@ static void on_renew_timer(uv_timer_t *t)
 
 void s3_r2_start_renewal(struct s3_be *sb)
 {
-    if (!sb->o.r2 || !sb->creds.api_token[0])
+    if (!sb->creds.temporary)
         return;
     uv_timer_init(sb->be->loop, &sb->renew_timer);
     sb->renew_timer.data = sb;

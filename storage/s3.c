@@ -134,7 +134,7 @@ static int op_prepare(struct s3_op *op, const char *method, const char *name,
         hdrs[nh].value = colon + 1 + strspn(colon + 1, " ");
         nh++;
     }
-    r = snprintf(path, sizeof(path), "%s/%s", sb->o.path_prefix, name);
+    r = snprintf(path, sizeof(path), "%s/%s", sb->o.base_path, name);
     if (r < 0 || (size_t)r >= sizeof(path))
         return -ENAMETOOLONG;
     if (!op->sig && !(op->sig = malloc(sizeof(*op->sig))))
@@ -145,7 +145,7 @@ static int op_prepare(struct s3_op *op, const char *method, const char *name,
                     .path = path,
                     .params = query,
                     .n_params = nquery,
-                    .host = sb->o.host_header,
+                    .host = sb->o.request_host,
                     .headers = hdrs,
                     .n_headers = nh,
                     .payload_sha256 = op->hash,
@@ -154,11 +154,11 @@ static int op_prepare(struct s3_op *op, const char *method, const char *name,
                 op->sig);
     if (r < 0)
         return r;
-    r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s", sb->o.scheme,
-                 sb->o.host_header, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
+    r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s",
+                 sb->o.https ? "https" : "http", sb->o.request_host, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
     if (r < 0 || (size_t)r >= sizeof(op->http.url))
         return -ENAMETOOLONG;
-    snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.host_header);
+    snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.request_host);
     snprintf(op->h_date, sizeof(op->h_date), "x-amz-date: %s", op->sig->amz_date);
     snprintf(op->h_sha, sizeof(op->h_sha), "x-amz-content-sha256: %s", op->hash);
     r = snprintf(op->h_auth, sizeof(op->h_auth), "Authorization: %s", op->sig->authorization);
@@ -406,7 +406,7 @@ static int op_prepare(struct s3_op *op, const char *method, const char *name,
         hdrs[nh].value = colon + 1 + strspn(colon + 1, " ");
         nh++;
     }
-    r = snprintf(path, sizeof(path), "%s/%s", sb->o.path_prefix, name);
+    r = snprintf(path, sizeof(path), "%s/%s", sb->o.base_path, name);
     if (r < 0 || (size_t)r >= sizeof(path))
         return -ENAMETOOLONG;
     if (!op->sig && !(op->sig = malloc(sizeof(*op->sig))))
@@ -417,7 +417,7 @@ static int op_prepare(struct s3_op *op, const char *method, const char *name,
                     .path = path,
                     .params = query,
                     .n_params = nquery,
-                    .host = sb->o.host_header,
+                    .host = sb->o.request_host,
                     .headers = hdrs,
                     .n_headers = nh,
                     .payload_sha256 = op->hash,
@@ -426,11 +426,11 @@ static int op_prepare(struct s3_op *op, const char *method, const char *name,
                 op->sig);
     if (r < 0)
         return r;
-    r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s", sb->o.scheme,
-                 sb->o.host_header, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
+    r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s",
+                 sb->o.https ? "https" : "http", sb->o.request_host, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
     if (r < 0 || (size_t)r >= sizeof(op->http.url))
         return -ENAMETOOLONG;
-    snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.host_header);
+    snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.request_host);
     snprintf(op->h_date, sizeof(op->h_date), "x-amz-date: %s", op->sig->amz_date);
     snprintf(op->h_sha, sizeof(op->h_sha), "x-amz-content-sha256: %s", op->hash);
     r = snprintf(op->h_auth, sizeof(op->h_auth), "Authorization: %s", op->sig->authorization);
@@ -872,9 +872,9 @@ static void s3_cancel(struct backend *be, struct backend_req *req)
     }
 }
 
-static void s3_describe(struct backend *be, char *out, size_t out_len)
+static void be_describe(struct backend *be, char *out, size_t out_len)
 {
-    s3_opts_describe(&s3_of(be)->o, out, out_len);
+    s3_describe(&s3_of(be)->o, out, out_len);
 }
 
 /* ---- opening: credentials and a first request ------------------------------------ */
@@ -886,7 +886,7 @@ static void s3_describe(struct backend *be, char *out, size_t out_len)
  */
 static int probe(struct s3_be *sb)
 {
-    uint64_t give_up = uv_hrtime() / 1000000 + sb->o.timeout_ms;
+    uint64_t give_up = uv_hrtime() / 1000000 + sb->o.timeout_s * 1000u;
     unsigned delay_ms = 200;
 
     for (;;) {
@@ -923,7 +923,7 @@ static int probe(struct s3_be *sb)
             if (op.http.status == 403 || op.http.status == 401)
                 snprintf(sb->msg, sizeof(sb->msg),
                          "s3: %s refused our credentials (%s): %s%s%s", sb->o.endpoint,
-                         sb->creds_source, err.code[0] ? err.code : "HTTP 403",
+                         sb->creds.origin, err.code[0] ? err.code : "HTTP 403",
                          err.message[0] ? ": " : "", err.message);
             else if (op.http.status == 404)
                 snprintf(sb->msg, sizeof(sb->msg), "s3: bucket %s does not exist at %s (%s)",
@@ -967,18 +967,26 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
     }
     sb->http_opts = (struct s3_http_opts){
         .connections = sb->o.connections,
-        .connect_timeout_ms = sb->o.connect_timeout_ms,
-        .stall_timeout_ms = sb->o.stall_timeout_ms,
+        .connect_timeout_ms = sb->o.connect_timeout_s * 1000u,
+        .stall_timeout_ms = sb->o.stall_timeout_s * 1000u,
     };
-    if ((r = s3_creds_resolve(&sb->o, &sb->creds, sb->msg, sizeof(sb->msg))) < 0)
+    if ((r = s3_creds_resolve(&sb->creds, &sb->o, sb->msg, sizeof(sb->msg))) < 0)
         goto fail;
-    if (sb->o.r2 && sb->creds.api_token[0] &&
-        (r = s3_r2_fetch_blocking(sb, sb->msg, sizeof(sb->msg))) < 0)
-        goto fail;
-    if ((r = s3_signer_init(&sb->signer, &sb->creds, sb->o.region)) < 0) {
-        snprintf(sb->msg, sizeof(sb->msg), "s3: bad credentials or region");
+    if ((r = s3_signer_new(&sb->signer, sb->o.region, "s3")) < 0) {
+        snprintf(sb->msg, sizeof(sb->msg), "s3: bad region %s", sb->o.region);
         goto fail;
     }
+    if (sb->creds.temporary) {
+        if ((r = s3_r2_fetch_blocking(sb, sb->msg, sizeof(sb->msg))) < 0)
+            goto fail;
+    } else if ((r = s3_signer_set_credentials(sb->signer, sb->creds.access_key_id,
+                                              sb->creds.secret_access_key,
+                                              sb->creds.session_token)) < 0) {
+        snprintf(sb->msg, sizeof(sb->msg), "s3: the credentials from %s are malformed",
+                 sb->creds.origin);
+        goto fail;
+    }
+    backend_log(BACKEND_LOG_INFO, "s3: credentials from %s", sb->creds.origin);
     if ((r = probe(sb)) < 0)
         goto fail;
     if ((r = s3_http_new(&sb->http, be->loop, &sb->http_opts)) < 0) {
@@ -996,11 +1004,12 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
     be->retry.backoff_ms = 100;
     be->retry.backoff_max_ms = 5000;
     be->retry.full_jitter = true;
-    be->retry.timeout_ms = sb->o.timeout_ms;
+    be->retry.timeout_ms = sb->o.timeout_s * 1000u;
     return 0;
 fail:
-    s3_signer_clear(&sb->signer);
+    sb->signer = s3_signer_free(sb->signer);
     s3_creds_clear(&sb->creds);
+    s3_opts_clear(&sb->o);
     /* The backend's memory goes with the failure; the message must outlive it. */
     snprintf(open_msg, sizeof(open_msg), "%s", sb->msg);
     *msg = open_msg;
@@ -1012,8 +1021,9 @@ static void on_http_closed(void *arg)
     struct s3_be *sb = arg;
     struct backend *be = sb->be;
 
-    s3_signer_clear(&sb->signer);
+    sb->signer = s3_signer_free(sb->signer);
     s3_creds_clear(&sb->creds);
+    s3_opts_clear(&sb->o);
     backend_release(be);
 }
 
@@ -1031,7 +1041,7 @@ static void s3_close(struct backend *be)
     {                                                                                    \
         .name = scheme, .caps = 0, .priv_size = sizeof(struct s3_be), .open = s3_open,   \
         .close = s3_close, .put = s3_put, .get = s3_get, .head = s3_head, .del = s3_del, \
-        .list = s3_list, .cancel = s3_cancel, .describe = s3_describe,                   \
+        .list = s3_list, .cancel = s3_cancel, .describe = be_describe,                   \
     }
 
 const struct backend_ops backend_s3_ops = S3_OPS("s3");

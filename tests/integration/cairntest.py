@@ -56,10 +56,19 @@ IO_TIMEOUT = 60 * SLOW
 # "local" (the default, DATA_DIR/objects), or "sftp": a private sshd on
 # 127.0.0.1 (sshfixture.py), started on first use and stopped at exit, with
 # the store of each Daemon in <its base dir>/remote on that server.
+# "s3" and "r2": a private S3 server (s3fixture.py: s3rver behind the
+# signature-checking proxy), one per test process, each Daemon's packs under
+# a prefix of its own in one bucket; r2 mode takes temporary credentials from
+# the fixture's stand-in for Cloudflare's API, with a TTL short enough that
+# they are renewed during the tests.
 BACKEND = os.environ.get("CAIRN_TEST_BACKEND") or "local"
-if BACKEND not in ("local", "sftp"):
-    raise SystemExit("CAIRN_TEST_BACKEND=%r: expected local or sftp" % BACKEND)
+if BACKEND not in ("local", "sftp", "s3", "r2"):
+    raise SystemExit("CAIRN_TEST_BACKEND=%r: expected local, sftp, s3 or r2" % BACKEND)
 SFTP = BACKEND == "sftp"
+S3 = BACKEND in ("s3", "r2")
+REMOTE = SFTP or S3
+S3_BUCKET = "cairn-test"
+R2_TEMP_TTL = 6  # seconds: renewed after 4
 
 
 # --------------------------------------------------------------------------
@@ -592,10 +601,54 @@ def sftp_server():
     return _SSH_SERVER
 
 
-def skip_if_sftp(reason):
-    """Decorator: skips a test (or class) when the tests run against the
-    sftp backend, e.g. one that looks at DATA_DIR/objects itself."""
-    return unittest.skipIf(SFTP, "not with CAIRN_TEST_BACKEND=sftp: " + reason)
+_S3_SERVER = None
+
+
+def s3_server():
+    """The S3 server this test process shares among its s3- and r2-backed
+    daemons (started on first use, stopped at exit). Raises
+    unittest.SkipTest without node or tests/s3/node_modules."""
+    global _S3_SERVER
+    if _S3_SERVER is None or not _S3_SERVER.running():
+        import s3fixture
+
+        s3fixture.require_tools()
+        if _S3_SERVER is None:
+            base = tempfile.mkdtemp(prefix="cairn-s3-")
+
+            def stop():
+                _kill_leftovers()  # the daemons first: they are the clients
+                if _S3_SERVER is not None:
+                    _S3_SERVER.stop()
+                shutil.rmtree(base, True)
+
+            atexit.register(stop)
+            _S3_SERVER = s3fixture.S3Server(base, buckets=[S3_BUCKET])
+        _S3_SERVER.start()
+    return _S3_SERVER
+
+
+def s3_backend(prefix, **params):
+    """(--backend URL, environment) of a daemon keeping its packs under
+    `prefix` on the shared S3 server: s3:// with the fixture's key in
+    AWS_*, or with CAIRN_TEST_BACKEND=r2 an r2:// URL whose temporary
+    credentials come from the fixture's stand-in for Cloudflare's API."""
+    srv = s3_server()
+    params.setdefault("stall_timeout", 5)
+    params.setdefault("timeout", 30)
+    if BACKEND != "r2":
+        return srv.url(S3_BUCKET, prefix, **params), srv.env()
+    params.setdefault("temp_ttl", R2_TEMP_TTL)
+    url = srv.url(S3_BUCKET, prefix, account=srv.account_id, api_base=srv.api_url, **params)
+    env = {"AWS_ACCESS_KEY_ID": srv.access_key, "CLOUDFLARE_API_TOKEN": srv.api_token}
+    return "r2" + url[2:], env
+
+
+def skip_if_remote(reason):
+    """Decorator: skips a test (or class) with a remote backend (sftp, s3,
+    r2), e.g. one that looks at DATA_DIR/objects itself."""
+    return unittest.skipIf(REMOTE, "not with CAIRN_TEST_BACKEND=%s: %s" % (BACKEND, reason))
+
 
 
 def _check_exe(path, what, env):
@@ -638,6 +691,8 @@ class Daemon:
         self.starts = 0
         # with CAIRN_TEST_BACKEND=sftp: this daemon's store on the SSH server
         self.remote_dir = os.path.join(os.path.abspath(self.base), "remote") if SFTP else None
+        # with CAIRN_TEST_BACKEND=s3 or r2: this daemon's prefix in the shared bucket
+        self.s3_prefix = "d-%s/store" % os.path.basename(os.path.abspath(self.base)) if S3 else None
         if testcase is not None:
             testcase.addCleanup(self.cleanup)
 
@@ -645,6 +700,8 @@ class Daemon:
         env = dict(os.environ)
         env["CAIRN_SOCKET"] = self.socket_path
         env["CAIRN_DATA_DIR"] = self.data_dir
+        if S3 and not self.names_backend():
+            env.update(s3_backend(self.s3_prefix)[1])
         env.update(self.extra_env)
         return env
 
@@ -652,10 +709,15 @@ class Daemon:
         return [CAIRND, "--socket", self.socket_path, "--data-dir", self.data_dir] + self.args \
             + self.backend_args()
 
+    def names_backend(self):
+        return any(a == "--backend" or a.startswith("--backend=") for a in self.args)
+
     def backend_args(self):
-        """--backend for CAIRN_TEST_BACKEND=sftp, unless args name one."""
-        if not SFTP or any(a == "--backend" or a.startswith("--backend=") for a in self.args):
+        """--backend for CAIRN_TEST_BACKEND=sftp, s3 or r2, unless args name one."""
+        if not REMOTE or self.names_backend():
             return []
+        if S3:
+            return ["--backend", s3_backend(self.s3_prefix)[0]]
         return ["--backend", sftp_server().url(self.remote_dir)]
 
     def start(self, wait=True, timeout=STARTUP_TIMEOUT):

@@ -90,7 +90,7 @@ class CleanShutdown(unittest.TestCase):
         self.assertIn(b"rebuilt", p.stdout)
 
 
-@ct.skip_if_sftp("checks the local backend's DATA_DIR/objects")
+@ct.skip_if_remote("checks the local backend's DATA_DIR/objects")
 class RelativeDataDir(unittest.TestCase):
     def setUp(self):
         self.base = ct.make_tempdir(self)

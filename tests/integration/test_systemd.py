@@ -108,7 +108,7 @@ class Activated:
     def __init__(self, testcase, env=None, args=()):
         if SOCKET_ACTIVATE is None:
             testcase.skipTest("systemd-socket-activate not installed (Debian package systemd)")
-        if ct.SFTP:
+        if ct.REMOTE:
             testcase.skipTest("socket activation is tested with the local backend")
         self.base = ct.make_tempdir(testcase)
         self.socket_path = os.path.join(self.base, "run", "cairnd.sock")
