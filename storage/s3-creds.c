@@ -20,9 +20,8 @@
 /* A line of the credentials file; longer ones are refused, not split. */
 #define LINE_MAX_BYTES 4096
 
-__attribute__((format(printf, 5, 6))) static int fail(struct s3_creds *c, char *msg,
-                                                      size_t msg_len, int err, const char *fmt,
-                                                      ...)
+__attribute__((format(printf, 5, 6))) static int fail(struct s3_creds *c, char *msg, size_t msg_len,
+                                                      int err, const char *fmt, ...)
 {
     va_list ap;
 
@@ -140,8 +139,8 @@ static int take(struct s3_creds *c, const char *id, const char *secret, const ch
     return 0;
 }
 
-static int from_profile(struct s3_creds *c, const struct s3_opts *o, bool need_secret,
-                        char *msg, size_t msg_len)
+static int from_profile(struct s3_creds *c, const struct s3_opts *o, bool need_secret, char *msg,
+                        size_t msg_len)
 {
     char path[PATH_MAX];
     const char *name = o->profile[0] ? o->profile : env("AWS_PROFILE");
@@ -159,8 +158,7 @@ static int from_profile(struct s3_creds *c, const struct s3_opts *o, bool need_s
         snprintf(path, sizeof(path), "%s/.aws/credentials", home);
     else
         return named ? fail(c, msg, msg_len, -EINVAL,
-                            "s3 backend: profile %s: no credentials file (HOME is not set)",
-                            name)
+                            "s3 backend: profile %s: no credentials file (HOME is not set)", name)
                      : fail(c, msg, msg_len, -EINVAL, NO_CREDS "");
     r = read_profile(path, name, &p, &problem);
     if (r == -ENOENT && !named && !file)
@@ -203,8 +201,8 @@ int s3_creds_resolve(struct s3_creds *c, const struct s3_opts *o, char *msg, siz
         if (t && copy(c->api_token, sizeof(c->api_token), t))
             return fail(c, msg, msg_len, -EINVAL, "s3 backend: CLOUDFLARE_API_TOKEN is too long");
         if (t)
-            token_origin = o->api_token[0] ? "api_token in the URL or [backend]"
-                                           : "CLOUDFLARE_API_TOKEN";
+            token_origin =
+                o->api_token[0] ? "api_token in the URL or [backend]" : "CLOUDFLARE_API_TOKEN";
     }
     c->temporary = c->api_token[0] != '\0';
     need_secret = !c->temporary;

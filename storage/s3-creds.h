@@ -31,7 +31,7 @@ struct s3_creds {
      * "profile backup in /home/u/.aws/credentials", and the API token's. */
     char origin[PATH_MAX + S3_MAX_PROFILE + 160];
     char access_key_id[S3_MAX_KEY_ID];
-    char secret_access_key[S3_MAX_SECRET];   /* "" only for an r2 parent key */
+    char secret_access_key[S3_MAX_SECRET];    /* "" only for an r2 parent key */
     char session_token[S3_MAX_SESSION_TOKEN]; /* "" for none */
     /* r2:// only: "" when the key is used directly. */
     char api_token[S3_MAX_API_TOKEN];

@@ -37,10 +37,11 @@ enum param {
 };
 
 static const char *const param_names[P_COUNT] = {
-    "endpoint",      "region",     "path_style",        "allow_http",    "timeout",
-    "connect_timeout", "stall_timeout", "connections",   "storage_class", "profile",
-    "access_key_id", "secret_access_key", "session_token", "account",    "api_base",
-    "api_token",     "temp_ttl",
+    "endpoint",      "region",          "path_style",    "allow_http",
+    "timeout",       "connect_timeout", "stall_timeout", "connections",
+    "storage_class", "profile",         "access_key_id", "secret_access_key",
+    "session_token", "account",         "api_base",      "api_token",
+    "temp_ttl",
 };
 
 /* What the parameters said, before the checks that need all of them. */
@@ -96,8 +97,7 @@ static int parse_seconds(const char *v, unsigned long max, unsigned *out)
     return 0;
 }
 
-static const char *set_param(struct s3_opts *o, struct raw *raw, const char *name,
-                             const char *v)
+static const char *set_param(struct s3_opts *o, struct raw *raw, const char *name, const char *v)
 {
     unsigned i;
     bool flag;
@@ -157,8 +157,7 @@ static const char *set_param(struct s3_opts *o, struct raw *raw, const char *nam
                    ? "s3 backend: storage_class must be 1 to 63 of A-Z, 0-9 and '_'"
                    : NULL;
     case P_PROFILE:
-        return copy_checked(o->profile, sizeof(o->profile), v,
-                            LOWER UPPER DIGITS "-_.@+=,/:")
+        return copy_checked(o->profile, sizeof(o->profile), v, LOWER UPPER DIGITS "-_.@+=,/:")
                    ? "s3 backend: profile must be 1 to 127 letters, digits or -_.@+=,/:"
                    : NULL;
     case P_ACCESS_KEY_ID:
@@ -275,7 +274,7 @@ static const char *parse_prefix(struct s3_opts *o, const char *s, size_t n)
  * lowercased (SigV4 signs it so). On success *path points into u.
  */
 static const char *parse_http_url(const char *u, bool path_ok, bool *https, char *host,
-                                   unsigned *port, const char **path)
+                                  unsigned *port, const char **path)
 {
     const char *h, *end, *port_s = NULL;
     size_t host_len;
@@ -480,7 +479,7 @@ void s3_opts_clear(struct s3_opts *o)
 
 /* Appends to out[0..len) as snprintf would, keeping it NUL-terminated when full. */
 __attribute__((format(printf, 4, 5))) static void append(char *out, size_t len, size_t *used,
-                                                      const char *fmt, ...)
+                                                         const char *fmt, ...)
 {
     va_list ap;
     int n;

@@ -523,8 +523,8 @@ static int list_walk(const char *buf, size_t len, struct list_walk *w)
     return 0;
 }
 
-int s3_xml_parse_list(const char *buf, size_t len, size_t max_key, s3_xml_list_cb cb,
-                      void *opaque, struct s3_list_page *page)
+int s3_xml_parse_list(const char *buf, size_t len, size_t max_key, s3_xml_list_cb cb, void *opaque,
+                      struct s3_list_page *page)
 {
     struct list_walk w;
     int r;

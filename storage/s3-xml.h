@@ -46,8 +46,8 @@ struct s3_list_page {
  * -EBADMSG for anything malformed or out of range, -EINVAL for a bad
  * max_key, or the callback's non-zero value.
  */
-int s3_xml_parse_list(const char *buf, size_t len, size_t max_key, s3_xml_list_cb cb,
-                      void *opaque, struct s3_list_page *page);
+int s3_xml_parse_list(const char *buf, size_t len, size_t max_key, s3_xml_list_cb cb, void *opaque,
+                      struct s3_list_page *page);
 
 struct s3_xml_error {
     char code[64];     /* "NoSuchBucket", "SlowDown"; cut to fit */

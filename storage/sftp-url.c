@@ -89,8 +89,7 @@ static const char *parse_query(struct sftp_opts *o, const char *q)
         if ((err = set_param(o, name, value, &seen)))
             return err;
     }
-    return r < 0 ? "sftp URL parameters are name=value, with good escapes and not too long"
-                 : NULL;
+    return r < 0 ? "sftp URL parameters are name=value, with good escapes and not too long" : NULL;
 }
 
 /* HOST or [V6] then an optional :PORT, in s[0..n). */

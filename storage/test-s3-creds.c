@@ -200,11 +200,13 @@ static void test_none_and_halves(void **state)
     /* Half a pair is a mistake to report, not a reason to look further. */
     setenv("AWS_ACCESS_KEY_ID", "AKIDENV", 1);
     assert_int_equal(resolve(), -EINVAL);
-    assert_string_equal(msg, "s3 backend: AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+    assert_string_equal(msg,
+                        "s3 backend: AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
     unsetenv("AWS_ACCESS_KEY_ID");
     setenv("AWS_SECRET_ACCESS_KEY", "SecretEnv", 1);
     assert_int_equal(resolve(), -EINVAL);
-    assert_string_equal(msg, "s3 backend: AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not");
+    assert_string_equal(msg,
+                        "s3 backend: AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not");
     unsetenv("AWS_SECRET_ACCESS_KEY");
     url("s3://bkt?access_key_id=AKIDCONF");
     assert_int_equal(resolve(), -EINVAL);

@@ -149,10 +149,12 @@ static void test_r2(void **state)
     assert_int_equal(parse("r2://photos/cairn?account=023e105f4ecef8ad9ca31a8372d0c353"), 0);
     assert_int_equal(o.flavor, S3_FLAVOR_R2);
     assert_string_equal(o.account, "023e105f4ecef8ad9ca31a8372d0c353");
-    assert_string_equal(o.endpoint, "https://023e105f4ecef8ad9ca31a8372d0c353.r2.cloudflarestorage.com");
+    assert_string_equal(o.endpoint,
+                        "https://023e105f4ecef8ad9ca31a8372d0c353.r2.cloudflarestorage.com");
     assert_string_equal(o.region, "auto");
     assert_true(o.path_style);
-    assert_string_equal(o.request_host, "023e105f4ecef8ad9ca31a8372d0c353.r2.cloudflarestorage.com");
+    assert_string_equal(o.request_host,
+                        "023e105f4ecef8ad9ca31a8372d0c353.r2.cloudflarestorage.com");
     assert_string_equal(o.base_path, "/photos");
     assert_string_equal(o.prefix, "cairn");
     assert_string_equal(o.api_base, "https://api.cloudflare.com/client/v4");
@@ -249,8 +251,7 @@ static void test_describe(void **state)
     assert_null(strstr(out, "SessionSecret"));
     assert_null(strstr(out, "secret"));
     assert_null(strstr(out, "token"));
-    assert_int_equal(parse("r2://bkt?account=abc&api_token=ApiTokenSecret3&access_key_id=k"),
-                     0);
+    assert_int_equal(parse("r2://bkt?account=abc&api_token=ApiTokenSecret3&access_key_id=k"), 0);
     s3_describe(&o, out, sizeof(out));
     assert_non_null(strstr(out, "r2://bkt/?endpoint=https://abc.r2.cloudflarestorage.com"));
     assert_non_null(strstr(out, "&account=abc&api_base=https://api.cloudflare.com/client/v4"));

@@ -167,12 +167,11 @@ static void test_key_limits(void **state)
     /* An entity that decodes past the limit too. */
     const char *amp = "<ListBucketResult><Contents><Key>abc&amp;</Key><Size>1</Size></Contents>"
                       "</ListBucketResult>";
-    assert_int_equal(s3_xml_parse_list(amp, strlen(amp), 3, collect, &seen, &page),
-                     -ENAMETOOLONG);
+    assert_int_equal(s3_xml_parse_list(amp, strlen(amp), 3, collect, &seen, &page), -ENAMETOOLONG);
     assert_int_equal(s3_xml_parse_list(amp, strlen(amp), 4, collect, &seen, &page), 0);
     assert_int_equal(s3_xml_parse_list(amp, strlen(amp), 0, collect, &seen, &page), -EINVAL);
-    assert_int_equal(
-        s3_xml_parse_list(amp, strlen(amp), S3_XML_MAX_KEY + 1, collect, &seen, &page), -EINVAL);
+    assert_int_equal(s3_xml_parse_list(amp, strlen(amp), S3_XML_MAX_KEY + 1, collect, &seen, &page),
+                     -EINVAL);
 }
 
 /* The callback sees nothing of a page that is broken further down, and can stop the parse. */
@@ -364,10 +363,14 @@ static void test_prefixes_and_flips(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_page),      cmocka_unit_test(test_entities),
-        cmocka_unit_test(test_truncated), cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_key_limits), cmocka_unit_test(test_callback),
-        cmocka_unit_test(test_malformed), cmocka_unit_test(test_error),
+        cmocka_unit_test(test_page),
+        cmocka_unit_test(test_entities),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_key_limits),
+        cmocka_unit_test(test_callback),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_error),
         cmocka_unit_test(test_prefixes_and_flips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
