@@ -2,7 +2,8 @@
  * cairnd --print-config: every setting, as a config file would say it, each
  * under a comment that says where it came from (the file and line, the
  * environment variable, the flag, or the default). The output is itself a
- * valid config file.
+ * valid config file. Secrets are not shown: a [backend] secret is only
+ * named in a comment, and one in the url's parameters reads REDACTED.
  */
 #include "daemon/config.h"
 #include "proto/proto.h"
@@ -14,7 +15,8 @@ static const char *origin(const struct config *cfg, const char *section, const c
 {
     char name[sizeof(cfg->origins[0].key)];
 
-    snprintf(name, sizeof(name), "%s.%s", section, key);
+    if (snprintf(name, sizeof(name), "%s.%s", section, key) >= (int)sizeof(name))
+        return "default"; /* config_note_origin() could not have noted it either */
     for (unsigned i = 0; i < cfg->norigins; i++) {
         if (strcmp(cfg->origins[i].key, name) == 0)
             return cfg->origins[i].from;
@@ -74,8 +76,50 @@ static void put_backend_params(FILE *out, const struct config *cfg)
             }
         }
         value[v] = '\0';
-        put(out, cfg, "backend", key, value);
+        if (config_is_secret("backend", key))
+            fprintf(out, "# %s: %s (set, not shown)\n", key, origin(cfg, "backend", key));
+        else
+            put(out, cfg, "backend", key, value);
+        explicit_bzero(value, sizeof(value));
     }
+}
+
+/* The url, with the value of any secret parameter in it replaced by REDACTED. */
+static void put_url(FILE *out, const struct config *cfg)
+{
+    const char *url = cfg->backend_url, *query = strchr(url, '?');
+    char shown[sizeof(cfg->backend_url) + 64];
+    size_t n;
+
+    if (!query) {
+        put(out, cfg, "backend", "url", url);
+        return;
+    }
+    n = (size_t)(query - url) + 1;
+    memcpy(shown, url, n);
+    for (const char *p = query + 1; *p;) {
+        size_t len = strcspn(p, "&"), name_len = strcspn(p, "=&");
+        char name[32];
+        bool secret = false;
+        if (name_len < sizeof(name)) {
+            memcpy(name, p, name_len);
+            name[name_len] = '\0';
+            secret = config_is_secret("backend", name) && p[name_len] == '=';
+        }
+        const char *part = secret ? "=REDACTED" : p + name_len;
+        size_t part_len = secret ? 9 : len - name_len;
+        if (n + name_len + part_len + 2 >= sizeof(shown))
+            break;
+        memcpy(shown + n, p, name_len);
+        memcpy(shown + n + name_len, part, part_len);
+        n += name_len + part_len;
+        p += len;
+        if (*p == '&')
+            shown[n++] = *p++;
+    }
+    shown[n] = '\0';
+    put(out, cfg, "backend", "url", shown);
+    explicit_bzero(shown, sizeof(shown));
 }
 
 void config_print(const struct config *cfg, FILE *out)
@@ -106,6 +150,6 @@ void config_print(const struct config *cfg, FILE *out)
     fputs("\n[search]\n", out);
     put_u64(out, cfg, "search", "max_text", cfg->max_text);
     fputs("\n[backend]\n", out);
-    put(out, cfg, "backend", "url", cfg->backend_url);
+    put_url(out, cfg);
     put_backend_params(out, cfg);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compress/compress.h"
@@ -47,7 +48,29 @@ struct ini_state {
     char *err;
     size_t err_len;
     bool failed;
+    mode_t mode; /* of the open file, for secrets_exposed() */
 };
+
+bool config_is_secret(const char *section, const char *key)
+{
+    return strcmp(section, "backend") == 0 &&
+           (strcmp(key, "secret_access_key") == 0 || strcmp(key, "session_token") == 0 ||
+            strcmp(key, "api_token") == 0);
+}
+
+/*
+ * A secret may only sit in a file that nobody but its owner can read or
+ * change: otherwise every local user has the bucket. Refused rather than
+ * warned about, as ssh does for a private key.
+ */
+static const char *secrets_exposed(const struct ini_state *st, const char *section,
+                                   const char *key)
+{
+    if (!config_is_secret(section, key) || !(st->mode & 077))
+        return NULL;
+    return "this file holds a secret but group or others may read or write it; "
+           "chmod 600 it (or chmod go= it)";
+}
 
 /* Appends "&key=value" to a URL query, the value percent-encoded; unchanged and -1 when it does not fit. */
 static int append_param(char *dst, size_t dst_len, const char *key, const char *value)
@@ -197,8 +220,15 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             return NULL;
         }
     } else if (strcmp(section, "backend") == 0) {
-        static const char *const remote_keys[] = {"key",         "known_hosts", "accept_new_host",
-                                                  "connections", "timeout",     "keepalive"};
+        /* sftp's, then s3's and r2's (storage/sftp-url.c, storage/s3-url.h). */
+        static const char *const remote_keys[] = {
+            "key",           "known_hosts",     "accept_new_host",   "connections",
+            "timeout",       "keepalive",       "endpoint",          "region",
+            "path_style",    "allow_http",      "connect_timeout",   "stall_timeout",
+            "storage_class", "profile",         "access_key_id",     "secret_access_key",
+            "session_token", "account",         "api_base",          "api_token",
+            "temp_ttl",
+        };
         if (strcmp(key, "url") == 0)
             return copy_str(cfg->backend_url, sizeof(cfg->backend_url), value)
                        ? "backend url is empty or too long"
@@ -262,7 +292,7 @@ static int on_ini_entry(void *user, const char *section, const char *key, const 
                    strcmp(section, "search") && strcmp(section, "backend"))
                       ? "unknown section"
                       : NULL;
-    else
+    else if (!(problem = secrets_exposed(st, section, key)))
         problem = apply(st->cfg, section, key, value);
     if (problem) {
         snprintf(st->err, st->err_len, "%s:%d: [%s] %s%s%s", st->path, lineno, section,
@@ -476,7 +506,13 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         return CONFIG_E_INVALID;
     }
     if (f) {
-        struct ini_state st = {cfg, f, 0, cfg->config_path, err, err_len, false};
+        struct stat sb;
+        if (fstat(fileno(f), &sb) < 0) {
+            snprintf(err, err_len, "%s: %s", cfg->config_path, strerror(errno));
+            fclose(f);
+            return CONFIG_E_INVALID;
+        }
+        struct ini_state st = {cfg, f, 0, cfg->config_path, err, err_len, false, sb.st_mode};
         r = ini_parse_stream(read_line, &st, on_ini_entry, &st);
         fclose(f);
         if (st.failed)

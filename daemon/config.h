@@ -56,5 +56,9 @@ enum {
 int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len);
 /* Notes where section.key came from (config.c; a later source replaces an earlier one). */
 void config_note_origin(struct config *cfg, const char *section, const char *key, const char *from);
-/* Prints every setting as a config file would say it, each with where it came from. */
+/* Is section.key a secret (secret_access_key, session_token, api_token of [backend])? Such
+ * keys are refused in a file that group or others can access, and never printed. */
+bool config_is_secret(const char *section, const char *key);
+/* Prints every setting as a config file would say it, each with where it came from; secrets,
+ * in [backend] or in the url's parameters, are left out. */
 void config_print(const struct config *cfg, FILE *out);

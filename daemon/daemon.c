@@ -369,7 +369,7 @@ static int backend_url(const struct config *cfg, char *out, size_t len, char *er
     int n;
 
     if (local && cfg->backend_params[0]) {
-        snprintf(err, err_len, "[backend] options other than url apply to sftp backends only");
+        snprintf(err, err_len, "[backend] options other than url apply to remote (sftp, s3, r2) backends only");
         return -EINVAL;
     }
     if (strcmp(cfg->backend_url, "local") == 0)

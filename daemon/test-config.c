@@ -265,6 +265,65 @@ static void test_backend_options(void **state)
     assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
 }
 
+/*
+ * [backend] secrets (secret_access_key, session_token, api_token) are taken
+ * only from a file that group and others can neither read nor write; the
+ * other s3 and r2 keys are taken from any file. --print-config shows none
+ * of the secrets, whether they are [backend] keys or parameters of the url.
+ */
+static void test_backend_secrets(void **state)
+{
+    static const char *const secrets[] = {"secret_access_key", "session_token", "api_token"};
+    struct env *e = *state;
+    char path[PATH_MAX], conf[512], expect[PATH_MAX + 128];
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out;
+
+    write_file(e->dir, "s3.conf",
+               "[backend]\nurl = s3://bkt/p\nendpoint = http://127.0.0.1:9000\nallow_http = 1\n"
+               "region = eu-west-1\naccess_key_id = AKID\nprofile = p\n",
+               path, sizeof(path));
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(load(e, "--config", path, NULL), 0);
+    assert_string_equal(e->cfg.backend_params, "&endpoint=http%3A//127.0.0.1%3A9000&allow_http=1"
+                                               "&region=eu-west-1&access_key_id=AKID&profile=p");
+    for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++) {
+        snprintf(conf, sizeof(conf), "[backend]\nurl = r2://bkt?account=abc\n%s = TopSecret\n",
+                 secrets[i]);
+        write_file(e->dir, "secret.conf", conf, path, sizeof(path));
+        assert_int_equal(chmod(path, 0640), 0);
+        assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+        snprintf(expect, sizeof(expect), "%s:3: [backend] %s: this file holds a secret", path,
+                 secrets[i]);
+        if (strncmp(e->err, expect, strlen(expect)))
+            fail_msg("%s", e->err);
+        assert_non_null(strstr(e->err, "chmod 600"));
+        assert_int_equal(chmod(path, 0602), 0);
+        assert_int_equal(load(e, "--config", path, NULL), CONFIG_E_INVALID);
+        assert_int_equal(chmod(path, 0600), 0);
+        assert_int_equal(load(e, "--config", path, NULL), 0);
+        assert_non_null(strstr(e->cfg.backend_params, "=TopSecret"));
+    }
+    write_file(e->dir, "all.conf",
+               "[backend]\nurl = s3://bkt?region=x&secret_access_key=UrlSecret&access_key_id=A\n"
+               "secret_access_key = FileSecret\nsession_token = FileToken\nconnections = 4\n",
+               path, sizeof(path));
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(load(e, "--config", path, "--print-config", NULL), 0);
+    assert_non_null(out = open_memstream(&text, &len));
+    config_print(&e->cfg, out);
+    assert_int_equal(fclose(out), 0);
+    assert_null(strstr(text, "Secret"));
+    assert_null(strstr(text, "FileToken"));
+    assert_non_null(strstr(text, "url = s3://bkt?region=x&secret_access_key=REDACTED"
+                                 "&access_key_id=A\n"));
+    snprintf(expect, sizeof(expect), "# secret_access_key: %s:3 (set, not shown)\n", path);
+    assert_non_null(strstr(text, expect));
+    assert_non_null(strstr(text, "connections = 4\n"));
+    free(text);
+}
+
 /* --print-config: every setting with where it came from; the output reads back the same. */
 static void test_print_config(void **state)
 {
@@ -772,6 +831,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_help_before_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_usage_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repeated_parses_are_independent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backend_secrets, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

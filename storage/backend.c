@@ -28,6 +28,8 @@
 static const struct backend_ops *const backend_table[] = {
     &backend_local_ops,
     &backend_sftp_ops,
+    &backend_s3_ops,
+    &backend_r2_ops,
 };
 
 static _Atomic(backend_log_fn) log_sink;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ struct s3_op {
     bool hashing, cancelled;
     char hash[65];
     struct s3_signed *sig; /* malloc'd: the signer's output is large */
-    char h_host[320], h_date[48], h_sha[96], h_auth[S3_SIGN_AUTH_SIZE + 16];
+    char h_host[sizeof(((struct s3_opts *)0)->request_host) + 8], h_date[48], h_sha[96], h_auth[S3_SIGN_AUTH_SIZE + 16];
     char h_range[96], h_extra[2][96];
     char extra_names[4][32];
     char *h_token; /* "x-amz-security-token: ..." when there is a session token */
@@ -225,7 +226,6 @@ static int map_failure(struct s3_op *op)
     struct s3_be *sb = op->sb;
     struct s3_xml_error err = {0};
     long st = h->status;
-    int status;
 
     if (h->result != 0) {
         if (h->result == S3_HTTP_E_NETWORK) {
@@ -371,253 +371,6 @@ static int finish_list(struct s3_op *op)
     list->next_cursor[0] = '\0';
     if (page.truncated)
         memcpy(list->next_cursor, c.last, strlen(c.last) + 1);
-    return 0;
-}
-
-static void on_http_done(struct s3_http_req *http);
-
-/*
- * Builds and signs the request: `name` is the object's name ("" for the
- * bucket itself), `query` its raw parameters, `extra` more headers to sign.
- */
-static int op_prepare(struct s3_op *op, const char *method, const char *name,
-                      const struct s3_param *query, size_t nquery, const char *const *extra,
-                      size_t nextra, size_t body_max)
-{
-    struct s3_be *sb = op->sb;
-    struct s3_header hdrs[4];
-    char path[S3_MAX_PREFIX + BACKEND_MAX_KEY + 80];
-    size_t nh = 0;
-    int r;
-
-    if (nextra > 4 || nextra + 5 > S3_HTTP_MAX_HEADERS)
-        return -EINVAL;
-    if (op->hash[0] == '\0')
-        memcpy(op->hash, S3_EMPTY_SHA256, sizeof(S3_EMPTY_SHA256));
-    /* "Name: value" lines, signed as they are sent. */
-    for (size_t i = 0; i < nextra; i++) {
-        const char *colon = strchr(extra[i], ':');
-        size_t len = (size_t)(colon - extra[i]);
-        if (!colon || len >= sizeof(op->extra_names[i]))
-            return -EINVAL;
-        memcpy(op->extra_names[i], extra[i], len);
-        op->extra_names[i][len] = '\0';
-        hdrs[nh].name = op->extra_names[i];
-        hdrs[nh].value = colon + 1 + strspn(colon + 1, " ");
-        nh++;
-    }
-    r = snprintf(path, sizeof(path), "%s/%s", sb->o.base_path, name);
-    if (r < 0 || (size_t)r >= sizeof(path))
-        return -ENAMETOOLONG;
-    if (!op->sig && !(op->sig = malloc(sizeof(*op->sig))))
-        return -ENOMEM;
-    r = s3_sign(sb->signer,
-                &(struct s3_request){
-                    .method = method,
-                    .path = path,
-                    .params = query,
-                    .n_params = nquery,
-                    .host = sb->o.request_host,
-                    .headers = hdrs,
-                    .n_headers = nh,
-                    .payload_sha256 = op->hash,
-                    .now = time(NULL),
-                },
-                op->sig);
-    if (r < 0)
-        return r;
-    r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s",
-                 sb->o.https ? "https" : "http", sb->o.request_host, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
-    if (r < 0 || (size_t)r >= sizeof(op->http.url))
-        return -ENAMETOOLONG;
-    snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.request_host);
-    snprintf(op->h_date, sizeof(op->h_date), "x-amz-date: %s", op->sig->amz_date);
-    snprintf(op->h_sha, sizeof(op->h_sha), "x-amz-content-sha256: %s", op->hash);
-    r = snprintf(op->h_auth, sizeof(op->h_auth), "Authorization: %s", op->sig->authorization);
-    if (r < 0 || (size_t)r >= sizeof(op->h_auth))
-        return -ENAMETOOLONG;
-    op->http.nheaders = 0;
-    op->http.headers[op->http.nheaders++] = op->h_host;
-    op->http.headers[op->http.nheaders++] = op->h_date;
-    op->http.headers[op->http.nheaders++] = op->h_sha;
-    op->http.headers[op->http.nheaders++] = op->h_auth;
-    if (op->sig->security_token[0]) {
-        size_t len = strlen(op->sig->security_token) + 32;
-        if (!op->h_token && !(op->h_token = malloc(len)))
-            return -ENOMEM;
-        snprintf(op->h_token, len, "x-amz-security-token: %s", op->sig->security_token);
-        op->http.headers[op->http.nheaders++] = op->h_token;
-    }
-    for (size_t i = 0; i < nextra; i++)
-        op->http.headers[op->http.nheaders++] = extra[i];
-    op->http.method = method;
-    op->http.body_max = body_max;
-    op->http.cb = on_http_done;
-    op->http.userdata = op;
-    return 0;
-}
-
-static int op_send(struct s3_op *op, const char *method, const char *name,
-                   const struct s3_param *query, size_t nquery, const char *const *extra,
-                   size_t nextra, size_t body_max)
-{
-    int r = op_prepare(op, method, name, query, nquery, extra, nextra, body_max);
-    return r < 0 ? r : s3_http_start(op->sb->http, &op->http);
-}
-
-/* ---- what a response means ----------------------------------------------------- */
-
-static const char *op_method(enum backend_op op)
-{
-    switch (op) {
-    case BACKEND_OP_PUT:
-        return "PUT";
-    case BACKEND_OP_GET:
-        return "GET";
-    case BACKEND_OP_HEAD:
-        return "HEAD";
-    case BACKEND_OP_DELETE:
-        return "DELETE";
-    case BACKEND_OP_LIST:
-        return "LIST";
-    default:
-        return "?";
-    }
-}
-
-static bool code_is(const char *code, const char *a)
-{
-    return strcmp(code, a) == 0;
-}
-
-/* A failed response: a backend status, with the server's code and message in the log. */
-static int map_failure(struct s3_op *op)
-{
-    struct s3_http_req *h = &op->http;
-    struct s3_be *sb = op->sb;
-    struct s3_xml_error err = {0};
-    long st = h->status;
-    int status;
-
-    if (h->result != 0) {
-        if (h->result == S3_HTTP_E_NETWORK) {
-            backend_log(BACKEND_LOG_INFO, "s3: %s %s: %s", op_method(op->req->op), op->req->key,
-                        h->error);
-            return BACKEND_E_UNAVAILABLE;
-        }
-        if (h->result == S3_HTTP_E_TLS) {
-            backend_log(BACKEND_LOG_ERROR, "s3: %s %s: TLS: %s", op_method(op->req->op),
-                        op->req->key, h->error);
-            return -EPROTO;
-        }
-        return h->result == S3_HTTP_E_TOO_LARGE ? BACKEND_E_TOO_LARGE : h->result;
-    }
-    if (h->resp_len)
-        s3_xml_parse_error((const char *)h->resp, h->resp_len, &err);
-    if (st == 404 && !code_is(err.code, "NoSuchBucket"))
-        return BACKEND_E_NOT_FOUND;
-    if (st == 412)
-        return BACKEND_E_EXISTS;
-    if (st == 408 || st == 429 || st == 500 || st == 502 || st == 503 || st == 504 ||
-        code_is(err.code, "SlowDown") || code_is(err.code, "RequestTimeout") ||
-        code_is(err.code, "RequestTimeTooSkewed") || code_is(err.code, "InternalError") ||
-        code_is(err.code, "ExpiredToken")) {
-        if (code_is(err.code, "ExpiredToken"))
-            s3_r2_renew_now(sb);
-        backend_log(BACKEND_LOG_INFO, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
-                    op->req->key, st, err.code, err.message[0] ? ": " : "", err.message);
-        return BACKEND_E_UNAVAILABLE;
-    }
-    backend_log(BACKEND_LOG_ERROR, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
-                op->req->key, st, err.code[0] ? err.code : "(no error code)",
-                err.message[0] ? ": " : "", err.message);
-    if (st == 403 || st == 401)
-        return -EACCES;
-    if (code_is(err.code, "NoSuchBucket"))
-        return -ENOENT;
-    if (st == 400 || st == 416)
-        return -EINVAL;
-    return -EIO;
-}
-
-static int finish_get(struct s3_op *op)
-{
-    struct backend_get *get = container_of(op->req, struct backend_get, req);
-    struct s3_http_req *h = &op->http;
-
-    if (h->status == 416) {
-        /* The offset is at or past the end: an empty read, as on a local file. */
-        return 0;
-    }
-    if (h->status != 200 && h->status != 206)
-        return map_failure(op);
-    if (h->content_length != UINT64_MAX && h->content_length != h->resp_len) {
-        backend_log(BACKEND_LOG_INFO, "s3: GET %s: %zu of %" PRIu64 " bytes", op->req->key,
-                    h->resp_len, h->content_length);
-        return BACKEND_E_UNAVAILABLE;
-    }
-    if (get->length == 0) {
-        s3_http_req_reset(h);
-        return 0;
-    }
-    if (h->resp_len > get->max_len || (get->length != BACKEND_TO_END && h->resp_len > get->length))
-        return h->resp_len > get->max_len ? BACKEND_E_TOO_LARGE : -EPROTO;
-    get->out = h->resp;
-    get->out_len = h->resp_len;
-    h->resp = NULL;
-    h->resp_len = 0;
-    if (!get->out) {
-        /* An empty body: callers get a valid (empty) buffer. */
-        get->out = malloc(1);
-        if (!get->out)
-            return -ENOMEM;
-    }
-    return 0;
-}
-
-static int finish_list(struct s3_op *op)
-{
-    struct backend_list *list = container_of(op->req, struct backend_list, req);
-    struct s3_http_req *h = &op->http;
-    struct s3_be *sb = op->sb;
-    struct s3_list_page page;
-    size_t skip = sb->o.prefix[0] ? strlen(sb->o.prefix) + 1 : 0;
-    int r;
-
-    if (h->status != 200)
-        return map_failure(op);
-    r = s3_xml_parse_list((const char *)h->resp, h->resp_len, &page);
-    if (r < 0) {
-        backend_log(BACKEND_LOG_INFO, "s3: LIST %s: malformed ListObjectsV2 response", op->req->key);
-        return BACKEND_E_UNAVAILABLE;
-    }
-    list->entries = page.nentries ? calloc(page.nentries, sizeof(*list->entries)) : NULL;
-    if (page.nentries && !list->entries) {
-        s3_list_page_reset(&page);
-        return -ENOMEM;
-    }
-    list->nentries = 0;
-    for (size_t i = 0; i < page.nentries; i++) {
-        const char *name = page.entries[i].key;
-        /* Only our own keys: under the prefix, and in cairn's key alphabet. */
-        if (strlen(name) <= skip || strncmp(name + skip, op->req->key, strlen(op->req->key)) ||
-            !backend_key_valid(name + skip))
-            continue;
-        struct backend_entry *e = &list->entries[list->nentries++];
-        snprintf(e->key, sizeof(e->key), "%s", name + skip);
-        e->size = page.entries[i].size;
-    }
-    list->next_cursor[0] = '\0';
-    if (page.truncated) {
-        if (page.nentries == 0 || strlen(page.entries[page.nentries - 1].key) <= skip ||
-            strlen(page.entries[page.nentries - 1].key + skip) >= sizeof(list->next_cursor)) {
-            s3_list_page_reset(&page);
-            return -EPROTO;
-        }
-        snprintf(list->next_cursor, sizeof(list->next_cursor), "%s",
-                 page.entries[page.nentries - 1].key + skip);
-    }
-    s3_list_page_reset(&page);
     return 0;
 }
 
@@ -879,6 +632,16 @@ static void be_describe(struct backend *be, char *out, size_t out_len)
 
 /* ---- opening: credentials and a first request ------------------------------------ */
 
+/* The reason open gives for a failure (cut to fit: it is a message, not data). */
+__attribute__((format(printf, 2, 3))) static void set_msg(struct s3_be *sb, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(sb->msg, sizeof(sb->msg), fmt, ap);
+    va_end(ap);
+}
+
 /*
  * One ListObjectsV2 of at most one key: the endpoint answers, the bucket
  * exists and the credentials are good. A server that is down or throttling
@@ -902,7 +665,7 @@ static int probe(struct s3_be *sb)
         /* op_send() starts an asynchronous request; the probe needs the same one, blocking. */
         r = op_prepare(&op, "GET", "", q, 3, NULL, 0, S3_ERROR_BODY_MAX);
         if (r < 0) {
-            snprintf(sb->msg, sizeof(sb->msg), "s3: cannot build the first request: %s",
+            set_msg(sb, "s3: cannot build the first request: %s",
                      strerror(-r));
             return r;
         }
@@ -913,7 +676,7 @@ static int probe(struct s3_be *sb)
         if (op.http.result == 0 && op.http.status == 200)
             return 0;
         if (op.http.result == S3_HTTP_E_TLS) {
-            snprintf(sb->msg, sizeof(sb->msg), "s3: TLS to %s failed: %s", sb->o.endpoint,
+            set_msg(sb, "s3: TLS to %s failed: %s", sb->o.endpoint,
                      op.http.error);
             return -EPROTO;
         }
@@ -921,25 +684,25 @@ static int probe(struct s3_be *sb)
                          op.http.status == 429 || op.http.status == 408;
         if (!transient) {
             if (op.http.status == 403 || op.http.status == 401)
-                snprintf(sb->msg, sizeof(sb->msg),
+                set_msg(sb,
                          "s3: %s refused our credentials (%s): %s%s%s", sb->o.endpoint,
                          sb->creds.origin, err.code[0] ? err.code : "HTTP 403",
                          err.message[0] ? ": " : "", err.message);
             else if (op.http.status == 404)
-                snprintf(sb->msg, sizeof(sb->msg), "s3: bucket %s does not exist at %s (%s)",
+                set_msg(sb, "s3: bucket %s does not exist at %s (%s)",
                          sb->o.bucket, sb->o.endpoint, err.code[0] ? err.code : "HTTP 404");
             else
-                snprintf(sb->msg, sizeof(sb->msg), "s3: %s answered HTTP %ld %s%s%s",
+                set_msg(sb, "s3: %s answered HTTP %ld %s%s%s",
                          sb->o.endpoint, op.http.status, err.code, err.message[0] ? ": " : "",
                          err.message);
             return op.http.status == 403 || op.http.status == 401 ? -EACCES : -EIO;
         }
         if (uv_hrtime() / 1000000 + delay_ms >= give_up) {
             if (op.http.result)
-                snprintf(sb->msg, sizeof(sb->msg), "s3: cannot reach %s: %s", sb->o.endpoint,
+                set_msg(sb, "s3: cannot reach %s: %s", sb->o.endpoint,
                          op.http.error);
             else
-                snprintf(sb->msg, sizeof(sb->msg), "s3: %s still answers HTTP %ld %s",
+                set_msg(sb, "s3: %s still answers HTTP %ld %s",
                          sb->o.endpoint, op.http.status, err.code);
             return -EHOSTUNREACH;
         }
@@ -973,7 +736,7 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
     if ((r = s3_creds_resolve(&sb->creds, &sb->o, sb->msg, sizeof(sb->msg))) < 0)
         goto fail;
     if ((r = s3_signer_new(&sb->signer, sb->o.region, "s3")) < 0) {
-        snprintf(sb->msg, sizeof(sb->msg), "s3: bad region %s", sb->o.region);
+        set_msg(sb, "s3: bad region %s", sb->o.region);
         goto fail;
     }
     if (sb->creds.temporary) {
@@ -982,7 +745,7 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
     } else if ((r = s3_signer_set_credentials(sb->signer, sb->creds.access_key_id,
                                               sb->creds.secret_access_key,
                                               sb->creds.session_token)) < 0) {
-        snprintf(sb->msg, sizeof(sb->msg), "s3: the credentials from %s are malformed",
+        set_msg(sb, "s3: the credentials from %s are malformed",
                  sb->creds.origin);
         goto fail;
     }
@@ -990,7 +753,7 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
     if ((r = probe(sb)) < 0)
         goto fail;
     if ((r = s3_http_new(&sb->http, be->loop, &sb->http_opts)) < 0) {
-        snprintf(sb->msg, sizeof(sb->msg), "s3: cannot set up HTTP: %s", strerror(-r));
+        set_msg(sb, "s3: cannot set up HTTP: %s", strerror(-r));
         goto fail;
     }
     s3_r2_start_renewal(sb);

@@ -14,50 +14,12 @@
  * wins over the [backend] keys that cairnd appends after it.
  */
 #include "storage/sftp-int.h"
-#include "proto/proto.h"
+#include "storage/url.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Decodes n bytes of s into out (NUL-terminated); -1 on a bad escape, a NUL, or no room. */
-static int decode(const char *s, size_t n, char *out, size_t out_len)
-{
-    size_t o = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (c == '%') {
-            int hi = i + 2 < n ? proto_hex_value(s[i + 1]) : -1;
-            int lo = hi >= 0 ? proto_hex_value(s[i + 2]) : -1;
-            if (hi < 0 || lo < 0)
-                return -1;
-            c = (char)(hi * 16 + lo);
-            i += 2;
-        }
-        if (c == '\0' || o + 1 >= out_len)
-            return -1;
-        out[o++] = c;
-    }
-    out[o] = '\0';
-    return 0;
-}
-
-static int parse_uint(const char *v, unsigned long min, unsigned long max, unsigned long *out)
-{
-    char *end;
-    unsigned long n;
-
-    if (*v < '0' || *v > '9')
-        return -1;
-    errno = 0;
-    n = strtoul(v, &end, 10);
-    if (errno || *end || n < min || n > max)
-        return -1;
-    *out = n;
-    return 0;
-}
 
 static void home_path(char *out, size_t len, const char *rel)
 {
@@ -99,17 +61,17 @@ static const char *set_param(struct sftp_opts *o, const char *name, const char *
         o->accept_new_host = value[0] == '1';
         return NULL;
     case 3:
-        if (parse_uint(value, 1, SFTP_MAX_CONNECTIONS, &n))
+        if (url_parse_uint(value, 1, SFTP_MAX_CONNECTIONS, &n))
             return "sftp connections must be between 1 and 64";
         o->connections = (unsigned)n;
         return NULL;
     case 4:
-        if (parse_uint(value, 100, 3600000, &n))
+        if (url_parse_uint(value, 100, 3600000, &n))
             return "sftp timeout must be between 100 and 3600000 (milliseconds)";
         o->timeout_ms = (uint32_t)n;
         return NULL;
     default:
-        if (parse_uint(value, 0, 86400, &n))
+        if (url_parse_uint(value, 0, 86400, &n))
             return "sftp keepalive must be between 0 and 86400 (seconds)";
         o->keepalive_s = (unsigned)n;
         return NULL;
@@ -119,28 +81,15 @@ static const char *set_param(struct sftp_opts *o, const char *name, const char *
 static const char *parse_query(struct sftp_opts *o, const char *q)
 {
     unsigned seen = 0;
+    char name[32], value[SFTP_MAX_PATH];
+    const char *err;
+    int r;
 
-    while (*q) {
-        size_t len = strcspn(q, "&");
-        const char *eq = memchr(q, '=', len);
-        char name[32], value[SFTP_MAX_PATH];
-        const char *err;
-
-        if (len == 0) {
-            q++;
-            continue;
-        }
-        if (!eq || (size_t)(eq - q) >= sizeof(name))
-            return "sftp URL parameters are name=value";
-        memcpy(name, q, (size_t)(eq - q));
-        name[eq - q] = '\0';
-        if (decode(eq + 1, len - (size_t)(eq - q) - 1, value, sizeof(value)))
-            return "bad escape or value too long in an sftp URL parameter";
+    while ((r = url_next_param(&q, name, sizeof(name), value, sizeof(value))) > 0) {
         if ((err = set_param(o, name, value, &seen)))
             return err;
-        q += len;
     }
-    return NULL;
+    return r < 0 ? "sftp URL parameters are name=value, with good escapes and not too long" : NULL;
 }
 
 /* HOST or [V6] then an optional :PORT, in s[0..n). */
@@ -177,7 +126,7 @@ static const char *parse_host(struct sftp_opts *o, const char *s, size_t n)
             return "bad sftp port";
         memcpy(digits, port, plen);
         digits[plen] = '\0';
-        if (parse_uint(digits, 1, 65535, &p))
+        if (url_parse_uint(digits, 1, 65535, &p))
             return "bad sftp port";
         o->port = (unsigned)p;
     }
@@ -202,7 +151,7 @@ int sftp_parse_url(const char *url, struct sftp_opts *o, const char **msg)
     p = url + 7;
     slash = p + strcspn(p, "/?");
     at = memchr(p, '@', (size_t)(slash - p));
-    if (!at || at == p || decode(p, (size_t)(at - p), o->user, sizeof(o->user))) {
+    if (!at || at == p || url_decode(p, (size_t)(at - p), o->user, sizeof(o->user))) {
         *msg = "sftp URL needs a user: sftp://USER@HOST[:PORT]/PATH";
         return -EINVAL;
     }
@@ -214,7 +163,7 @@ int sftp_parse_url(const char *url, struct sftp_opts *o, const char **msg)
     }
     query = strchr(slash, '?');
     path_len = query ? (size_t)(query - slash) : strlen(slash);
-    if (decode(slash, path_len, path, sizeof(path))) {
+    if (url_decode(slash, path_len, path, sizeof(path))) {
         *msg = "bad escape or path too long in the sftp URL";
         return -EINVAL;
     }

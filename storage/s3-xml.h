@@ -1,0 +1,58 @@
+#pragma once
+
+/*
+ * A small XML reader for the two S3 responses cairn reads: a ListObjectsV2
+ * page (<ListBucketResult>) and an error document (<Error>). It is not a
+ * general XML parser: it knows elements, attributes (skipped), character
+ * data with the five predefined entities and numeric character references,
+ * comments and processing instructions (skipped), and refuses the rest
+ * (DOCTYPE, CDATA). It reads `len` bytes that need not end in a NUL, never
+ * allocates, never recurses, and holds at most S3_XML_MAX_DEPTH open
+ * elements, so a hostile or truncated response costs one linear pass and
+ * ends in -EBADMSG, never in a read past the buffer.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Open elements at once; S3's documents nest four deep. */
+#define S3_XML_MAX_DEPTH 16
+/* S3 keys are at most 1024 bytes of UTF-8. */
+#define S3_XML_MAX_KEY 1024
+/* NextContinuationToken, decoded, including its NUL. */
+#define S3_XML_MAX_TOKEN 1024
+
+/*
+ * One <Contents> entry of a list page: key[0..key_len) is decoded UTF-8 and
+ * NUL-terminated. The callback returns 0 to go on; anything else stops the
+ * parse, which returns that value.
+ */
+typedef int (*s3_xml_list_cb)(void *opaque, const char *key, size_t key_len, uint64_t size);
+
+struct s3_list_page {
+    bool truncated;                    /* <IsTruncated>true</IsTruncated> */
+    bool has_key_count;                /* <KeyCount> was there */
+    uint64_t key_count;                /* as S3 says; entries is what was read */
+    uint64_t entries;                  /* <Contents> passed to the callback */
+    char next_token[S3_XML_MAX_TOKEN]; /* "" when absent */
+};
+
+/*
+ * Parses a ListObjectsV2 page and calls cb once per <Contents>, in document
+ * order. A key longer than max_key bytes (at most S3_XML_MAX_KEY) fails the
+ * page with -ENAMETOOLONG rather than being cut. A truncated page without a
+ * continuation token is -EBADMSG: it could not be continued. Returns 0,
+ * -EBADMSG for anything malformed or out of range, -EINVAL for a bad
+ * max_key, or the callback's non-zero value.
+ */
+int s3_xml_parse_list(const char *buf, size_t len, size_t max_key, s3_xml_list_cb cb, void *opaque,
+                      struct s3_list_page *page);
+
+struct s3_xml_error {
+    char code[64];     /* "NoSuchBucket", "SlowDown"; cut to fit */
+    char message[256]; /* cut to fit, at a UTF-8 character boundary */
+};
+
+/* Parses an <Error> document. 0 (code may still be "" if S3 gave none) or -EBADMSG. */
+int s3_xml_parse_error(const char *buf, size_t len, struct s3_xml_error *err);
