@@ -76,6 +76,19 @@ s3rverUtils.walk = function* walk(dir, recurseFilter) {
   }
 };
 
+// s3rver encrypts its continuation tokens with single DES, which OpenSSL 3
+// (and so Node 17 and later) no longer offers: every truncated listing
+// answered 500. The tokens only have to round-trip through s3rver itself,
+// so DES is swapped for AES-128-CBC with the key and the 8-byte IV doubled.
+for (const name of ['createCipheriv', 'createDecipheriv']) {
+  const original = crypto[name];
+  crypto[name] = function (algorithm, key, iv, ...rest) {
+    if (algorithm === 'des' && key.length === 8 && iv.length === 8)
+      return original.call(crypto, 'aes-128-cbc', Buffer.concat([key, key]), Buffer.concat([iv, iv]), ...rest);
+    return original.call(crypto, algorithm, key, iv, ...rest);
+  };
+}
+
 const S3rver = require('s3rver');
 const FilesystemStore = require('s3rver/lib/stores/filesystem');
 const { SignatureV4, getCanonicalHeaders } = require('@smithy/signature-v4');
@@ -141,6 +154,67 @@ function log(msg) {
 // and writes the object in place. A GET right after the PUT could then read a
 // short object, which real S3 never returns. Objects are written to a
 // temporary file beside the store and renamed into place once closed.
+// s3rver's listing walks directories in readdir order, so its pages are not
+// in key order and a page cut at max-keys skips keys; it also fails the whole
+// listing when one object's metadata is missing mid-write. This listing
+// collects every key under the prefix, sorts them as S3 does (by UTF-8
+// bytes), and skips objects that vanish while it runs.
+const S3Object = require('s3rver/lib/models/object');
+const OBJECT_SUFFIX = '._S3rver_object';
+FilesystemStore.prototype.listObjects = async function listObjects(bucket, options) {
+  const { delimiter = '', startAfter = '', prefix = '', maxKeys = Infinity } = options;
+  const bucketPath = this.getBucketPath(bucket);
+  const keys = [];
+  const commonPrefixes = new Set();
+  for (const filePath of s3rverUtils.walk(bucketPath)) {
+    if (!filePath.endsWith(OBJECT_SUFFIX)) continue;
+    const key = filePath.slice(bucketPath.length + 1, -OBJECT_SUFFIX.length);
+    if (!key.startsWith(prefix)) continue;
+    keys.push(key);
+  }
+  keys.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  const picked = [];
+  let isTruncated = false;
+  for (const key of keys) {
+    if (Buffer.compare(Buffer.from(key), Buffer.from(startAfter)) <= 0) continue;
+    if (delimiter) {
+      const idx = key.slice(prefix.length).indexOf(delimiter);
+      if (idx !== -1) {
+        commonPrefixes.add(key.slice(0, prefix.length + idx + 1));
+        continue;
+      }
+    }
+    if (picked.length >= maxKeys) {
+      isTruncated = true;
+      break;
+    }
+    picked.push(key);
+  }
+  const objects = [];
+  for (const key of picked) {
+    let metadata;
+    try {
+      metadata = await this.getMetadata(bucket, key);
+    } catch (err) {
+      if (err.code === 'ENOENT') continue;
+      throw err;
+    }
+    objects.push(new S3Object(bucket, key, null, metadata));
+  }
+  return { objects, commonPrefixes: [...commonPrefixes].sort(), isTruncated };
+};
+
+// s3rver removes a deleted object's empty directories, racing with a PUT that
+// has just created one (its rename then fails) and with another delete (its
+// readdir then fails): both answered 500. Directories stay.
+FilesystemStore.prototype.deleteObject = async function deleteObject(bucket, key) {
+  for (const what of ['object', 'object.md5', 'metadata.json']) {
+    await fs.promises.unlink(this.getResourcePath(bucket, key, what)).catch(err => {
+      if (err.code !== 'ENOENT') throw err;
+    });
+  }
+};
+
 FilesystemStore.prototype.putObject = async function putObject(object) {
   const objectPath = this.getResourcePath(object.bucket, object.key, 'object');
   await fs.promises.mkdir(path.dirname(objectPath), { recursive: true });
