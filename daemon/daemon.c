@@ -334,13 +334,15 @@ static void on_signal(uv_signal_t *s, int signum)
  * (cairn.db.before-rebuild.<time>), never deleted: it may hold what the
  * backend lacks. The search index is derived: it is simply made anew.
  */
-static int set_aside_db(const char *db_path, const char *index_path, char *err, size_t err_len)
-{
-    static const char *const suffixes[] = {"", "-wal", "-shm"};
-    char from[PATH_MAX + 32], to[PATH_MAX + 64];
-    long now = (long)time(NULL);
+static const char *const db_suffixes[] = {"", "-wal", "-shm"};
 
-    for (size_t i = 0; i < ARRAY_SIZE(suffixes); i++) {
+static int set_aside_db(const char *db_path, const char *index_path, long now, char *err,
+                        size_t err_len)
+{
+    const char *const *suffixes = db_suffixes;
+    char from[PATH_MAX + 32], to[PATH_MAX + 64];
+
+    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
         snprintf(from, sizeof(from), "%s%s", db_path, suffixes[i]);
         snprintf(to, sizeof(to), "%s.before-rebuild.%ld%s", db_path, now, suffixes[i]);
         if (rename(from, to) < 0 && errno != ENOENT) {
@@ -354,6 +356,31 @@ static int set_aside_db(const char *db_path, const char *index_path, char *err, 
         }
     }
     return 0;
+}
+
+/*
+ * A rebuild that failed (a pack could not be read, say) leaves a database
+ * that may lack what the old one had: the old one goes back in its place,
+ * so that the next start sees what it saw before. The caller has closed the
+ * new one.
+ */
+static void restore_db(const char *db_path, long stamp)
+{
+    char from[PATH_MAX + 64], to[PATH_MAX + 32];
+    bool had_one = false;
+
+    snprintf(from, sizeof(from), "%s.before-rebuild.%ld", db_path, stamp);
+    had_one = access(from, F_OK) == 0;
+    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
+        snprintf(to, sizeof(to), "%s%s", db_path, db_suffixes[i]);
+        if (unlink(to) < 0 && errno != ENOENT)
+            log_error("cannot remove %s: %s", to, strerror(errno));
+        snprintf(from, sizeof(from), "%s.before-rebuild.%ld%s", db_path, stamp, db_suffixes[i]);
+        if (rename(from, to) < 0 && errno != ENOENT)
+            log_error("cannot move %s back to %s: %s", from, to, strerror(errno));
+    }
+    if (had_one)
+        log_error("the rebuild failed: the database from before it is back in place");
 }
 
 /*
@@ -454,6 +481,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         .rebuild = cfg->rebuild_index,
     };
     char db_path[PATH_MAX + 16], index_path[PATH_MAX + 16], threads[16], url[PATH_MAX + 16];
+    long rebuild_stamp = (long)time(NULL);
     const char *msg;
     int r;
 
@@ -520,7 +548,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     snprintf(db_path, sizeof(db_path), "%s/cairn.db", cfg->data_dir);
     snprintf(index_path, sizeof(index_path), "%s/search.db", cfg->data_dir);
     if (cfg->rebuild_index) {
-        r = set_aside_db(db_path, index_path, err, err_len);
+        r = set_aside_db(db_path, index_path, rebuild_stamp, err, err_len);
         if (r)
             return r;
     }
@@ -531,7 +559,15 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     /* Recovery from the packs happens in here, before anyone is served. */
     r = store_new(&d->store, &d->loop, d->be, d->db, index_path, &scfg);
     if (r < 0) {
-        snprintf(err, err_len, "store: %s", strerror(-r));
+        if (r == -EIO)
+            snprintf(err, err_len, "recovery from the packs failed (the errors above say why)");
+        else
+            snprintf(err, err_len, "store: %s", strerror(-r));
+        if (cfg->rebuild_index) {
+            uv_run(&d->loop, UV_RUN_NOWAIT);
+            d->db = db_free(d->db);
+            restore_db(db_path, rebuild_stamp);
+        }
         return DAEMON_E_SETUP;
     }
     if (store_replay_summary(d->store)[0])

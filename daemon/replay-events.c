@@ -19,6 +19,13 @@
 
 /* Journal entries applied per step. */
 #define REPLAY_EVENTS 256
+/*
+ * Workers checking one page at once, at most: with a remote backend each
+ * check waits for round trips, so several in flight make a rebuild from a
+ * bucket take seconds instead of minutes. Bounded by what the backend can
+ * run at once (1 for a local disk, where it changes nothing).
+ */
+#define REPLAY_CHECKERS 8
 
 struct event {
     struct db_pending_entry pend;
@@ -30,6 +37,13 @@ struct event_page {
     struct replay *rp;
     struct event *ev;
     size_t n;
+    int status;
+};
+
+/* The events [from, to) of a page, checked by one worker. */
+struct event_slice {
+    struct event_page *pg;
+    size_t from, to;
     int status;
 };
 
@@ -55,12 +69,13 @@ static int check_chunk(void *ctx, const struct manifest_entry *chunk)
     return r;
 }
 
-static void page_work(void *arg)
+static void slice_work(void *arg)
 {
-    struct event_page *pg = arg;
+    struct event_slice *sl = arg;
+    struct event_page *pg = sl->pg;
     struct store *st = pg->rp->st;
 
-    for (size_t i = 0; pg->status == 0 && i < pg->n; i++) {
+    for (size_t i = sl->from; sl->status == 0 && i < sl->to; i++) {
         struct event *ev = &pg->ev[i];
         uint8_t *bytes = malloc(ev->pend.loc.len ? ev->pend.loc.len : 1), *raw;
         size_t got = 0, raw_len;
@@ -87,10 +102,38 @@ static void page_work(void *arg)
         if (r < 0 && r != -ENOMEM && r != -EIO)
             r = STORE_E_INTEGRITY; /* unreadable: refused, not fatal */
         if (r == -ENOMEM || r == -EIO || r == STORE_E_UNAVAILABLE)
-            pg->status = r < 0 ? r : -EIO;
+            sl->status = r < 0 ? r : -EIO;
         else
             ev->verdict = r;
     }
+}
+
+/* Checks every event of the page, in up to REPLAY_CHECKERS slices at once. */
+static int page_check(struct event_page *pg)
+{
+    struct event_slice slices[REPLAY_CHECKERS];
+    void *ctxs[REPLAY_CHECKERS];
+    size_t k = pg->rp->st->be->parallel, per;
+    int r;
+
+    if (k > REPLAY_CHECKERS)
+        k = REPLAY_CHECKERS;
+    if (k > pg->n)
+        k = pg->n;
+    if (k == 0)
+        k = 1;
+    per = (pg->n + k - 1) / k;
+    for (size_t i = 0; i < k; i++) {
+        size_t from = i * per, to = from + per < pg->n ? from + per : pg->n;
+        slices[i] = (struct event_slice){pg, from < pg->n ? from : pg->n, to, 0};
+        ctxs[i] = &slices[i];
+    }
+    if ((r = replay_jobs(pg->rp->st, slice_work, ctxs, k)) != 0)
+        return r;
+    for (size_t i = 0; i < k; i++)
+        if (slices[i].status != 0)
+            return slices[i].status;
+    return 0;
 }
 
 static int page_apply(struct db_txn *txn, void *ctx)
@@ -161,9 +204,7 @@ int replay_events(struct replay *rp)
         for (size_t i = 0; i < n; i++)
             pg.ev[i].pend = pend[i];
         free(pend);
-        r = replay_job(st, page_work, &pg);
-        if (r == 0)
-            r = pg.status;
+        r = page_check(&pg);
         if (r == 0)
             r = replay_commit(st, page_apply, &pg);
         for (size_t i = 0; i < n; i++) {

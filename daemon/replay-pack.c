@@ -193,7 +193,7 @@ static int window_fill(struct window *w, uint64_t off, uint64_t need, bool *beyo
     want = w->size - off < REPLAY_WINDOW ? w->size - off : REPLAY_WINDOW;
     if (want < need)
         want = need;
-    if ((r = replay_get(w->rp->st, w->rp->key, off, want, &w->buf, &w->len)) != 0)
+    if ((r = replay_get(w->rp, w->rp->key, off, want, &w->buf, &w->len)) != 0)
         return r;
     w->off = off;
     *beyond = w->len < need; /* the object is shorter than it was listed */
@@ -400,7 +400,7 @@ static int read_sealed(struct replay *rp, const struct pack_trailer *t,
             uint8_t *bytes;
             size_t len;
             w.kind = DB_ROW_ENTRY;
-            if ((r = replay_get(rp->st, rp->key, e->record_off, e->record_len, &bytes, &len)) != 0)
+            if ((r = replay_get(rp, rp->key, e->record_off, e->record_len, &bytes, &len)) != 0)
                 break;
             r = len == e->record_len ? entry_row(rp, bytes, len, e->id, &w) : RECORD_E_BAD;
             free(bytes);
@@ -429,7 +429,7 @@ static int try_sealed(struct replay *rp, uint64_t size, struct pack_trailer *t,
     *idx = NULL;
     if (size < PACK_HEADER_SIZE + PACK_TRAILER_SIZE)
         return 1;
-    r = replay_get(rp->st, rp->key, size - PACK_TRAILER_SIZE, PACK_TRAILER_SIZE, &tail, &len);
+    r = replay_get(rp, rp->key, size - PACK_TRAILER_SIZE, PACK_TRAILER_SIZE, &tail, &len);
     if (r != 0)
         return r;
     r = len == PACK_TRAILER_SIZE && pack_trailer_parse(tail, size, t) == 0 && t->seq == rp->seq ? 0
@@ -437,7 +437,7 @@ static int try_sealed(struct replay *rp, uint64_t size, struct pack_trailer *t,
     free(tail);
     if (r != 0)
         return r;
-    r = replay_get(rp->st, rp->key, t->index_off, (uint64_t)t->count * PACK_INDEX_ENTRY, &ibytes,
+    r = replay_get(rp, rp->key, t->index_off, (uint64_t)t->count * PACK_INDEX_ENTRY, &ibytes,
                    &len);
     if (r != 0)
         return r;
@@ -484,7 +484,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
     rp->seq = seq;
     packer_pack_key(rp->key, sizeof(rp->key), seq);
     rp->nindex = 0;
-    r = replay_get(st, rp->key, 0, PACK_HEADER_SIZE, &hdr, &len);
+    r = replay_get(rp, rp->key, 0, PACK_HEADER_SIZE, &hdr, &len);
     if (r != 0)
         return r;
     r = pack_header_decode(hdr, len, &hseq);

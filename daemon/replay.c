@@ -51,13 +51,16 @@ static void run_until(struct store *st, const bool *done)
         uv_run(st->loop, UV_RUN_ONCE);
 }
 
-int replay_get(struct store *st, const char *key, uint64_t off, uint64_t len, uint8_t **out,
+int replay_get(struct replay *rp, const char *key, uint64_t off, uint64_t len, uint8_t **out,
                size_t *out_len)
 {
+    struct store *st = rp->st;
     struct backend_get get = {.offset = off, .length = len, .max_len = (size_t)len};
     bool done = false;
     int r;
 
+    if (replay_prefetch_take(rp, key, off, len, out, out_len))
+        return 0;
     snprintf(get.req.key, sizeof(get.req.key), "%s", key);
     get.req.cb = req_done;
     get.req.userdata = &done;
@@ -151,15 +154,28 @@ static void sync_job_done(uv_work_t *w, int status)
 }
 
 /* Runs fn on a worker (where store reads may block) while the loop keeps turning. */
-int replay_job(struct store *st, void (*fn)(void *), void *ctx)
+int replay_job(struct store *st, void (*fn)(void *ctx), void *ctx)
 {
-    struct sync_job j = {.fn = fn, .ctx = ctx};
-    int r = uv_queue_work(st->loop, &j.work, sync_job_work, sync_job_done);
+    return replay_jobs(st, fn, &ctx, 1);
+}
 
-    if (r < 0)
-        return r;
-    run_until(st, &j.done);
-    return 0;
+int replay_jobs(struct store *st, void (*fn)(void *ctx), void *const *ctxs, size_t n)
+{
+    struct sync_job jobs[REPLAY_JOBS_MAX];
+    int r = 0;
+    size_t started = 0;
+
+    if (n > REPLAY_JOBS_MAX)
+        return -EINVAL;
+    for (; started < n; started++) {
+        jobs[started] = (struct sync_job){.fn = fn, .ctx = ctxs[started]};
+        if ((r = uv_queue_work(st->loop, &jobs[started].work, sync_job_work, sync_job_done)) < 0)
+            break;
+    }
+    /* The jobs that started run to their end, whatever became of the others. */
+    for (size_t i = 0; i < started; i++)
+        run_until(st, &jobs[i].done);
+    return r;
 }
 
 /* ---- the packs on the backend against the database ---- */
@@ -280,12 +296,47 @@ static int pack_listed(struct replay *rp, const struct listed *l, const struct d
     return r != 0 ? r : replay_commit(st, pack_update_apply, &u);
 }
 
+/* Whether pack_listed() reads a listed pack: unknown, or known otherwise than as it is. */
+static bool will_read(const struct listed *l, const struct db_pack *known, size_t nknown, size_t *k)
+{
+    while (*k < nknown && known[*k].seq < l->seq)
+        (*k)++;
+    if (*k == nknown || known[*k].seq != l->seq)
+        return true;
+    const struct db_pack *p = &known[*k];
+    return p->state != DB_PACK_DELETING && !(p->state == DB_PACK_SEALED && p->size == l->size);
+}
+
+/*
+ * Reads ahead the next window of packs that will be read, from listed[from]
+ * on; returns the index of the first listed pack after the window. Only for
+ * backends without appends (remote ones), where a read is a round trip.
+ */
+static size_t prefetch_window(struct replay *rp, const struct listed *listed, size_t nlisted,
+                              size_t from, const struct db_pack *known, size_t nknown)
+{
+    uint64_t seqs[REPLAY_PREFETCH_WINDOW], sizes[REPLAY_PREFETCH_WINDOW];
+    size_t n = 0, k = 0, i = from;
+
+    if (backend_has(rp->st->be, BACKEND_CAP_APPEND))
+        return nlisted;
+    for (; i < nlisted && n < REPLAY_PREFETCH_WINDOW; i++) {
+        if (!will_read(&listed[i], known, nknown, &k))
+            continue;
+        seqs[n] = listed[i].seq;
+        sizes[n++] = listed[i].size;
+    }
+    if (replay_prefetch_start(rp, seqs, sizes, n) < 0)
+        replay_prefetch_free(rp); /* only slower */
+    return i;
+}
+
 static int replay_packs(struct replay *rp, struct packer_resume *resume)
 {
     struct store *st = rp->st;
     struct listed *listed;
     struct db_pack *known;
-    size_t nlisted, nknown, i = 0, k = 0;
+    size_t nlisted, nknown, i = 0, k = 0, window_end = 0;
     uint64_t newest_open = 0;
     int r;
 
@@ -314,10 +365,13 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
             r = pack_missing(st, &known[k++]);
             continue;
         }
+        if (i == window_end)
+            window_end = prefetch_window(rp, listed, nlisted, i, known, nknown);
         const struct db_pack *p = k < nknown && known[k].seq == listed[i].seq ? &known[k++] : NULL;
         r = pack_listed(rp, &listed[i], p, listed[i].seq == newest_open, resume);
         i++;
     }
+    replay_prefetch_free(rp);
     free(listed);
     free(known);
     return r;

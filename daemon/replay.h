@@ -34,8 +34,15 @@ struct replay_row {
     bool is_delete;
 };
 
+struct replay_prefetch;
+
+/* Packs read ahead at once, and bytes read ahead at each end of one (replay-prefetch.c). */
+#define REPLAY_PREFETCH_WINDOW 64
+#define REPLAY_PREFETCH_SPAN (64u * 1024)
+
 struct replay {
     struct store *st;
+    struct replay_prefetch *prefetch; /* the window read ahead, or NULL */
     struct replay_row rows[REPLAY_ROWS];
     size_t nrows;
     /* The pack being read. */
@@ -51,8 +58,19 @@ struct replay {
 /* ---- waiting for the loop (replay.c) ---- */
 
 /* A ranged read: 0 with a malloc'd buffer, BACKEND_E_*, or negative errno. */
-int replay_get(struct store *st, const char *key, uint64_t off, uint64_t len, uint8_t **out,
+int replay_get(struct replay *rp, const char *key, uint64_t off, uint64_t len, uint8_t **out,
                size_t *out_len);
+/*
+ * Reads ahead the packs `seqs` (of `sizes` bytes; at most
+ * REPLAY_PREFETCH_WINDOW of them) with all their reads in flight at once,
+ * and waits for them; replay_get() then serves from them what it can. 0 or
+ * -ENOMEM (a failed read is only not served).
+ */
+int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_t *sizes, size_t n);
+/* A malloc'd copy of [off, off + len) of `key` if it was read ahead. */
+bool replay_prefetch_take(struct replay *rp, const char *key, uint64_t off, uint64_t len,
+                          uint8_t **out, size_t *out_len);
+void replay_prefetch_free(struct replay *rp);
 /* An append at `off` (with no iovecs: cut the object there, and make it durable). */
 int replay_append(struct store *st, const char *key, uint64_t off, const struct iovec *iov,
                   unsigned iovcnt);
@@ -62,6 +80,9 @@ int replay_del(struct store *st, const char *key);
 int replay_commit(struct store *st, int (*apply)(struct db_txn *txn, void *ctx), void *ctx);
 /* Runs fn on a worker (where store reads may block) while the loop keeps turning. */
 int replay_job(struct store *st, void (*fn)(void *ctx), void *ctx);
+/* The same for n (at most REPLAY_JOBS_MAX) contexts at once, on as many workers. */
+#define REPLAY_JOBS_MAX 16
+int replay_jobs(struct store *st, void (*fn)(void *ctx), void *const *ctxs, size_t n);
 
 /* ---- one pack (replay-pack.c) ---- */
 

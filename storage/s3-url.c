@@ -376,6 +376,14 @@ static const char *finish(struct s3_opts *o, struct raw *raw)
             len--;
         snprintf(o->api_base, sizeof(o->api_base), "%.*s", (int)len, raw->api_base);
     }
+    /* Unset, they follow a short timeout down rather than contradict it. */
+    if (!o->connect_timeout_s)
+        o->connect_timeout_s = S3_DEFAULT_CONNECT_TIMEOUT_S < o->timeout_s
+                                   ? S3_DEFAULT_CONNECT_TIMEOUT_S
+                                   : o->timeout_s;
+    if (!o->stall_timeout_s)
+        o->stall_timeout_s =
+            S3_DEFAULT_STALL_TIMEOUT_S < o->timeout_s ? S3_DEFAULT_STALL_TIMEOUT_S : o->timeout_s;
     if (o->connect_timeout_s > o->timeout_s)
         return "s3 backend: connect_timeout must not be longer than timeout";
     if (o->stall_timeout_s > o->timeout_s)
@@ -461,8 +469,8 @@ int s3_parse_url(const char *url, struct s3_opts *o, const char **msg)
 {
     memset(o, 0, sizeof(*o));
     o->timeout_s = S3_DEFAULT_TIMEOUT_S;
-    o->connect_timeout_s = S3_DEFAULT_CONNECT_TIMEOUT_S;
-    o->stall_timeout_s = S3_DEFAULT_STALL_TIMEOUT_S;
+    o->connect_timeout_s = 0; /* unset: see finish() */
+    o->stall_timeout_s = 0;
     o->connections = S3_DEFAULT_CONNECTIONS;
     o->temp_ttl_s = R2_DEFAULT_TEMP_TTL_S;
     if ((*msg = parse(url, o))) {

@@ -42,6 +42,17 @@ static void refused(const char *url, const char *words)
     assert_non_null(strstr(msg, "s3 backend: "));
 }
 
+/* Unset, connect_timeout and stall_timeout follow a short timeout down. */
+static void test_short_timeout(void **state)
+{
+    assert_int_equal(parse("s3://bkt?timeout=5"), 0);
+    assert_int_equal(o.connect_timeout_s, 5);
+    assert_int_equal(o.stall_timeout_s, 5);
+    assert_int_equal(parse("s3://bkt?timeout=20&connect_timeout=2"), 0);
+    assert_int_equal(o.connect_timeout_s, 2);
+    assert_int_equal(o.stall_timeout_s, 20);
+}
+
 static void test_s3_defaults(void **state)
 {
     (void)state;
@@ -222,8 +233,9 @@ static void test_errors(void **state)
     refused("s3://bkt?timeout=-5", "timeout");
     refused("s3://bkt?timeout=86401", "timeout");
     refused("s3://bkt?timeout=1x", "timeout");
-    refused("s3://bkt?timeout=5", "connect_timeout must not be longer");
-    refused("s3://bkt?timeout=20&connect_timeout=1", "stall_timeout must not be longer");
+    refused("s3://bkt?timeout=5&connect_timeout=6", "connect_timeout must not be longer");
+    refused("s3://bkt?timeout=20&connect_timeout=1&stall_timeout=21",
+            "stall_timeout must not be longer");
     refused("s3://bkt?connections=0", "connections");
     refused("s3://bkt?connections=257", "connections");
     refused("s3://bkt?connections=99999999999999999999999", "connections");
@@ -270,7 +282,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_s3_defaults), cmocka_unit_test(test_s3_every_option),
         cmocka_unit_test(test_prefix),      cmocka_unit_test(test_r2),
-        cmocka_unit_test(test_errors),      cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_short_timeout),      cmocka_unit_test(test_describe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -261,6 +261,7 @@ const settings = {
   faults: ['503'],
   fault_methods: null, // null: every method
   fault_limit: null, // null: no limit; a number: faults left to inject
+  fault_path: null, // null: every request; a string: only requests whose path contains it
   retry_after: null,
   stall_max_s: 120,
   latency: 'clean',
@@ -613,9 +614,10 @@ function responseHeaders(up) {
   return h;
 }
 
-function pickFault(method) {
+function pickFault(method, reqPath) {
   if (!(settings.fault_rate > 0) || settings.faults.length === 0) return null;
   if (settings.fault_methods && !settings.fault_methods.includes(method)) return null;
+  if (settings.fault_path !== null && !String(reqPath || '').split('?')[0].includes(settings.fault_path)) return null;
   if (settings.fault_limit !== null && settings.fault_limit <= 0) return null;
   if (random() >= settings.fault_rate) return null;
   const kind = settings.faults[Math.floor(random() * settings.faults.length)];
@@ -713,7 +715,7 @@ async function handleS3(req, res) {
   const latency = settings.latency_ms || LATENCY_PROFILES[settings.latency] || 0;
   if (latency > 0) await sleep(latency);
 
-  const fault = pickFault(req.method);
+  const fault = pickFault(req.method, req.url);
   entry.fault = fault;
   if (fault === '503') {
     entry.status = 503;
@@ -816,6 +818,7 @@ const CONTROL_KEYS = {
   faults: v => Array.isArray(v) && v.every(k => FAULT_KINDS.includes(String(k))),
   fault_methods: v => v === null || (Array.isArray(v) && v.every(m => typeof m === 'string')),
   fault_limit: v => v === null || (Number.isInteger(v) && v >= 0),
+  fault_path: v => v === null || typeof v === 'string',
   retry_after: v => v === null || (Number.isInteger(v) && v >= 0),
   stall_max_s: v => typeof v === 'number' && v > 0,
   latency: v => v in LATENCY_PROFILES,
@@ -841,7 +844,7 @@ async function applyControl(change) {
       throw new Error(`bad value for ${k}: ${JSON.stringify(v)}`);
     }
   }
-  if (change.clear_faults) Object.assign(settings, { fault_rate: 0, faults: ['503'], fault_methods: null, fault_limit: null, retry_after: null, latency: 'clean', latency_ms: 0 });
+  if (change.clear_faults) Object.assign(settings, { fault_rate: 0, faults: ['503'], fault_methods: null, fault_limit: null, fault_path: null, retry_after: null, latency: 'clean', latency_ms: 0 });
   if (change.reset_counters) {
     counters = freshCounters();
     recent.length = 0;
