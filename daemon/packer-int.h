@@ -37,6 +37,7 @@ struct packer {
      */
     struct packer_batch *inflight_head, *inflight_tail;
     unsigned inflight, max_inflight;
+    size_t inflight_bytes; /* records of the batches in flight */
     unsigned txns, seals;
     uv_idle_t kick;
     bool kick_active;

@@ -19,10 +19,13 @@
 #define PACKER_BATCH_MAX (16u * 1024 * 1024)
 /*
  * Batches written at once to a backend without appends (each is a pack of
- * its own), at most. A remote store is mostly waiting for the network, so
- * two uploads in flight keep it busy; each holds up to PACKER_BATCH_MAX.
+ * its own), at most, and the bytes they may hold together. A remote store is
+ * mostly waiting for the network: many small batches in flight let clients
+ * with adds outstanding share round trips, while a large add's 16 MiB
+ * batches stay two at a time, which bounds memory.
  */
-#define PACKER_PUTS_MAX 2
+#define PACKER_PUTS_MAX 8
+#define PACKER_INFLIGHT_BYTES (32u * 1024 * 1024)
 /*
  * Small blocks in one batch worth compressing together (merge.h). Below
  * this a batch is what a few clients send at once, and the extra job would
@@ -53,6 +56,7 @@ struct packer_batch {
     } io;
     /* The packer's batches in flight, oldest first; each ends in this order. */
     struct packer_batch *next_inflight;
+    size_t bytes; /* of its records, counted in pk->inflight_bytes */
     bool io_done, io_started;
     int io_status;
     struct db_write dbw;
@@ -456,6 +460,7 @@ static void batch_io_done(struct packer_batch *b, int status, bool started)
         if (!pk->inflight_head)
             pk->inflight_tail = NULL;
         pk->inflight--;
+        pk->inflight_bytes -= h->bytes;
         if (h->io_started)
             batch_written(h, h->io_status);
         else
@@ -573,7 +578,8 @@ static void batch_start(struct packer *pk)
     struct packer_group **tail;
     size_t bytes = 0;
 
-    if (pk->inflight >= pk->max_inflight || !pk->ready_head)
+    if (pk->inflight >= pk->max_inflight || !pk->ready_head ||
+        (pk->inflight && pk->inflight_bytes >= PACKER_INFLIGHT_BYTES))
         return;
     if (!(b = calloc(1, sizeof(*b)))) {
         /* Try again on the next loop turn; nothing is lost while groups wait. */
@@ -611,6 +617,8 @@ static void batch_start(struct packer *pk)
         pk->inflight_head = b;
     pk->inflight_tail = b;
     pk->inflight++;
+    b->bytes = bytes;
+    pk->inflight_bytes += bytes;
     if (b->nmergeable >= PACKER_MERGE_MIN &&
         uv_queue_work(pk->loop, &b->merge_work, merge_work, merge_done) == 0)
         return;

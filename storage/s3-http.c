@@ -21,6 +21,7 @@ struct s3_http {
     CURLM *multi;
     uv_timer_t timer;      /* curl's timer */
     uv_timer_t done_timer; /* delivers finished requests outside the caller's calls */
+    uv_timer_t watchdog;   /* cuts requests that move no byte for stall_timeout_ms */
     struct s3_http_opts opts;
     struct s3_http_req *done_head, *done_tail;
     struct s3_http_req *active; /* started, not yet finished */
@@ -271,6 +272,62 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
+/* ---- the no-progress watchdog ----------------------------------------------- */
+
+/*
+ * curl's own low-speed check averages over its last five seconds, so a
+ * request that sent its body and then heard nothing was cut only after
+ * stall_timeout plus those five seconds. Here a request is cut when no byte
+ * has moved either way for stall_timeout, counted from its last byte.
+ */
+static int on_progress(void *userp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    struct s3_http_req *req = userp;
+
+    (void)dltotal;
+    (void)ultotal;
+    if (dlnow != req->seen_down || ulnow != req->seen_up) {
+        req->seen_down = dlnow;
+        req->seen_up = ulnow;
+        /* A blocking s3_http_perform() has no loop; its whole attempt has a timeout. */
+        if (req->http->loop)
+            req->progress_at = uv_now(req->http->loop);
+    }
+    return 0;
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    struct s3_http *http = container_of(t, struct s3_http, watchdog);
+    uint64_t now = uv_now(http->loop);
+    struct s3_http_req *req = http->active;
+
+    while (req) {
+        struct s3_http_req *next = req->next_;
+        if (now - req->progress_at >= http->opts.stall_timeout_ms) {
+            snprintf(req->error, sizeof(req->error), "no byte moved for %u ms",
+                     (unsigned)(now - req->progress_at));
+            finish_easy(req, CURLE_OPERATION_TIMEDOUT);
+        }
+        req = next;
+    }
+    if (!http->active)
+        uv_timer_stop(&http->watchdog);
+}
+
+static void watchdog_arm(struct s3_http *http)
+{
+    /* Checked four times per stall period: a stall is cut at most a quarter late. */
+    uint64_t every = http->opts.stall_timeout_ms / 4;
+
+    if (!http->opts.stall_timeout_ms || uv_is_active((uv_handle_t *)&http->watchdog))
+        return;
+    if (every < 50)
+        every = 50;
+    uv_timer_start(&http->watchdog, on_watchdog, every, every);
+}
+
 /* ---- request and response bodies ------------------------------------------ */
 
 static size_t on_read(char *out, size_t size, size_t nitems, void *userp)
@@ -444,10 +501,9 @@ static int setup_easy(struct s3_http *http, struct s3_http_req *req)
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)http->opts.connect_timeout_ms);
-    /* The no-progress watchdog: less than one byte a second for stall_timeout ends the attempt. */
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME,
-                     (long)((http->opts.stall_timeout_ms + 999) / 1000));
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, req);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
@@ -490,6 +546,8 @@ static int req_init(struct s3_http *http, struct s3_http_req *req)
     req->easy = NULL;
     req->iov_idx = req->iov_off = 0;
     req->body_len = req->body_sent = 0;
+    req->seen_down = req->seen_up = 0;
+    req->progress_at = 0;
     req->cancelled = req->too_large = req->rewound = false;
     req->next_ = NULL;
     for (size_t i = 0; i < req->body_iovcnt; i++) {
@@ -515,8 +573,10 @@ int s3_http_start(struct s3_http *http, struct s3_http_req *req)
     if (r == 0 && curl_multi_add_handle(http->multi, req->easy) != CURLM_OK)
         r = -ENOMEM;
     if (r == 0) {
+        req->progress_at = uv_now(http->loop);
         req->next_ = http->active;
         http->active = req;
+        watchdog_arm(http);
     } else {
         curl_easy_cleanup(req->easy);
         req->easy = NULL;
@@ -604,9 +664,11 @@ int s3_http_new(struct s3_http **out, uv_loop_t *loop, const struct s3_http_opts
     curl_multi_setopt(http->multi, CURLMOPT_MAXCONNECTS, conns);
     uv_timer_init(loop, &http->timer);
     uv_timer_init(loop, &http->done_timer);
+    uv_timer_init(loop, &http->watchdog);
     http->timer.data = http;
     http->done_timer.data = http;
-    http->open_handles = 2;
+    http->watchdog.data = http;
+    http->open_handles = 3;
     *out = http;
     return 0;
 }
@@ -636,4 +698,5 @@ void s3_http_free(struct s3_http *http, void (*closed)(void *arg), void *arg)
     http->multi = NULL;
     uv_close((uv_handle_t *)&http->timer, on_handle_closed);
     uv_close((uv_handle_t *)&http->done_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&http->watchdog, on_handle_closed);
 }

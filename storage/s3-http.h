@@ -69,6 +69,8 @@ struct s3_http_req {
     CURL *easy;
     struct curl_slist *slist;
     size_t resp_cap;
+    uint64_t progress_at; /* uv_now() of the last byte either way */
+    curl_off_t seen_down, seen_up;
     size_t iov_idx, iov_off;
     uint64_t body_len, body_sent;
     bool cancelled, too_large, rewound;
