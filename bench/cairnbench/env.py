@@ -22,6 +22,8 @@ TIERS = {
         "be_peer_iterations": 2,
         "sftp_size": 1 * MIB, "sftp_iterations": 3, "sftp_rounds": 1,
         "sftp_large": 8 * MIB, "sftp_large_runs": 1,
+        "s3_profiles": ["clean"], "s3_iterations": 2, "s3_rounds": 1,
+        "s3_mc_clients": [4], "s3_mc_fault_clients": [4], "s3_mc_seconds": 1.0,
         "man_pages": 150, "search_runs": 1, "search_queries": 5,
         "ingest_big": 2 * MIB,
     },
@@ -33,6 +35,9 @@ TIERS = {
         "be_list_iterations": 10, "be_peer_iterations": 5,
         "sftp_size": 1 * MIB, "sftp_iterations": 6, "sftp_rounds": 5,
         "sftp_large": 256 * MIB, "sftp_large_runs": 3,
+        "s3_profiles": ["clean", "rtt20", "rtt50", "rtt100"], "s3_iterations": 4,
+        "s3_rounds": 2,
+        "s3_mc_clients": [8], "s3_mc_fault_clients": [4, 8], "s3_mc_seconds": 5.0,
         "man_pages": 3000, "search_runs": 3, "search_queries": 20,
         "ingest_big": 64 * MIB,
     },
@@ -44,6 +49,9 @@ TIERS = {
         "be_list_iterations": 50, "be_peer_iterations": 20,
         "sftp_size": 1 * MIB, "sftp_iterations": 10, "sftp_rounds": 10,
         "sftp_large": 1 * GIB, "sftp_large_runs": 5,
+        "s3_profiles": ["clean", "rtt20", "rtt50", "rtt100"], "s3_iterations": 6,
+        "s3_rounds": 4,
+        "s3_mc_clients": [8], "s3_mc_fault_clients": [4, 8], "s3_mc_seconds": 15.0,
         "man_pages": None, "search_runs": 5, "search_queries": 20,
         "ingest_big": 1 * GIB,
     },
@@ -83,6 +91,7 @@ class Context:
             "cairn": os.path.join(self.build_dir, "client", "cairn"),
             "loadgen": os.path.join(self.build_dir, "bench", "cairn-loadgen"),
             "backend-bench": os.path.join(self.build_dir, "bench", "backend-bench"),
+            "s3-raw": os.path.join(self.build_dir, "bench", "s3-raw"),
         }
         # Short: Unix socket paths must fit in 108 bytes.
         self.tmp = tempfile.mkdtemp(prefix="cb-", dir=os.environ.get("CAIRN_BENCH_TMP", "/tmp"))

@@ -280,7 +280,8 @@ class Cairnd(Server):
 
     name = "cairnd"
 
-    def __init__(self, ctx, label, config=None):
+    def __init__(self, ctx, label, config=None, env=None):
+        """`env`: the whole environment to run it in (default: the runner's)."""
         super().__init__()
         self.ctx = ctx
         self.dir = ctx.mkdtemp("d-" + label)
@@ -298,7 +299,7 @@ class Cairnd(Server):
             conf = os.path.join(self.dir, "cairn.conf")
             open(conf, "w").close()
             argv += ["--config", conf]
-        env = dict(os.environ)
+        env = dict(os.environ if env is None else env)
         env.pop("CAIRN_SOCKET", None)
         env.pop("CAIRN_DATA_DIR", None)
         self._spawn(argv, os.path.join(self.dir, "cairnd.log"), self.socket, env=env)

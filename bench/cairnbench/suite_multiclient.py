@@ -6,6 +6,11 @@ not slow the next. Each run is closed-loop with one request in flight per
 client (pipeline 1, as redis-benchmark's default -P 1) and stops after its
 ops or its time limit, whichever comes first.
 
+The s3 runs: `add` only, against a cairnd whose backend is s3:// on the S3
+test server (cairnbench/s3.py: s3rver behind a SigV4-checking proxy) at
+the rtt50 latency profile, without faults and with 10% of the requests
+failing (503, 500, reset, stall, truncate).
+
 redis-server listens on a Unix socket only, with `appendonly yes` and
 `appendfsync always`, so a SET is acknowledged after an fsync, as a cairn add
 is. Values are 8 KiB, as are cairn's documents; GET reads keys that exist
@@ -17,22 +22,29 @@ import io
 import json
 import os
 
-from . import charts, common, procs, report
+from . import charts, common, procs, report, s3
 from .procs import run_timed
 
 PROFILES = ["get", "add", "search", "mixed", "external_agent_churn"]
 FILE_SIZE = 8192
 
 
-def _loadgen(ctx, daemon, profile, clients, json_path):
+def _loadgen(ctx, daemon, profile, clients, json_path, seconds=None, files=None, fail_ok=False,
+             pipeline=1):
+    """One loadgen run; its JSON. With `fail_ok`, a run that could not happen
+    (seeding failed) returns {"error": stderr} instead of failing the suite."""
     s = ctx.sizes
+    seconds = seconds or s["mc_seconds"]
     ops_per_client = max(10, s["mc_ops"] // clients)
     argv = [ctx.bin["loadgen"], "--socket", daemon.socket, "--clients", str(clients),
-            "--ops-per-client", str(ops_per_client), "--duration", str(s["mc_seconds"]),
-            "--profile", profile, "--files", str(s["mc_files"]), "--file-size", str(FILE_SIZE),
-            "--json", json_path, "--quiet"]
+            "--ops-per-client", str(ops_per_client), "--duration", str(seconds),
+            "--profile", profile, "--files", str(files or s["mc_files"]),
+            "--file-size", str(FILE_SIZE), "--pipeline", str(pipeline), "--json", json_path,
+            "--quiet"]
     # Seeding, connecting and the run itself take seconds; minutes mean it hangs.
-    r = run_timed(argv, capture=True, timeout=s["mc_seconds"] + 120)
+    r = run_timed(argv, capture=True, timeout=seconds + 120)
+    if r.returncode == 1 and fail_ok:
+        return {"error": r.stderr.strip()[-400:]}
     if r.returncode != 0:
         kind = ("killed by signal %d" % -r.returncode if r.returncode < 0
                 else "exit %d" % r.returncode)
@@ -100,6 +112,7 @@ def run(ctx, result, log):
                     "search requests of every profile count as failures")
 
     _report(ctx, result, runs, redis)
+    _report_s3(ctx, result, _run_s3(ctx, result, log))
 
 
 def _op(data, op):
@@ -209,3 +222,147 @@ def _report(ctx, result, runs, redis):
     common.chart(result, ctx, "multiclient-p95.svg", charts.line_chart,
                  "multiclient: p95 latency by clients", "clients", "ms", p95, logx=True,
                  logy=True)
+
+
+# --- s3 -----------------------------------------------------------------------
+
+S3_PROFILE = "rtt50"
+S3_FAULT_RATE = 0.1
+S3_FAULTS = ["503", "500", "reset", "stall", "truncate"]
+S3_FILES = 20  # the add profile reads no seeded documents; a few are enough
+S3_ADD_TARGET = 500.0
+# Besides one request in flight per client (the suite's rule, and the target's
+# run): a run at 8 in flight per client, which shows what the packer makes of
+# a load that allows batching.
+S3_PIPELINE = 8
+
+
+def _run_s3(ctx, result, log):
+    """{"why": reason or None, "runs": {(faults?, clients): loadgen JSON + counters}}."""
+    s = ctx.sizes
+    out = {"why": s3.unavailable(), "runs": {}}
+    if out["why"]:
+        log("multiclient: s3 not measured: " + out["why"])
+        return out
+    try:
+        server = s3.S3Fixture(ctx)
+    except procs.Skip as e:
+        out["why"] = str(e)
+        return out
+    # (faults?, clients, requests in flight per client)
+    plan = ([(False, c, 1) for c in s["s3_mc_clients"]] +
+            [(False, c, S3_PIPELINE) for c in s["s3_mc_clients"] if c >= 8] +
+            [(True, c, 1) for c in s["s3_mc_fault_clients"]])
+    with server:
+        for faulty, clients, pipeline in plan:
+            log("multiclient: s3 add at %s, %d clients, pipeline %d%s" % (
+                S3_PROFILE, clients, pipeline,
+                ", %d%% faults" % (100 * S3_FAULT_RATE) if faulty else ""))
+            prefix = "mc-%s-%d-%d/store" % ("faults" if faulty else "clean", clients, pipeline)
+            params = {"stall_timeout": s3.FAULT_STALL_TIMEOUT,
+                      "timeout": s3.FAULT_TIMEOUT} if faulty else {}
+            url, env = server.backend("s3", prefix, **params)
+            server.profile(S3_PROFILE)
+            with procs.Cairnd(ctx, "mc-s3", config="[backend]\nurl = %s\n" % url,
+                              env=env) as daemon:
+                # Faults start once cairnd is up: opening the backend is not under test here.
+                if faulty:
+                    server.profile(S3_PROFILE, fault_rate=S3_FAULT_RATE, faults=S3_FAULTS,
+                                   stall_max_s=10)
+                server.srv.control(reset_counters=True)
+                data = _loadgen(ctx, daemon, "add", clients,
+                                os.path.join(daemon.dir, "loadgen.json"),
+                                seconds=s["s3_mc_seconds"], files=S3_FILES, fail_ok=True,
+                                pipeline=pipeline)
+                counters = server.srv.counters()
+                server.profile(S3_PROFILE)
+                data["cairnd_peak_rss_kib"] = daemon.peak_rss_kib()
+                data["s3_requests"] = counters.get("requests", {})
+                data["s3_faults"] = counters.get("faults", {})
+                daemon.check_alive()
+            procs.remove_tree(daemon.dir)
+            server.check_alive()
+            out["runs"][(faulty, clients, pipeline)] = data
+    return out
+
+
+def _report_s3(ctx, result, so):
+    s = ctx.sizes
+    names = {"add": "multiclient s3: durable `add` at 8 clients, %s, ≥ %d acknowledged/s with 0 "
+                    "failures" % (S3_PROFILE, S3_ADD_TARGET),
+             "faults": "multiclient s3: 0 failures with %d%% injected faults (%s) at %s clients"
+                       % (100 * S3_FAULT_RATE, ",".join(S3_FAULTS), " and ".join(
+                           str(c) for c in s["s3_mc_fault_clients"]))}
+    if so["why"]:
+        result.note("s3: not measured: " + so["why"])
+        for name in names.values():
+            result.target(name, "not measured: " + so["why"], None)
+        return
+    t = result.table(
+        "s3: durable adds through cairnd with the s3 backend (%s)" % S3_PROFILE,
+        ["faults", "clients", "in flight per client", "adds/s (acknowledged)", "adds", "failed",
+         "p50 ms", "p95 ms", "max ms", "errors", "S3 PUTs", "faults injected", "cairnd peak RSS"],
+        "cairn-loadgen --profile add (8 KiB of unique text per add; one in flight per client, "
+        "and in one run at 8 clients %d in flight each: --pipeline %d) "
+        "against a cairnd whose [backend] url is s3://... on the S3 test server, whose proxy "
+        "waits 50 ms (%s) before forwarding each request. An add is acknowledged once the pack "
+        "holding it is stored. With faults, %d%% of the requests the proxy accepts fail, kind "
+        "picked uniformly from %s (a stalled answer is closed by the proxy after 10 s; the "
+        "backend's stall_timeout is %d s). adds/s counts acknowledged adds only; *S3 PUTs* "
+        "and *faults injected* are the proxy's counters for the measured phase (seeding %d "
+        "documents included)." % (S3_PIPELINE, S3_PIPELINE, S3_PROFILE, 100 * S3_FAULT_RATE,
+                                   ", ".join(S3_FAULTS), s3.FAULT_STALL_TIMEOUT, S3_FILES))
+    for (faulty, clients, pipeline), d in sorted(so["runs"].items()):
+        if "error" in d:
+            t.add("10%" if faulty else "none", clients, pipeline, "-", "-", "-", "-", "-", "-",
+                  "loadgen could not run: " + d["error"], "-", "-", "-")
+            continue
+        add = d["op_types"].get("add") or {"count": 0, "failures": 0, "latency_ms": {},
+                                           "errors": {}}
+        ok_rate = (add["count"] - add["failures"]) / d["elapsed_s"] if d["elapsed_s"] else 0.0
+        L = add["latency_ms"]
+        t.add("10%" if faulty else "none", clients, pipeline, ok_rate, add["count"], add["failures"],
+              L.get("p50"), L.get("p95"), L.get("max"),
+              ", ".join("%s %d" % kv for kv in sorted(add["errors"].items())) or "-",
+              d["s3_requests"].get("PUT", 0),
+              ", ".join("%s %d" % kv for kv in sorted(d["s3_faults"].items())) or "0",
+              report.fmt_bytes((d.get("cairnd_peak_rss_kib") or 0) * 1024))
+        d["acknowledged_adds_per_s"] = ok_rate
+
+    clean8 = so["runs"].get((False, 8, 1))
+    if clean8 is None:
+        result.target(names["add"], "8 clients not run in this tier", None)
+    elif "error" in clean8:
+        result.target(names["add"], "loadgen could not run: " + clean8["error"], False)
+    else:
+        rate, failed = clean8["acknowledged_adds_per_s"], clean8["failures"]
+        # With one add in flight per client, no client can do more than one per add's
+        # latency, and an add's latency is at least one PUT round trip.
+        p50 = (clean8["op_types"].get("add") or {}).get("latency_ms", {}).get("p50")
+        piped = so["runs"].get((False, 8, S3_PIPELINE))
+        result.target(names["add"], "%s adds/s, %d failed (add p50 %s ms: at most %s/s for 8 "
+                      "clients with one add in flight each%s)" % (
+                          report.fmt(rate), failed, report.fmt(p50),
+                          report.fmt(8000.0 / p50) if p50 else "n/a",
+                          "; %d in flight per client: %s adds/s" % (
+                              S3_PIPELINE, report.fmt(piped["acknowledged_adds_per_s"]))
+                          if piped and "acknowledged_adds_per_s" in piped else ""),
+                      rate >= S3_ADD_TARGET and failed == 0)
+    faulty = {c: d for (f, c, _), d in so["runs"].items() if f}
+    if not faulty:
+        result.target(names["faults"], "not run in this tier", None)
+    else:
+        parts, ok = [], True
+        for c, d in sorted(faulty.items()):
+            if "error" in d:
+                parts.append("%d clients: loadgen could not run" % c)
+                ok = False
+            else:
+                parts.append("%d clients: %d failed of %d (%d faults injected)" % (
+                    c, d["failures"], d["ops"], sum(d["s3_faults"].values())))
+                ok = ok and d["failures"] == 0
+        missing = [c for c in s["s3_mc_fault_clients"] if c not in faulty]
+        result.target(names["faults"], "; ".join(parts) + (
+            "; not run: %s clients" % missing if missing else ""), ok and not missing)
+    result.data["s3"] = {"%s@%d/pipeline%d" % ("faults" if f else "clean", c, p): d
+                         for (f, c, p), d in so["runs"].items()}
