@@ -102,16 +102,21 @@ static void active_remove(struct s3_http_req *req)
     req->next_ = NULL;
 }
 
+/* Frees the easy handle and the header list (the handle out of any multi). */
+static void easy_free(struct s3_http_req *req)
+{
+    curl_easy_cleanup(req->easy);
+    req->easy = NULL;
+    curl_slist_free_all(req->slist);
+    req->slist = NULL;
+}
+
 static void release_easy(struct s3_http_req *req)
 {
     active_remove(req);
-    if (req->easy) {
+    if (req->easy)
         curl_multi_remove_handle(req->http->multi, req->easy);
-        curl_easy_cleanup(req->easy);
-        req->easy = NULL;
-    }
-    curl_slist_free_all(req->slist);
-    req->slist = NULL;
+    easy_free(req);
 }
 
 static void deliver_done(struct s3_http *http)
@@ -578,10 +583,7 @@ int s3_http_start(struct s3_http *http, struct s3_http_req *req)
         http->active = req;
         watchdog_arm(http);
     } else {
-        curl_easy_cleanup(req->easy);
-        req->easy = NULL;
-        curl_slist_free_all(req->slist);
-        req->slist = NULL;
+        easy_free(req);
         req->http = NULL;
     }
     return r;
@@ -616,10 +618,7 @@ int s3_http_perform(const struct s3_http_opts *opts, struct s3_http_req *req)
     req->result = r;
     if (r != 0)
         s3_http_req_reset(req);
-    curl_easy_cleanup(req->easy);
-    req->easy = NULL;
-    curl_slist_free_all(req->slist);
-    req->slist = NULL;
+    easy_free(req);
     req->http = NULL;
     return r;
 }

@@ -548,7 +548,8 @@ static int s3_get(struct backend *be, struct backend_req *req)
     return 0;
 }
 
-static int s3_head(struct backend *be, struct backend_req *req)
+/* A request without a body or a query: HEAD or DELETE of the object. */
+static int send_bare(struct backend *be, struct backend_req *req, const char *method)
 {
     struct s3_be *sb = s3_of(be);
     struct s3_op *op;
@@ -559,25 +560,19 @@ static int s3_head(struct backend *be, struct backend_req *req)
         return r;
     if (!(op = op_new(sb, req)))
         return -ENOMEM;
-    if ((r = op_send(op, "HEAD", name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
+    if ((r = op_send(op, method, name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
         return op_abandon(op, r);
     return 0;
 }
 
+static int s3_head(struct backend *be, struct backend_req *req)
+{
+    return send_bare(be, req, "HEAD");
+}
+
 static int s3_del(struct backend *be, struct backend_req *req)
 {
-    struct s3_be *sb = s3_of(be);
-    struct s3_op *op;
-    char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
-    int r;
-
-    if ((r = object_name(&sb->o, req->key, name, sizeof(name))) < 0)
-        return r;
-    if (!(op = op_new(sb, req)))
-        return -ENOMEM;
-    if ((r = op_send(op, "DELETE", name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
-        return op_abandon(op, r);
-    return 0;
+    return send_bare(be, req, "DELETE");
 }
 
 static int s3_list(struct backend *be, struct backend_req *req)
