@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct s3_op;
+
 /* Largest error document kept from a failed response. */
 #define S3_ERROR_BODY_MAX (64u * 1024)
 /* A ListObjectsV2 page of 1000 keys is about 300 KiB. */
@@ -49,6 +51,51 @@ struct s3_be {
     bool renewing, renew_timer_open;
     uint64_t creds_expire_ms; /* uv_now() time; 0: the credentials do not expire */
 };
+
+/* One attempt of one request (s3-op.c). */
+struct s3_op {
+    struct s3_http_req http;
+    struct s3_be *sb;
+    struct backend_req *req;
+    void (*done)(struct s3_op *op); /* the answer is in http */
+    struct s3_op *next; /* sb->ops */
+    uv_work_t work;
+    bool hashing, cancelled;
+    char hash[65];
+    struct s3_signed *sig; /* malloc'd: the signer's output is large */
+    char h_host[sizeof(((struct s3_opts *)0)->request_host) + 8], h_date[48], h_sha[96];
+    char h_auth[S3_SIGN_AUTH_SIZE + 16];
+    char h_range[96], h_extra[2][96];
+    char extra_names[4][32];
+    char *h_token; /* "x-amz-security-token: ..." when there is a session token */
+};
+
+
+/* The object's name in the bucket: PREFIX/KEY, or KEY without a prefix. */
+int s3_object_name(const struct s3_opts *o, const char *key, char *out, size_t len);
+/* A new attempt of req, in sb's list; `done` gets the answer. NULL without memory. */
+struct s3_op *s3_op_new(struct s3_be *sb, struct backend_req *req, void (*done)(struct s3_op *op));
+/*
+ * Builds and signs the request: `name` is the object's name ("" for the
+ * bucket), `query` its raw parameters, `extra` up to 4 more "Name: value"
+ * headers to sign; at most body_max bytes of the answer are kept.
+ */
+int s3_op_prepare(struct s3_op *op, const char *method, const char *name,
+                  const struct s3_param *query, size_t nquery, const char *const *extra,
+                  size_t nextra, size_t body_max);
+/* s3_op_prepare, then starts it on the loop. */
+int s3_op_send(struct s3_op *op, const char *method, const char *name,
+               const struct s3_param *query, size_t nquery, const char *const *extra,
+               size_t nextra, size_t body_max);
+/* Ends the attempt with `status`: the front end hears of it, the op is freed. */
+void s3_op_complete(struct s3_op *op, int status);
+/* A start that failed: the op is freed, r returned (no callback comes). */
+int s3_op_abandon(struct s3_op *op, int r);
+/* Frees what the op holds besides itself (for an op that is not malloc'd). */
+void s3_op_clear(struct s3_op *op);
+void s3_op_free(struct s3_op *op);
+/* A failed answer as a backend status; the server's code and message go to the log. */
+int s3_map_failure(struct s3_op *op);
 
 static inline struct s3_be *s3_of(struct backend *be)
 {

@@ -22,22 +22,6 @@
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
-/* One attempt of one request. */
-struct s3_op {
-    struct s3_http_req http;
-    struct s3_be *sb;
-    struct backend_req *req;
-    struct s3_op *next; /* sb->ops */
-    uv_work_t work;
-    bool hashing, cancelled;
-    char hash[65];
-    struct s3_signed *sig; /* malloc'd: the signer's output is large */
-    char h_host[sizeof(((struct s3_opts *)0)->request_host) + 8], h_date[48], h_sha[96], h_auth[S3_SIGN_AUTH_SIZE + 16];
-    char h_range[96], h_extra[2][96];
-    char extra_names[4][32];
-    char *h_token; /* "x-amz-security-token: ..." when there is a session token */
-};
-
 /* Why the last open failed (opens run on the main thread, before the loop). */
 static char open_msg[512];
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -46,226 +30,6 @@ static CURLcode curl_init_status;
 static void init_curl(void)
 {
     curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-/* ---- building and signing a request ----------------------------------------- */
-
-/* The object's name in the bucket: PREFIX/KEY, or KEY without a prefix. */
-static int object_name(const struct s3_opts *o, const char *key, char *out, size_t len)
-{
-    int n = o->prefix[0] ? snprintf(out, len, "%s/%s", o->prefix, key)
-                         : snprintf(out, len, "%s", key);
-    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-/* What an attempt holds besides itself; the probe's op lives on the stack. */
-static void op_clear(struct s3_op *op)
-{
-    s3_http_req_reset(&op->http);
-    if (op->sig) {
-        OPENSSL_cleanse(op->sig, sizeof(*op->sig));
-        free(op->sig);
-        op->sig = NULL;
-    }
-    if (op->h_token) {
-        OPENSSL_cleanse(op->h_token, strlen(op->h_token));
-        free(op->h_token);
-        op->h_token = NULL;
-    }
-    OPENSSL_cleanse(op->h_auth, sizeof(op->h_auth));
-}
-
-static void op_free(struct s3_op *op)
-{
-    op_clear(op);
-    free(op);
-}
-
-static void ops_remove(struct s3_op *op)
-{
-    struct s3_op **p = &op->sb->ops;
-
-    while (*p && *p != op)
-        p = &(*p)->next;
-    if (*p)
-        *p = op->next;
-}
-
-/* Ends the attempt: the backend front end hears of it. */
-static void op_complete(struct s3_op *op, int status)
-{
-    struct backend_req *req = op->req;
-
-    ops_remove(op);
-    req->status = status;
-    req->retry_after_ms = op->http.retry_after_ms;
-    op_free(op);
-    backend_complete(req);
-}
-
-static void on_http_done(struct s3_http_req *http);
-
-/*
- * Builds and signs the request: `name` is the object's name ("" for the
- * bucket itself), `query` its raw parameters, `extra` more headers to sign.
- */
-static int op_prepare(struct s3_op *op, const char *method, const char *name,
-                      const struct s3_param *query, size_t nquery, const char *const *extra,
-                      size_t nextra, size_t body_max)
-{
-    struct s3_be *sb = op->sb;
-    struct s3_header hdrs[4];
-    char path[S3_MAX_PREFIX + BACKEND_MAX_KEY + 80];
-    size_t nh = 0;
-    int r;
-
-    if (nextra > 4 || nextra + 5 > S3_HTTP_MAX_HEADERS)
-        return -EINVAL;
-    if (op->hash[0] == '\0')
-        memcpy(op->hash, S3_EMPTY_SHA256, sizeof(S3_EMPTY_SHA256));
-    /* "Name: value" lines, signed as they are sent. */
-    for (size_t i = 0; i < nextra; i++) {
-        const char *colon = strchr(extra[i], ':');
-        size_t len = (size_t)(colon - extra[i]);
-        if (!colon || len >= sizeof(op->extra_names[i]))
-            return -EINVAL;
-        memcpy(op->extra_names[i], extra[i], len);
-        op->extra_names[i][len] = '\0';
-        hdrs[nh].name = op->extra_names[i];
-        hdrs[nh].value = colon + 1 + strspn(colon + 1, " ");
-        nh++;
-    }
-    r = snprintf(path, sizeof(path), "%s/%s", sb->o.base_path, name);
-    if (r < 0 || (size_t)r >= sizeof(path))
-        return -ENAMETOOLONG;
-    if (!op->sig && !(op->sig = malloc(sizeof(*op->sig))))
-        return -ENOMEM;
-    r = s3_sign(sb->signer,
-                &(struct s3_request){
-                    .method = method,
-                    .path = path,
-                    .params = query,
-                    .n_params = nquery,
-                    .host = sb->o.request_host,
-                    .headers = hdrs,
-                    .n_headers = nh,
-                    .payload_sha256 = op->hash,
-                    .now = time(NULL),
-                },
-                op->sig);
-    if (r < 0)
-        return r;
-    r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s",
-                 sb->o.https ? "https" : "http", sb->o.request_host, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
-    if (r < 0 || (size_t)r >= sizeof(op->http.url))
-        return -ENAMETOOLONG;
-    snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.request_host);
-    snprintf(op->h_date, sizeof(op->h_date), "x-amz-date: %s", op->sig->amz_date);
-    snprintf(op->h_sha, sizeof(op->h_sha), "x-amz-content-sha256: %s", op->hash);
-    r = snprintf(op->h_auth, sizeof(op->h_auth), "Authorization: %s", op->sig->authorization);
-    if (r < 0 || (size_t)r >= sizeof(op->h_auth))
-        return -ENAMETOOLONG;
-    op->http.nheaders = 0;
-    op->http.headers[op->http.nheaders++] = op->h_host;
-    op->http.headers[op->http.nheaders++] = op->h_date;
-    op->http.headers[op->http.nheaders++] = op->h_sha;
-    op->http.headers[op->http.nheaders++] = op->h_auth;
-    if (op->sig->security_token[0]) {
-        size_t len = strlen(op->sig->security_token) + 32;
-        if (!op->h_token && !(op->h_token = malloc(len)))
-            return -ENOMEM;
-        snprintf(op->h_token, len, "x-amz-security-token: %s", op->sig->security_token);
-        op->http.headers[op->http.nheaders++] = op->h_token;
-    }
-    for (size_t i = 0; i < nextra; i++)
-        op->http.headers[op->http.nheaders++] = extra[i];
-    op->http.method = method;
-    op->http.body_max = body_max;
-    op->http.cb = on_http_done;
-    op->http.userdata = op;
-    return 0;
-}
-
-static int op_send(struct s3_op *op, const char *method, const char *name,
-                   const struct s3_param *query, size_t nquery, const char *const *extra,
-                   size_t nextra, size_t body_max)
-{
-    int r = op_prepare(op, method, name, query, nquery, extra, nextra, body_max);
-    return r < 0 ? r : s3_http_start(op->sb->http, &op->http);
-}
-
-/* ---- what a response means ----------------------------------------------------- */
-
-static const char *op_method(enum backend_op op)
-{
-    switch (op) {
-    case BACKEND_OP_PUT:
-        return "PUT";
-    case BACKEND_OP_GET:
-        return "GET";
-    case BACKEND_OP_HEAD:
-        return "HEAD";
-    case BACKEND_OP_DELETE:
-        return "DELETE";
-    case BACKEND_OP_LIST:
-        return "LIST";
-    default:
-        return "?";
-    }
-}
-
-static bool code_is(const char *code, const char *a)
-{
-    return strcmp(code, a) == 0;
-}
-
-/* A failed response: a backend status, with the server's code and message in the log. */
-static int map_failure(struct s3_op *op)
-{
-    struct s3_http_req *h = &op->http;
-    struct s3_be *sb = op->sb;
-    struct s3_xml_error err = {0};
-    long st = h->status;
-
-    if (h->result != 0) {
-        if (h->result == S3_HTTP_E_NETWORK) {
-            backend_log(BACKEND_LOG_INFO, "s3: %s %s: %s", op_method(op->req->op), op->req->key,
-                        h->error);
-            return BACKEND_E_UNAVAILABLE;
-        }
-        if (h->result == S3_HTTP_E_TLS) {
-            backend_log(BACKEND_LOG_ERROR, "s3: %s %s: TLS: %s", op_method(op->req->op),
-                        op->req->key, h->error);
-            return -EPROTO;
-        }
-        return h->result == S3_HTTP_E_TOO_LARGE ? BACKEND_E_TOO_LARGE : h->result;
-    }
-    if (h->resp_len)
-        s3_xml_parse_error((const char *)h->resp, h->resp_len, &err);
-    if (st == 404 && !code_is(err.code, "NoSuchBucket"))
-        return BACKEND_E_NOT_FOUND;
-    if (st == 412)
-        return BACKEND_E_EXISTS;
-    if (st == 408 || st == 429 || st == 500 || st == 502 || st == 503 || st == 504 ||
-        code_is(err.code, "SlowDown") || code_is(err.code, "RequestTimeout") ||
-        code_is(err.code, "RequestTimeTooSkewed") || code_is(err.code, "InternalError") ||
-        code_is(err.code, "ExpiredToken")) {
-        if (code_is(err.code, "ExpiredToken"))
-            s3_r2_renew_now(sb);
-        backend_log(BACKEND_LOG_INFO, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
-                    op->req->key, st, err.code, err.message[0] ? ": " : "", err.message);
-        return BACKEND_E_UNAVAILABLE;
-    }
-    backend_log(BACKEND_LOG_ERROR, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
-                op->req->key, st, err.code[0] ? err.code : "(no error code)",
-                err.message[0] ? ": " : "", err.message);
-    if (st == 403 || st == 401)
-        return -EACCES;
-    if (code_is(err.code, "NoSuchBucket"))
-        return -ENOENT;
-    if (st == 400 || st == 416)
-        return -EINVAL;
-    return -EIO;
 }
 
 static int finish_get(struct s3_op *op)
@@ -278,7 +42,7 @@ static int finish_get(struct s3_op *op)
         return 0;
     }
     if (h->status != 200 && h->status != 206)
-        return map_failure(op);
+        return s3_map_failure(op);
     if (h->content_length != UINT64_MAX && h->content_length != h->resp_len) {
         backend_log(BACKEND_LOG_INFO, "s3: GET %s: %zu of %" PRIu64 " bytes", op->req->key,
                     h->resp_len, h->content_length);
@@ -356,7 +120,7 @@ static int finish_list(struct s3_op *op)
     int r;
 
     if (h->status != 200)
-        return map_failure(op);
+        return s3_map_failure(op);
     list->entries = NULL;
     list->nentries = 0;
     r = s3_xml_parse_list((const char *)h->resp, h->resp_len, S3_XML_MAX_KEY, on_list_entry, &c,
@@ -374,23 +138,22 @@ static int finish_list(struct s3_op *op)
     return 0;
 }
 
-static void on_http_done(struct s3_http_req *http)
+static void op_done(struct s3_op *op)
 {
-    struct s3_op *op = http->userdata;
     struct s3_http_req *h = &op->http;
     int status;
 
     if (h->result == -ECANCELED || op->cancelled) {
-        op_complete(op, -ECANCELED);
+        s3_op_complete(op, -ECANCELED);
         return;
     }
     if (h->result != 0) {
-        op_complete(op, map_failure(op));
+        s3_op_complete(op, s3_map_failure(op));
         return;
     }
     switch (op->req->op) {
     case BACKEND_OP_PUT:
-        status = h->status == 200 ? 0 : map_failure(op);
+        status = h->status == 200 ? 0 : s3_map_failure(op);
         break;
     case BACKEND_OP_GET:
         status = finish_get(op);
@@ -400,12 +163,12 @@ static void on_http_done(struct s3_http_req *http)
             container_of(op->req, struct backend_head, req)->size = h->content_length;
             status = 0;
         } else {
-            status = h->status == 200 ? -EPROTO : map_failure(op);
+            status = h->status == 200 ? -EPROTO : s3_map_failure(op);
         }
         break;
     case BACKEND_OP_DELETE:
         /* S3 answers 204 whether or not the key existed. */
-        status = h->status == 204 || h->status == 200 ? 0 : map_failure(op);
+        status = h->status == 204 || h->status == 200 ? 0 : s3_map_failure(op);
         break;
     case BACKEND_OP_LIST:
         status = finish_list(op);
@@ -413,31 +176,10 @@ static void on_http_done(struct s3_http_req *http)
     default:
         status = -EOPNOTSUPP;
     }
-    op_complete(op, status);
+    s3_op_complete(op, status);
 }
 
 /* ---- operations ------------------------------------------------------------------- */
-
-static struct s3_op *op_new(struct s3_be *sb, struct backend_req *req)
-{
-    struct s3_op *op = calloc(1, sizeof(*op));
-
-    if (!op)
-        return NULL;
-    op->sb = sb;
-    op->req = req;
-    op->next = sb->ops;
-    sb->ops = op;
-    return op;
-}
-
-/* A failed start: the front end hears of it through the return value, not a callback. */
-static int op_abandon(struct s3_op *op, int r)
-{
-    ops_remove(op);
-    op_free(op);
-    return r;
-}
 
 static int send_put(struct s3_op *op)
 {
@@ -448,7 +190,7 @@ static int send_put(struct s3_op *op)
     char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
     int r;
 
-    if ((r = object_name(&sb->o, op->req->key, name, sizeof(name))) < 0)
+    if ((r = s3_object_name(&sb->o, op->req->key, name, sizeof(name))) < 0)
         return r;
     if (put->flags & BACKEND_PUT_CREATE)
         extra[nextra++] = "If-None-Match: *";
@@ -459,7 +201,7 @@ static int send_put(struct s3_op *op)
     }
     op->http.body = put->iov;
     op->http.body_iovcnt = put->iovcnt;
-    return op_send(op, "PUT", name, NULL, 0, extra, nextra, S3_ERROR_BODY_MAX);
+    return s3_op_send(op, "PUT", name, NULL, 0, extra, nextra, S3_ERROR_BODY_MAX);
 }
 
 static void hash_work(uv_work_t *w)
@@ -477,18 +219,18 @@ static void hash_done(uv_work_t *w, int status)
 
     op->hashing = false;
     if (status < 0 || op->cancelled) {
-        op_complete(op, -ECANCELED);
+        s3_op_complete(op, -ECANCELED);
         return;
     }
     if ((r = send_put(op)) < 0)
-        op_complete(op, r);
+        s3_op_complete(op, r);
 }
 
 static int s3_put(struct backend *be, struct backend_req *req)
 {
     struct backend_put *put = container_of(req, struct backend_put, req);
     struct s3_be *sb = s3_of(be);
-    struct s3_op *op = op_new(sb, req);
+    struct s3_op *op = s3_op_new(sb, req, op_done);
     uint64_t total = 0;
     int r;
 
@@ -500,12 +242,12 @@ static int s3_put(struct backend *be, struct backend_req *req)
         /* Hashing megabytes would stall every connection: the thread pool does it. */
         op->hashing = true;
         if ((r = uv_queue_work(be->loop, &op->work, hash_work, hash_done)) < 0)
-            return op_abandon(op, r);
+            return s3_op_abandon(op, r);
         return 0;
     }
     s3_sha256_hex(put->iov, put->iovcnt, op->hash);
     if ((r = send_put(op)) < 0)
-        return op_abandon(op, r);
+        return s3_op_abandon(op, r);
     return 0;
 }
 
@@ -519,9 +261,9 @@ static int s3_get(struct backend *be, struct backend_req *req)
     size_t nextra = 0, want;
     int r;
 
-    if ((r = object_name(&sb->o, req->key, name, sizeof(name))) < 0)
+    if ((r = s3_object_name(&sb->o, req->key, name, sizeof(name))) < 0)
         return r;
-    if (!(op = op_new(sb, req)))
+    if (!(op = s3_op_new(sb, req, op_done)))
         return -ENOMEM;
     if (get->offset || get->length != BACKEND_TO_END) {
         /* A read of nothing still asks for one byte, to tell a missing object. */
@@ -543,8 +285,8 @@ static int s3_get(struct backend *be, struct backend_req *req)
         want++;
     if (want < S3_ERROR_BODY_MAX)
         want = S3_ERROR_BODY_MAX;
-    if ((r = op_send(op, "GET", name, NULL, 0, extra, nextra, want)) < 0)
-        return op_abandon(op, r);
+    if ((r = s3_op_send(op, "GET", name, NULL, 0, extra, nextra, want)) < 0)
+        return s3_op_abandon(op, r);
     return 0;
 }
 
@@ -556,12 +298,12 @@ static int send_bare(struct backend *be, struct backend_req *req, const char *me
     char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
     int r;
 
-    if ((r = object_name(&sb->o, req->key, name, sizeof(name))) < 0)
+    if ((r = s3_object_name(&sb->o, req->key, name, sizeof(name))) < 0)
         return r;
-    if (!(op = op_new(sb, req)))
+    if (!(op = s3_op_new(sb, req, op_done)))
         return -ENOMEM;
-    if ((r = op_send(op, method, name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
-        return op_abandon(op, r);
+    if ((r = s3_op_send(op, method, name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
+        return s3_op_abandon(op, r);
     return 0;
 }
 
@@ -586,21 +328,21 @@ static int s3_list(struct backend *be, struct backend_req *req)
     size_t nq = 0;
     int r;
 
-    if ((r = object_name(&sb->o, req->key, prefix, sizeof(prefix))) < 0)
+    if ((r = s3_object_name(&sb->o, req->key, prefix, sizeof(prefix))) < 0)
         return r;
     snprintf(max_keys, sizeof(max_keys), "%zu", list->max_keys ? list->max_keys : BACKEND_LIST_PAGE);
     q[nq++] = (struct s3_param){"list-type", "2"};
     q[nq++] = (struct s3_param){"max-keys", max_keys};
     q[nq++] = (struct s3_param){"prefix", prefix};
     if (list->cursor[0]) {
-        if ((r = object_name(&sb->o, list->cursor, after, sizeof(after))) < 0)
+        if ((r = s3_object_name(&sb->o, list->cursor, after, sizeof(after))) < 0)
             return r;
         q[nq++] = (struct s3_param){"start-after", after};
     }
-    if (!(op = op_new(sb, req)))
+    if (!(op = s3_op_new(sb, req, op_done)))
         return -ENOMEM;
-    if ((r = op_send(op, "GET", "", q, nq, NULL, 0, S3_LIST_BODY_MAX)) < 0)
-        return op_abandon(op, r);
+    if ((r = s3_op_send(op, "GET", "", q, nq, NULL, 0, S3_LIST_BODY_MAX)) < 0)
+        return s3_op_abandon(op, r);
     return 0;
 }
 
@@ -657,8 +399,8 @@ static int probe(struct s3_be *sb)
 
         snprintf(prefix, sizeof(prefix), "%s%s", sb->o.prefix, sb->o.prefix[0] ? "/" : "");
         op.req = &fake;
-        /* op_send() starts an asynchronous request; the probe needs the same one, blocking. */
-        r = op_prepare(&op, "GET", "", q, 3, NULL, 0, S3_ERROR_BODY_MAX);
+        /* s3_op_send() starts an asynchronous request; the probe needs the same one, blocking. */
+        r = s3_op_prepare(&op, "GET", "", q, 3, NULL, 0, S3_ERROR_BODY_MAX);
         if (r < 0) {
             set_msg(sb, "s3: cannot build the first request: %s",
                      strerror(-r));
@@ -667,7 +409,7 @@ static int probe(struct s3_be *sb)
         s3_http_perform(&sb->http_opts, &op.http);
         if (op.http.result == 0 && op.http.resp_len)
             s3_xml_parse_error((const char *)op.http.resp, op.http.resp_len, &err);
-        op_clear(&op);
+        s3_op_clear(&op);
         if (op.http.result == 0 && op.http.status == 200)
             return 0;
         if (op.http.result == S3_HTTP_E_TLS) {
