@@ -22,6 +22,8 @@ struct s3_op;
 #define S3_ERROR_BODY_MAX (64u * 1024)
 /* A ListObjectsV2 page of 1000 keys is about 300 KiB. */
 #define S3_LIST_BODY_MAX (4u * 1024 * 1024)
+/* Keys in one DeleteObjects request, S3's limit. */
+#define S3_DELETE_BATCH 1000
 /* Payloads hashed on the loop thread; larger ones go to the thread pool. */
 #define S3_HASH_INLINE_MAX (64u * 1024)
 
@@ -42,6 +44,11 @@ struct s3_be {
     struct s3_http *http;
     struct s3_http_opts http_opts;
     struct s3_op *ops; /* attempts in flight, for cancel */
+    /* Deletes waiting to be sent together (s3-delete.c). */
+    struct backend_req *delq, *delq_tail;
+    size_t ndelq;
+    uv_timer_t delete_timer;
+    bool delete_timer_open;
     char msg[512];     /* open's explanation of a failure */
     /* R2 temporary credentials: renewed by a timer, and at once after ExpiredToken. */
     uv_timer_t renew_timer;
@@ -61,6 +68,7 @@ struct s3_op {
     struct s3_op *next; /* sb->ops */
     uv_work_t work;
     bool hashing, cancelled;
+    bool batch; /* a DeleteObjects of several requests (s3-delete.c) */
     char hash[65];
     struct s3_signed *sig; /* malloc'd: the signer's output is large */
     char h_host[sizeof(((struct s3_opts *)0)->request_host) + 8], h_date[48], h_sha[96];
@@ -87,6 +95,10 @@ int s3_op_prepare(struct s3_op *op, const char *method, const char *name,
 int s3_op_send(struct s3_op *op, const char *method, const char *name,
                const struct s3_param *query, size_t nquery, const char *const *extra,
                size_t nextra, size_t body_max);
+/* Takes the op off sb's list of attempts in flight. */
+void s3_op_unlink(struct s3_op *op);
+/* A HEAD or DELETE of req's object: 0, or negative errno when it could not start. */
+int s3_send_bare(struct s3_be *sb, struct backend_req *req, const char *method);
 /* Ends the attempt with `status`: the front end hears of it, the op is freed. */
 void s3_op_complete(struct s3_op *op, int status);
 /* A start that failed: the op is freed, r returned (no callback comes). */
@@ -109,5 +121,11 @@ static inline struct s3_be *s3_of(struct backend *be)
 int s3_r2_fetch_blocking(struct s3_be *sb, char *msg, size_t msg_len);
 void s3_r2_start_renewal(struct s3_be *sb);
 void s3_r2_renew_now(struct s3_be *sb);
+/* Batched deletes (s3-delete.c): queue one; send what is queued; the timer's life. */
+int s3_delete_queue(struct s3_be *sb, struct backend_req *req);
+void s3_delete_flush(struct s3_be *sb);
+void s3_delete_init(struct s3_be *sb);
+void s3_delete_stop(struct s3_be *sb, void (*stopped)(struct s3_be *sb));
+
 /* Stops renewing; `stopped` runs once the timer is closed (maybe at once). */
 void s3_r2_stop(struct s3_be *sb, void (*stopped)(struct s3_be *sb));

@@ -54,7 +54,7 @@ void s3_op_free(struct s3_op *op)
     free(op);
 }
 
-static void ops_remove(struct s3_op *op)
+void s3_op_unlink(struct s3_op *op)
 {
     struct s3_op **p = &op->sb->ops;
 
@@ -69,7 +69,7 @@ void s3_op_complete(struct s3_op *op, int status)
 {
     struct backend_req *req = op->req;
 
-    ops_remove(op);
+    s3_op_unlink(op);
     req->status = status;
     req->retry_after_ms = op->http.retry_after_ms;
     s3_op_free(op);
@@ -256,7 +256,7 @@ struct s3_op *s3_op_new(struct s3_be *sb, struct backend_req *req, void (*done)(
 /* A failed start: the front end hears of it through the return value, not a callback. */
 int s3_op_abandon(struct s3_op *op, int r)
 {
-    ops_remove(op);
+    s3_op_unlink(op);
     s3_op_free(op);
     return r;
 }

@@ -291,9 +291,8 @@ static int s3_get(struct backend *be, struct backend_req *req)
 }
 
 /* A request without a body or a query: HEAD or DELETE of the object. */
-static int send_bare(struct backend *be, struct backend_req *req, const char *method)
+int s3_send_bare(struct s3_be *sb, struct backend_req *req, const char *method)
 {
-    struct s3_be *sb = s3_of(be);
     struct s3_op *op;
     char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
     int r;
@@ -309,12 +308,13 @@ static int send_bare(struct backend *be, struct backend_req *req, const char *me
 
 static int s3_head(struct backend *be, struct backend_req *req)
 {
-    return send_bare(be, req, "HEAD");
+    return s3_send_bare(s3_of(be), req, "HEAD");
 }
 
 static int s3_del(struct backend *be, struct backend_req *req)
 {
-    return send_bare(be, req, "DELETE");
+    /* Sent together with the deletes that follow it closely, as one request. */
+    return s3_delete_queue(s3_of(be), req);
 }
 
 static int s3_list(struct backend *be, struct backend_req *req)
@@ -350,8 +350,9 @@ static void s3_cancel(struct backend *be, struct backend_req *req)
 {
     struct s3_be *sb = s3_of(be);
 
+    /* A delete waiting for its batch, or in one, runs to its end: it is quick. */
     for (struct s3_op *op = sb->ops; op; op = op->next) {
-        if (op->req != req)
+        if (op->req != req || op->batch)
             continue;
         op->cancelled = true;
         if (op->hashing)
@@ -493,6 +494,7 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
         set_msg(sb, "s3: cannot set up HTTP: %s", strerror(-r));
         goto fail;
     }
+    s3_delete_init(sb);
     s3_r2_start_renewal(sb);
     /*
      * Many clients hitting one server: full jitter spreads their retries.
@@ -527,9 +529,14 @@ static void on_http_closed(void *arg)
     backend_release(be);
 }
 
-static void on_renewal_stopped(struct s3_be *sb)
+static void on_deletes_stopped(struct s3_be *sb)
 {
     s3_http_free(sb->http, on_http_closed, sb);
+}
+
+static void on_renewal_stopped(struct s3_be *sb)
+{
+    s3_delete_stop(sb, on_deletes_stopped);
 }
 
 static void s3_close(struct backend *be)
