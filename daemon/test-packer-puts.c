@@ -225,11 +225,51 @@ static void test_older_put_fails(void **state)
     test_env_finish(&e);
 }
 
+/* No more puts at once than the backend runs in parallel (4 here); the rest wait their turn. */
+static void test_puts_bounded(void **state)
+{
+    enum { N = 6 };
+    struct test_env e;
+    static struct test_group g[N];
+
+    memset(g, 0, sizeof(g));
+    test_env_init_ops(&e, 16u << 20, &mem_ops);
+    struct mem_be *m = mem_of(e.be);
+    for (int i = 0; i < N; i++) {
+        test_rec_block(&g[i].recs[0], 20 + i, 1, 3000);
+        test_group_init(&g[i], &e, 1, 0);
+    }
+    /* Each group arrives once the previous one's put runs: a batch each. */
+    for (int i = 0; i < 4; i++) {
+        packer_submit(e.pk, &g[i].g);
+        run_until_held(&e, (size_t)i + 1);
+    }
+    packer_submit(e.pk, &g[4].g);
+    packer_submit(e.pk, &g[5].g);
+    for (int i = 0; i < 1000; i++)
+        uv_run(&e.loop, UV_RUN_NOWAIT);
+    assert_int_equal(m->nheld, 4);
+    while (m->nheld) {
+        finish(m, 0, 0);
+        for (int i = 0; i < 100; i++)
+            uv_run(&e.loop, UV_RUN_NOWAIT);
+        assert_true(m->nheld <= 4);
+    }
+    test_run(&e);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(g[i].status, 0);
+        assert_int_equal(g[i].order, i);
+        test_group_free(&g[i]);
+    }
+    test_env_finish(&e);
+}
+
 int test_packer_puts_run(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_out_of_order_puts),
         cmocka_unit_test(test_older_put_fails),
+        cmocka_unit_test(test_puts_bounded),
     };
     return cmocka_run_group_tests_name("pack writer, whole-pack puts", tests, NULL, NULL);
 }
