@@ -334,13 +334,15 @@ static void on_signal(uv_signal_t *s, int signum)
  * (cairn.db.before-rebuild.<time>), never deleted: it may hold what the
  * backend lacks. The search index is derived: it is simply made anew.
  */
-static int set_aside_db(const char *db_path, const char *index_path, char *err, size_t err_len)
-{
-    static const char *const suffixes[] = {"", "-wal", "-shm"};
-    char from[PATH_MAX + 32], to[PATH_MAX + 64];
-    long now = (long)time(NULL);
+static const char *const db_suffixes[] = {"", "-wal", "-shm"};
 
-    for (size_t i = 0; i < ARRAY_SIZE(suffixes); i++) {
+static int set_aside_db(const char *db_path, const char *index_path, long now, char *err,
+                        size_t err_len)
+{
+    const char *const *suffixes = db_suffixes;
+    char from[PATH_MAX + 32], to[PATH_MAX + 64];
+
+    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
         snprintf(from, sizeof(from), "%s%s", db_path, suffixes[i]);
         snprintf(to, sizeof(to), "%s.before-rebuild.%ld%s", db_path, now, suffixes[i]);
         if (rename(from, to) < 0 && errno != ENOENT) {
@@ -354,6 +356,46 @@ static int set_aside_db(const char *db_path, const char *index_path, char *err, 
         }
     }
     return 0;
+}
+
+/*
+ * A rebuild that failed - most often because the backend could not be read -
+ * must not leave its partial database where the next start would open it:
+ * that database holds less than the one set aside, and would be taken as
+ * the truth. What the rebuild wrote goes to cairn.db.failed-rebuild.<time>
+ * and the old database comes back. The search index, derived, is removed and
+ * made anew at the next start. Called with the database closed.
+ */
+static void undo_rebuild(const struct daemon *d)
+{
+    char from[sizeof(d->db_path) + 64], to[sizeof(d->db_path) + 64];
+    bool restored = false;
+
+    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
+        snprintf(from, sizeof(from), "%s%s", d->db_path, db_suffixes[i]);
+        snprintf(to, sizeof(to), "%s.failed-rebuild.%ld%s", d->db_path, d->aside_stamp,
+                 db_suffixes[i]);
+        if (rename(from, to) < 0 && errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be moved aside: %s", from, strerror(errno));
+        snprintf(from, sizeof(from), "%s.before-rebuild.%ld%s", d->db_path, d->aside_stamp,
+                 db_suffixes[i]);
+        snprintf(to, sizeof(to), "%s%s", d->db_path, db_suffixes[i]);
+        if (rename(from, to) == 0)
+            restored = restored || i == 0;
+        else if (errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be put back: %s", from, strerror(errno));
+        snprintf(from, sizeof(from), "%s%s", d->index_path, db_suffixes[i]);
+        if (unlink(from) < 0 && errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be removed: %s", from, strerror(errno));
+    }
+    if (restored)
+        log_error("rebuild failed: the database from before it is back in place as %s, "
+                  "what the rebuild wrote is in %s.failed-rebuild.%ld",
+                  d->db_path, d->db_path, d->aside_stamp);
+    else
+        log_error("rebuild failed: what it wrote is in %s.failed-rebuild.%ld, "
+                  "no database is in place",
+                  d->db_path, d->aside_stamp);
 }
 
 /*
@@ -520,7 +562,12 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     snprintf(db_path, sizeof(db_path), "%s/cairn.db", cfg->data_dir);
     snprintf(index_path, sizeof(index_path), "%s/search.db", cfg->data_dir);
     if (cfg->rebuild_index) {
-        r = set_aside_db(db_path, index_path, err, err_len);
+        /* From here on daemon_free() puts the old database back unless the rebuild succeeds. */
+        d->rebuilding = true;
+        d->aside_stamp = (long)time(NULL);
+        snprintf(d->db_path, sizeof(d->db_path), "%s", db_path);
+        snprintf(d->index_path, sizeof(d->index_path), "%s", index_path);
+        r = set_aside_db(db_path, index_path, d->aside_stamp, err, err_len);
         if (r)
             return r;
     }
@@ -531,7 +578,9 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     /* Recovery from the packs happens in here, before anyone is served. */
     r = store_new(&d->store, &d->loop, d->be, d->db, index_path, &scfg);
     if (r < 0) {
-        snprintf(err, err_len, "store: %s", strerror(-r));
+        snprintf(err, err_len, "%s: %s",
+                 cfg->rebuild_index ? "rebuild: reading the packs from the backend failed" : "store",
+                 strerror(-r));
         return DAEMON_E_SETUP;
     }
     if (store_replay_summary(d->store)[0])
@@ -555,6 +604,8 @@ int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len)
 {
     /* The replay in store_new did the work; the index catches up before the exit. */
     int r = store_drain(d->store);
+
+    d->rebuilt = r == 0;
 
     snprintf(summary, summary_len, "%s",
              store_replay_summary(d->store)[0] ? store_replay_summary(d->store)
@@ -589,6 +640,8 @@ struct daemon *daemon_free(struct daemon *d)
     uv_run(&d->loop, UV_RUN_DEFAULT); /* the backend's handles close asynchronously */
     if (uv_loop_close(&d->loop) != 0)
         log_error("event loop still has open handles at exit");
+    if (d->rebuilding && !d->rebuilt)
+        undo_rebuild(d); /* before the lock goes */
     if (d->lock_fd >= 0)
         close(d->lock_fd);
     if (d->listen_fd >= 0)
