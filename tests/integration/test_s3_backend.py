@@ -34,11 +34,9 @@ The packs are read straight from s3rver's files (packfmt.py), so the tests
 check what the server holds, not what cairnd says it holds.
 """
 
-import json
 import os
 import random
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -551,7 +549,8 @@ class BigDocument(S3Case):
         os.unlink(src)
         hwm_add = d.vm_hwm_kib()
         stored = sum(os.path.getsize(self.srv.object_path(self.bucket, k)) for k in self.keys())
-        self.assertGreater(stored, BIG_SIZE * 0.99, "the bucket holds %d bytes after a %d byte add" % (stored, BIG_SIZE))
+        self.assertGreater(stored, BIG_SIZE * 0.99,
+                           "the bucket holds %d bytes after a %d byte add" % (stored, BIG_SIZE))
         rc, _, err = ct.spawn_wait(cli + ["get", "-o", out, "big"])
         t3 = time.monotonic()
         self.assertEqual(rc, 0, "cairn get failed: %r\n%s" % (err[-2000:], d.log_tail()))
@@ -667,8 +666,9 @@ class R2(S3Case):
         self.assertGreaterEqual(c["temp_credentials_issued"], 3,
                                 "temporary credentials were not renewed at least twice in 8 s with a 3 s TTL")
         self.assertEqual(c["temp_credentials_refused"], 0)
-        # the main key never signed an S3 request: everything went with temporary keys
-        self.assertEqual(c.get("rejected", {}).get("InvalidAccessKeyId", 0), 0, c.get("rejected"))
+        # nothing was refused but, at worst, a request that met a key's expiry
+        # on the way (it is signed again with the renewed key)
+        self.assertLessEqual(set(c.get("rejected", {})), {"ExpiredToken"}, c.get("rejected"))
         self.assertTrue(self.keys(), "nothing in the bucket")
         self.assert_docs(d, docs)
         self.assert_verify_ok(d)
