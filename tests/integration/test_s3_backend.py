@@ -13,7 +13,8 @@ skipped without node and tests/s3/node_modules):
                   world-readable config file: cairnd exits non-zero at start,
                   in bounded time, saying why; the secret is never in
                   cairnd's log, `cairn status` or --print-config
-  Faults          10% of requests fail (503, 500, reset, stall, truncate):
+  Faults          10% of requests fail (503, 500, reset, reset_request,
+                  stall, truncate):
                   8 clients adding and reading see no failure, every
                   acknowledged document is intact and verify passes
   ServerGone      the S3 port gone past the retry deadline (timeout=8): an
@@ -433,7 +434,7 @@ class Faults(S3Case):
     THREADS = 8
     OPS = 40
     SIZE = 8 * 1024
-    KINDS = ["503", "500", "reset", "stall", "truncate"]
+    KINDS = ["503", "500", "reset", "reset_request", "stall", "truncate"]
 
     def test_10pct_faults_8_clients(self):
         d = self.daemon(url=self.url(stall_timeout=2, timeout=120))
