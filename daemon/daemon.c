@@ -359,28 +359,43 @@ static int set_aside_db(const char *db_path, const char *index_path, long now, c
 }
 
 /*
- * A rebuild that failed (a pack could not be read, say) leaves a database
- * that may lack what the old one had: the old one goes back in its place,
- * so that the next start sees what it saw before. The caller has closed the
- * new one.
+ * A rebuild that failed - most often because the backend could not be read -
+ * must not leave its partial database where the next start would open it:
+ * that database holds less than the one set aside, and would be taken as
+ * the truth. What the rebuild wrote goes to cairn.db.failed-rebuild.<time>
+ * and the old database comes back. The search index, derived, is removed and
+ * made anew at the next start. Called with the database closed.
  */
-static void restore_db(const char *db_path, long stamp)
+static void undo_rebuild(const struct daemon *d)
 {
-    char from[PATH_MAX + 64], to[PATH_MAX + 32];
-    bool had_one = false;
+    char from[sizeof(d->db_path) + 64], to[sizeof(d->db_path) + 64];
+    bool restored = false;
 
-    snprintf(from, sizeof(from), "%s.before-rebuild.%ld", db_path, stamp);
-    had_one = access(from, F_OK) == 0;
     for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
-        snprintf(to, sizeof(to), "%s%s", db_path, db_suffixes[i]);
-        if (unlink(to) < 0 && errno != ENOENT)
-            log_error("cannot remove %s: %s", to, strerror(errno));
-        snprintf(from, sizeof(from), "%s.before-rebuild.%ld%s", db_path, stamp, db_suffixes[i]);
+        snprintf(from, sizeof(from), "%s%s", d->db_path, db_suffixes[i]);
+        snprintf(to, sizeof(to), "%s.failed-rebuild.%ld%s", d->db_path, d->aside_stamp,
+                 db_suffixes[i]);
         if (rename(from, to) < 0 && errno != ENOENT)
-            log_error("cannot move %s back to %s: %s", from, to, strerror(errno));
+            log_error("rebuild failed, and %s cannot be moved aside: %s", from, strerror(errno));
+        snprintf(from, sizeof(from), "%s.before-rebuild.%ld%s", d->db_path, d->aside_stamp,
+                 db_suffixes[i]);
+        snprintf(to, sizeof(to), "%s%s", d->db_path, db_suffixes[i]);
+        if (rename(from, to) == 0)
+            restored = restored || i == 0;
+        else if (errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be put back: %s", from, strerror(errno));
+        snprintf(from, sizeof(from), "%s%s", d->index_path, db_suffixes[i]);
+        if (unlink(from) < 0 && errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be removed: %s", from, strerror(errno));
     }
-    if (had_one)
-        log_error("the rebuild failed: the database from before it is back in place");
+    if (restored)
+        log_error("rebuild failed: the database from before it is back in place as %s, "
+                  "what the rebuild wrote is in %s.failed-rebuild.%ld",
+                  d->db_path, d->db_path, d->aside_stamp);
+    else
+        log_error("rebuild failed: what it wrote is in %s.failed-rebuild.%ld, "
+                  "no database is in place",
+                  d->db_path, d->aside_stamp);
 }
 
 /*
@@ -481,7 +496,6 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         .rebuild = cfg->rebuild_index,
     };
     char db_path[PATH_MAX + 16], index_path[PATH_MAX + 16], threads[16], url[PATH_MAX + 16];
-    long rebuild_stamp = (long)time(NULL);
     const char *msg;
     int r;
 
@@ -548,7 +562,12 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     snprintf(db_path, sizeof(db_path), "%s/cairn.db", cfg->data_dir);
     snprintf(index_path, sizeof(index_path), "%s/search.db", cfg->data_dir);
     if (cfg->rebuild_index) {
-        r = set_aside_db(db_path, index_path, rebuild_stamp, err, err_len);
+        /* From here on daemon_free() puts the old database back unless the rebuild succeeds. */
+        d->rebuilding = true;
+        d->aside_stamp = (long)time(NULL);
+        snprintf(d->db_path, sizeof(d->db_path), "%s", db_path);
+        snprintf(d->index_path, sizeof(d->index_path), "%s", index_path);
+        r = set_aside_db(db_path, index_path, d->aside_stamp, err, err_len);
         if (r)
             return r;
     }
@@ -559,15 +578,9 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     /* Recovery from the packs happens in here, before anyone is served. */
     r = store_new(&d->store, &d->loop, d->be, d->db, index_path, &scfg);
     if (r < 0) {
-        if (r == -EIO)
-            snprintf(err, err_len, "recovery from the packs failed (the errors above say why)");
-        else
-            snprintf(err, err_len, "store: %s", strerror(-r));
-        if (cfg->rebuild_index) {
-            uv_run(&d->loop, UV_RUN_NOWAIT);
-            d->db = db_free(d->db);
-            restore_db(db_path, rebuild_stamp);
-        }
+        snprintf(err, err_len, "%s: %s",
+                 cfg->rebuild_index ? "rebuild: reading the packs from the backend failed" : "store",
+                 strerror(-r));
         return DAEMON_E_SETUP;
     }
     if (store_replay_summary(d->store)[0])
@@ -591,6 +604,8 @@ int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len)
 {
     /* The replay in store_new did the work; the index catches up before the exit. */
     int r = store_drain(d->store);
+
+    d->rebuilt = r == 0;
 
     snprintf(summary, summary_len, "%s",
              store_replay_summary(d->store)[0] ? store_replay_summary(d->store)
@@ -625,6 +640,8 @@ struct daemon *daemon_free(struct daemon *d)
     uv_run(&d->loop, UV_RUN_DEFAULT); /* the backend's handles close asynchronously */
     if (uv_loop_close(&d->loop) != 0)
         log_error("event loop still has open handles at exit");
+    if (d->rebuilding && !d->rebuilt)
+        undo_rebuild(d); /* before the lock goes */
     if (d->lock_fd >= 0)
         close(d->lock_fd);
     if (d->listen_fd >= 0)

@@ -52,6 +52,16 @@ struct daemon {
     int lock_fd;
     char socket_path[sizeof(((struct config *)0)->socket_path)];
     char backend_desc[256];
+    /*
+     * --rebuild-index: the old database is set aside as
+     * cairn.db.before-rebuild.<aside_stamp> and put back by daemon_free()
+     * unless the rebuild succeeded, so that a rebuild cut short by a backend
+     * that fails to read never leaves an emptier database in place.
+     */
+    bool rebuilding, rebuilt;
+    long aside_stamp;
+    char db_path[sizeof(((struct config *)0)->data_dir) + 16];
+    char index_path[sizeof(((struct config *)0)->data_dir) + 16];
 };
 
 /*
