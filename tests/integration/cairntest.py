@@ -670,6 +670,61 @@ def proc_kib(pid, field):
     return int(process_status(pid)[field].split()[0])
 
 
+
+class StoreChecks:
+    """Checks shared by the tests of the remote backends (test_sftp.py,
+    test_s3_backend.py); mixed into a unittest.TestCase."""
+
+    STARTUP_REFUSAL_TIMEOUT = 60 * SLOW
+
+    def assert_start_refused(self, d, *needles):
+        """cairnd exits non-zero at start, in bounded time, not by a signal,
+        and its output names one of `needles` (case-insensitive). Returns
+        the output of that start."""
+        d.start(wait=False)
+        rc = d.wait(self.STARTUP_REFUSAL_TIMEOUT)
+        text = d.log_text()
+        this_start = text[text.rfind("=== start"):]
+        self.assertNotEqual(rc, 0, "cairnd started (and exited 0) although it should refuse\n%s"
+                            % d.log_tail())
+        self.assertFalse(rc < 0, "cairnd died of signal %d instead of refusing\n%s" % (-rc, d.log_tail()))
+        low = this_start.lower()
+        self.assertTrue(any(n.lower() in low for n in needles),
+                        "cairnd's output names none of %r\n%s" % (needles, d.log_tail()))
+        return this_start
+
+    def add_docs(self, d, n, size=2000, prefix="doc"):
+        """n random documents through the protocol; {hash: content}."""
+        out = {}
+        with d.connect() as c:
+            for i in range(n):
+                content = os.urandom(size) + b"%s-%d" % (prefix.encode(), i)
+                r = c.add(content, name="%s-%d" % (prefix, i))
+                self.assertIs(r.get("ok"), True, "add: %r\n%s" % (short(r), d.log_tail()))
+                self.assertEqual(r.get("hash"), sha256_hex(content))
+                out[r["hash"]] = content
+        return out
+
+    def assert_docs(self, d, docs):
+        """Every document of {hash: content} reads back whole."""
+        with d.connect() as c:
+            for h, content in docs.items():
+                frames, got = c.get(h)
+                self.assertIsNotNone(got, "document %s lost: %r\n%s" % (h, short(frames[-1]), d.log_tail()))
+                self.assertEqual(sha256_hex(got), h)
+                self.assertEqual(got, content)
+
+    def assert_verify_ok(self, d):
+        """cairn verify reads every chunk and finds nothing wrong."""
+        p = d.cli("--json", "verify", check_exit=None, timeout=300 * SLOW)
+        self.assertEqual(p.returncode, 0, "verify failed: %s %s\n%s"
+                         % (p.stdout[-2000:], p.stderr[-2000:], d.log_tail()))
+        [v] = parse_json_lines(p.stdout)
+        self.assertEqual(v.get("bad_count"), 0, v)
+        self.assertGreater(v.get("chunks_checked", 0), 0, v)
+        return v
+
+
 class Daemon:
     """A real cairnd on a private socket and data dir.
 

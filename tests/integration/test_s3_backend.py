@@ -52,7 +52,6 @@ import s3fixture  # noqa: E402
 import test_durability as td  # noqa: E402
 
 MiB = ct.MiB
-STARTUP_REFUSAL_TIMEOUT = 60 * ct.SLOW
 # timeout=8 in the URL: the backend gives up on a request with its retries
 # after about 8 s; the bound only tells a failure from a hang
 UNAVAILABLE_TIMEOUT = 8
@@ -98,7 +97,7 @@ class S3Daemon(ct.Daemon):
         return env
 
 
-class S3Case(unittest.TestCase):
+class S3Case(ct.StoreChecks, unittest.TestCase):
     """One S3 server per class (cls.srv, bucket cls.bucket); every test has
     its own prefix in it (self.prefix)."""
 
@@ -155,7 +154,7 @@ class S3Case(unittest.TestCase):
         the output of that start."""
         t0 = time.monotonic()
         d.start(wait=False)
-        rc = d.wait(STARTUP_REFUSAL_TIMEOUT)
+        rc = d.wait(self.STARTUP_REFUSAL_TIMEOUT)
         elapsed = time.monotonic() - t0
         text = d.log_text()
         this_start = text[text.rfind("=== start"):]
@@ -167,34 +166,6 @@ class S3Case(unittest.TestCase):
                         "cairnd's output names none of %r\n%s" % (needles, d.log_tail()))
         self.assertFalse(os.path.exists(d.socket_path) and d.running(), "a refused cairnd listens")
         return this_start
-
-    def add_docs(self, d, n, size=2000, prefix="doc"):
-        out = {}
-        with d.connect() as c:
-            for i in range(n):
-                content = os.urandom(size) + b"%s-%d" % (prefix.encode(), i)
-                r = c.add(content, name="%s-%d" % (prefix, i))
-                self.assertIs(r.get("ok"), True, "add: %r\n%s" % (ct.short(r), d.log_tail()))
-                self.assertEqual(r.get("hash"), ct.sha256_hex(content))
-                out[r["hash"]] = content
-        return out
-
-    def assert_docs(self, d, docs):
-        with d.connect() as c:
-            for h, content in docs.items():
-                frames, got = c.get(h)
-                self.assertIsNotNone(got, "document %s lost: %r\n%s" % (h, ct.short(frames[-1]), d.log_tail()))
-                self.assertEqual(ct.sha256_hex(got), h)
-                self.assertEqual(got, content)
-
-    def assert_verify_ok(self, d):
-        p = d.cli("--json", "verify", check_exit=None, timeout=300 * ct.SLOW)
-        self.assertEqual(p.returncode, 0, "verify failed: %s %s\n%s"
-                         % (p.stdout[-2000:], p.stderr[-2000:], d.log_tail()))
-        [v] = ct.parse_json_lines(p.stdout)
-        self.assertEqual(v.get("bad_count"), 0, v)
-        self.assertGreater(v.get("chunks_checked", 0), 0, v)
-        return v
 
     # -- the bucket, read from s3rver's files
 

@@ -44,7 +44,6 @@ import sshfixture  # noqa: E402
 import test_durability as td  # noqa: E402
 
 MiB = ct.MiB
-STARTUP_REFUSAL_TIMEOUT = 60 * ct.SLOW
 # the backend gives up on an unreachable server after about 10-20 s
 UNAVAILABLE_BOUND = 60 * ct.SLOW
 
@@ -55,7 +54,7 @@ def is_pack_name(name):
     return len(name) == 16 and all(c in "0123456789abcdef" for c in name)
 
 
-class SftpCase(unittest.TestCase):
+class SftpCase(ct.StoreChecks, unittest.TestCase):
     """A private sshd (self.srv, started) and a remote store path
     (self.remote, not created: the backend makes it)."""
 
@@ -126,49 +125,6 @@ class SftpCase(unittest.TestCase):
 
     # -- daemons
 
-    def assert_start_refused(self, d, *needles):
-        """cairnd exits non-zero at start and its output names one of
-        `needles` (case-insensitive). Returns the output of that start."""
-        d.start(wait=False)
-        rc = d.wait(STARTUP_REFUSAL_TIMEOUT)
-        text = d.log_text()
-        this_start = text[text.rfind("=== start"):]
-        self.assertNotEqual(rc, 0, "cairnd started (and exited 0) although it should refuse\n%s"
-                            % d.log_tail())
-        self.assertFalse(rc < 0, "cairnd died of signal %d instead of refusing\n%s" % (-rc, d.log_tail()))
-        low = this_start.lower()
-        self.assertTrue(any(n.lower() in low for n in needles),
-                        "cairnd's output names none of %r\n%s" % (needles, d.log_tail()))
-        return this_start
-
-    def add_docs(self, d, n, size=2000, prefix="doc"):
-        """n random documents through the protocol; {hash: content}."""
-        out = {}
-        with d.connect() as c:
-            for i in range(n):
-                content = os.urandom(size) + b"%s-%d" % (prefix.encode(), i)
-                r = c.add(content, name="%s-%d" % (prefix, i))
-                self.assertIs(r.get("ok"), True, "add: %r\n%s" % (ct.short(r), d.log_tail()))
-                self.assertEqual(r.get("hash"), ct.sha256_hex(content))
-                out[r["hash"]] = content
-        return out
-
-    def assert_docs(self, d, docs):
-        with d.connect() as c:
-            for h, content in docs.items():
-                frames, got = c.get(h)
-                self.assertIsNotNone(got, "document %s lost: %r\n%s" % (h, ct.short(frames[-1]), d.log_tail()))
-                self.assertEqual(ct.sha256_hex(got), h)
-                self.assertEqual(got, content)
-
-    def assert_verify_ok(self, d):
-        p = d.cli("--json", "verify", check_exit=None, timeout=300 * ct.SLOW)
-        self.assertEqual(p.returncode, 0, "verify failed: %s %s\n%s"
-                         % (p.stdout[-2000:], p.stderr[-2000:], d.log_tail()))
-        [v] = ct.parse_json_lines(p.stdout)
-        self.assertEqual(v.get("bad_count"), 0, v)
-        self.assertGreater(v.get("chunks_checked", 0), 0, v)
-        return v
 
 
 # --------------------------------------------------------------------------
