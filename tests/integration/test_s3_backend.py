@@ -497,9 +497,11 @@ class ServerGone(S3Case):
 
 
 # 2 GiB as the issue asks (measured on the 2-core test machine: 9 s to write
-# the file, 49 s to add, 53 s to get, cairnd's VmHWM 76 MiB);
-# CAIRN_S3_BIG_MIB makes it smaller for a quick run.
-BIG_SIZE = int(os.environ.get("CAIRN_S3_BIG_MIB", "2048")) * MiB
+# the file, 49 s to add, 53 s to get, cairnd's VmHWM 76 MiB). Under the
+# sanitizers, where the RSS bound does not hold anyway (it is skipped
+# there), 256 MiB runs the same code in a fraction of the time.
+# CAIRN_S3_BIG_MIB sets another size.
+BIG_SIZE = int(os.environ.get("CAIRN_S3_BIG_MIB", "256" if ct.SANITIZED else "2048")) * MiB
 
 
 class BigDocument(S3Case):
