@@ -27,6 +27,8 @@ skipped without node and tests/s3/node_modules):
                   stand-in: renewals under load, a wrong API token refused at
                   start, keys expired mid-run recovered from
   LocalDataDir    the data dir holds no packs; gc deletes packs in the bucket
+  BatchedDeletes  the packs a gc empties go in DeleteObjects requests, fewer
+                  requests than packs
   RebuildIndex    --rebuild-index with a fresh data dir rebuilds everything
                   from the bucket; a rebuild whose reads fail fails loudly and
                   does not leave an emptier database in place
@@ -740,6 +742,40 @@ class LocalDataDir(S3Case):
                 self.assertIsNone(got, "a deleted document came back after gc and a restart")
         d.stop()
         self.assert_no_local_objects(d)
+
+
+class BatchedDeletes(S3Case):
+    def test_gc_deletes_packs_with_delete_objects(self):
+        """The packs a gc empties go in DeleteObjects requests (POST ?delete),
+        fewer requests than packs; every one of them leaves the bucket, and
+        what is kept stays readable."""
+        d = self.daemon()
+        d.start()
+        keep = self.add_docs(d, 3, prefix="keep")
+        gone = {}
+        for i in range(12):  # one add, one pack
+            gone.update(self.add_docs(d, 1, prefix="gone%d" % i))
+        with d.connect() as c:
+            for h in gone:
+                self.assertIs(c.call("delete", ref=h).get("ok"), True)
+        before = set(self.remote_packs())
+        self.srv.control(reset_counters=True)
+        with d.connect() as c:
+            r = c.call("gc", timeout=120 * ct.SLOW)
+        self.assertIs(r.get("ok"), True, ct.short(r))
+        deleted = r.get("packs_deleted", 0)
+        self.assertGreaterEqual(deleted, 12, ct.short(r))
+        deadline = time.monotonic() + 30 * ct.SLOW
+        while len(before - set(self.remote_packs())) < deleted and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(len(before - set(self.remote_packs())), deleted, "packs gc deleted still in the bucket")
+        fwd = self.srv.counters()["forwarded"]
+        self.assertGreater(fwd.get("POST", 0), 0, "no DeleteObjects request: %r" % fwd)
+        self.assertLess(fwd.get("POST", 0) + fwd.get("DELETE", 0), deleted,
+                        "as many delete requests as packs: %r" % fwd)
+        self.assertEqual(self.rejected(), {}, "requests the proxy refused")
+        self.assert_docs(d, keep)
+        d.stop()
 
 
 # --------------------------------------------------------------------------
