@@ -1,10 +1,10 @@
 /*
  * Deletes of the S3 backend. A gc deletes the packs it emptied one after
- * the other as its commits land; rather than one DELETE each, the deletes
- * started within S3_DELETE_GATHER_MS of the first go out as one
- * DeleteObjects request (POST ?delete) of up to S3_DELETE_BATCH keys. A
- * lone delete stays a plain DELETE. Nothing waits on a delete but the gc
- * that reclaims the space, so the short wait costs nobody.
+ * the other as its commits land. A delete with none in flight goes out at
+ * once, as a plain DELETE; those that come while deletes are in flight wait
+ * for them, and then go out together as one DeleteObjects request (POST
+ * ?delete) of up to S3_DELETE_BATCH keys, as a group commit does: a lone
+ * delete waits for nothing, a burst costs a few requests.
  *
  * DeleteObjects answers 200 even when some keys failed, listing those in
  * <Error> elements (quiet mode lists nothing else). A batch with any error
@@ -23,7 +23,8 @@
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
-#define S3_DELETE_GATHER_MS 20
+/* Delete requests in flight at once; more deletes wait and go in a batch. */
+#define S3_DELETE_INFLIGHT 2
 
 /* One DeleteObjects request: the op's own req is its first member. */
 struct s3_del_batch {
@@ -45,6 +46,7 @@ static void batch_done(struct s3_op *op)
 {
     struct s3_del_batch *b = container_of(op, struct s3_del_batch, op);
     struct s3_http_req *h = &op->http;
+    struct s3_be *sb = op->sb;
     uint32_t retry_after = h->retry_after_ms;
     int status;
 
@@ -62,6 +64,7 @@ static void batch_done(struct s3_op *op)
     memcpy(members, b->members, n * sizeof(*members));
     s3_op_unlink(op);
     batch_free(b);
+    s3_delete_ended(sb);
     for (size_t i = 0; i < n; i++) {
         members[i]->status = status;
         members[i]->retry_after_ms = retry_after;
@@ -177,6 +180,7 @@ static void send_batch(struct s3_be *sb, struct backend_req **reqs, size_t n)
     if (r == 0) {
         b->op.next = sb->ops;
         sb->ops = &b->op;
+        sb->deletes_inflight++;
         return;
     }
     if (b)
@@ -211,13 +215,31 @@ void s3_delete_flush(struct s3_be *sb)
         if (r < 0) {
             reqs[0]->status = r;
             backend_complete(reqs[0]);
+        } else {
+            sb->deletes_inflight++;
         }
     }
     sb->delq_tail = NULL;
 }
 
+void s3_delete_ended(struct s3_be *sb)
+{
+    sb->deletes_inflight--;
+    /* Not from inside the caller's callback chain: on the next turn of the loop. */
+    if (sb->delq && sb->delete_timer_open)
+        uv_timer_start(&sb->delete_timer, on_delete_timer, 0, 0);
+}
+
 int s3_delete_queue(struct s3_be *sb, struct backend_req *req)
 {
+    int r;
+
+    if (sb->deletes_inflight < S3_DELETE_INFLIGHT && !sb->delq) {
+        /* Nothing to wait for: a plain DELETE at once. */
+        if ((r = s3_send_bare(sb, req, "DELETE")) == 0)
+            sb->deletes_inflight++;
+        return r;
+    }
     req->next_ = NULL;
     if (sb->delq_tail)
         sb->delq_tail->next_ = req;
@@ -225,10 +247,9 @@ int s3_delete_queue(struct s3_be *sb, struct backend_req *req)
         sb->delq = req;
     sb->delq_tail = req;
     sb->ndelq++;
+    /* A full batch goes now; the rest when a delete in flight ends. */
     if (sb->ndelq >= S3_DELETE_BATCH)
         uv_timer_start(&sb->delete_timer, on_delete_timer, 0, 0);
-    else if (!uv_is_active((uv_handle_t *)&sb->delete_timer))
-        uv_timer_start(&sb->delete_timer, on_delete_timer, S3_DELETE_GATHER_MS, 0);
     return 0;
 }
 

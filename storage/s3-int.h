@@ -47,6 +47,7 @@ struct s3_be {
     /* Deletes waiting to be sent together (s3-delete.c). */
     struct backend_req *delq, *delq_tail;
     size_t ndelq;
+    unsigned deletes_inflight; /* DELETE and DeleteObjects requests */
     uv_timer_t delete_timer;
     bool delete_timer_open;
     char msg[512];     /* open's explanation of a failure */
@@ -124,6 +125,8 @@ void s3_r2_renew_now(struct s3_be *sb);
 /* Batched deletes (s3-delete.c): queue one; send what is queued; the timer's life. */
 int s3_delete_queue(struct s3_be *sb, struct backend_req *req);
 void s3_delete_flush(struct s3_be *sb);
+/* A delete request ended (a plain DELETE, or a batch): what waits may go. */
+void s3_delete_ended(struct s3_be *sb);
 void s3_delete_init(struct s3_be *sb);
 void s3_delete_stop(struct s3_be *sb, void (*stopped)(struct s3_be *sb));
 

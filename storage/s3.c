@@ -143,6 +143,9 @@ static void op_done(struct s3_op *op)
     struct s3_http_req *h = &op->http;
     int status;
 
+    if (op->req->op == BACKEND_OP_DELETE)
+        s3_delete_ended(op->sb);
+
     if (h->result == -ECANCELED || op->cancelled) {
         s3_op_complete(op, -ECANCELED);
         return;
@@ -313,7 +316,7 @@ static int s3_head(struct backend *be, struct backend_req *req)
 
 static int s3_del(struct backend *be, struct backend_req *req)
 {
-    /* Sent together with the deletes that follow it closely, as one request. */
+    /* At once, or batched with the others that wait for deletes in flight. */
     return s3_delete_queue(s3_of(be), req);
 }
 
