@@ -411,6 +411,7 @@ static void test_fe_retry_after(void **state)
     assert_int_equal(t.done.status, 0);
     assert_int_equal(t.n, 2);
     assert_true(drawn_delay(&t, 1) >= 200);
+    backend_get_reset(&t.get);
     test_env_finish(&e);
 }
 
