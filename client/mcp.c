@@ -9,9 +9,15 @@
  * - Batches (JSON arrays) are refused: revision 2025-06-18 removed them.
  * - Notifications (no id) get no reply; requests other than initialize and
  *   ping before initialize are refused.
- * - End of input ends the server with status 0.
+ * - End of input ends the server with status 0. Input is read ahead between
+ *   requests, so the end is seen while requests are still queued: those are
+ *   answered for MCP_EOF_GRACE_MS more, then the server exits without them.
+ *   A client closes stdin to shut the server down (the MCP stdio transport)
+ *   and sends SIGTERM 2 s later; a script that pipes requests in still gets
+ *   its answers.
  */
 #include "client/mcp.h"
+#include "client/mcp-input.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -21,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* How long requests read before the end of input are still answered after it. */
+#define MCP_EOF_GRACE_MS 500
 
 /* Newest first; the first is what a client with an unknown revision is offered. */
 static const char *const versions[] = {"2025-06-18", "2025-03-26", "2024-11-05"};
@@ -142,50 +151,12 @@ static int handle(struct mcp *m, json_t *msg)
     return reply_result(id, result);
 }
 
-/*
- * Reads one line into *buf (grown as needed, up to MCP_MAX_LINE). 1 with a
- * line, 0 at the end of input, 2 for a line that was too long (skipped).
- */
-static int read_line(char **buf, size_t *cap, size_t *len)
-{
-    bool too_long = false;
-    int ch;
-
-    *len = 0;
-    while ((ch = getchar_unlocked()) != EOF && ch != '\n') {
-        if (too_long)
-            continue;
-        if (*len + 1 >= *cap) {
-            size_t ncap = *cap ? *cap * 2 : 65536;
-            char *grown;
-            if (*len + 1 >= MCP_MAX_LINE) {
-                too_long = true;
-                continue;
-            }
-            if (ncap > MCP_MAX_LINE)
-                ncap = MCP_MAX_LINE;
-            if (!(grown = realloc(*buf, ncap))) {
-                too_long = true;
-                continue;
-            }
-            *buf = grown;
-            *cap = ncap;
-        }
-        (*buf)[(*len)++] = (char)ch;
-    }
-    if (too_long)
-        return 2;
-    if (ch == EOF && *len == 0)
-        return 0;
-    (*buf)[*len] = '\0';
-    return 1;
-}
-
 int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
 {
     struct mcp m = {.cli = cli};
-    char *line = NULL;
-    size_t cap = 0, len;
+    struct mcp_input in;
+    char *line;
+    size_t len;
     int r = 0, got;
 
     if (argc > 1) {
@@ -199,28 +170,29 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
     cli->json = true;
     /* A client that goes away mid-reply ends the server through EPIPE, not a signal. */
     signal(SIGPIPE, SIG_IGN);
-    while (r == 0 && (got = read_line(&line, &cap, &len)) != 0) {
+    mcp_input_init(&in, STDIN_FILENO);
+    while (r == 0 && (got = mcp_input_line(&in, &line, &len)) != 0) {
         json_error_t err;
         json_t *msg;
 
+        if (mcp_input_ended_ms(&in) > MCP_EOF_GRACE_MS)
+            break;
         if (got == 2) {
             r = reply_error(NULL, MCP_PARSE_ERROR, "request line too long");
-            continue;
-        }
-        if (len == 0 || strspn(line, " \t\r") == len)
-            continue;
-        msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
-        if (!msg) {
+        } else if (len == 0 || strspn(line, " \t\r") == len) {
+            /* blank lines are skipped */
+        } else if (!(msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err))) {
             r = reply_error(NULL, MCP_PARSE_ERROR, "parse error");
-            continue;
+        } else {
+            if (json_is_array(msg))
+                r = reply_error(NULL, MCP_INVALID_REQUEST, "batches are not supported");
+            else
+                r = handle(&m, msg);
+            json_decref(msg);
         }
-        if (json_is_array(msg))
-            r = reply_error(NULL, MCP_INVALID_REQUEST, "batches are not supported");
-        else
-            r = handle(&m, msg);
-        json_decref(msg);
+        mcp_input_readahead(&in);
     }
-    free(line);
+    mcp_input_free(&in);
     if (r == -EIO) {
         /* Output that cannot be written means the client is gone: the end of the session,
          * with nothing left to flush at exit. */

@@ -970,5 +970,26 @@ class Notifications(McpTestCase):
         self.finish(m)
 
 
+    def test_piped_script_gets_every_answer(self):
+        """Requests piped in and stdin closed at once (`... | cairn mcp`): the
+        end of input is seen at once, yet every request read before it is
+        answered (within the grace after the end), then the server exits 0."""
+        ct.parse_add(self.d.cli("add", "-n", "s.txt", "-", input=b"scripted\n").stdout)
+        lines = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}]
+        for i in range(1, 11):
+            lines.append({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                          "params": {"name": "get", "arguments": {"ref": "s.txt"}}})
+        data = b"".join(json.dumps(m).encode() + b"\n" for m in lines)
+        p = subprocess.run(mcp_argv(self.d.socket_path), input=data, capture_output=True,
+                           env=ct.cli_env(), timeout=30 * ct.SLOW)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        replies = [json.loads(l) for l in p.stdout.splitlines()]
+        self.assertEqual([r["id"] for r in replies], list(range(11)), trim(replies))
+        for r in replies[1:]:
+            self.assertEqual(r["result"]["content"][0].get("text"), "scripted\n", trim(r))
+        self.finish()
+
+
 if __name__ == "__main__":
     ct.main()
