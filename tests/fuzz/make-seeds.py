@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of tests/fuzz/corpus/NAME (the files named
+seed-*). Deterministic: run it again after changing it and commit what
+changed. corpus/pack/real-unsealed is a pack cairnd wrote (five small adds
+and a delete); the sealed and torn packs and the record payloads are made
+from it here. Other files (regression inputs, real-*) are never touched."""
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# -- a small msgpack encoder: maps, arrays, str, bin, uint, bool, nil, float --
+def mp(v):
+    if v is None:
+        return b"\xc0"
+    if v is True:
+        return b"\xc3"
+    if v is False:
+        return b"\xc2"
+    if isinstance(v, int):
+        if v < 0:
+            raise ValueError("negative")
+        if v < 128:
+            return bytes([v])
+        if v < 256:
+            return b"\xcc" + bytes([v])
+        if v < 65536:
+            return b"\xcd" + struct.pack(">H", v)
+        if v < 1 << 32:
+            return b"\xce" + struct.pack(">I", v)
+        return b"\xcf" + struct.pack(">Q", v)
+    if isinstance(v, float):
+        return b"\xcb" + struct.pack(">d", v)
+    if isinstance(v, str):
+        b = v.encode()
+        if len(b) < 32:
+            return bytes([0xa0 | len(b)]) + b
+        if len(b) < 256:
+            return b"\xd9" + bytes([len(b)]) + b
+        return b"\xda" + struct.pack(">H", len(b)) + b
+    if isinstance(v, bytes):
+        if len(v) < 256:
+            return b"\xc4" + bytes([len(v)]) + v
+        return b"\xc5" + struct.pack(">H", len(v)) + v
+    if isinstance(v, list):
+        head = bytes([0x90 | len(v)]) if len(v) < 16 else b"\xdc" + struct.pack(">H", len(v))
+        return head + b"".join(mp(x) for x in v)
+    if isinstance(v, dict):
+        head = bytes([0x80 | len(v)]) if len(v) < 16 else b"\xde" + struct.pack(">H", len(v))
+        return head + b"".join(mp(k) + mp(x) for k, x in v.items())
+    raise TypeError(type(v))
+
+
+def frame(v):
+    p = mp(v)
+    return struct.pack(">I", len(p)) + p
+
+
+H = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+DOC = {"hash": H, "name": "notes/a.txt", "size": 4, "stored_size": 13, "mime": "text/plain",
+       "created": 1764547200, "tags": ["work", "draft"]}
+
+
+def requests():
+    return {
+        "hello": frame({"id": 1, "op": "hello", "client": "cairn 0.1.0", "versions": [1]}),
+        "add": frame({"id": 2, "op": "add", "name": "a.txt", "tags": ["x"], "meta": {"k": "v"},
+                      "mime": "text/plain", "data": b"test", "more": False}),
+        "add-stream": frame({"id": 3, "op": "add", "more": True, "size": 8, "data": b"abcd"})
+        + frame({"id": 3, "op": "data", "data": b"efgh", "more": False}),
+        "get": frame({"id": 4, "op": "get", "ref": H[:12], "offset": 1, "length": 2}),
+        "search": frame({"id": 5, "op": "search", "query": "hello -world tag:x", "limit": 10,
+                         "offset": 0, "fuzzy": True}),
+        "list": frame({"id": 6, "op": "list", "tag": "x", "limit": 500, "after": H}),
+        "pipelined": b"".join(frame({"id": i, "op": op}) for i, op in
+                              enumerate(["status", "gc", "verify", "stat"], 7)),
+        "too-deep": frame({"id": 9, "op": "add", "meta": {"a": [[[[[[[[1]]]]]]]]}}),
+        "not-a-map": frame([1, 2, 3]),
+        "short-length": b"\x00\x00\x00\x09\x81\xa2id\x01",
+        "huge-length": b"\xff\xff\xff\xff\x80",
+    }
+
+
+def replies():
+    ok = {"id": 1, "ok": True}
+    err = {"id": 1, "ok": False, "error": {"code": "not_found", "message": "no such document"}}
+    return {
+        # first byte: 0 get, 1 range, 2 list, 3 stat, 4 status, 5 delete
+        "get": b"\x00" + frame(dict(ok, hash=H, name="a", size=8, mime="text/plain", data=b"abcd",
+                                    more=True)) + frame(dict(ok, data=b"efgh", more=False)),
+        "get-integrity": b"\x00" + frame(dict(ok, hash=H, name="a", size=8, mime="x", data=b"ab",
+                                              more=True))
+        + frame({"id": 1, "ok": False, "error": {"code": "integrity", "message": "chunk"}}),
+        "range": b"\x01" + frame(dict(ok, hash=H, name="", size=1000, mime="application/octet-stream",
+                                      data=b"x" * 100, more=False)),
+        "list": b"\x02" + frame(dict(ok, items=[DOC, dict(DOC, name="")], more=True))
+        + frame(dict(ok, items=[], more=False)),
+        "stat": b"\x03" + frame(dict(ok, names=["notes/a.txt", "b"], chunks=1, meta={"k": "v"}, **DOC)),
+        "status": b"\x04" + frame(dict(ok, version="0.1.0", protocol=1, pid=42, uptime=7,
+                                       backend="file:///tmp/x", documents=3, connections=1)),
+        "delete": b"\x05" + frame(dict(ok, hash=H)),
+        "error": b"\x03" + frame(err),
+        "other-id-first": b"\x05" + frame({"id": 9, "ok": True}) + frame(dict(ok, hash=H)),
+        "id-zero": b"\x04" + frame({"id": 0, "ok": False, "error": {"code": "bad_frame", "message": ""}}),
+    }
+
+
+QUERIES = {
+    "words": b"hello world",
+    "phrase-or": b'"exact phrase" OR other -excluded',
+    "filters": b"name:notes tag:work prefix* caf\xc3\xa9",
+    "snippet": b"quick fox\x00The quick brown fox jumps over the lazy dog. " * 3,
+    "unicode": "Stra\u00dfe \u00c9cole na\u00efve \u65e5\u672c".encode(),
+    "unbalanced": b'"open phrase OR - * name: tag:',
+}
+
+CONFIGS = {
+    "full": b"""[daemon]
+socket = /tmp/cairn.sock
+log_level = debug
+max_connections = 256
+threads = 4
+
+[store]
+data_dir = /tmp/cairn-data
+compression_level = 3
+chunk_min = 16384
+chunk_avg = 65536
+chunk_max = 262144
+pack_size = 16777216
+cache_size = 67108864
+""",
+    "s3": b"""[backend]
+url = s3://bucket/prefix
+endpoint = https://127.0.0.1:9000
+region = eu-west-1
+path_style = 1
+access_key_id = AKIDEXAMPLE
+secret_access_key = wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY
+timeout = 30
+connections = 16
+""",
+    "bad": b"[store\nchunk_min = 9999999999999999999999\n[nope]\nx=1\n",
+    "comments": b"; comment\n# another\n[daemon]\n  log_level =   info  ; trailing\n",
+}
+
+URLS = {
+    "s3": b"s3://my-bucket/some/prefix?endpoint=https://127.0.0.1:9000&region=us-east-1&path_style=1",
+    "s3-all": b"s3://b/p%20q?endpoint=http://[::1]:9000&allow_http=1&timeout=10&connect_timeout=2"
+              b"&stall_timeout=5&connections=8&storage_class=STANDARD_IA&profile=x",
+    "r2": b"r2://bucket/prefix?account=0123456789abcdef0123456789abcdef&api_base=http://127.0.0.1:1/"
+          b"&allow_http=1&ttl=900",
+    "sftp": b"sftp://user@host.example:2222/~/backups?key=/root/.ssh/id_ed25519&connections=4"
+            b"&known_hosts=/tmp/kh&accept_new_host=1&timeout=30&keepalive=10",
+    "sftp-v6": b"sftp://u@[::1]/abs/path",
+    "bad": b"s3://%zz/\xff?=&&a==b&endpoint",
+}
+
+XML = {
+    "list": b"""<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>b</Name><Prefix>p/</Prefix>
+<KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>
+<NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>
+<Contents><Key>p/packs/0000000000000001</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>
+<ETag>&quot;abc&quot;</ETag><Size>1048576</Size><StorageClass>STANDARD</StorageClass></Contents>
+<Contents><Key>p/a&amp;b &#252;&#x41;</Key><Size>0</Size></Contents></ListBucketResult>""",
+    "error": b"""<?xml version="1.0" encoding="UTF-8"?>
+<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message>
+<RequestId>4442587FB7D0A2F9</RequestId></Error>""",
+    "cdata": b"<Error><Code><![CDATA[NoSuchKey]]></Code><Message>a <!-- c --> b</Message></Error>",
+}
+
+SIGV4 = {
+    "get": b"GET\n/examplebucket/test.txt\nexamplebucket.s3.amazonaws.com\n\nrange:bytes=0-9\n\n"
+           b"AKIAIOSFODNN7EXAMPLE\nwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n\nus-east-1",
+    "list": b"GET\n/bucket\n127.0.0.1:9000\nlist-type=2\nprefix=p/\ncontinuation-token=a+b/c=\n\n\n"
+            b"AKID\nsecret\ntoken\neu-central-1",
+    "odd": "PUT\n/b/ p\u00fc+:=/x\nhost:1\na=\n=b\n\nX-Amz-Meta-\u00fc: v \n\nk\ns\n\n".encode(),
+}
+
+CREDS = {
+    "profile": b"[default]\naws_access_key_id = AKID1\naws_secret_access_key = s1\n\n"
+               b"[fuzz]\naws_access_key_id=AKID2\naws_secret_access_key=s2\naws_session_token = t\n",
+    "half": b"[fuzz]\naws_access_key_id = only\n",
+    "broken": b"[fuzz\n; c\n# c\n=\n",
+}
+
+MCP = {
+    "session": b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}\n'
+               b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+               b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search",'
+               b'"arguments":{"query":"x"}}}\n\n  \r\n{"jsonrpc":"2.0","id":2,"method":"ping"}',
+    "bad": b'[1,2]\n{"a":1,"a":2}\n{"x":"\xc0\xaf"}\n{{{{\n',
+}
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+def records(pack):
+    """(offset, type, id, payload) of each record of an unsealed pack."""
+    off = 16
+    while off + 44 <= len(pack):
+        rtype = pack[off]
+        (length,) = struct.unpack(">I", pack[off + 4:off + 8])
+        yield off, rtype, pack[off + 12:off + 44], pack[off + 44:off + 44 + length]
+        off += 44 + length
+
+
+def packs():
+    with open(os.path.join(HERE, "corpus", "pack", "real-unsealed"), "rb") as f:
+        pack = f.read()
+    index = b"".join(struct.pack(">BBHIQII", rtype, 0, 0, 44 + len(payload), off, 0, len(payload)) + rid
+                     for off, rtype, rid, payload in records(pack))
+    count = len(index) // 56
+    trailer = struct.pack(">QII", len(pack), count, crc32c(index)) + pack[8:16] + b"cRnPIDX1"
+    return {"sealed": pack + index + trailer, "torn": pack[:len(pack) - 50],
+            "header-only": pack[:16]}
+
+
+def record_payloads():
+    with open(os.path.join(HERE, "corpus", "pack", "real-unsealed"), "rb") as f:
+        pack = f.read()
+    seeds = {}
+    for off, rtype, _, payload in records(pack):
+        # the harness's first byte picks the type: 0 block, 1 manifest, 2 entry
+        seeds["%d-type%d" % (off, rtype)] = bytes([rtype - 1]) + payload
+    return seeds
+
+
+def write(name, seeds):
+    d = os.path.join(HERE, "corpus", name)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        if f.startswith("seed-"):
+            os.unlink(os.path.join(d, f))
+    for k, v in seeds.items():
+        with open(os.path.join(d, "seed-" + k), "wb") as f:
+            f.write(v)
+
+
+def main():
+    write("frame", requests())
+    write("reply", replies())
+    write("query", QUERIES)
+    write("config", CONFIGS)
+    write("url", URLS)
+    write("s3-xml", XML)
+    write("sigv4", SIGV4)
+    write("s3-creds", CREDS)
+    write("mcp-input", MCP)
+    write("pack", packs())
+    write("record", record_payloads())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
