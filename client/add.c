@@ -275,6 +275,9 @@ static int add_fd(struct add *add, int fd, const char *what, const char *name)
         return CLI_EXIT_UNREACHABLE;
     client_set_progress(c, progress_bytes, &add->progress);
     add->req.name = name;
+    /* A regular file is read up to the size it had when opened, so one that keeps growing
+     * (a log being written) still ends; one that claims 0 (in /proc) is read to its end. */
+    add->req.read_limit = regular ? (uint64_t)st.st_size : 0;
     r = client_add(c, &add->req, in, &reply);
     if (r != 0)
         return merge(status, cli_fail(add->cli, what, r));

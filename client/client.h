@@ -50,6 +50,8 @@ struct client_add_req {
     size_t n_tags;
     const struct client_meta *meta;
     size_t n_meta;
+    /* client_add(): read at most this many bytes of the input; 0 reads it to its end. */
+    uint64_t read_limit;
 };
 
 /*

@@ -181,6 +181,19 @@ static uint64_t begin_add(struct client *c, const struct client_add_req *req, in
  * more input follows, so every frame carries the right `more` without a
  * trailing empty frame, and then starts the next piece.
  */
+/* read_full() up to `cap`, but no more than *left bytes in all (what it read is taken off). */
+static ssize_t read_limited(int fd, uint8_t *buf, size_t have, size_t cap, uint64_t *left)
+{
+    ssize_t n;
+
+    if (cap - have > *left)
+        cap = have + (size_t)*left;
+    n = read_full(fd, buf, have, cap);
+    if (n > 0)
+        *left -= (uint64_t)n - have;
+    return n;
+}
+
 int client_add(struct client *c, const struct client_add_req *req, int in_fd,
                const msgpack_object **reply)
 {
@@ -191,6 +204,7 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
      * what is stored.
      */
     int64_t size = -1;
+    uint64_t left = req->read_limit ? req->read_limit : UINT64_MAX;
     ssize_t n;
     uint64_t id;
     bool more;
@@ -198,7 +212,7 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
 
     if (!c->iobuf && !(c->iobuf = malloc(cap)))
         return -ENOMEM;
-    n = read_full(in_fd, c->iobuf, 0, cap);
+    n = read_limited(in_fd, c->iobuf, 0, cap, &left);
     if (n < 0)
         return client_io_error(c, (int)-n);
     more = (size_t)n == cap;
@@ -207,7 +221,7 @@ int client_add(struct client *c, const struct client_add_req *req, int in_fd,
     while (r == 0 && more) {
         progress(c, PROTO_MAX_DATA, 0);
         c->iobuf[0] = c->iobuf[PROTO_MAX_DATA];
-        n = read_full(in_fd, c->iobuf, 1, cap);
+        n = read_limited(in_fd, c->iobuf, 1, cap, &left);
         if (n < 0) {
             /* The daemon waits for the rest of this document; only hanging up ends the add. */
             client_disconnect(c);

@@ -681,6 +681,38 @@ static void test_add_regular_file(void **state)
     free(content);
 }
 
+/*
+ * read_limit: only that many bytes of the input are read and sent (a file
+ * that grows while it is read), at a piece boundary plus one, and below one.
+ */
+static void test_add_read_limit(void **state)
+{
+    const size_t len = 600000;
+    const uint64_t limits[] = {PROTO_MAX_DATA + 1, PROTO_MAX_DATA, 1000};
+    uint8_t *content = pattern(len);
+
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        int in = memfd_with(content, len);
+        struct peer p = {0};
+        struct client *c = peer_start(&p, script_add);
+        struct client_add_req req = {.name = "n", .read_limit = limits[i]};
+        const msgpack_object *reply;
+        uint64_t size = 0;
+
+        assert_int_equal(client_add(c, &req, in, &reply), 0);
+        assert_int_equal(proto_get_uint(reply, "size", &size), 0);
+        assert_int_equal(size, limits[i]);
+        client_free(c);
+        peer_join(&p);
+        assert_int_equal(p.received_len, limits[i]);
+        assert_memory_equal(p.received, content, limits[i]);
+        assert_false(p.frames[p.n_frames - 1].more);
+        free(p.received);
+        close(in);
+    }
+    free(content);
+}
+
 /* From a pipe: no size, and an exact multiple of the piece size ends without an empty frame. */
 static void test_add_pipe_exact_multiple(void **state)
 {
@@ -926,6 +958,7 @@ int main(void)
         cmocka_unit_test(test_hang_up_mid_reply),
         cmocka_unit_test(test_frame_too_large),
         cmocka_unit_test(test_add_regular_file),
+        cmocka_unit_test(test_add_read_limit),
         cmocka_unit_test(test_add_pipe_exact_multiple),
         cmocka_unit_test(test_add_early_error),
         cmocka_unit_test(test_list_frames),

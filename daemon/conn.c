@@ -50,6 +50,10 @@ void conn_unref(struct conn *c)
 static void on_close(uv_handle_t *h)
 {
     struct conn *c = container_of((uv_pipe_t *)h, struct conn, pipe);
+
+    /* Requests still running keep their own reference and drop their replies. */
+    while (c->reqs)
+        dispatch_abandon(c->reqs);
     conn_unref(c);
 }
 
@@ -59,9 +63,13 @@ void conn_close(struct conn *c)
         return;
     c->closing = true;
     c->reading = false;
-    /* Requests still running keep their own reference and drop their replies. */
-    while (c->reqs)
-        dispatch_abandon(c->reqs);
+    /*
+     * The requests in progress are abandoned in on_close, on a later turn of
+     * the loop, not here: conn_close() runs inside a request's completion
+     * when its reply cannot be sent, and that request must not be freed
+     * under the completion still using it. Until then every reply is dropped
+     * (conn_send) and nothing new is read.
+     */
     uv_close((uv_handle_t *)&c->pipe, on_close);
 }
 
@@ -114,6 +122,24 @@ static void on_write(uv_write_t *w, int status)
     conn_unref(c);
 }
 
+/*
+ * Test-only fault injection: with CAIRN_TEST_FAIL_SEND=N in cairnd's
+ * environment, the Nth reply send of the process fails as an allocation
+ * failure would (tests/integration/test_hostile.py). Loop thread only.
+ */
+static bool send_fault(void)
+{
+    static unsigned long at, sends;
+    static bool read_env;
+
+    if (!read_env) {
+        const char *v = getenv("CAIRN_TEST_FAIL_SEND");
+        at = v ? strtoul(v, NULL, 10) : 0;
+        read_env = true;
+    }
+    return at && ++sends == at;
+}
+
 void conn_send(struct conn *c, msgpack_sbuffer *frames)
 {
     struct write_req *wr;
@@ -124,7 +150,7 @@ void conn_send(struct conn *c, msgpack_sbuffer *frames)
         msgpack_sbuffer_destroy(frames);
         return;
     }
-    wr = malloc(sizeof(*wr));
+    wr = send_fault() ? NULL : malloc(sizeof(*wr));
     if (!wr) {
         msgpack_sbuffer_destroy(frames);
         conn_close(c);

@@ -60,7 +60,8 @@ void conn_accept(struct daemon *d, uv_stream_t *listener);
 
 /* Queues a finished frame buffer (taken over, freed after the write). */
 void conn_send(struct conn *c, msgpack_sbuffer *frames);
-/* Closes the connection (idempotent); in-progress requests are abandoned. */
+/* Closes the connection (idempotent); in-progress requests are abandoned on a later turn of the
+ * loop (so a completion that calls this may still use its own request). */
 void conn_close(struct conn *c);
 /* Sends what is queued, then closes. */
 void conn_close_after_flush(struct conn *c);

@@ -213,6 +213,49 @@ class Disconnects(HostileTestCase):
         self.finish()
 
 
+class FailedReplySend(unittest.TestCase):
+    """A reply that cannot be sent (an allocation failure, or a write that
+    fails at once) closes the connection from inside the request's
+    completion. The request must not be freed under that completion
+    (a use after free, caught by the sanitizer build). CAIRN_TEST_FAIL_SEND=N
+    is a test-only switch that fails cairnd's Nth reply send."""
+
+    def run_op(self, n, prepare, op, **fields):
+        d = ct.Daemon(self, env={"CAIRN_TEST_FAIL_SEND": str(n)})
+        d.start()
+        try:
+            with d.connect() as c:
+                prepare(c)
+                c.send_request(op, **fields)
+                c.expect_closed()
+            st = d.assert_healthy()
+            self.assertNotIn("Sanitizer", d.log_tail())
+            return st
+        finally:
+            d.stop()
+
+    def test_each_kind_of_completion(self):
+        content = os.urandom(600 * 1024)
+        h = hashlib.sha256(content).hexdigest()
+        nothing = lambda c: None  # noqa: E731
+
+        def add(c):
+            self.assertIs(c.add(content, name="doc")["ok"], True)
+
+        # the first send of a fresh daemon fails: replies from the daemon's
+        # thread pool (stat, status, list, search) and from the store (delete, gc, verify)
+        for op, fields in (("stat", {"ref": "0" * 64}), ("status", {}), ("list", {}),
+                           ("search", {"query": "word"}), ("delete", {"ref": "0" * 64}),
+                           ("gc", {}), ("verify", {})):
+            with self.subTest(op=op):
+                self.run_op(1, nothing, op, **fields)
+        # the second send, after an add: the add's reply was the first; then a
+        # stat and a streamed get of a document that exists
+        for op in ("stat", "get", "delete"):
+            with self.subTest(op=op, doc=True):
+                self.run_op(2, add, op, ref=h)
+
+
 class SlowReader(HostileTestCase):
     DOC = 16 * ct.MiB
     GETS = 40

@@ -568,11 +568,18 @@ class GetRace(dd.DedupCase):
         errors = []
 
         def add_big():
-            # streamed slowly, so the garbage lands in the same packs
+            # streamed at the pace of the garbage adds (whatever the machine's
+            # load), so the garbage lands in the same packs: before piece k of
+            # n, at least 24 * k / n garbage documents are acknowledged
             try:
                 with d.connect() as c:
                     rid = c.next_id()
-                    for i in range(0, len(big), ct.MAX_DATA):
+                    npieces = len(big) // ct.MAX_DATA
+                    for k, i in enumerate(range(0, len(big), ct.MAX_DATA)):
+                        wait_until = time.monotonic() + 30 * ct.SLOW
+                        while len(garbage) < 24 * k // npieces and not errors \
+                                and time.monotonic() < wait_until:
+                            time.sleep(0.005)
                         piece = big[i:i + ct.MAX_DATA]
                         last = i + ct.MAX_DATA >= len(big)
                         op = {"op": "add", "name": "big.bin"} if i == 0 else {"op": "data"}
