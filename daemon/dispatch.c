@@ -1,6 +1,7 @@
 #include "daemon/dispatch.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,8 +262,11 @@ void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
     }
     if (!proto_str_eq(op, "data")) {
         if (conn_request_find(c, id)) {
-            reply_error(c, id, PROTO_E_BAD_REQUEST,
-                        "id is already in use by a request in progress");
+            /* With id 0: a reply with this id would read as the running request's. */
+            char why[96];
+            snprintf(why, sizeof(why), "id %" PRIu64 " is already in use by a request in progress",
+                     id);
+            reply_error(c, 0, PROTO_E_BAD_REQUEST, why);
             goto out;
         }
         if (c->d->stopping) {

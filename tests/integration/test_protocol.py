@@ -4,6 +4,7 @@ real cairnd: hello negotiation, pipelining and id matching, streams both
 ways, every operation's reply fields, list paging, field limits, and 1,000
 simultaneous connections."""
 
+import hashlib
 import os
 import selectors
 import stat
@@ -110,8 +111,15 @@ class Ids(ProtocolTestCase):
         # An add stream keeps id 7 in progress until its last data frame.
         self.c.send({"id": 7, "op": "add", "data": b"first half ", "more": True})
         self.c.send({"id": 7, "op": "status"})
-        r = self.c.recv_for(7)
+        # answered with id 0 (a reply with id 7 would read as the add's), naming the id
+        r = self.c.recv_for(0)
         self.assertError(r, "bad_request")
+        self.assertIn("id 7 ", r["error"]["message"])
+        # the add goes on undisturbed
+        self.c.send({"id": 7, "op": "data", "data": b"second half", "more": False})
+        r = self.c.recv_for(7)
+        self.assertOk(r)
+        self.assertEqual(r["hash"], hashlib.sha256(b"first half second half").hexdigest())
         # the connection keeps working
         self.assertOk(self.c.call("status"))
         self.finish()
