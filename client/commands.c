@@ -271,8 +271,9 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
 
 int cli_cmd_stat(struct cli *cli, int argc, char **argv)
 {
-    static const char *const keys[] = {"hash", "name",    "names", "size", "stored_size", "chunks",
-                                       "mime", "created", "tags",  "meta", NULL};
+    static const char *const keys[] = {"hash",   "name",    "names", "names_cut", "size",
+                                       "stored_size", "chunks", "mime", "created",   "tags",
+                                       "meta", NULL};
     int status = parse_operands(cli, argc, argv, 1, 1, "REF");
     const msgpack_object *reply;
     struct client *c;

@@ -82,6 +82,19 @@ void conn_unref(struct conn *c);
 void conn_run_pending(struct daemon *d);
 
 /* Reply helpers: a reply frame is a map of `nfields` op fields plus id and ok. */
+/*
+ * A reply frame stays under this many bytes whatever the names, tags and
+ * lists in it (a client's frame limit is 1 MiB): a list page ends early, a
+ * long list in a reply is cut (PROTOCOL.md says where).
+ */
+#define REPLY_BUDGET (512u * 1024)
+
+/* The most bytes a msgpack str of `len` bytes takes, its header included. */
+static inline size_t reply_str_cost(size_t len)
+{
+    return len + 5;
+}
+
 struct reply {
     msgpack_sbuffer sbuf;
     msgpack_packer pk;

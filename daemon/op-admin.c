@@ -16,6 +16,8 @@
 
 /* At most this many bad chunks are listed in a verify reply; `bad_count` has them all. */
 #define VERIFY_MAX_LISTED 1000
+/* Documents named per bad chunk at most. */
+#define VERIFY_MAX_DOCS 64
 
 struct op_status {
     struct op op;
@@ -198,10 +200,28 @@ void dispatch_do_gc(struct conn *c, uint64_t id, const msgpack_object *map)
 
 /* ---- verify ---- */
 
+/* Bad chunks listed: at most VERIFY_MAX_LISTED, and what fits in REPLY_BUDGET. */
+static size_t verify_fit(const struct store_verify_result *res)
+{
+    size_t used = 0, fit;
+
+    for (fit = 0; fit < res->nbad && fit < VERIFY_MAX_LISTED; fit++) {
+        const struct store_bad_chunk *bad = &res->bad[fit];
+        size_t cost = 4 * reply_str_cost(32) + reply_str_cost(PROTO_HASH_HEX);
+        for (size_t d = 0; d < bad->ndocs && d < VERIFY_MAX_DOCS; d++)
+            cost += 3 * reply_str_cost(8) + reply_str_cost(PROTO_HASH_HEX) +
+                    reply_str_cost(bad->docs[d].name ? strlen(bad->docs[d].name) : 0);
+        if (used + cost > REPLY_BUDGET)
+            break;
+        used += cost;
+    }
+    return fit;
+}
+
 static void verify_done(void *userdata, int status, const struct store_verify_result *res)
 {
     struct op *op = userdata;
-    size_t listed = res->nbad < VERIFY_MAX_LISTED ? res->nbad : VERIFY_MAX_LISTED;
+    size_t listed = verify_fit(res);
     struct reply r;
 
     if (!dispatch_op_job_end(op))
@@ -223,7 +243,7 @@ static void verify_done(void *userdata, int status, const struct store_verify_re
     for (size_t i = 0; i < listed; i++) {
         const struct store_bad_chunk *bad = &res->bad[i];
         const char *msg;
-        size_t ndocs = bad->ndocs < 64 ? bad->ndocs : 64;
+        size_t ndocs = bad->ndocs < VERIFY_MAX_DOCS ? bad->ndocs : VERIFY_MAX_DOCS;
         msgpack_pack_map(&r.pk, 3);
         proto_pack_cstr(&r.pk, "chunk");
         proto_pack_cstr(&r.pk, bad->hash);

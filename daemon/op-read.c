@@ -14,6 +14,11 @@
 #include "daemon/store.h"
 
 #define LIST_PAGE 500
+/*
+ * Bytes of names a stat reply carries at most: with 64 tags and 64 metadata
+ * entries at their limits (about 300 KiB) the frame stays under REPLY_BUDGET.
+ */
+#define STAT_NAMES_BUDGET (192u * 1024)
 
 struct op_get {
     struct op op;
@@ -207,6 +212,25 @@ static void list_work(uv_work_t *work)
 
 static void list_done(uv_work_t *work, int status);
 
+/* How many of the page's docs fit in one frame (REPLY_BUDGET); at least one, which always fits. */
+static size_t list_fit(const struct db_doc *docs, size_t n)
+{
+    size_t used = 0, fit;
+
+    for (fit = 0; fit < n; fit++) {
+        const struct db_doc *doc = &docs[fit];
+        size_t cost = 7 * reply_str_cost(16) + reply_str_cost(PROTO_HASH_HEX) +
+                      reply_str_cost(doc->name ? strlen(doc->name) : 0) +
+                      reply_str_cost(strlen(doc->mime)) + 3 * 9 + 5;
+        for (size_t t = 0; t < doc->ntags; t++)
+            cost += reply_str_cost(strlen(doc->tags[t]));
+        if (fit > 0 && used + cost > REPLY_BUDGET)
+            break;
+        used += cost;
+    }
+    return fit;
+}
+
 static void list_queue(struct op_list *l)
 {
     dispatch_op_queue(&l->op, &l->work, list_work, list_done);
@@ -217,6 +241,7 @@ static void list_done(uv_work_t *work, int status)
     struct op_list *l = container_of(work, struct op_list, work);
     struct conn *c;
     struct reply r;
+    size_t fit;
     bool more;
 
     if (!dispatch_op_job_end(&l->op))
@@ -227,12 +252,14 @@ static void list_done(uv_work_t *work, int status)
         dispatch_op_finish(&l->op);
         return;
     }
-    l->listed += l->ndocs;
-    more = l->ndocs == LIST_PAGE && (!l->limit || l->listed < l->limit);
+    fit = list_fit(l->docs, l->ndocs);
+    l->listed += fit;
+    /* Docs that did not fit in this frame are read again for the next one. */
+    more = fit < l->ndocs || (l->ndocs == LIST_PAGE && (!l->limit || l->listed < l->limit));
     reply_begin(&r, l->op.base.id, true, 2);
     proto_pack_cstr(&r.pk, "items");
-    msgpack_pack_array(&r.pk, l->ndocs);
-    for (size_t i = 0; i < l->ndocs; i++) {
+    msgpack_pack_array(&r.pk, fit);
+    for (size_t i = 0; i < fit; i++) {
         const struct db_doc *doc = &l->docs[i];
         msgpack_pack_map(&r.pk, 7);
         proto_pack_cstr(&r.pk, "hash");
@@ -255,8 +282,8 @@ static void list_done(uv_work_t *work, int status)
         msgpack_pack_true(&r.pk);
     else
         msgpack_pack_false(&r.pk);
-    if (l->ndocs > 0)
-        memcpy(l->after, l->docs[l->ndocs - 1].hash, sizeof(l->after));
+    if (fit > 0)
+        memcpy(l->after, l->docs[fit - 1].hash, sizeof(l->after));
     reply_send(c, &r);
     if (!more)
         dispatch_op_finish(&l->op);
@@ -335,13 +362,24 @@ static void stat_done(uv_work_t *work, int status)
         dispatch_op_finish(&s->op);
         return;
     }
-    reply_begin(&r, s->op.base.id, true, 10);
+    /* The newest names that fit in STAT_NAMES_BUDGET (names are oldest first). */
+    size_t first = doc->nnames, names_used = 0;
+    while (first > 0 &&
+           names_used + reply_str_cost(strlen(doc->names[first - 1])) <= STAT_NAMES_BUDGET) {
+        names_used += reply_str_cost(strlen(doc->names[first - 1]));
+        first--;
+    }
+    reply_begin(&r, s->op.base.id, true, first > 0 ? 11 : 10);
     proto_pack_cstr(&r.pk, "hash");
     proto_pack_cstr(&r.pk, doc->hash);
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
     proto_pack_cstr(&r.pk, "names");
-    pack_strings(&r.pk, doc->names, doc->nnames);
+    pack_strings(&r.pk, doc->names + first, doc->nnames - first);
+    if (first > 0) {
+        proto_pack_cstr(&r.pk, "names_cut");
+        msgpack_pack_uint64(&r.pk, first);
+    }
     proto_pack_cstr(&r.pk, "size");
     msgpack_pack_uint64(&r.pk, doc->size);
     proto_pack_cstr(&r.pk, "stored_size");

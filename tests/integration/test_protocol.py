@@ -197,6 +197,52 @@ class Pipelining(ProtocolTestCase):
         self.finish()
 
 
+class BoundedReplies(ProtocolTestCase):
+    """Replies stay within the 1 MiB frame a client accepts (Conn refuses a
+    longer frame, like the cairn client), however long the names and tags
+    in them: a list page ends early, a stat cuts its oldest names."""
+
+    def test_list_of_long_names_and_tags(self):
+        # each doc's item takes about 20 KiB: 120 of them would be 2.4 MiB in one frame
+        tags = ["t%03d-" % i + "x" * 250 for i in range(64)]
+        want = []
+        for i in range(120):
+            name = ("%04d-" % i) + "n" * 4090
+            want.append(self.assertOk(self.c.add(b"doc %d" % i, name=name, tags=tags))["hash"])
+        rid = self.c.send_request("list")
+        frames = []
+        while True:
+            msg = self.c.recv_for(rid)
+            self.assertOk(msg)
+            frames.append(len(msg["items"]))
+            if not msg.get("more"):
+                break
+        self.assertGreater(len(frames), 2, frames)
+        items = self.c.list_all()
+        self.assertEqual([it["hash"] for it in items], sorted(want))
+        self.assertTrue(all(len(it["tags"]) == 64 for it in items))
+        p = self.d.cli("ls", "--json")
+        self.assertEqual(len(p.stdout.decode().splitlines()), 120, p.stderr)
+        for limit in (1, 7, 45):
+            got = self.c.list_all(limit=limit)
+            self.assertEqual([it["hash"] for it in got], sorted(want)[:limit])
+        self.finish()
+
+    def test_stat_of_a_document_with_many_names(self):
+        # 300 names of 4 KiB: 1.2 MiB of names
+        names = [("%04d-" % i) + "n" * 4090 for i in range(300)]
+        for n in names:
+            h = self.assertOk(self.c.add(b"one content, many names", name=n))["hash"]
+        r = self.assertOk(self.c.call("stat", ref=h))
+        kept = len(r["names"])
+        self.assertGreater(kept, 10)
+        self.assertEqual(r["names_cut"], 300 - kept)
+        self.assertEqual(r["names"], names[300 - kept:], "the newest names, oldest first")
+        p = self.d.cli("stat", h)
+        self.assertIn(b"names_cut: %d" % (300 - kept), p.stdout)
+        self.finish()
+
+
 class ManyConnections(unittest.TestCase):
     N = 1000
 
