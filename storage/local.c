@@ -390,14 +390,19 @@ static int parse_root(struct local *lp, const char *url, const char **msg)
 }
 
 /*
- * Creates the root if needed and makes the entries it holds durable: a
- * directory made by an earlier run that crashed before syncing it is then
- * as durable as any, which is what local_dir_ensure() relies on.
+ * Creates the root if needed and makes everything under it durable before
+ * anything is served: a run that crashed (kill -9) may have left a
+ * directory, a pack file's entry or appended records that were never synced
+ * and sit only in the page cache. The restart would find them and build on
+ * them (replay commits records it reads; dir_ensure() takes an existing
+ * directory as durable), and a power cut after that would lose them. One
+ * syncfs() of the root's file system covers all of it, and the root's own
+ * entry in its parent gets an fsync (the parent may be another file system
+ * when the root is a mount point).
  */
 static int open_root(struct local *lp, const char **msg)
 {
     char parent[PATH_MAX];
-    bool existed = access(lp->root, F_OK) == 0;
     int r;
 
     r = util_mkdir_p(lp->root, 0755);
@@ -410,18 +415,17 @@ static int open_root(struct local *lp, const char **msg)
         *msg = "cannot open the local backend's directory";
         return -errno;
     }
-    if (!existed) {
-        /* Its own entry: the parent of a root we just made. */
-        snprintf(parent, sizeof(parent), "%s", lp->root);
-        char *slash = strrchr(parent, '/');
+    /* Its own entry, whether this run made the root or a crashed one did. */
+    snprintf(parent, sizeof(parent), "%s", lp->root);
+    char *slash = strrchr(parent, '/');
+    if (slash)
         slash[slash == parent ? 1 : 0] = '\0';
-        r = fsync_path(parent);
-    }
+    r = fsync_path(slash ? parent : ".");
     if (r == 0 && mkdirat(lp->root_fd, LOCAL_TMP_DIR, 0755) < 0 && errno != EEXIST)
         r = -errno;
     if (r == 0)
         r = empty_tmp(lp);
-    if (r == 0 && fsync(lp->root_fd) < 0)
+    if (r == 0 && syncfs(lp->root_fd) < 0)
         r = -errno;
     if (r < 0) {
         *msg = "cannot prepare the local backend's directory";

@@ -5,12 +5,16 @@
                   deletes, gc, verify and a search, and the exit of
                   --rebuild-index: the daemon exits 0 with a heap that turns
                   any use of freed memory into a crash (see POISON_ENV)
+  StartSync       a restart after kill -9 makes everything under the object
+                  tree durable (one syncfs) before it listens
   RelativeDataDir --data-dir and CAIRN_DATA_DIR relative to the daemon's
                   working directory, as in format 1: the data lands there,
                   and the same directory named absolutely finds it again
 """
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import unittest
@@ -91,6 +95,34 @@ class CleanShutdown(unittest.TestCase):
 
 
 @ct.skip_if_remote("checks the local backend's DATA_DIR/objects")
+@ct.skip_if_remote("the local backend's start")
+@unittest.skipUnless(shutil.which("strace"), "strace is not installed")
+class StartSync(unittest.TestCase):
+    def test_restart_after_kill9_syncs_the_tree_before_listening(self):
+        """A run killed with -9 may leave pack entries, directories and
+        appended records only in the page cache; the restart builds on what
+        it finds, so it must make all of it durable (syncfs on the object
+        tree's file system) before it listens. strace shows the calls."""
+        d = ct.Daemon(self)
+        d.start()
+        d.cli("add", "-n", "a", "-", input=b"before the kill")
+        d.kill9()
+        trace = os.path.join(d.base, "strace.out")
+        command = d.command
+        d.command = lambda: ["strace", "-f", "-qq", "-e", "trace=syncfs,listen", "-o", trace] + command()
+        d.start()
+        pid = d.status()["pid"]
+        os.kill(pid, signal.SIGTERM)
+        self.assertEqual(d.proc.wait(ct.STOP_TIMEOUT), 0)
+        with open(trace) as f:
+            calls = [line.split(None, 1)[1] for line in f if "(" in line]
+        syncs = [i for i, c in enumerate(calls) if c.startswith("syncfs(") and c.rstrip().endswith("= 0")]
+        listens = [i for i, c in enumerate(calls) if c.startswith("listen(")]
+        self.assertTrue(syncs, "no syncfs at the restart: %r" % calls)
+        self.assertTrue(listens, calls)
+        self.assertLess(syncs[0], listens[0], "syncfs after listen: %r" % calls)
+
+
 class RelativeDataDir(unittest.TestCase):
     def setUp(self):
         self.base = ct.make_tempdir(self)
