@@ -256,6 +256,60 @@ class FailedReplySend(unittest.TestCase):
                 self.run_op(2, add, op, ref=h)
 
 
+class OutOfDescriptors(unittest.TestCase):
+    def test_fd_limit_64_with_1000_clients(self):
+        """cairnd with RLIMIT_NOFILE 64 and 1,000 clients connecting: no
+        crash, no busy loop while the limit is hit, a client beyond it gets
+        a closed connection (never a hang), and service resumes when the
+        others leave."""
+        d = ct.Daemon(self)
+        command = d.command
+        d.command = lambda: ["prlimit", "--nofile=64"] + command()
+        d.start()
+        pid = d.status()["pid"]
+        socks = []
+        try:
+            for _ in range(1000):
+                try:
+                    socks.append(ct.connect_unix(d.socket_path, 5))
+                except OSError:
+                    pass  # the listen backlog is full: refused, not hung
+            time.sleep(0.5)
+
+            def cpu_ticks():
+                with open("/proc/%d/stat" % pid) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return int(fields[11]) + int(fields[12])
+            before = cpu_ticks()
+            time.sleep(2)
+            busy = cpu_ticks() - before
+            self.assertLess(busy, os.sysconf("SC_CLK_TCK"),
+                            "cairnd used %d ticks of CPU in 2 s with idle clients" % busy)
+            # a client beyond the limit: closed at once or answered, never left hanging
+            try:
+                with ct.Conn(d.socket_path, timeout=10 * ct.SLOW) as c:
+                    r = c.call("status")
+                    self.assertTrue(r.get("ok") is True or r["error"]["code"] == "busy", ct.short(r))
+            except ct.ConnectionClosed:
+                pass
+        finally:
+            for s in socks:
+                s.close()
+        deadline = time.monotonic() + 10 * ct.SLOW
+        while True:
+            try:
+                st = d.status()
+                break
+            except (AssertionError, OSError, ct.ConnectionClosed):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        self.assertIn("documents", st)
+        with d.connect() as c:
+            self.assertIs(c.add(b"after the flood", name="after")["ok"], True)
+        d.stop()
+
+
 class SlowReader(HostileTestCase):
     DOC = 16 * ct.MiB
     GETS = 40
