@@ -139,9 +139,26 @@ static int candidate_cmp(const void *a, const void *b)
 }
 
 /*
+ * One transposition of two adjacent bytes: "teh" and "the". The edit a short
+ * word (3 letters) may have: any other single edit of one is another word.
+ */
+static bool is_transposition(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t i = 0;
+
+    if (alen != blen)
+        return false;
+    while (i < alen && a[i] == b[i])
+        i++;
+    return i + 1 < alen && a[i] == b[i + 1] && a[i + 1] == b[i] &&
+           memcmp(a + i + 2, b + i + 2, alen - i - 2) == 0;
+}
+
+/*
  * Widens one word with indexed words that are a small edit away (one edit for
- * words of 4 to 7 letters, two from 8) or that contain it (from 3 letters),
- * so a typo or a fragment still finds its documents.
+ * words of 4 to 7 letters, two from 8, only a transposition for 3; a
+ * transposition counts as one edit) or that contain it (from 3 letters), so
+ * a typo or a fragment still finds its documents.
  */
 static int fuzzy_expand(struct db *db, struct search_term *t)
 {
@@ -163,6 +180,8 @@ static int fuzzy_expand(struct db *db, struct search_term *t)
             d = maxd + 1; /* a containing word ranks after near spellings */
         else if (maxd > 0 && (d = search_distance(word, len, v->text, v->len, maxd)) <= maxd)
             ;
+        else if (letters == 3 && is_transposition(word, len, v->text, v->len))
+            d = 1;
         else
             continue;
         struct fuzzy_candidate cand = {v, d};
@@ -205,8 +224,19 @@ static int fuzzy_expand_query(struct db *db, struct db_conn *c, struct search_qu
     return r;
 }
 
-/* Builds the SQL of a search: the ranked FTS5 query, or a filter-only listing. */
-static char *search_sql(const struct db_search_params *p, const struct search_query *q, bool match)
+/* The parameter of the query as typed, when fuzzy widening gave it alternatives. */
+#define EXACT_PARAM 300
+
+/*
+ * Builds the SQL of a search: the ranked FTS5 query, or a filter-only
+ * listing. With `exact_first` (a fuzzy search whose words got alternatives),
+ * the documents the query as typed matches come first, in its order and
+ * with its scores, then those only the alternatives find: a fuzzy search
+ * never ranks a correctly spelled query's answers lower. Equal scores are
+ * ordered by hash, so the same corpus always gives the same order.
+ */
+static char *search_sql(const struct db_search_params *p, const struct search_query *q, bool match,
+                        bool exact_first)
 {
     char *sql = NULL;
     size_t len = 0;
@@ -216,7 +246,17 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
         return NULL;
     /* Snippets are made afterwards (db_search): FTS5's snippet() is quadratic in a document's
      * matches. */
-    if (match)
+    if (match && exact_first)
+        fprintf(f,
+                "SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
+                " LIMIT 1), -COALESCE(e.erank, rank), d.size, d.id, d.text, d.depth, d.manifest"
+                " FROM idx.search JOIN documents d ON d.id = search.rowid"
+                " LEFT JOIN (SELECT rowid AS erow, rank AS erank FROM idx.search"
+                " WHERE search MATCH ?%d AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)') e"
+                " ON e.erow = d.id"
+                " WHERE search MATCH ?1 AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)'",
+                EXACT_PARAM);
+    else if (match)
         fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
               " LIMIT 1), -rank, d.size, d.id, d.text, d.depth, d.manifest"
               " FROM idx.search JOIN documents d ON d.id = search.rowid"
@@ -237,8 +277,9 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
         fputs(" AND EXISTS (SELECT 1 FROM names n WHERE n.doc = d.id AND n.name GLOB ?5)", f);
     for (size_t i = 0; i < p->ntags + q->ntags; i++)
         fprintf(f, " AND EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?%zu)", 8 + i);
-    fputs(match ? " ORDER BY rank LIMIT ?6 OFFSET ?7"
-                : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
+    fputs(match && exact_first ? " ORDER BY e.erank IS NULL, e.erank, rank, d.hash LIMIT ?6 OFFSET ?7"
+          : match              ? " ORDER BY rank, d.hash LIMIT ?6 OFFSET ?7"
+                               : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
           f);
     if (fclose(f) != 0) {
         free(sql);
@@ -290,7 +331,7 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
     struct db_conn *c = NULL;
     sqlite3_stmt *s = NULL;
     struct db_hit *out = NULL;
-    char *expr = NULL, *sql = NULL;
+    char *expr = NULL, *exact = NULL, *sql = NULL;
     size_t n = 0, cap = 0;
     int rc, r = 0;
 
@@ -305,9 +346,12 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
     bool match = search_has_match(q);
     if (match && p->fuzzy && (r = fuzzy_expand_query(db, c, q)) < 0)
         goto out;
-    if (match && (r = search_fts_expr(q, &expr)) < 0)
+    if (match && (r = search_fts_expr(q, true, &expr)) < 0)
         goto out;
-    if (!(sql = search_sql(p, q, match))) {
+    bool exact_first = match && search_has_alts(q);
+    if (exact_first && (r = search_fts_expr(q, false, &exact)) < 0)
+        goto out;
+    if (!(sql = search_sql(p, q, match, exact_first))) {
         r = -ENOMEM;
         goto out;
     }
@@ -316,6 +360,8 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
         goto out;
     }
     sqlite3_bind_text(s, 1, expr, -1, SQLITE_STATIC);
+    if (exact_first)
+        sqlite3_bind_text(s, EXACT_PARAM, exact, -1, SQLITE_STATIC);
     if (p->mime)
         sqlite3_bind_text(s, 2, p->mime, -1, SQLITE_STATIC);
     if (p->has_after)
@@ -379,5 +425,6 @@ out:
     db_hits_free(out, n);
     free(sql);
     free(expr);
+    free(exact);
     return r;
 }

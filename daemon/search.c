@@ -188,6 +188,17 @@ bool search_has_match(const struct search_query *q)
     return q->ngroups > 0;
 }
 
+bool search_has_alts(const struct search_query *q)
+{
+    for (size_t g = 0; g < q->ngroups; g++) {
+        for (size_t i = 0; i < q->groups[g].nterms; i++) {
+            if (q->groups[g].terms[i].nalts > 0)
+                return true;
+        }
+    }
+    return false;
+}
+
 static int push(void **arr, size_t *n, size_t size, const void *item)
 {
     void *grown = realloc(*arr, (*n + 1) * size);
@@ -418,24 +429,26 @@ static void sb_quoted(struct sbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
-static void sb_term(struct sbuf *b, const struct search_term *t)
+static void sb_term(struct sbuf *b, const struct search_term *t, bool with_alts)
 {
+    size_t nalts = with_alts ? t->nalts : 0;
+
     if (t->kind == SEARCH_NAME)
         sb_cstr(b, "{name} : ");
-    if (t->nalts > 0)
+    if (nalts > 0)
         sb_cstr(b, "(");
     sb_quoted(b, t->text);
     if (t->kind == SEARCH_PREFIX)
         sb_cstr(b, " *");
-    for (size_t i = 0; i < t->nalts; i++) {
+    for (size_t i = 0; i < nalts; i++) {
         sb_cstr(b, " OR ");
         sb_quoted(b, t->alts[i]);
     }
-    if (t->nalts > 0)
+    if (nalts > 0)
         sb_cstr(b, ")");
 }
 
-int search_fts_expr(const struct search_query *q, char **out)
+int search_fts_expr(const struct search_query *q, bool with_alts, char **out)
 {
     struct sbuf b = {0};
 
@@ -447,7 +460,7 @@ int search_fts_expr(const struct search_query *q, char **out)
         for (size_t i = 0; i < q->groups[g].nterms; i++) {
             if (i > 0)
                 sb_cstr(&b, " OR ");
-            sb_term(&b, &q->groups[g].terms[i]);
+            sb_term(&b, &q->groups[g].terms[i], with_alts);
         }
         sb_cstr(&b, ")");
     }
@@ -457,7 +470,7 @@ int search_fts_expr(const struct search_query *q, char **out)
         for (size_t i = 0; i < q->nnegatives; i++) {
             if (i > 0)
                 sb_cstr(&b, " OR ");
-            sb_term(&b, &q->negatives[i]);
+            sb_term(&b, &q->negatives[i], with_alts);
         }
         sb_cstr(&b, ")");
     }
@@ -471,10 +484,16 @@ int search_fts_expr(const struct search_query *q, char **out)
 
 unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen, unsigned max)
 {
-    /* Over code points; words longer than 64 letters are never similar. */
+    /*
+     * Over code points, the optimal string alignment distance: insertions,
+     * deletions, substitutions and transpositions of two adjacent letters
+     * each count 1 ("teh" is one edit from "the"). Words longer than 64
+     * letters are never similar.
+     */
     uint32_t x[64], y[64];
     size_t xn = 0, yn = 0;
-    unsigned row0[65], row1[65], *prev = row0, *cur = row1;
+    unsigned rows[3][65], *before = rows[0], *prev = rows[1], *cur = rows[2];
+    unsigned prev_best = 0;
 
     for (size_t i = 0; i < alen; xn++) {
         if (xn == 64)
@@ -498,13 +517,19 @@ unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen,
                 v = prev[j] + 1;
             if (cur[j - 1] + 1 < v)
                 v = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && x[i - 1] == y[j - 2] && x[i - 2] == y[j - 1] &&
+                before[j - 2] + 1 < v)
+                v = before[j - 2] + 1;
             cur[j] = v;
             if (v < best)
                 best = v;
         }
-        if (best > max)
+        /* A cell comes from the two rows above it: once both are past max, all later are. */
+        if (best > max && prev_best > max)
             return max + 1;
-        unsigned *t = prev;
+        prev_best = best;
+        unsigned *t = before;
+        before = prev;
         prev = cur;
         cur = t;
     }

@@ -61,12 +61,18 @@ void search_query_clear(struct search_query *q);
 /* True when the query has words to match (a filter-only query has none). */
 bool search_has_match(const struct search_query *q);
 
-/* Builds the FTS5 match expression (malloc'd) for a query with words. */
-int search_fts_expr(const struct search_query *q, char **out);
+/*
+ * Builds the FTS5 match expression (malloc'd) for a query with words: with
+ * the fuzzy alternatives of its words (with_alts), or as typed.
+ */
+int search_fts_expr(const struct search_query *q, bool with_alts, char **out);
+/* True when fuzzy widening gave some word of the query alternatives. */
+bool search_has_alts(const struct search_query *q);
 
 /*
  * Edit distance in letters (code points) between two short UTF-8 strings,
- * capped: returns at most max + 1. Used to widen fuzzy words with similar
+ * a transposition of two adjacent letters counting as one edit, capped:
+ * returns at most max + 1. Used to widen fuzzy words with similar
  * indexed words.
  */
 unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen, unsigned max);

@@ -19,7 +19,7 @@ static char *compile(const char *q)
 
     assert_int_equal(search_parse(q, strlen(q), &sq, &msg), 0);
     if (search_has_match(&sq))
-        assert_int_equal(search_fts_expr(&sq, &expr), 0);
+        assert_int_equal(search_fts_expr(&sq, true, &expr), 0);
     search_query_clear(&sq);
     return expr;
 }
@@ -118,6 +118,18 @@ static void test_fold_and_distance(void **state)
                                      7, "strase", 6, 2),
                      1);                                         /* letters */
     assert_int_equal(search_distance("abc", 3, "xyz", 3, 1), 2); /* capped at max + 1 */
+    /* A transposition of adjacent letters is one edit (optimal string alignment). */
+    assert_int_equal(search_distance("teh", 3, "the", 3, 2), 1);
+    assert_int_equal(search_distance("wiat", 4, "wait", 4, 1), 1);
+    assert_int_equal(search_distance("epoll_wiat", 10, "epoll_wait", 10, 2), 1);
+    assert_int_equal(search_distance("ab", 2, "ba", 2, 0), 1); /* over max: max + 1 */
+    assert_int_equal(search_distance("abcd", 4, "badc", 4, 2), 2);
+    assert_int_equal(search_distance("ca", 2, "abc", 3, 3), 3); /* not 2: each letter edited once */
+    assert_int_equal(search_distance("caf\xc3\xa9", 5,
+                                     "ca\xc3\xa9"
+                                     "f",
+                                     5, 1),
+                     1); /* letters */
     assert_int_equal(search_letters("caf\xc3\xa9", 5), 4);
 }
 

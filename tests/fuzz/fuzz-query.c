@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t g = 0; g < q.ngroups; g++)
         terms(q.groups[g].terms, q.groups[g].nterms, NULL);
     terms(q.negatives, q.nnegatives, NULL);
-    if (search_has_match(&q) && search_fts_expr(&q, &expr) == 0)
+    if (search_has_match(&q) && search_fts_expr(&q, true, &expr) == 0)
         free(expr);
     if ((snippet = search_snippet(text, text_len, &q, 16)))
         free(snippet);

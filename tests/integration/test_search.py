@@ -545,6 +545,63 @@ class Corpus(SearchCase):
 # --------------------------------------------------------------------------
 
 
+class Typos(SearchCase):
+    """Typo tolerance as people expect it: a transposition is one edit, even
+    in a short word; exact matches rank above fuzzy ones; equal scores come
+    in a fixed order."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d, cls.base = class_daemon(cls)
+        docs = {
+            "epoll.txt": b"epoll_wait waits for events on the epoll instance",
+            "article.txt": b"teh spelling is wrong here but the rest is fine",
+            "house.txt": b"a house by the lake, with a garden and a dock and trees and a long "
+                         b"road and a gate and a fence and a shed",
+            "mouse.txt": b"mouse mouse mouse",
+            "twin-a.txt": b"identical twin text",
+            "twin-b.txt": b"identical twin text ",
+        }
+        cls.hashes = {}
+        with cls.d.connect() as c:
+            for name, text in docs.items():
+                r = c.add(text, name=name, mime="text/plain")
+                assert r.get("ok") is True, r
+                cls.hashes[name] = r["hash"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def test_transposition_is_one_edit(self):
+        # "wiat" is "wait" with two letters swapped: one edit, as for 4 letters
+        self.assert_names(["--fuzzy", "epoll", "wiat"], ["epoll.txt"])
+        self.assert_names(["--fuzzy", "epoll", "wakt"], ["epoll.txt"])
+        self.assert_names(["epoll", "wiat"], [])
+        self.assert_names(["--fuzzy", "evnets"], ["epoll.txt"])
+
+    def test_short_word_gets_a_transposition_only(self):
+        self.assert_names(["--fuzzy", "hte"], ["article.txt", "epoll.txt", "house.txt"])  # -> "the"
+        self.assertEqual(self.names("--fuzzy", "lakx"), ["house.txt"])  # 4 letters: any one edit
+        self.assertEqual(self.names("--fuzzy", "dok"), [])  # 3 letters: a substitution is not enough
+
+    def test_exact_matches_rank_above_fuzzy_ones(self):
+        # "mouse mouse mouse" scores higher for the widened query than the
+        # long house text, but "house" as typed matches only house.txt
+        got = self.names("--fuzzy", "house")
+        self.assertEqual(got[0], "house.txt", got)
+        self.assertIn("mouse.txt", got)
+        exact = self.proto("house")
+        fuzzy = self.proto("house", fuzzy=True)
+        self.assertEqual(fuzzy[0]["hash"], exact[0]["hash"])
+        self.assertEqual(fuzzy[0]["score"], exact[0]["score"], "an exact hit keeps its exact score")
+
+    def test_equal_scores_in_hash_order(self):
+        hits = self.proto("identical twin")
+        self.assertEqual(len(hits), 2)
+        self.assertEqual([h["hash"] for h in hits], sorted(h["hash"] for h in hits))
+
+
 class Paging(SearchCase):
     BEACONS = 25
     FRAMES = 120
