@@ -111,8 +111,8 @@ int mcp_input_line(struct mcp_input *in, char **line, size_t *len)
             *line = in->buf + in->start;
             *len = (size_t)(nl - *line);
             in->start += *len + 1;
-            if (in->skipping) {
-                in->skipping = false;
+            if (in->skipping || *len >= MCP_MAX_LINE) {
+                in->skipping = false; /* the end of an over-long line, or all of one */
                 return 2;
             }
             return 1;
