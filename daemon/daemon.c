@@ -548,6 +548,9 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     r = take_lock(d, cfg->data_dir, err, err_len);
     if (r)
         return r;
+    reserve_init(&d->reserve, cfg->data_dir);
+    d->reserve_set = true;
+    scfg.reserve = &d->reserve;
     if (backend_url(cfg, url, sizeof(url), err, err_len) < 0)
         return DAEMON_E_SETUP;
     backend_set_log(log_backend);
@@ -642,6 +645,8 @@ struct daemon *daemon_free(struct daemon *d)
         log_error("event loop still has open handles at exit");
     if (d->rebuilding && !d->rebuilt)
         undo_rebuild(d); /* before the lock goes */
+    if (d->reserve_set)
+        reserve_destroy(&d->reserve);
     if (d->lock_fd >= 0)
         close(d->lock_fd);
     if (d->listen_fd >= 0)

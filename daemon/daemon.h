@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "daemon/config.h"
+#include "daemon/reserve.h"
 
 struct backend;
 struct conn;
@@ -50,6 +51,8 @@ struct daemon {
     int listen_fd;       /* the socket from systemd until it is opened, else -1 */
     bool upgraded; /* the data directory was converted from format 1 at this start */
     int lock_fd;
+    struct reserve reserve; /* room for deletes and gc on a full disk */
+    bool reserve_set;
     char socket_path[sizeof(((struct config *)0)->socket_path)];
     char backend_desc[256];
     /*

@@ -155,6 +155,8 @@ void db_snapshot_end(struct db *db, struct db_conn *c);
 
 /* Runs a statement for its effect (one step): 0, or -EIO after logging the error. */
 int db_step_done(struct db_conn *c, sqlite3_stmt *s);
+/* A failed SQLite result as a negative errno: -ENOSPC for a full disk, -ENOMEM, else -EIO. */
+int db_errno(int rc);
 /* Runs a statement that yields at most one integer; DB_E_NOT_FOUND if no row. */
 int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out);
 /* A copy of a text column, "" for NULL; NULL only when out of memory. */

@@ -141,13 +141,26 @@ static void conn_close(struct db_conn *c)
     free(c);
 }
 
+int db_errno(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+        return -ENOSPC; /* a full disk says so, as a failed pack write does */
+    case SQLITE_NOMEM:
+        return -ENOMEM;
+    default:
+        return -EIO;
+    }
+}
+
 static int exec(struct db_conn *c, const char *sql)
 {
     char *msg = NULL;
-    if (sqlite3_exec(c->sql, sql, NULL, NULL, &msg) != SQLITE_OK) {
+    int rc = sqlite3_exec(c->sql, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
         log_error("database: %s: %s", sql, msg ? msg : "error");
         sqlite3_free(msg);
-        return -EIO;
+        return db_errno(rc);
     }
     return 0;
 }
@@ -363,20 +376,18 @@ static void batch_work(uv_work_t *work)
             w->status = r;
             continue;
         }
-        if (exec(db->writer, "SAVEPOINT item") < 0) {
-            w->status = -EIO;
+        if ((w->status = exec(db->writer, "SAVEPOINT item")) < 0)
             continue;
-        }
         w->status = w->apply(&txn, w);
         if (w->status != 0)
             exec(db->writer, "ROLLBACK TO item");
         exec(db->writer, "RELEASE item");
     }
-    if (r == 0 && exec(db->writer, "COMMIT") < 0) {
+    if (r == 0 && (r = exec(db->writer, "COMMIT")) < 0) {
         exec(db->writer, "ROLLBACK");
         for (struct db_write *w = db->batch; w; w = w->next_) {
             if (w->status == 0)
-                w->status = -EIO;
+                w->status = r; /* -ENOSPC for a full disk */
         }
     }
     if (durable)
@@ -457,7 +468,7 @@ int db_step_done(struct db_conn *c, sqlite3_stmt *s)
     if (rc == SQLITE_DONE || rc == SQLITE_ROW)
         return 0;
     log_error("database: %s", sqlite3_errmsg(c->sql));
-    return -EIO;
+    return db_errno(rc);
 }
 
 int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out)

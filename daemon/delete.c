@@ -15,6 +15,7 @@
 #include "daemon/packer.h"
 #include "daemon/record.h"
 #include "daemon/refcache.h"
+#include "daemon/reserve.h"
 #include "daemon/store-int.h"
 #include "proto/util.h"
 
@@ -52,6 +53,9 @@ static void resolve_work(uv_work_t *work)
     uint8_t *raw;
     size_t len;
 
+    /* A delete must work on a full disk: it is how room comes back. */
+    if (del->st->cfg.reserve)
+        reserve_adjust(del->st->cfg.reserve);
     del->status = db_resolve(del->st->db, del->ref, del->ref_len, 0, &doc);
     if (del->status != 0)
         return;

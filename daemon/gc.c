@@ -32,6 +32,7 @@
 #include "daemon/indexer.h"
 #include "daemon/log.h"
 #include "daemon/packer.h"
+#include "daemon/reserve.h"
 #include "daemon/store-int.h"
 #include "proto/util.h"
 #include "storage/backend.h"
@@ -173,6 +174,9 @@ static void mark_work(uv_work_t *work)
     uint64_t bytes;
     int r;
 
+    /* gc must work on a full disk: it is how room comes back. */
+    if (gc->st->cfg.reserve)
+        reserve_adjust(gc->st->cfg.reserve);
     if ((r = db_totals(gc->st->db, &t)) < 0) {
         gc->status = r;
         return;

@@ -587,6 +587,20 @@ static void rotated(void *ctx)
     }
 }
 
+/*
+ * Packs with nothing alive first (deleting one needs no room), then by
+ * sequence: on a nearly full disk the space they give back is what a
+ * rewrite of the others needs for the live records it copies.
+ */
+static int use_cmp(const void *a, const void *b)
+{
+    const struct db_pack_use *x = a, *y = b;
+
+    if ((x->live_rows == 0) != (y->live_rows == 0))
+        return x->live_rows == 0 ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
 static void usage_done(uv_work_t *work, int status)
 {
     struct repack_run *run = container_of(work, struct repack_run, work);
@@ -599,6 +613,7 @@ static void usage_done(uv_work_t *work, int status)
         run_finish(run);
         return;
     }
+    qsort(run->use, run->nuse, sizeof(*run->use), use_cmp);
     /* The pack being written holds dead records too: sealed now, it can be rewritten. */
     for (size_t i = 0; !run->rotated && i < run->nuse; i++) {
         struct db_pack_use *u = &run->use[i];

@@ -49,6 +49,8 @@ int store_status_from_db(int status);
 /* Largest document. */
 #define STORE_MAX_DOCUMENT (1ull << 40)
 
+struct reserve;
+
 struct store_config {
     int compression_level;
     size_t chunk_min, chunk_avg, chunk_max; /* content-defined chunking */
@@ -61,6 +63,8 @@ struct store_config {
      * (`cairnd --rebuild-index`): every chunk is read back and checked.
      */
     bool rebuild;
+    /* Room kept for deletes and gc on a full disk (reserve.h); NULL: none. */
+    struct reserve *reserve;
 };
 
 /*

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import stat
+import subprocess
 import struct
 import sys
 import time
@@ -16,6 +17,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cairntest as ct  # noqa: E402
+
+MiB = ct.MiB
 
 
 def raw_frame(payload):
@@ -307,6 +310,87 @@ class OutOfDescriptors(unittest.TestCase):
         self.assertIn("documents", st)
         with d.connect() as c:
             self.assertIs(c.add(b"after the flood", name="after")["ok"], True)
+        d.stop()
+
+
+@ct.skip_if_remote("the data directory's own disk")
+@unittest.skipUnless(os.geteuid() == 0, "mounting a tmpfs needs root")
+class FullDisk(unittest.TestCase, ct.StoreChecks):
+    """The data directory on a 16 MiB tmpfs, filled by adds: a failed add
+    says why with storage_error, nothing acknowledged is lost, reads go on,
+    rm and gc give room back (a delete and a gc need a little room
+    themselves: cairnd keeps a reserve for them), adds work again, and a
+    restart works."""
+
+    def mount_tmpfs(self, size):
+        mnt = os.path.join(ct.make_tempdir(self), "mnt")
+        os.mkdir(mnt)
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s" % size, "tmpfs", mnt],
+                           capture_output=True)
+        if p.returncode != 0:
+            self.skipTest("cannot mount a tmpfs: %s" % p.stderr.decode().strip())
+        self.addCleanup(subprocess.run, ["umount", "-l", mnt])
+        return mnt
+
+    def free(self, path):
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
+
+    def test_full_disk(self):
+        mnt = self.mount_tmpfs("16m")
+        conf = os.path.join(ct.make_tempdir(self), "cairn.conf")
+        with open(conf, "w") as f:
+            f.write("[store]\npack_size = 1M\n")
+        d = ct.Daemon(self, data_dir=os.path.join(mnt, "data"), args=["--config", conf])
+        d.start()
+        self.addCleanup(lambda: d.running() and d.kill9())
+        acked, failed = {}, None
+        with d.connect() as c:
+            for i in range(30):
+                content = os.urandom(2 * MiB)
+                r = c.add(content, name="f%02d" % i, timeout=60 * ct.SLOW)
+                if r.get("ok") is True:
+                    acked[r["hash"]] = content
+                    continue
+                failed = r
+                break
+            self.assertIsNotNone(failed, "16 MiB never filled up")
+            # to the brim: smaller and smaller adds until even a small one fails
+            for size in (256 * 1024, 32 * 1024, 4096):
+                for i in range(200):
+                    content = os.urandom(size)
+                    r = c.add(content, name="s%d-%d" % (size, i), timeout=60 * ct.SLOW)
+                    if r.get("ok") is not True:
+                        failed = r
+                        break
+                    acked[r["hash"]] = content
+        self.assertEqual(failed["error"]["code"], "storage_error", ct.short(failed))
+        self.assertIn("space", failed["error"]["message"].lower(),
+                      "%s\n%s" % (ct.short(failed), d.log_tail()))
+        self.assertGreaterEqual(len(acked), 3)
+        self.assert_docs(d, acked)  # reads go on
+        # rm of half of them, then gc: room comes back
+        gone = list(acked)[: len(acked) // 2]
+        with d.connect() as c:
+            for h in gone:
+                self.assertIs(c.call("delete", ref=h).get("ok"), True)
+        for h in gone:
+            del acked[h]
+        free_before = self.free(mnt)
+        with d.connect() as c:
+            r = c.call("gc", timeout=120 * ct.SLOW)
+        self.assertIs(r.get("ok"), True, "gc on a full disk: %r\n%s" % (ct.short(r), d.log_tail()))
+        self.assertGreater(r["packs_deleted"] + r["packs_rewritten"], 0, ct.short(r))
+        self.assertGreater(self.free(mnt), free_before + 2 * MiB, "gc gave no room back")
+        with d.connect() as c:
+            content = os.urandom(2 * MiB)
+            r = c.add(content, name="after", timeout=60 * ct.SLOW)
+            self.assertIs(r.get("ok"), True, ct.short(r))
+            acked[r["hash"]] = content
+        d.stop()
+        d.start()
+        self.assert_docs(d, acked)
+        self.assert_verify_ok(d)
         d.stop()
 
 
