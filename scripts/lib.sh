@@ -9,8 +9,9 @@ CAIRN_DEB_PACKAGES=(
     libinih-dev libjansson-dev libcmocka-dev python3 libssh2-1-dev
     libcurl4-openssl-dev
     openssh-server openssh-client scdoc
-    # strace shows tests/integration/test_lifecycle.py which syncs cairnd makes at start
-    strace
+    # strace shows tests/integration/test_lifecycle.py which syncs cairnd makes at start,
+    # and libfaketime sets its clock a day ahead
+    strace faketime
     libsystemd-dev
     # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py
     # (which skips what is missing); installing it does not make systemd PID 1.
