@@ -613,7 +613,8 @@ static void usage_done(uv_work_t *work, int status)
         run_finish(run);
         return;
     }
-    qsort(run->use, run->nuse, sizeof(*run->use), use_cmp);
+    if (run->nuse > 1)
+        qsort(run->use, run->nuse, sizeof(*run->use), use_cmp);
     /* The pack being written holds dead records too: sealed now, it can be rewritten. */
     for (size_t i = 0; !run->rotated && i < run->nuse; i++) {
         struct db_pack_use *u = &run->use[i];
