@@ -151,6 +151,19 @@ static void pack_more(msgpack_packer *pk, bool more)
 }
 
 /* Begins the `add` frame with every field but `data`; `first` is the first piece. */
+/* read_full() up to `cap`, but no more than *left bytes in all (what it read is taken off). */
+static ssize_t read_limited(int fd, uint8_t *buf, size_t have, size_t cap, uint64_t *left)
+{
+    ssize_t n;
+
+    if (cap - have > *left)
+        cap = have + (size_t)*left;
+    n = read_full(fd, buf, have, cap);
+    if (n > 0)
+        *left -= (uint64_t)n - have;
+    return n;
+}
+
 static uint64_t begin_add(struct client *c, const struct client_add_req *req, int64_t size,
                           const uint8_t *first, size_t first_len, bool more)
 {
@@ -181,19 +194,6 @@ static uint64_t begin_add(struct client *c, const struct client_add_req *req, in
  * more input follows, so every frame carries the right `more` without a
  * trailing empty frame, and then starts the next piece.
  */
-/* read_full() up to `cap`, but no more than *left bytes in all (what it read is taken off). */
-static ssize_t read_limited(int fd, uint8_t *buf, size_t have, size_t cap, uint64_t *left)
-{
-    ssize_t n;
-
-    if (cap - have > *left)
-        cap = have + (size_t)*left;
-    n = read_full(fd, buf, have, cap);
-    if (n > 0)
-        *left -= (uint64_t)n - have;
-    return n;
-}
-
 int client_add(struct client *c, const struct client_add_req *req, int in_fd,
                const msgpack_object **reply)
 {
