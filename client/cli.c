@@ -37,8 +37,14 @@ static const struct command {
      "is renamed into place once the whole document arrived intact).\n"
      "  -o, --output FILE   write to FILE (- for standard output)\n"},
     {"rm", cli_cmd_rm,
-     "cairn rm REF...\n\n"
-     "Deletes documents, with their tags, metadata and name versions (alias: delete).\n"},
+     "cairn rm [-n] REF...\n\n"
+     "Removes names and deletes documents (alias: delete). Names behave like paths:\n"
+     "rm NAME removes that name (every version of it), and a document it pointed to\n"
+     "is deleted only when no other name points to it. rm HASH (or a unique prefix of\n"
+     "at least 8 digits) deletes the document with every name pointing to it.\n"
+     "Prints 'removed NAME' for a name, 'deleted HASH' for each document deleted,\n"
+     "and under it the names it had.\n"
+     "  -n, --dry-run       print what would go, change nothing\n"},
     {"delete", cli_cmd_rm, NULL},
     {"ls", cli_cmd_ls,
      "cairn ls [-t TAG]\n\n"
@@ -130,7 +136,8 @@ void cli_print_usage(FILE *out)
         "                  store files; - reads standard input, -r adds directories\n"
         "  get [-o FILE] REF\n"
         "                  write a document to standard output or FILE\n"
-        "  rm REF...       delete documents (alias: delete)\n"
+        "  rm [-n] REF...  remove names, delete documents no name points to any more\n"
+        "                  (alias: delete)\n"
         "  ls [-t TAG]     list documents (alias: list)\n"
         "  stat REF        show a document's details\n"
         "  status          show the daemon's state\n"

@@ -140,7 +140,12 @@ int client_get_fn(struct client *c, const char *ref, client_data_fn *fn, void *u
 /* The same for bytes [offset, offset + length) only (UINT64_MAX: to the end). */
 int client_get_range(struct client *c, const char *ref, uint64_t offset, uint64_t length,
                      client_data_fn *fn, void *userdata);
-int client_delete(struct client *c, const char *ref, const msgpack_object **reply);
+/*
+ * Deletes by ref: a hash (or prefix) deletes the document with its names, a
+ * name removes that name (PROTOCOL.md `delete`). dry_run: only says what
+ * would go.
+ */
+int client_delete(struct client *c, const char *ref, bool dry_run, const msgpack_object **reply);
 /* Every document (with `tag` when it is not NULL), in hash order. */
 int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata);
 /* The same from the first hash after `after` (NULL: the start), at most `limit` (0: all). */

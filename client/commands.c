@@ -177,25 +177,79 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
     return r == 0 ? CLI_EXIT_OK : cli_fail(cli, r == CLIENT_E_IO ? "standard output" : ref, r);
 }
 
+/* Prints `verb` and each string of the array `key` of the reply, one a line. */
+static void print_each(const msgpack_object *reply, const char *key, const char *verb)
+{
+    const msgpack_object *v = proto_map_get(reply, key);
+
+    if (!v || v->type != MSGPACK_OBJECT_ARRAY)
+        return;
+    for (uint32_t i = 0; i < v->via.array.size; i++) {
+        const msgpack_object *s = &v->via.array.ptr[i];
+        if (s->type == MSGPACK_OBJECT_STR)
+            printf("%s %.*s\n", verb, (int)s->via.str.size, s->via.str.ptr);
+    }
+}
+
+/*
+ * By name: "removed NAME", then "deleted HASH" for each document that went
+ * with it. By hash: "deleted HASH", then the names it had, indented (a name
+ * with older versions still points to the previous one).
+ */
+static void print_removal(const msgpack_object *reply, bool dry_run)
+{
+    const char *name = "";
+    size_t name_len = 0;
+    uint64_t cut = 0;
+
+    proto_get_str(reply, "name", &name, &name_len);
+    if (name_len)
+        printf("%s %.*s\n", dry_run ? "would remove" : "removed", (int)name_len, name);
+    print_each(reply, "deleted", dry_run ? "would delete" : "deleted");
+    if (proto_get_uint(reply, "deleted_cut", &cut) == 0 && cut)
+        printf("%s %" PRIu64 " more documents\n", dry_run ? "would delete" : "deleted", cut);
+    if (name_len)
+        return;
+    print_each(reply, "names", "  name");
+    if (proto_get_uint(reply, "names_cut", &cut) == 0 && cut)
+        printf("  and %" PRIu64 " older names\n", cut);
+}
+
 int cli_cmd_rm(struct cli *cli, int argc, char **argv)
 {
-    int status = parse_operands(cli, argc, argv, 1, argc, "REF");
+    static const struct option options[] = {
+        {"dry-run", no_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    bool dry_run = false;
     struct client *c;
+    int opt, status;
 
-    if (status >= 0)
-        return status;
+    while ((opt = cli_getopt(cli, argc, argv, ":nh", options)) != -1) {
+        switch (opt) {
+        case 'n':
+            dry_run = true;
+            break;
+        case 'h':
+            cli_print_command_help(stdout, argv[0]);
+            return CLI_EXIT_OK;
+        default:
+            return cli_option_error(argv[0], opt, argv);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error("%s: missing REF", argv[0]);
     status = CLI_EXIT_OK;
     for (int i = optind; i < argc; i++) {
         const msgpack_object *reply;
-        const char *hash = "";
-        size_t hash_len = 0;
         json_t *json;
         int r;
 
         c = cli_client(cli);
         if (!c)
             return CLI_EXIT_UNREACHABLE;
-        r = client_delete(c, argv[i], &reply);
+        r = client_delete(c, argv[i], dry_run, &reply);
         if (r != 0) {
             status = cli_fail(cli, argv[i], r);
             continue;
@@ -210,8 +264,7 @@ int cli_cmd_rm(struct cli *cli, int argc, char **argv)
                 status = CLI_EXIT_FAILED;
             continue;
         }
-        proto_get_str(reply, "hash", &hash, &hash_len);
-        printf("%.*s\n", (int)hash_len, hash);
+        print_removal(reply, dry_run);
     }
     return status;
 }

@@ -73,11 +73,16 @@ static const struct tool {
      "{\"type\":\"object\",\"properties\":{\"ref\":{\"type\":\"string\"}},"
      "\"required\":[\"ref\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{" DOC_PROPS "},\"required\":[\"hash\"]}"},
-    {"delete", "Delete a document (with its tags, metadata and name versions).",
-     "{\"type\":\"object\",\"properties\":{\"ref\":{\"type\":\"string\"}},"
-     "\"required\":[\"ref\"],\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"hash\":{\"type\":\"string\"}},"
-     "\"required\":[\"hash\"]}"},
+    {"delete",
+     "Delete by hash (the document with every name pointing to it) or remove a name (every "
+     "version of it; a document it pointed to goes only when no other name points to it). "
+     "`dryRun` reports what would go without changing anything.",
+     "{\"type\":\"object\",\"properties\":{\"ref\":{\"type\":\"string\"},"
+     "\"dryRun\":{\"type\":\"boolean\"}},\"required\":[\"ref\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"hash\":{\"type\":\"string\"},"
+     "\"name\":{\"type\":\"string\"},\"names\":{\"type\":\"array\",\"items\":{\"type\":"
+     "\"string\"}},\"deleted\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},"
+     "\"dry_run\":{\"type\":\"boolean\"}},\"required\":[\"hash\"]}"},
 };
 
 json_t *mcp_tools_list(void)
@@ -137,6 +142,18 @@ static int opt_uint(json_t *args, const char *key, uint64_t min, uint64_t max, u
         (uint64_t)json_integer_value(v) > max)
         return -1;
     *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* An optional boolean argument: 0 (unchanged when absent), or -1 when it is not a boolean. */
+static int opt_bool(json_t *args, const char *key, bool *out)
+{
+    json_t *v = json_object_get(args, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return -1;
+    *out = json_is_true(v);
     return 0;
 }
 
@@ -495,14 +512,17 @@ static json_t *tool_ref(struct mcp *m, json_t *args, bool del)
 {
     const msgpack_object *reply;
     const char *ref;
+    bool dry_run = false;
     struct client *c;
     int r;
 
     if (opt_str(args, "ref", &ref) || !ref || !ref[0])
         return mcp_tool_error("%s: wants ref", del ? "delete" : "stat");
+    if (del && opt_bool(args, "dryRun", &dry_run))
+        return mcp_tool_error("delete: dryRun must be a boolean");
     if (!(c = connection(m)))
         return mcp_tool_error("%s: cairnd is not reachable", del ? "delete" : "stat");
-    r = del ? client_delete(c, ref, &reply) : client_stat(c, ref, &reply);
+    r = del ? client_delete(c, ref, dry_run, &reply) : client_stat(c, ref, &reply);
     if (r != 0)
         return failure(m, ref, r);
     return mcp_tool_result(cli_json_reply(reply));

@@ -46,9 +46,19 @@ int client_hello(struct client *c, const msgpack_object **reply)
     return r < 0 ? r : client_await(c, id, reply);
 }
 
-int client_delete(struct client *c, const char *ref, const msgpack_object **reply)
+int client_delete(struct client *c, const char *ref, bool dry_run, const msgpack_object **reply)
 {
-    return call(c, "delete", ref, reply);
+    uint64_t id = client_begin(c, "delete", dry_run ? 2 : 1);
+    int r;
+
+    proto_pack_cstr(&c->pk, "ref");
+    proto_pack_cstr(&c->pk, ref);
+    if (dry_run) {
+        proto_pack_cstr(&c->pk, "dry_run");
+        msgpack_pack_true(&c->pk);
+    }
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
 }
 
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply)

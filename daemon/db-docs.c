@@ -254,6 +254,7 @@ int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, st
     r = resolve_id(c, ref, ref_len, &id, &by_name);
     if (r == 0 && by_name && !(doc->name = strndup(ref, ref_len)))
         r = -ENOMEM;
+    doc->by_name = by_name;
     if (r == 0)
         r = db_load_doc(c, id, want, doc);
     db_reader_release(db, c);

@@ -11,7 +11,10 @@
  *
  * Journal entries need no marking: an add entry is dead once a later delete
  * of its document exists, and a delete entry once no earlier add entry of
- * its document is left.
+ * its document is left. An unname entry is dead once its document is
+ * deleted at or after its time (`rm NAME` writes the delete at the same
+ * time), or when no earlier add entry (which could have brought the name)
+ * is left.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,8 +28,9 @@
 
 #define JOURNAL_DEAD                                                                               \
     "((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1"              \
-    " AND x.time > j.time)) OR (j.op = 1 AND NOT EXISTS (SELECT 1 FROM journal x"                  \
-    " WHERE x.doc = j.doc AND x.op = 0 AND x.time < j.time)))"
+    " AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM journal x"                 \
+    " WHERE x.doc = j.doc AND x.op = 0 AND x.time < j.time)) OR (j.op = 2 AND EXISTS"              \
+    " (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time)))"
 
 const char *const db_gc_sql[DB_S_COUNT_] = {
     [DB_S_STATE_GET] = "SELECT value FROM state WHERE key = ?1",

@@ -91,6 +91,10 @@ enum db_stmt_id {
     DB_S_PACK_ROWS_LEFT,
     /* db-search.c */
     DB_S_VOCAB,
+    /* db-names.c */
+    DB_S_NAME_DOCS,
+    DB_S_NAME_UNLINK,
+    DB_S_DOC_NAMED,
     DB_S_COUNT_,
 };
 
@@ -99,6 +103,7 @@ extern const char *const db_docs_sql[DB_S_COUNT_];
 extern const char *const db_search_sql[DB_S_COUNT_];
 extern const char *const db_store_sql[DB_S_COUNT_];
 extern const char *const db_gc_sql[DB_S_COUNT_];
+extern const char *const db_names_sql[DB_S_COUNT_];
 
 /* Searches build their SQL from the filters given; the few shapes in use stay prepared. */
 #define DB_SEARCH_SHAPES 8

@@ -33,7 +33,8 @@ const char *const db_store_sql[DB_S_COUNT_] = {
     [DB_S_JOURNAL_PUT] = "INSERT OR IGNORE INTO journal(hash, pack, off, len, doc, time, op,"
                          " applied) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [DB_S_JOURNAL_PENDING] = "SELECT hash, pack, off, len FROM journal WHERE applied = 0"
-                             " ORDER BY time LIMIT ?1",
+                             /* One `rm NAME` writes its unnames and deletes at one time. */
+                             " ORDER BY time, op DESC LIMIT ?1",
     [DB_S_JOURNAL_APPLIED] = "UPDATE journal SET applied = 1 WHERE hash = ?1",
     [DB_S_JOURNAL_REFUSED] = "DELETE FROM journal WHERE hash = ?1",
     [DB_S_JOURNAL_NEWEST] = "SELECT COALESCE(MAX(time), 0) FROM journal",
@@ -142,7 +143,7 @@ int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
 
 int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
                        const struct db_loc *loc, const uint8_t doc[PROTO_HASH_LEN],
-                       uint64_t time_ns, bool is_delete, bool applied)
+                       uint64_t time_ns, int op, bool applied)
 {
     sqlite3_stmt *s = db_stmt(txn->conn, DB_S_JOURNAL_PUT);
 
@@ -154,7 +155,7 @@ int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
     sqlite3_bind_int64(s, 4, loc->len);
     sqlite3_bind_blob(s, 5, doc, PROTO_HASH_LEN, SQLITE_STATIC);
     sqlite3_bind_int64(s, 6, (int64_t)time_ns);
-    sqlite3_bind_int(s, 7, is_delete);
+    sqlite3_bind_int(s, 7, op);
     sqlite3_bind_int(s, 8, applied);
     return db_step_done(txn->conn, s);
 }

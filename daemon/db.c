@@ -109,6 +109,8 @@ static const char *stmt_sql(enum db_stmt_id id)
         return db_search_sql[id];
     if (db_store_sql[id])
         return db_store_sql[id];
+    if (db_names_sql[id])
+        return db_names_sql[id];
     return db_gc_sql[id];
 }
 

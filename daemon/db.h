@@ -50,6 +50,7 @@ struct db_doc {
     int64_t rowid;
     char hash[PROTO_HASH_HEX + 1];
     char *name; /* the name it was found by, else its newest name; NULL if none */
+    bool by_name; /* db_resolve: the ref was a name */
     uint64_t size, stored_size, nchunks;
     int64_t created;
     char mime[PROTO_MAX_MIME + 1];
@@ -143,6 +144,7 @@ int db_txn_add(struct db_txn *txn, struct db_add *add);
  */
 int db_txn_delete(struct db_txn *txn, const char *hash_hex);
 
+/* Resolves a ref (PROTOCOL.md "References"); doc->by_name says whether it was a name. */
 int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc);
 /* The document with this row id; DB_E_NOT_FOUND when it is gone. */
 int db_load(struct db *db, int64_t rowid, unsigned want, struct db_doc *doc);
@@ -152,6 +154,24 @@ int db_name_current(struct db *db, const char *name, int64_t doc, bool *current)
 int db_list(struct db *db, const char *tag, const char *after, size_t limit, struct db_doc **docs,
             size_t *ndocs);
 int db_totals(struct db *db, struct db_totals *t);
+
+/* ---- names as paths (db-names.c) ---- */
+
+struct db_name_doc {
+    char hash[PROTO_HASH_HEX + 1];
+    bool orphan; /* no other name points to it */
+};
+
+/*
+ * The documents `name` points to (in any version), its newest first:
+ * DB_E_NOT_FOUND when it names none. A snapshot for a prediction: the
+ * transaction decides (db_txn_delete_if_unnamed).
+ */
+int db_name_docs(struct db *db, const char *name, struct db_name_doc **docs, size_t *n);
+/* Takes every version of `name` off one document; *rowid is its row id when there was one, else 0. */
+int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, int64_t *rowid);
+/* Deletes the document (db_txn_delete) if no name points to it; *deleted when it did. */
+int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *deleted);
 
 /* ---- packs and records (db-store.c) ---- */
 
@@ -192,12 +212,12 @@ int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                        const struct db_loc *loc);
 /*
  * A journal entry is durable at loc (an entry already known keeps its row).
- * `applied`: its event is applied in the same transaction; replay records
+ * `op` is the entry's enum entry_op (objects.h). `applied`: its event is applied in the same transaction; replay records
  * the entries it finds unapplied and applies them in time order after.
  */
 int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
                        const struct db_loc *loc, const uint8_t doc[PROTO_HASH_LEN],
-                       uint64_t time_ns, bool is_delete, bool applied);
+                       uint64_t time_ns, int op, bool applied);
 /* Journal entries whose events replay has yet to apply, oldest first. */
 struct db_pending_entry {
     uint8_t id[PROTO_HASH_LEN];

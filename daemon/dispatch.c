@@ -148,6 +148,15 @@ void dispatch_free_strings(char **v, size_t n)
     free(v);
 }
 
+size_t dispatch_strings_cut(const char *const *v, size_t n, size_t budget)
+{
+    size_t first = n, used = 0;
+
+    while (first > 0 && used + reply_str_cost(strlen(v[first - 1])) <= budget)
+        used += reply_str_cost(strlen(v[--first]));
+    return first;
+}
+
 bool dispatch_take_ref(struct op *op, const msgpack_object *map, char **ref, size_t *len)
 {
     const char *p;

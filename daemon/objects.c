@@ -20,22 +20,35 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
 {
     msgpack_sbuffer sbuf;
     msgpack_packer pk;
+    static const char *const ops[] = {"add", "delete", "unname"};
     uint32_t n = 4;
 
-    if (!e->is_delete)
+    if (e->op == ENTRY_ADD)
         n += 7 + (e->name && e->name[0]) + (e->ntags > 0) + (e->nmeta > 0);
+    else if (e->op == ENTRY_DELETE)
+        n += e->if_unnamed;
+    else if (e->name && e->name[0])
+        n++;
+    else
+        return -EINVAL; /* an unname entry without a name */
     msgpack_sbuffer_init(&sbuf);
     msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, n);
     proto_pack_cstr(&pk, "v");
     msgpack_pack_uint32(&pk, ENTRY_VERSION);
     proto_pack_cstr(&pk, "op");
-    proto_pack_cstr(&pk, e->is_delete ? "delete" : "add");
+    proto_pack_cstr(&pk, ops[e->op]);
     proto_pack_cstr(&pk, "doc");
     proto_pack_bin(&pk, e->doc, PROTO_HASH_LEN);
     proto_pack_cstr(&pk, "time");
     msgpack_pack_uint64(&pk, e->time_ns);
-    if (!e->is_delete) {
+    if (e->op == ENTRY_DELETE && e->if_unnamed) {
+        proto_pack_cstr(&pk, "if_unnamed");
+        msgpack_pack_true(&pk);
+    } else if (e->op == ENTRY_UNNAME) {
+        proto_pack_cstr(&pk, "name");
+        proto_pack_cstr(&pk, e->name);
+    } else if (e->op == ENTRY_ADD) {
         proto_pack_cstr(&pk, "size");
         msgpack_pack_uint64(&pk, e->size);
         proto_pack_cstr(&pk, "mime");
@@ -171,8 +184,15 @@ int objects_entry_decode(const uint8_t *raw, size_t len, struct entry *e)
     }
     memcpy(e->doc, doc, PROTO_HASH_LEN);
     if (proto_str_eq(op, "delete")) {
-        e->is_delete = true;
-        r = 0;
+        e->op = ENTRY_DELETE;
+        r = proto_map_get(msg.map, "if_unnamed") &&
+                    proto_get_bool(msg.map, "if_unnamed", &e->if_unnamed) != 0
+                ? -EBADMSG
+                : 0;
+    } else if (proto_str_eq(op, "unname")) {
+        e->op = ENTRY_UNNAME;
+        e->name = dup_str(proto_map_get(msg.map, "name"));
+        r = e->name && e->name[0] ? 0 : -EBADMSG;
     } else if (proto_str_eq(op, "add")) {
         r = decode_add(msg.map, e);
     } else {

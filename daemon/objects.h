@@ -3,13 +3,20 @@
 /*
  * The journal: records that make the packs self-describing, so the
  * database can be rebuilt from the packs alone (`cairnd --rebuild-index`)
- * and recovered after a crash (replay.c). One entry per add and per delete,
- * each a pack record of type PACK_REC_ENTRY whose id is the SHA-256 of the
+ * and recovered after a crash (replay.c). One entry per add, per delete and
+ * per name removed, each a pack record of type PACK_REC_ENTRY whose id is the SHA-256 of the
  * entry's raw bytes, a msgpack map in the object envelope (compress.h):
  *
  *   {v: 2, op: "add", doc: bin32, time, size, mime, text, chunks, stored,
  *    depth, root: bin, name?, tags?, meta?}
- *   {v: 2, op: "delete", doc: bin32, time}
+ *   {v: 2, op: "delete", doc: bin32, time, if_unnamed?: true}
+ *   {v: 2, op: "unname", doc: bin32, time, name}
+ *
+ * A delete with `if_unnamed` deletes the document only if no name points to
+ * it when the entry applies (`cairn rm NAME`: a document goes with its last
+ * name); one that did not apply leaves no journal row. An unname entry takes
+ * the name off that one document: every version of the name that points to
+ * it goes.
  *
  * An add entry carries the document's manifest root (manifest.h: depth and
  * the packed root entries), so it alone says what the document is made of,
@@ -28,14 +35,22 @@
 /* Largest raw journal entry accepted (a full root plus names, tags and metadata). */
 #define OBJECTS_MAX_ENTRY (1024u * 1024)
 
+/* The op of an entry, as the database's journal table records it. */
+enum entry_op {
+    ENTRY_ADD = 0,
+    ENTRY_DELETE = 1,
+    ENTRY_UNNAME = 2,
+};
+
 struct entry {
-    bool is_delete;
+    enum entry_op op;
+    bool if_unnamed; /* deletes only */
     uint8_t doc[PROTO_HASH_LEN];
     uint64_t time_ns;
     /* adds only */
     uint64_t size, nchunks, stored;
     bool text;
-    char *mime, *name; /* name may be NULL */
+    char *mime, *name; /* adds: may be NULL; unname: the name */
     unsigned depth;
     uint8_t *root; /* packed manifest entries */
     size_t root_len;

@@ -18,6 +18,8 @@
 #define VERIFY_MAX_LISTED 1000
 /* Documents named per bad chunk at most. */
 #define VERIFY_MAX_DOCS 64
+/* Bytes of a delete reply for each of its lists: the names removed, the documents deleted. */
+#define DELETE_LIST_BUDGET (192u * 1024)
 
 struct op_status {
     struct op op;
@@ -35,7 +37,14 @@ OP_ASSERT_FIRST(struct op_status);
 
 /* ---- delete ---- */
 
-static void delete_done(void *userdata, int status, const char *hash)
+static void pack_strings(msgpack_packer *pk, const char *const *v, size_t n)
+{
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
+        proto_pack_cstr(pk, v[i]);
+}
+
+static void delete_done(void *userdata, int status, const struct store_delete_result *res)
 {
     struct op *op = userdata;
     struct reply r;
@@ -44,12 +53,37 @@ static void delete_done(void *userdata, int status, const char *hash)
         return;
     if (status != 0) {
         dispatch_reply_status_error(op, status);
-    } else {
-        reply_begin(&r, op->base.id, true, 1);
-        proto_pack_cstr(&r.pk, "hash");
-        proto_pack_cstr(&r.pk, hash);
-        reply_send(op->base.conn, &r);
+        dispatch_op_finish(op);
+        return;
     }
+    /* The newest names and the first documents that fit (PROTOCOL.md `delete`). */
+    size_t names_cut = dispatch_strings_cut(res->names, res->nnames, DELETE_LIST_BUDGET);
+    size_t nlisted = res->ndeleted;
+    if (nlisted > DELETE_LIST_BUDGET / reply_str_cost(PROTO_HASH_HEX))
+        nlisted = DELETE_LIST_BUDGET / reply_str_cost(PROTO_HASH_HEX);
+    reply_begin(&r, op->base.id, true, 5 + (names_cut > 0) + (nlisted < res->ndeleted));
+    proto_pack_cstr(&r.pk, "hash");
+    proto_pack_cstr(&r.pk, res->hash);
+    proto_pack_cstr(&r.pk, "name");
+    proto_pack_cstr(&r.pk, res->name ? res->name : "");
+    proto_pack_cstr(&r.pk, "names");
+    pack_strings(&r.pk, res->names + names_cut, res->nnames - names_cut);
+    if (names_cut > 0) {
+        proto_pack_cstr(&r.pk, "names_cut");
+        msgpack_pack_uint64(&r.pk, names_cut);
+    }
+    proto_pack_cstr(&r.pk, "deleted");
+    pack_strings(&r.pk, res->deleted, nlisted);
+    if (nlisted < res->ndeleted) {
+        proto_pack_cstr(&r.pk, "deleted_cut");
+        msgpack_pack_uint64(&r.pk, res->ndeleted - nlisted);
+    }
+    proto_pack_cstr(&r.pk, "dry_run");
+    if (res->dry_run)
+        msgpack_pack_true(&r.pk);
+    else
+        msgpack_pack_false(&r.pk);
+    reply_send(op->base.conn, &r);
     dispatch_op_finish(op);
 }
 
@@ -57,12 +91,18 @@ void dispatch_do_delete(struct conn *c, uint64_t id, const msgpack_object *map)
 {
     struct op *op = dispatch_op_new(c, id, OP_DELETE, sizeof(struct op), NULL);
     _cleanup_free_ char *ref = NULL; /* store_delete keeps its own copy */
+    bool dry_run = false;
     size_t ref_len;
     int r;
 
     if (!op || !dispatch_take_ref(op, map, &ref, &ref_len))
         return;
-    r = store_delete(c->d->store, ref, ref_len, delete_done, op);
+    if (proto_map_get(map, "dry_run") && proto_get_bool(map, "dry_run", &dry_run) != 0) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "dry_run must be a boolean");
+        dispatch_op_finish(op);
+        return;
+    }
+    r = store_delete(c->d->store, ref, ref_len, dry_run, delete_done, op);
     if (r < 0) {
         dispatch_reply_status_error(op, r);
         dispatch_op_finish(op);

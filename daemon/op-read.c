@@ -363,22 +363,17 @@ static void stat_done(uv_work_t *work, int status)
         return;
     }
     /* The newest names that fit in STAT_NAMES_BUDGET (names are oldest first). */
-    size_t first = doc->nnames, names_used = 0;
-    while (first > 0 &&
-           names_used + reply_str_cost(strlen(doc->names[first - 1])) <= STAT_NAMES_BUDGET) {
-        names_used += reply_str_cost(strlen(doc->names[first - 1]));
-        first--;
-    }
-    reply_begin(&r, s->op.base.id, true, first > 0 ? 11 : 10);
+    size_t cut = dispatch_strings_cut((const char *const *)doc->names, doc->nnames, STAT_NAMES_BUDGET);
+    reply_begin(&r, s->op.base.id, true, cut > 0 ? 11 : 10);
     proto_pack_cstr(&r.pk, "hash");
     proto_pack_cstr(&r.pk, doc->hash);
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
     proto_pack_cstr(&r.pk, "names");
-    pack_strings(&r.pk, doc->names + first, doc->nnames - first);
-    if (first > 0) {
+    pack_strings(&r.pk, doc->names + cut, doc->nnames - cut);
+    if (cut > 0) {
         proto_pack_cstr(&r.pk, "names_cut");
-        msgpack_pack_uint64(&r.pk, first);
+        msgpack_pack_uint64(&r.pk, cut);
     }
     proto_pack_cstr(&r.pk, "size");
     msgpack_pack_uint64(&r.pk, doc->size);

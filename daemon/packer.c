@@ -643,7 +643,7 @@ static int record_locations(struct db_txn *txn, const struct packer_rec *rec)
         return db_txn_segment_put(txn, rec->id, &loc);
     }
     if (rec->type == PACK_REC_ENTRY)
-        return db_txn_journal_put(txn, rec->id, &loc, rec->doc, rec->time_ns, rec->is_delete, true);
+        return db_txn_journal_put(txn, rec->id, &loc, rec->doc, rec->time_ns, (int)rec->op, true);
     for (size_t i = 0; i < at->nidx; i++)
         raw += at->idx[i].raw_size;
     for (size_t i = 0; r == 0 && i < rec->nidx; i++) {

@@ -29,6 +29,7 @@
 
 #include <uv.h>
 
+#include "daemon/objects.h"
 #include "proto/proto.h"
 #include "storage/pack.h"
 
@@ -63,7 +64,7 @@ struct packer_rec {
     /* Journal entries: what the database's journal table records. */
     uint8_t doc[PROTO_HASH_LEN];
     uint64_t time_ns;
-    bool is_delete;
+    enum entry_op op;
     /* Set when appended. */
     uint64_t pack, offset;
 };

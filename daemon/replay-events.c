@@ -94,7 +94,7 @@ static void slice_work(void *arg)
             if (r == -EBADMSG)
                 r = RECORD_E_BAD;
         }
-        if (r == 0 && !ev->e.is_delete) {
+        if (r == 0 && ev->e.op == ENTRY_ADD) {
             struct check_ctx c = {st};
             r = store_walk_manifest(st, ev->e.depth, ev->e.root, ev->e.root_len, 0, check_chunk,
                                     &c);
@@ -150,7 +150,18 @@ static int page_apply(struct db_txn *txn, void *ctx)
             continue;
         }
         proto_hex_encode(e->doc, PROTO_HASH_LEN, hex);
-        if (e->is_delete) {
+        if (e->op == ENTRY_UNNAME) {
+            int64_t rowid;
+            r = db_txn_unname(txn, e->name, hex, &rowid);
+        } else if (e->op == ENTRY_DELETE && e->if_unnamed) {
+            bool deleted;
+            r = db_txn_delete_if_unnamed(txn, hex, &deleted);
+            /* As when it was written: a delete that did not apply keeps no row. */
+            if (r == 0 && !deleted) {
+                r = db_txn_journal_applied(txn, ev->pend.id, true);
+                continue;
+            }
+        } else if (e->op == ENTRY_DELETE) {
             r = db_txn_delete(txn, hex);
             if (r == DB_E_NOT_FOUND)
                 r = 0;
@@ -217,7 +228,7 @@ int replay_events(struct replay *rp)
                                                      : "a chunk or segment is missing or damaged");
                 rp->refused++;
             } else if (r == 0) {
-                if (ev->e.is_delete)
+                if (ev->e.op == ENTRY_DELETE)
                     rp->deleted++;
                 else
                     rp->added++;

@@ -35,7 +35,7 @@ static int rows_apply(struct db_txn *txn, void *ctx)
         else if (w->kind == DB_ROW_SEGMENT)
             r = db_txn_segment_put(txn, w->hash, &w->loc);
         else
-            r = db_txn_journal_put(txn, w->hash, &w->loc, w->doc, w->time_ns, w->is_delete, false);
+            r = db_txn_journal_put(txn, w->hash, &w->loc, w->doc, w->time_ns, (int)w->op, false);
     }
     return r;
 }
@@ -92,7 +92,7 @@ static int entry_row(struct replay *rp, const uint8_t *bytes, size_t len,
         return r == -ENOMEM ? r : RECORD_E_BAD;
     memcpy(w->doc, e.doc, PROTO_HASH_LEN);
     w->time_ns = e.time_ns;
-    w->is_delete = e.is_delete;
+    w->op = e.op;
     if (e.time_ns > rp->max_time)
         rp->max_time = e.time_ns;
     objects_entry_clear(&e);

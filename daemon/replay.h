@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "daemon/db.h"
+#include "daemon/objects.h"
 #include "storage/backend.h"
 #include "storage/pack.h"
 
@@ -31,7 +32,7 @@ struct replay_row {
     struct db_loc loc;
     uint8_t doc[PROTO_HASH_LEN]; /* entries */
     uint64_t time_ns;
-    bool is_delete;
+    enum entry_op op;
 };
 
 struct replay_prefetch;

@@ -201,13 +201,26 @@ int store_verify(struct store *st, const char *const *refs, size_t nrefs, store_
                  void *userdata);
 
 /*
- * Deletes the document `ref` resolves to: its journal entry goes to a pack
- * first (so a rebuild never brings it back), then the metadata, in one
- * batch. `done` gets the hash; it comes on the loop thread.
+ * Deletes what `ref` resolves to (PROTOCOL.md `delete`): a document by hash
+ * with every name pointing to it; by name, the name, and each document it
+ * pointed to that no other name points to. The journal entries go to a
+ * pack first (so a rebuild never brings it back), then the metadata, in one
+ * batch. With dry_run, nothing changes and the result is what would go.
+ * `done` comes on the loop thread; the result (NULL on failure) is valid
+ * during the call only.
  */
-typedef void store_delete_cb(void *userdata, int status, const char *hash);
-int store_delete(struct store *st, const char *ref, size_t ref_len, store_delete_cb *done,
-                 void *userdata);
+struct store_delete_result {
+    const char *hash;  /* the document the ref resolved to */
+    const char *name;  /* by name: the name, else NULL */
+    const char *const *names; /* the names removed: by name the name, else the document's, oldest first */
+    size_t nnames;
+    const char *const *deleted; /* the documents deleted (hashes) */
+    size_t ndeleted;
+    bool dry_run;
+};
+typedef void store_delete_cb(void *userdata, int status, const struct store_delete_result *res);
+int store_delete(struct store *st, const char *ref, size_t ref_len, bool dry_run,
+                 store_delete_cb *done, void *userdata);
 
 /* What status reports about the store beyond the database's totals. */
 struct store_stats {

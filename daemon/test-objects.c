@@ -27,7 +27,7 @@ static void make_hash(uint8_t h[PROTO_HASH_LEN], uint8_t seed)
 
 static void assert_entry_empty(const struct entry *e)
 {
-    assert_false(e->is_delete);
+    assert_int_equal(e->op, ENTRY_ADD);
     assert_null(e->mime);
     assert_null(e->name);
     assert_null(e->root);
@@ -69,7 +69,7 @@ static void test_add_roundtrip(void **state)
     assert_int_equal(objects_entry_encode(&in, &raw, &len), 0);
     assert_true(len > 0 && len <= OBJECTS_MAX_ENTRY);
     assert_int_equal(objects_entry_decode(raw, len, &out), 0);
-    assert_false(out.is_delete);
+    assert_int_equal(out.op, ENTRY_ADD);
     assert_memory_equal(out.doc, in.doc, PROTO_HASH_LEN);
     assert_int_equal(out.time_ns, in.time_ns);
     assert_int_equal(out.size, in.size);
@@ -104,7 +104,7 @@ static void test_add_minimal(void **state)
     make_hash(in.doc, 2);
     assert_int_equal(objects_entry_encode(&in, &raw, &len), 0);
     assert_int_equal(objects_entry_decode(raw, len, &out), 0);
-    assert_false(out.is_delete);
+    assert_int_equal(out.op, ENTRY_ADD);
     assert_string_equal(out.mime, "application/octet-stream");
     assert_null(out.name);
     assert_false(out.text);
@@ -125,20 +125,49 @@ static void test_add_minimal(void **state)
 
 static void test_delete_roundtrip(void **state)
 {
-    struct entry in = {.is_delete = true, .time_ns = UINT64_MAX, .mime = "ignored"}, out;
+    struct entry in = {.op = ENTRY_DELETE, .time_ns = UINT64_MAX, .mime = "ignored"}, out;
     uint8_t *raw;
     size_t len;
 
     make_hash(in.doc, 3);
     assert_int_equal(objects_entry_encode(&in, &raw, &len), 0);
     assert_int_equal(objects_entry_decode(raw, len, &out), 0);
-    assert_true(out.is_delete);
+    assert_int_equal(out.op, ENTRY_DELETE);
     assert_memory_equal(out.doc, in.doc, PROTO_HASH_LEN);
     assert_int_equal(out.time_ns, UINT64_MAX);
     assert_null(out.mime); /* a delete carries nothing else */
     assert_null(out.root);
     objects_entry_clear(&out);
     free(raw);
+}
+
+/* `rm NAME`'s entries: an unname with its name, a delete that applies only when unnamed. */
+static void test_unname_and_conditional_delete(void **state)
+{
+    struct entry un = {.op = ENTRY_UNNAME, .time_ns = 7, .name = "a/b.txt"};
+    struct entry cond = {.op = ENTRY_DELETE, .time_ns = 7, .if_unnamed = true}, out;
+    struct entry nameless = {.op = ENTRY_UNNAME, .time_ns = 7};
+    uint8_t *raw, *raw2;
+    size_t len, len2;
+
+    make_hash(un.doc, 4);
+    memcpy(cond.doc, un.doc, PROTO_HASH_LEN);
+    assert_int_equal(objects_entry_encode(&un, &raw, &len), 0);
+    assert_int_equal(objects_entry_decode(raw, len, &out), 0);
+    assert_int_equal(out.op, ENTRY_UNNAME);
+    assert_string_equal(out.name, "a/b.txt");
+    assert_memory_equal(out.doc, un.doc, PROTO_HASH_LEN);
+    objects_entry_clear(&out);
+    assert_int_equal(objects_entry_encode(&cond, &raw2, &len2), 0);
+    assert_int_equal(objects_entry_decode(raw2, len2, &out), 0);
+    assert_int_equal(out.op, ENTRY_DELETE);
+    assert_true(out.if_unnamed);
+    objects_entry_clear(&out);
+    /* Same doc and time, different entries: different bytes, so different record ids. */
+    assert_true(len != len2 || memcmp(raw, raw2, len) != 0);
+    free(raw);
+    free(raw2);
+    assert_int_equal(objects_entry_encode(&nameless, &raw, &len), -EINVAL);
 }
 
 /* ---- hostile bytes ------------------------------------------------------------------ */
@@ -433,6 +462,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_roundtrip),    cmocka_unit_test(test_add_minimal),
         cmocka_unit_test(test_delete_roundtrip), cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_unname_and_conditional_delete),
         cmocka_unit_test(test_size_limit),       cmocka_unit_test(test_hostile_fields),
         cmocka_unit_test(test_not_a_map),
     };

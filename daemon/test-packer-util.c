@@ -160,7 +160,7 @@ void test_rec_segment(struct packer_rec *rec, uint8_t seed)
 /* A journal entry: an add or a delete of document `doc`, at `time_ns`. */
 void test_rec_entry(struct packer_rec *rec, uint8_t doc, uint64_t time_ns, bool is_delete)
 {
-    struct entry ent = {.is_delete = is_delete, .time_ns = time_ns, .size = 0};
+    struct entry ent = {.op = is_delete ? ENTRY_DELETE : ENTRY_ADD, .time_ns = time_ns, .size = 0};
     uint8_t *raw;
     size_t len;
 
@@ -175,7 +175,7 @@ void test_rec_entry(struct packer_rec *rec, uint8_t doc, uint64_t time_ns, bool 
     rec->nidx = 1;
     memcpy(rec->doc, ent.doc, PROTO_HASH_LEN);
     rec->time_ns = time_ns;
-    rec->is_delete = is_delete;
+    rec->op = ent.op;
 }
 
 /* Whether the database has the row a record of the group should have made, where it went. */

@@ -543,7 +543,7 @@ static int write_repeated_name(struct upgrade *u, struct history_clock *clock, i
         return r;
     if ((r = next_time(clock, t, &time_ns)) < 0 || (r = write_event(u, doc, name, time_ns, false)))
         return r;
-    struct entry tombstone = {.is_delete = true};
+    struct entry tombstone = {.op = ENTRY_DELETE};
     memcpy(tombstone.doc, ph.doc, PROTO_HASH_LEN);
     if ((r = next_time(clock, t, &tombstone.time_ns)) < 0)
         return r;

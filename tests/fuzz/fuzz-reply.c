@@ -77,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)client_status(c, &reply);
         break;
     default:
-        (void)client_delete(c, "doc", &reply);
+        (void)client_delete(c, "doc", false, &reply);
         break;
     }
     (void)client_error(c);

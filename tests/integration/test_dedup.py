@@ -1250,6 +1250,42 @@ class RebuildIndex(RebuildHelpers, DedupCase):
         self.assert_same(before, self.snapshot())
         d.stop()
 
+    def test_rebuild_after_names_removed(self):
+        """`rm NAME` takes the name off and deletes only what no other name
+        points to; gc keeps what a rebuild needs to do the same again (the
+        unname entries and the deletes that applied), before and after
+        the last name of a document goes."""
+        d = self.d
+        x = add(d, b"shared text x\n", "-n", "a.txt")
+        add(d, b"shared text x\n", "-n", "b.txt")
+        y = add(d, b"versioned y\n", "-n", "c.txt")
+        z = add(d, b"versioned z\n", "-n", "c.txt")
+        add(d, b"versioned y\n", "-n", "d.txt")
+        lone = add(d, b"lone\n", "-n", "lone.txt")
+        self.assertEqual(d.cli("rm", "a.txt").stdout.decode().split("\n")[:-1], ["removed a.txt"])
+        out = d.cli("rm", "c.txt").stdout.decode().split("\n")[:-1]
+        self.assertEqual(out, ["removed c.txt", "deleted " + z])
+        gc(d)
+        want = {x: ["b.txt"], y: ["d.txt"], lone: ["lone.txt"]}
+        for rebuilt in (False, True):
+            if rebuilt:
+                self.rebuild()
+            for h, names in want.items():
+                self.assertEqual(stat(d, h).get("names"), names, (h, rebuilt))
+            for ref in ("a.txt", "c.txt", z):
+                d.cli("get", ref, check_exit=1)
+            self.assertEqual(status(d)["documents"], 3)
+        d.cli("rm", "b.txt")
+        d.cli("rm", lone)
+        gc(d)
+        self.rebuild()
+        d.cli("get", x, check_exit=1)
+        d.cli("get", lone, check_exit=1)
+        self.assertEqual(stat(d, "d.txt").get("hash"), y)
+        self.assertEqual(status(d)["documents"], 1)
+        self.assertEqual(parse_verify_text(d.cli("verify").stdout)[1][2], 0)
+        d.stop()
+
     def test_rebuild_keeps_creation_times(self):
         """Creation times (`created`, Unix seconds) survive a rebuild: adds
         for a few seconds, so some commit close to a second boundary."""

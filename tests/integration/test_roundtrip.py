@@ -196,7 +196,7 @@ class NamesTagsMeta(CliTestCase):
         self.assertEqual(self.get("notes.txt"), b"version three\n")
         # deleting the newest version makes the name fall back to the previous one
         p = self.cli("rm", h3)
-        self.assertEqual(p.stdout.decode().split(), [h3])
+        self.assertEqual(p.stdout.decode().splitlines(), ["deleted " + h3, "  name notes.txt"])
         self.assertEqual(self.get("notes.txt"), b"version two\n")
         self.assertEqual(self.get(h1), b"version one\n")
         self.stop_daemon()
@@ -287,7 +287,7 @@ class Removal(CliTestCase):
     def test_rm_then_get_fails(self):
         h = self.add(b"short-lived", "-n", "tmp.txt")
         p = self.cli("rm", "tmp.txt")
-        self.assertEqual(p.stdout.decode().split(), [h])
+        self.assertEqual(p.stdout.decode().splitlines(), ["removed tmp.txt", "deleted " + h])
         for ref in (h, "tmp.txt", h[:8]):
             p = self.cli("get", ref, check_exit=1)
             self.assertEqual(p.stdout, b"")
@@ -301,12 +301,59 @@ class Removal(CliTestCase):
         h2 = self.add(b"two", "-n", "two")
         h3 = self.add(b"three", "-n", "three")
         p = self.cli("rm", h1, "two")
-        self.assertEqual(p.stdout.decode().split(), [h1, h2])
+        self.assertEqual(p.stdout.decode().splitlines(),
+                         ["deleted " + h1, "  name one", "removed two", "deleted " + h2])
         p = self.cli("delete", h3[:10])
-        self.assertEqual(p.stdout.decode().split(), [h3])
+        self.assertEqual(p.stdout.decode().splitlines(), ["deleted " + h3, "  name three"])
         self.assertEqual(self.cli("ls").stdout, b"")
         st = ct.parse_kv(self.cli("status").stdout)
         self.assertEqual(st.get("documents", "").split()[:1], ["0"])
+        self.stop_daemon()
+
+    def test_names_behave_like_paths(self):
+        """Names are like hard links: rm NAME removes that name only, the
+        content goes with its last name; rm HASH removes every name."""
+        lic = b"the same license text\n"
+        names = ["doc/pkg%d/copyright" % i for i in range(5)]
+        h = None
+        for n in names:
+            h = self.add(lic, "-n", n)
+        p = self.cli("rm", names[0])
+        self.assertEqual(p.stdout.decode().splitlines(), ["removed " + names[0]])
+        self.cli("get", names[0], check_exit=1)
+        for n in names[1:]:
+            self.assertEqual(self.get(n), lic, n)
+        self.assertEqual(self.get(h), lic)
+        # --dry-run says what would go and changes nothing
+        for args, want in ((("-n", names[1]), ["would remove " + names[1]]),
+                           (("--dry-run", h), ["would delete " + h]
+                            + ["  name " + n for n in names[1:]])):
+            p = self.cli("rm", *args)
+            self.assertEqual(p.stdout.decode().splitlines(), want)
+        for n in names[1:]:
+            self.assertEqual(self.get(n), lic, n)
+        # the last names go one by one; the content with the last of them
+        for n in names[1:-1]:
+            self.cli("rm", n)
+        self.assertEqual(self.get(h), lic)
+        p = self.cli("rm", names[-1])
+        self.assertEqual(p.stdout.decode().splitlines(), ["removed " + names[-1], "deleted " + h])
+        self.cli("get", h, check_exit=1)
+        # rm HASH: the document and every name pointing to it, printed
+        h = self.add(lic, "-n", "x")
+        self.add(lic, "-n", "y")
+        [r] = ct.parse_json_lines(self.cli("--json", "rm", h[:12]).stdout)
+        self.assertEqual((r.get("names"), r.get("deleted"), r.get("dry_run")), (["x", "y"], [h], False))
+        for ref in ("x", "y", h):
+            self.cli("get", ref, check_exit=1)
+        # a name's versions go with it; one another name points to stays
+        v1 = self.add(b"v1", "-n", "notes")
+        v2 = self.add(b"v2", "-n", "notes")
+        self.add(b"v1", "-n", "keep")
+        p = self.cli("rm", "notes")
+        self.assertEqual(p.stdout.decode().splitlines(), ["removed notes", "deleted " + v2])
+        self.assertEqual(self.get(v1), b"v1")
+        self.assertEqual(self.get("keep"), b"v1")
         self.stop_daemon()
 
 

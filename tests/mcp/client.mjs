@@ -566,6 +566,10 @@ async function full() {
 
     // ---- delete
     await step("delete", async () => {
+        const dry = expectOk("delete dryRun", await client.callTool({ name: "delete", arguments: { ref: hashes.text, dryRun: true } }));
+        check(dry.dry_run === true && dry.deleted.includes(hashes.text), "delete dryRun: what would go", dry);
+        expectOk("stat after a dry run", await client.callTool({ name: "stat", arguments: { ref: hashes.text } }));
+        await expectToolError("delete with a dryRun that is not a boolean", "delete", { ref: hashes.text, dryRun: "yes" });
         const s = expectOk("delete", await client.callTool({ name: "delete", arguments: { ref: hashes.text } }));
         check(s.hash === hashes.text, "delete: hash", s);
         await expectToolError("stat after delete", "stat", { ref: hashes.text });
