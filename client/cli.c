@@ -47,8 +47,15 @@ static const struct command {
      "  -n, --dry-run       print what would go, change nothing\n"},
     {"delete", cli_cmd_rm, NULL},
     {"ls", cli_cmd_ls,
-     "cairn ls [-t TAG]\n\n"
-     "Lists documents: hash, size and name (alias: list).\n"
+     "cairn ls [-l] [-h] [--docs] [-t TAG] [PREFIX]\n\n"
+     "Lists names, sorted bytewise, each with its newest version: short hash, size,\n"
+     "the time the name got that version (UTC) and the name (alias: list). Names\n"
+     "are paths: PREFIX lists those that start with it. Without PREFIX, documents\n"
+     "no name points to follow, with the name -.\n"
+     "  -l, --long          full hash, size, stored size, mime type, time, name\n"
+     "  -h, --human-readable  sizes in KiB, MiB, GiB\n"
+     "  -d, --docs          one line per document instead, in hash order:\n"
+     "                      hash, size and newest name\n"
      "  -t, --tag TAG       only documents with this tag\n"},
     {"list", cli_cmd_ls, NULL},
     {"stat", cli_cmd_stat,
@@ -138,7 +145,8 @@ void cli_print_usage(FILE *out)
         "                  write a document to standard output or FILE\n"
         "  rm [-n] REF...  remove names, delete documents no name points to any more\n"
         "                  (alias: delete)\n"
-        "  ls [-t TAG]     list documents (alias: list)\n"
+        "  ls [-l] [-h] [--docs] [-t TAG] [PREFIX]\n"
+        "                  list names (or documents) (alias: list)\n"
         "  stat REF        show a document's details\n"
         "  status          show the daemon's state\n"
         "  gc              remove chunks no document uses any more\n"

@@ -146,6 +146,17 @@ int client_get_range(struct client *c, const char *ref, uint64_t offset, uint64_
  * would go.
  */
 int client_delete(struct client *c, const char *ref, bool dry_run, const msgpack_object **reply);
+/* PROTOCOL.md `list`: documents in hash order, names in name order, or documents without a name. */
+enum client_list_mode { CLIENT_LIST_DOCS, CLIENT_LIST_NAMES, CLIENT_LIST_UNNAMED };
+struct client_list_req {
+    enum client_list_mode mode;
+    const char *tag;    /* NULL: any */
+    const char *prefix; /* names only; NULL: all */
+    const char *after;  /* a hash (a name, for names); NULL: the start */
+    uint64_t limit;     /* 0: all */
+};
+int client_list_req(struct client *c, const struct client_list_req *req, client_doc_fn *fn,
+                    void *userdata);
 /* Every document (with `tag` when it is not NULL), in hash order. */
 int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *userdata);
 /* The same from the first hash after `after` (NULL: the start), at most `limit` (0: all). */

@@ -269,56 +269,119 @@ int cli_cmd_rm(struct cli *cli, int argc, char **argv)
     return status;
 }
 
+struct ls_opts {
+    const struct cli *cli;
+    bool docs, long_form, human;
+};
+
+/* A size as a number of bytes, or with -h in KiB, MiB... */
+static void ls_size(const struct ls_opts *o, uint64_t n, char *buf, size_t len)
+{
+    if (o->human)
+        cli_human_size(n, buf, len);
+    else
+        snprintf(buf, len, "%" PRIu64, n);
+}
+
+/*
+ * ls: `<hash 12>  <size>  <date>  <name>` per name; --docs: `<hash>  <size>
+ * <name>` per document; -l: `<hash>  <size>  <stored>  <mime>  <time>
+ * <name>`. A document without a name shows `-`.
+ */
 static void print_doc(void *userdata, const msgpack_object *doc)
 {
-    const struct cli *cli = userdata;
-    const char *hash = "", *name = "";
-    size_t hash_len = 0, name_len = 0;
-    uint64_t size = 0;
+    const struct ls_opts *o = userdata;
+    const char *hash = "", *name = "", *mime = "";
+    size_t hash_len = 0, name_len = 0, mime_len = 0;
+    uint64_t size = 0, stored = 0, when = 0;
+    char sz[32], st[32], t[CLI_TIME_MAX];
 
-    if (cli->json) {
+    if (o->cli->json) {
         cli_print_json(stdout, cli_json_reply(doc));
         return;
     }
     proto_get_str(doc, "hash", &hash, &hash_len);
     proto_get_uint(doc, "size", &size);
+    proto_get_uint(doc, "stored_size", &stored);
     proto_get_str(doc, "name", &name, &name_len);
+    proto_get_str(doc, "mime", &mime, &mime_len);
+    if (proto_get_uint(doc, "named", &when) != 0)
+        proto_get_uint(doc, "created", &when);
     if (name_len == 0) {
         name = "-";
         name_len = 1;
     }
-    printf("%.*s  %" PRIu64 "  %.*s\n", (int)hash_len, hash, size, (int)name_len, name);
+    ls_size(o, size, sz, sizeof(sz));
+    if (o->long_form) {
+        ls_size(o, stored, st, sizeof(st));
+        cli_format_time(when, t);
+        printf("%.*s  %10s  %10s  %-24.*s  %s  %.*s\n", (int)hash_len, hash, sz, st,
+               (int)mime_len, mime, t, (int)name_len, name);
+    } else if (o->docs) {
+        printf("%.*s  %s  %.*s\n", (int)hash_len, hash, sz, (int)name_len, name);
+    } else {
+        cli_format_time(when, t);
+        if (strlen(t) == 20) { /* 2026-12-01T15:59:22Z -> 2026-12-01 15:59 */
+            t[10] = ' ';
+            t[16] = '\0';
+        }
+        printf("%.12s  %10s  %s  %.*s\n", hash, sz, t, (int)name_len, name);
+    }
 }
 
 int cli_cmd_ls(struct cli *cli, int argc, char **argv)
 {
+    enum { OPT_HELP = 256 };
     static const struct option options[] = {
         {"tag", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
+        {"docs", no_argument, NULL, 'd'},
+        {"long", no_argument, NULL, 'l'},
+        {"human-readable", no_argument, NULL, 'h'},
+        {"help", no_argument, NULL, OPT_HELP},
         {0},
     };
-    const char *tag = NULL;
+    struct ls_opts o = {.cli = cli};
+    struct client_list_req req = {.mode = CLIENT_LIST_NAMES};
     struct client *c;
     int opt, r;
 
-    while ((opt = cli_getopt(cli, argc, argv, ":t:h", options)) != -1) {
+    while ((opt = cli_getopt(cli, argc, argv, ":t:dlh", options)) != -1) {
         switch (opt) {
         case 't':
-            tag = optarg;
+            req.tag = optarg;
+            break;
+        case 'd':
+            o.docs = true;
+            break;
+        case 'l':
+            o.long_form = true;
             break;
         case 'h':
+            o.human = true;
+            break;
+        case OPT_HELP:
             cli_print_command_help(stdout, argv[0]);
             return CLI_EXIT_OK;
         default:
             return cli_option_error(argv[0], opt, argv);
         }
     }
-    if (optind < argc)
+    if (argc - optind > 1)
         return cli_usage_error("%s: too many arguments", argv[0]);
+    if (optind < argc && o.docs)
+        return cli_usage_error("%s: --docs takes no PREFIX", argv[0]);
+    req.prefix = optind < argc ? argv[optind] : NULL;
     c = cli_client(cli);
     if (!c)
         return CLI_EXIT_UNREACHABLE;
-    r = client_list(c, tag, print_doc, cli);
+    if (o.docs)
+        req.mode = CLIENT_LIST_DOCS;
+    r = client_list_req(c, &req, print_doc, &o);
+    /* Without a prefix, every document shows: those without a name after the names. */
+    if (r == 0 && !o.docs && !req.prefix) {
+        req.mode = CLIENT_LIST_UNNAMED;
+        r = client_list_req(c, &req, print_doc, &o);
+    }
     return r == 0 ? CLI_EXIT_OK : cli_fail(cli, NULL, r);
 }
 

@@ -450,20 +450,38 @@ int client_list(struct client *c, const char *tag, client_doc_fn *fn, void *user
 int client_list_page(struct client *c, const char *tag, const char *after, uint64_t limit,
                      client_doc_fn *fn, void *userdata)
 {
-    uint64_t id = client_begin(c, "list", (tag ? 1 : 0) + (after ? 1 : 0) + (limit ? 1 : 0));
+    struct client_list_req req = {.tag = tag, .after = after, .limit = limit};
+    return client_list_req(c, &req, fn, userdata);
+}
+
+int client_list_req(struct client *c, const struct client_list_req *req, client_doc_fn *fn,
+                    void *userdata)
+{
+    bool names = req->mode == CLIENT_LIST_NAMES, unnamed = req->mode == CLIENT_LIST_UNNAMED;
+    uint64_t id = client_begin(c, "list",
+                               (req->tag ? 1 : 0) + (req->after ? 1 : 0) + (req->limit ? 1 : 0) +
+                                   (names || unnamed) + (names && req->prefix));
     int r;
 
-    if (tag) {
+    if (req->tag) {
         proto_pack_cstr(&c->pk, "tag");
-        proto_pack_cstr(&c->pk, tag);
+        proto_pack_cstr(&c->pk, req->tag);
     }
-    if (after) {
+    if (req->after) {
         proto_pack_cstr(&c->pk, "after");
-        proto_pack_cstr(&c->pk, after);
+        proto_pack_cstr(&c->pk, req->after);
     }
-    if (limit) {
+    if (req->limit) {
         proto_pack_cstr(&c->pk, "limit");
-        msgpack_pack_uint64(&c->pk, limit);
+        msgpack_pack_uint64(&c->pk, req->limit);
+    }
+    if (names || unnamed) {
+        proto_pack_cstr(&c->pk, names ? "names" : "unnamed");
+        msgpack_pack_true(&c->pk);
+    }
+    if (names && req->prefix) {
+        proto_pack_cstr(&c->pk, "prefix");
+        proto_pack_cstr(&c->pk, req->prefix);
     }
     r = client_send(c);
     return r < 0 ? r : stream_items(c, id, "items", fn, userdata);

@@ -95,6 +95,8 @@ enum db_stmt_id {
     DB_S_NAME_DOCS,
     DB_S_NAME_UNLINK,
     DB_S_DOC_NAMED,
+    DB_S_LIST_NAMES,
+    DB_S_LIST_UNNAMED,
     DB_S_COUNT_,
 };
 

@@ -18,6 +18,20 @@ const char *const db_names_sql[DB_S_COUNT_] = {
                        " WHERE n.name = ?1 GROUP BY d.id ORDER BY MAX(n.seq) DESC",
     [DB_S_NAME_UNLINK] = "DELETE FROM names WHERE name = ?1 AND doc = ?2",
     [DB_S_DOC_NAMED] = "SELECT doc FROM names WHERE doc = ?1 LIMIT 1",
+    /*
+     * Each name's newest version, in name order, after ?1, from the prefix ?4
+     * on; with the tag ?3 (NULL: any). The caller stops at the first name
+     * without the prefix.
+     */
+    [DB_S_LIST_NAMES] = "SELECT n.doc, n.name, n.added FROM names n WHERE n.name > ?1"
+                        " AND n.name >= ?4 AND n.seq = (SELECT MAX(x.seq) FROM names x"
+                        " WHERE x.name = n.name) AND (?3 IS NULL OR EXISTS (SELECT 1 FROM"
+                        " tags t WHERE t.doc = n.doc AND t.tag = ?3)) ORDER BY n.name LIMIT ?2",
+    /* Documents no name points to, in hash order after ?1, with the tag ?3 (NULL: any). */
+    [DB_S_LIST_UNNAMED] = "SELECT d.id FROM documents d WHERE d.hash > ?1 AND NOT EXISTS"
+                          " (SELECT 1 FROM names n WHERE n.doc = d.id) AND (?3 IS NULL OR"
+                          " EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?3))"
+                          " ORDER BY d.hash LIMIT ?2",
 };
 
 int db_name_docs(struct db *db, const char *name, struct db_name_doc **out, size_t *n)
@@ -122,5 +136,123 @@ int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *del
         return r; /* 0: a name still points to it */
     if ((r = db_txn_delete(txn, hash_hex)) == 0)
         *deleted = true;
+    return r;
+}
+
+/* Loads the documents of `ids` (with the names in `names`, when given) in the snapshot c. */
+static int load_rows(struct db_conn *c, const int64_t *ids, char **names, const int64_t *added,
+                     size_t n, struct db_doc **docs)
+{
+    struct db_doc *out = calloc(n ? n : 1, sizeof(*out));
+    int r = out ? 0 : -ENOMEM;
+
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        if (names) {
+            out[i].name = names[i]; /* handed over; db_load_doc keeps a name it is given */
+            names[i] = NULL;
+            out[i].named = added[i];
+        }
+        r = db_load_doc(c, ids[i], DB_WANT_TAGS, &out[i]);
+    }
+    if (r < 0) {
+        db_docs_free(out, n);
+        return r;
+    }
+    *docs = out;
+    return 0;
+}
+
+struct rows {
+    int64_t *ids, *added;
+    char **names;
+    size_t n, cap;
+};
+
+static int rows_push(struct rows *rw, int64_t id, char *name, int64_t added)
+{
+    if (rw->n == rw->cap) {
+        size_t cap = rw->cap ? rw->cap * 2 : 64;
+        int64_t *ids = realloc(rw->ids, cap * sizeof(*ids));
+        if (ids)
+            rw->ids = ids;
+        int64_t *at = realloc(rw->added, cap * sizeof(*at));
+        if (at)
+            rw->added = at;
+        char **names = realloc(rw->names, cap * sizeof(*names));
+        if (names)
+            rw->names = names;
+        if (!ids || !at || !names) {
+            free(name);
+            return -ENOMEM;
+        }
+        rw->cap = cap;
+    }
+    rw->ids[rw->n] = id;
+    rw->added[rw->n] = added;
+    rw->names[rw->n] = name;
+    rw->n++;
+    return 0;
+}
+
+static void rows_free(struct rows *rw)
+{
+    for (size_t i = 0; i < rw->n; i++)
+        free(rw->names[i]);
+    free(rw->names);
+    free(rw->ids);
+    free(rw->added);
+}
+
+int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc **docs, size_t *n)
+{
+    /* One snapshot, as db_list: a name removed meanwhile is listed whole or not at all. */
+    struct db_conn *c = db_snapshot_begin(db);
+    size_t plen = q->prefix ? strlen(q->prefix) : 0;
+    struct rows rw = {0};
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *docs = NULL;
+    *n = 0;
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, q->unnamed ? DB_S_LIST_UNNAMED : DB_S_LIST_NAMES))) {
+        db_snapshot_end(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_text(s, 1, q->after ? q->after : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, (int64_t)q->limit);
+    if (q->tag)
+        sqlite3_bind_text(s, 3, q->tag, -1, SQLITE_TRANSIENT);
+    if (!q->unnamed)
+        sqlite3_bind_text(s, 4, q->prefix ? q->prefix : "", -1, SQLITE_TRANSIENT);
+    /* Collect first: db_load_doc reuses statements, so the cursor must be finished. */
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        char *name = NULL;
+        if (!q->unnamed) {
+            const char *v = (const char *)sqlite3_column_text(s, 1);
+            /* Names sort bytewise: past the first that lacks the prefix, none has it. */
+            if (!v || strncmp(v, q->prefix ? q->prefix : "", plen) != 0) {
+                rc = SQLITE_DONE;
+                break;
+            }
+            if (!(name = strdup(v))) {
+                r = -ENOMEM;
+                break;
+            }
+        }
+        if ((r = rows_push(&rw, sqlite3_column_int64(s, 0), name,
+                           q->unnamed ? 0 : sqlite3_column_int64(s, 2))) < 0)
+            break;
+    }
+    sqlite3_reset(s);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r == 0)
+        r = load_rows(c, rw.ids, q->unnamed ? NULL : rw.names, rw.added, rw.n, docs);
+    db_snapshot_end(db, c);
+    if (r == 0)
+        *n = rw.n;
+    rows_free(&rw);
     return r;
 }

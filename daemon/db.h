@@ -51,6 +51,7 @@ struct db_doc {
     char hash[PROTO_HASH_HEX + 1];
     char *name; /* the name it was found by, else its newest name; NULL if none */
     bool by_name; /* db_resolve: the ref was a name */
+    int64_t named; /* db_list_names: when the name got this version (Unix seconds) */
     uint64_t size, stored_size, nchunks;
     int64_t created;
     char mime[PROTO_MAX_MIME + 1];
@@ -172,6 +173,20 @@ int db_name_docs(struct db *db, const char *name, struct db_name_doc **docs, siz
 int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, int64_t *rowid);
 /* Deletes the document (db_txn_delete) if no name points to it; *deleted when it did. */
 int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *deleted);
+
+struct db_names_query {
+    const char *prefix; /* names that start with it; NULL: all */
+    const char *after;  /* start after this name (or hash, with `unnamed`); NULL: the start */
+    const char *tag;    /* NULL: any */
+    size_t limit;
+    bool unnamed; /* instead: the documents no name points to, in hash order */
+};
+
+/*
+ * Each name's newest version in name order (bytewise), as documents whose
+ * `name` is that name and `named` its time; or the documents without a name.
+ */
+int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc **docs, size_t *n);
 
 /* ---- packs and records (db-store.c) ---- */
 

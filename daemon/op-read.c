@@ -34,6 +34,9 @@ struct op_list {
     int status; /* the worker's result */
     char *tag;
     uint64_t limit, listed;
+    bool names, unnamed; /* one item per name (db_list_names); documents without a name */
+    char *prefix;        /* names only: those that start with it */
+    char *after_name;    /* names only: the last name listed */
     char after[PROTO_HASH_HEX + 1]; /* the last hash listed; the next page starts after it */
     struct db_doc *docs;            /* the current page */
     size_t ndocs;
@@ -194,6 +197,8 @@ static void list_clear(struct op *op)
     struct op_list *l = op_list_of(op);
 
     free(l->tag);
+    free(l->prefix);
+    free(l->after_name);
     db_docs_free(l->docs, l->ndocs);
 }
 
@@ -207,6 +212,17 @@ static void list_work(uv_work_t *work)
     db_docs_free(l->docs, l->ndocs);
     l->docs = NULL;
     l->ndocs = 0;
+    if (l->names || l->unnamed) {
+        struct db_names_query q = {
+            .prefix = l->prefix,
+            .after = l->names ? l->after_name : l->after,
+            .tag = l->tag,
+            .limit = (size_t)page,
+            .unnamed = l->unnamed,
+        };
+        l->status = db_list_names(l->op.d->db, &q, &l->docs, &l->ndocs);
+        return;
+    }
     l->status = db_list(l->op.d->db, l->tag, l->after, (size_t)page, &l->docs, &l->ndocs);
 }
 
@@ -219,7 +235,7 @@ static size_t list_fit(const struct db_doc *docs, size_t n)
 
     for (fit = 0; fit < n; fit++) {
         const struct db_doc *doc = &docs[fit];
-        size_t cost = 7 * reply_str_cost(16) + reply_str_cost(PROTO_HASH_HEX) +
+        size_t cost = 8 * reply_str_cost(16) + reply_str_cost(PROTO_HASH_HEX) +
                       reply_str_cost(doc->name ? strlen(doc->name) : 0) +
                       reply_str_cost(strlen(doc->mime)) + 3 * 9 + 5;
         for (size_t t = 0; t < doc->ntags; t++)
@@ -261,7 +277,7 @@ static void list_done(uv_work_t *work, int status)
     msgpack_pack_array(&r.pk, fit);
     for (size_t i = 0; i < fit; i++) {
         const struct db_doc *doc = &l->docs[i];
-        msgpack_pack_map(&r.pk, 7);
+        msgpack_pack_map(&r.pk, l->names ? 8 : 7);
         proto_pack_cstr(&r.pk, "hash");
         proto_pack_cstr(&r.pk, doc->hash);
         proto_pack_cstr(&r.pk, "name");
@@ -276,14 +292,24 @@ static void list_done(uv_work_t *work, int status)
         msgpack_pack_int64(&r.pk, doc->created);
         proto_pack_cstr(&r.pk, "tags");
         pack_strings(&r.pk, doc->tags, doc->ntags);
+        if (l->names) {
+            proto_pack_cstr(&r.pk, "named");
+            msgpack_pack_int64(&r.pk, doc->named);
+        }
     }
     proto_pack_cstr(&r.pk, "more");
     if (more)
         msgpack_pack_true(&r.pk);
     else
         msgpack_pack_false(&r.pk);
-    if (fit > 0)
+    if (fit > 0 && l->names) {
+        /* Handed over: the page is read again before the name is needed. */
+        free(l->after_name);
+        l->after_name = l->docs[fit - 1].name;
+        l->docs[fit - 1].name = NULL;
+    } else if (fit > 0) {
         memcpy(l->after, l->docs[fit - 1].hash, sizeof(l->after));
+    }
     reply_send(c, &r);
     if (!more)
         dispatch_op_finish(&l->op);
@@ -305,8 +331,29 @@ void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
         return;
     l = op_list_of(op);
     if (dispatch_get_string(map, "tag", PROTO_MAX_TAG, false, &l->tag) ||
-        proto_get_uint(map, "limit", &l->limit) < 0) {
-        reply_error(c, id, PROTO_E_BAD_REQUEST, "tag must be a string and limit an integer");
+        proto_get_uint(map, "limit", &l->limit) < 0 ||
+        (proto_map_get(map, "names") && proto_get_bool(map, "names", &l->names) != 0) ||
+        (proto_map_get(map, "unnamed") && proto_get_bool(map, "unnamed", &l->unnamed) != 0) ||
+        (l->names && l->unnamed)) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST,
+                    "tag must be a string, limit an integer, names and unnamed booleans "
+                    "(not both true)");
+        dispatch_op_finish(op);
+        return;
+    }
+    if (l->names) {
+        if (dispatch_get_string(map, "prefix", PROTO_MAX_REF, true, &l->prefix) ||
+            dispatch_get_string(map, "after", PROTO_MAX_REF, true, &l->after_name)) {
+            reply_error(c, id, PROTO_E_BAD_REQUEST,
+                        "prefix and after must be strings of at most 4096 bytes");
+            dispatch_op_finish(op);
+            return;
+        }
+        list_queue(l);
+        return;
+    }
+    if (proto_map_get(map, "prefix")) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "prefix needs names: true");
         dispatch_op_finish(op);
         return;
     }

@@ -1104,7 +1104,7 @@ class RebuildHelpers:
         for: test_rebuild_keeps_creation_times checks it on its own."""
         def strip(doc):
             return doc if with_created else {k: v for k, v in doc.items() if k != "created"}
-        docs = ct.parse_json_lines(self.d.cli("--json", "ls").stdout)
+        docs = ct.parse_json_lines(self.d.cli("--json", "ls", "--docs").stdout)
         stats = {d["hash"]: strip(stat(self.d, d["hash"])) for d in docs}
         searches = {}
         for q in self.SEARCHES:

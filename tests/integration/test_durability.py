@@ -100,7 +100,7 @@ class KillDuringAdds(unittest.TestCase):
                 st = c.call("stat", ref=name)
                 self.assertEqual(st.get("hash"), h, "name %s: %r" % (name, ct.short(st)))
         # everything `ls` shows can be read back and matches its hash
-        listed = ct.parse_ls(d.cli("ls", timeout=300).stdout)
+        listed = ct.parse_ls(d.cli("ls", "--docs", timeout=300).stdout)
         listed_hashes = {h for h, _, _ in listed}
         self.assertEqual(len(listed_hashes), len(listed), "ls shows a document twice")
         self.assertTrue(set(acked) <= listed_hashes, "ls misses acked documents")

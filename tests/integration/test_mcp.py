@@ -432,7 +432,7 @@ class SdkClient(McpTestCase):
         self.assertEqual(self.d.cli("get", "utf8.txt").stdout, "ééé-ünïcödé ✓\n".encode())
         for gone in h["deleted"]:
             self.d.cli("stat", gone, check_exit=1)
-        listed = {name for _, _, name in ct.parse_ls(self.d.cli("ls").stdout)}
+        listed = {name for _, _, name in ct.parse_ls(self.d.cli("ls", "--docs").stdout)}
         self.assertEqual(len(listed), 9, listed)
         self.assertIn("bin/blob.bin", listed)
         self.assertNotIn("page/03.txt", listed)

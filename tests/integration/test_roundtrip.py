@@ -93,7 +93,7 @@ class RoundTrip(CliTestCase):
         self.assertEqual(ct.parse_add(p.stdout), [(digest, "big-stdin")])
         self.cli("get", "-o", out, "big-stdin")
         self.assertEqual(ct.sha256_file(out), digest)
-        listed = ct.parse_ls(self.cli("ls").stdout)
+        listed = ct.parse_ls(self.cli("ls", "--docs").stdout)
         self.assertEqual([(h, s) for h, s, _ in listed], [(digest, 100 * ct.MiB)])
         self.stop_daemon()
 
@@ -205,25 +205,25 @@ class NamesTagsMeta(CliTestCase):
         ha = self.add(b"doc a", "-n", "a", "-t", "red", "-t", "blue")
         hb = self.add(b"doc b", "-n", "b", "-t", "blue")
         hc = self.add(b"doc c", "-n", "c")
-        red = ct.parse_ls(self.cli("ls", "-t", "red").stdout)
-        blue = ct.parse_ls(self.cli("ls", "-t", "blue").stdout)
-        every = ct.parse_ls(self.cli("ls").stdout)
+        red = ct.parse_ls(self.cli("ls", "--docs", "-t", "red").stdout)
+        blue = ct.parse_ls(self.cli("ls", "--docs", "-t", "blue").stdout)
+        every = ct.parse_ls(self.cli("ls", "--docs").stdout)
         self.assertEqual(red, [(ha, 5, "a")])
         self.assertEqual(sorted(blue), sorted([(ha, 5, "a"), (hb, 5, "b")]))
         self.assertEqual(sorted(every), sorted([(ha, 5, "a"), (hb, 5, "b"), (hc, 5, "c")]))
         self.assertEqual(self.cli("ls", "-t", "green").stdout, b"")
         # the alias
-        self.assertEqual(sorted(ct.parse_ls(self.cli("list", "-t", "blue").stdout)), sorted(blue))
+        self.assertEqual(sorted(ct.parse_ls(self.cli("list", "--docs", "-t", "blue").stdout)), sorted(blue))
         self.stop_daemon()
 
     def test_ls_lists_each_document_once(self):
         h = self.add(b"shared content", "-n", "first")
         self.add(b"shared content", "-n", "second", "-t", "x")
         other = self.add(b"other", "-n", "third")
-        hashes = [row[0] for row in ct.parse_ls(self.cli("ls").stdout)]
+        hashes = [row[0] for row in ct.parse_ls(self.cli("ls", "--docs").stdout)]
         self.assertEqual(sorted(hashes), sorted([h, other]))
         # tags of a re-added document are merged into the existing one
-        self.assertEqual([row[0] for row in ct.parse_ls(self.cli("ls", "-t", "x").stdout)], [h])
+        self.assertEqual([row[0] for row in ct.parse_ls(self.cli("ls", "--docs", "-t", "x").stdout)], [h])
         self.stop_daemon()
 
     def test_meta_shown_by_stat(self):
@@ -357,6 +357,65 @@ class Removal(CliTestCase):
         self.stop_daemon()
 
 
+class Listing(CliTestCase):
+    def test_ls_lists_every_name(self):
+        """`ls` has one row per name, sorted bytewise, even when names share
+        content; PREFIX narrows it like a path; --docs has one per document;
+        documents without a name come last without PREFIX."""
+        lic = b"shared license\n"
+        names = ["usr/share/doc/%s/copyright" % p for p in ("zlib", "git", "bash", "git-man")]
+        for n in names:
+            h = self.add(lic, "-n", n)
+        other = self.add(b"readme\n", "-n", "usr/share/doc/git/README")
+        anon = self.add(b"no name\n")
+        rows = self.cli("ls").stdout.decode().splitlines()
+        listed = [r.split("  ")[-1] for r in rows]
+        self.assertEqual(listed, sorted(names + ["usr/share/doc/git/README"]) + ["-"])
+        for r in rows:
+            cols = r.split("  ")
+            self.assertRegex(r, r"^[0-9a-f]{12}  +\d+  \d{4}-\d\d-\d\d \d\d:\d\d  ")
+            self.assertIn(cols[0], (h[:12], other[:12], anon[:12]))
+        git = [r.split("  ")[-1] for r in self.cli("ls", "usr/share/doc/git/").stdout.decode().splitlines()]
+        self.assertEqual(git, ["usr/share/doc/git/README", "usr/share/doc/git/copyright"])
+        docs = ct.parse_ls(self.cli("ls", "--docs").stdout)
+        self.assertEqual(sorted(d[0] for d in docs), sorted([h, other, anon]))
+        js = ct.parse_json_lines(self.cli("--json", "ls", "usr/share/doc/g").stdout)
+        self.assertEqual([(j["name"], j["hash"], j["size"]) for j in js],
+                         [(n, other if n.endswith("README") else h, 7 if n.endswith("README") else len(lic))
+                          for n in sorted(names + ["usr/share/doc/git/README"]) if n.startswith("usr/share/doc/g")])
+        self.assertTrue(all(isinstance(j.get("named"), int) for j in js))
+        # -l: the full hash, sizes and mime type; -h: human sizes
+        big = self.add(b"x" * 3000000, "-n", "big.bin")
+        [row] = [r for r in self.cli("ls", "-lh", "big").stdout.decode().splitlines()]
+        self.assertTrue(row.startswith(big + "  "), row)
+        self.assertIn("2.9 MiB", row)
+        self.assertTrue(row.endswith("  big.bin"), row)
+        # after rm NAME the other names stay listed
+        self.cli("rm", names[0])
+        listed = [r.split("  ")[-1] for r in self.cli("ls", "usr/").stdout.decode().splitlines()]
+        self.assertEqual(listed, sorted(names[1:] + ["usr/share/doc/git/README"]))
+        self.stop_daemon()
+
+    def test_ls_pages_through_many_names(self):
+        """More names than one reply frame holds (500 a frame): every name
+        once, in order, with a prefix that ends mid-page."""
+        want = ["p/%04d" % i for i in range(1200)]
+        with self.d.connect() as c:
+            for i, n in enumerate(want + ["q/0", "o/0"]):
+                self.assertIs(c.add(b"doc %d" % (i % 7), name=n).get("ok"), True)
+            items = c.list_all(names=True, prefix="p/")
+            self.assertEqual([x["name"] for x in items], want)
+            page = c.list_all(names=True, prefix="p/", after="p/1150", limit=10)
+            self.assertEqual([x["name"] for x in page], ["p/%04d" % i for i in range(1151, 1161)])
+            r = c.call("list", prefix="p/")
+            self.assertEqual(r.get("error", {}).get("code"), "bad_request", r)
+            r = c.call("list", names=True, unnamed=True)
+            self.assertEqual(r.get("error", {}).get("code"), "bad_request", r)
+        listed = [r.split("  ")[-1] for r in self.cli("ls", "p/").stdout.decode().splitlines()]
+        self.assertEqual(listed, want)
+        self.stop_daemon()
+
+
 class OutputAndExitCodes(CliTestCase):
     def test_json_output_is_json_lines(self):
         c1, c2 = b"json one", b"json two"
@@ -364,10 +423,10 @@ class OutputAndExitCodes(CliTestCase):
         p2 = self.write("j2", c2)
         added = ct.parse_json_lines(self.cli("--json", "add", "-t", "j", p1, p2).stdout)
         self.assertEqual([a.get("hash") for a in added], [ct.sha256_hex(c1), ct.sha256_hex(c2)])
-        listed = ct.parse_json_lines(self.cli("--json", "ls").stdout)
+        listed = ct.parse_json_lines(self.cli("--json", "ls", "--docs").stdout)
         self.assertEqual(sorted(x.get("hash") for x in listed), sorted(a["hash"] for a in added))
         self.assertEqual(sorted(x.get("size") for x in listed), [8, 8])
-        listed = ct.parse_json_lines(self.cli("--json", "ls", "-t", "j").stdout)
+        listed = ct.parse_json_lines(self.cli("--json", "ls", "--docs", "-t", "j").stdout)
         self.assertEqual(len(listed), 2)
         [st] = ct.parse_json_lines(self.cli("--json", "stat", ct.sha256_hex(c1)).stdout)
         self.assertEqual(st.get("hash"), ct.sha256_hex(c1))

@@ -230,7 +230,9 @@ def record(cli, names, hashes, queries, gone=()):
     """Everything `cli` shows about the documents `hashes` and the `names`,
     the `queries`, and the documents `gone` (which should not be there)."""
     snap = {"docs": {}, "content": {}, "names": {}, "tags": {}, "search": {}, "gone": {}}
-    snap["ls"] = sorted(cli.json_lines("ls"), key=lambda d: d["hash"])
+    # format 1's cairn lists documents with `ls`; this one with `ls --docs`
+    docs = ["--docs"] if cli.exe == ct.CAIRN else []
+    snap["ls"] = sorted(cli.json_lines("ls", *docs), key=lambda d: d["hash"])
     tags = set()
     for h in sorted(hashes):
         p = cli.run("--json", "stat", h, check_exit=None)
@@ -249,7 +251,7 @@ def record(cli, names, hashes, queries, gone=()):
         [st] = ct.parse_json_lines(p.stdout)
         snap["names"][n] = {"stat": st, "content": sha256(cli.run("get", n).stdout)}
     for t in sorted(tags):
-        snap["tags"][t] = sorted(d["hash"] for d in cli.json_lines("ls", "-t", t))
+        snap["tags"][t] = sorted(d["hash"] for d in cli.json_lines("ls", *docs, "-t", t))
     for args, _ in queries:
         hits = cli.search(*args)
         snap["search"][" ".join(args)] = sorted([h["hash"], h["name"]] for h in hits)
@@ -279,7 +281,8 @@ def name_histories(cli, names):
             if len(seq) > 20:
                 raise AssertionError("name %r does not run out of versions: %r" % (n, seq))
         out[n] = seq
-    out["(left)"] = sorted(d["hash"] for d in cli.json_lines("ls"))
+    docs = ["--docs"] if cli.exe == ct.CAIRN else []
+    out["(left)"] = sorted(d["hash"] for d in cli.json_lines("ls", *docs))
     return out
 
 
