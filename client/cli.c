@@ -32,10 +32,14 @@ static const struct command {
      "A file is read to its end; one that changes while it is read is stored as read,\n"
      "with a warning.\n"},
     {"get", cli_cmd_get,
-     "cairn get [-o FILE] REF\n\n"
+     "cairn get [-o FILE] REF\n"
+     "cairn get -r PREFIX DIR\n\n"
      "Writes a document to standard output, or to FILE (through a temporary file that\n"
      "is renamed into place once the whole document arrived intact).\n"
-     "  -o, --output FILE   write to FILE (- for standard output)\n"},
+     "  -o, --output FILE   write to FILE (- for standard output)\n"
+     "  -r, --recursive     restore every name that starts with PREFIX as a file under\n"
+     "                      DIR, at its path (DIR/usr/share/doc/... for\n"
+     "                      /usr/share/doc/...); existing files are replaced\n"},
     {"rm", cli_cmd_rm,
      "cairn rm [-n] REF...\n\n"
      "Removes names and deletes documents (alias: delete). Names behave like paths:\n"
@@ -58,6 +62,13 @@ static const struct command {
      "                      hash, size and newest name\n"
      "  -t, --tag TAG       only documents with this tag\n"},
     {"list", cli_cmd_ls, NULL},
+    {"du", cli_cmd_du,
+     "cairn du [-h] [PREFIX]\n\n"
+     "What the names that start with PREFIX (every name without it) hold: names,\n"
+     "documents they point to, logical bytes (each name's size), unique bytes (each\n"
+     "document's size once), stored bytes (the documents' share of the packs, after\n"
+     "chunk dedup and compression) and saved bytes (logical minus stored).\n"
+     "  -h, --human-readable  sizes in KiB, MiB, GiB\n"},
     {"stat", cli_cmd_stat,
      "cairn stat REF\n\n"
      "Shows a document's details: hash, names, size, stored size, mime type, tags,\n"
@@ -141,12 +152,13 @@ void cli_print_usage(FILE *out)
         "Commands:\n"
         "  add [-r] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] PATH...\n"
         "                  store files; - reads standard input, -r adds directories\n"
-        "  get [-o FILE] REF\n"
-        "                  write a document to standard output or FILE\n"
+        "  get [-o FILE] REF | get -r PREFIX DIR\n"
+        "                  write a document to standard output or FILE, or a tree to DIR\n"
         "  rm [-n] REF...  remove names, delete documents no name points to any more\n"
         "                  (alias: delete)\n"
         "  ls [-l] [-h] [--docs] [-t TAG] [PREFIX]\n"
         "                  list names (or documents) (alias: list)\n"
+        "  du [-h] [PREFIX]  logical, unique and stored bytes under a path prefix\n"
         "  stat REF        show a document's details\n"
         "  status          show the daemon's state\n"
         "  gc              remove chunks no document uses any more\n"

@@ -92,6 +92,15 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv);
 int cli_cmd_gc(struct cli *cli, int argc, char **argv);
 int cli_cmd_verify(struct cli *cli, int argc, char **argv);
 int cli_cmd_mcp(struct cli *cli, int argc, char **argv);
+int cli_cmd_du(struct cli *cli, int argc, char **argv);
+
+/*
+ * Writes the document `ref` to `path` through a temporary file beside it,
+ * renamed into place once complete (commands.c). Returns the exit status.
+ */
+int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, const char *path);
+/* get -r: every name under `prefix` as a file under `dir` (tree.c). */
+int cli_get_tree(struct cli *cli, const char *prefix, const char *dir);
 
 /* Splits "KEY=VALUE" in place at the first '='; -EINVAL without '=' or KEY. */
 int cli_parse_meta(char *arg, struct client_meta *out);

@@ -168,6 +168,8 @@ int client_search(struct client *c, const struct client_search_req *req, client_
                   void *userdata);
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
 int client_status(struct client *c, const msgpack_object **reply);
+/* PROTOCOL.md `du`: what the names under `prefix` (NULL: every name) hold. */
+int client_du(struct client *c, const char *prefix, const msgpack_object **reply);
 int client_gc(struct client *c, const msgpack_object **reply);
 /*
  * Sends a whole document of at most PROTO_MAX_DATA bytes as one add frame and

@@ -86,7 +86,7 @@ static void guard_tmp(const char *tmp, struct sigaction *saved)
  * place only when the whole stream arrived intact, so a failed get never
  * leaves a partial or corrupt `path`.
  */
-static int get_to_file(struct cli *cli, struct client *c, const char *ref, const char *path)
+int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, const char *path)
 {
     _cleanup_free_ char *tmp = NULL;
     struct sigaction saved[ARRAY_SIZE(get_signals)];
@@ -138,18 +138,23 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
 {
     static const struct option options[] = {
         {"output", required_argument, NULL, 'o'},
+        {"recursive", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     const char *out = NULL, *ref;
     struct progress progress;
+    bool recursive = false;
     struct client *c;
     int opt, r;
 
-    while ((opt = cli_getopt(cli, argc, argv, ":o:h", options)) != -1) {
+    while ((opt = cli_getopt(cli, argc, argv, ":o:rh", options)) != -1) {
         switch (opt) {
         case 'o':
             out = optarg;
+            break;
+        case 'r':
+            recursive = true;
             break;
         case 'h':
             cli_print_command_help(stdout, argv[0]);
@@ -157,6 +162,13 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
         default:
             return cli_option_error("get", opt, argv);
         }
+    }
+    if (recursive) {
+        if (out)
+            return cli_usage_error("get: -r writes under DIR: no -o");
+        if (argc - optind != 2)
+            return cli_usage_error("get: -r wants PREFIX and DIR");
+        return cli_get_tree(cli, argv[optind], argv[optind + 1]);
     }
     if (argc - optind != 1)
         return cli_usage_error("get: %s", optind >= argc ? "missing REF" : "too many arguments");
@@ -167,7 +179,7 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
     progress_init(&progress, cli, "got", true);
     client_set_progress(c, progress_bytes, &progress);
     if (out && strcmp(out, "-") != 0) {
-        r = get_to_file(cli, c, ref, out);
+        r = cli_get_to_file(cli, c, ref, out);
         progress_end(&progress);
         return r;
     }

@@ -71,6 +71,19 @@ int client_status(struct client *c, const msgpack_object **reply)
     return call(c, "status", NULL, reply);
 }
 
+int client_du(struct client *c, const char *prefix, const msgpack_object **reply)
+{
+    uint64_t id = client_begin(c, "du", prefix ? 1 : 0);
+    int r;
+
+    if (prefix) {
+        proto_pack_cstr(&c->pk, "prefix");
+        proto_pack_cstr(&c->pk, prefix);
+    }
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
+}
+
 void client_set_progress(struct client *c, client_progress_fn *fn, void *userdata)
 {
     c->progress = fn;

@@ -7,7 +7,7 @@ _cairn()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
     local global_opts='--socket --config --json --no-autostart -q --quiet -v --verbose --help -V --version'
-    local commands='add get rm delete ls list stat status gc verify search mcp help'
+    local commands='add get rm delete ls list du stat status gc verify search mcp help'
     COMPREPLY=()
 
     # bash splits --socket=PATH and --config=FILE at '='.
@@ -62,8 +62,10 @@ _cairn()
         local opts=''
         case $cmd in
             add) opts='-r --exclude -n -t -m --mime' ;;
-            get) opts='-o' ;;
-            ls | list) opts='-t' ;;
+            get) opts='-o -r --recursive' ;;
+            rm | delete) opts='-n --dry-run' ;;
+            ls | list) opts='-l --long -h --human-readable -d --docs -t' ;;
+            du) opts='-h --human-readable' ;;
             search) opts='-l --offset -t --name --mime --after --before --fuzzy' ;;
         esac
         mapfile -t COMPREPLY < <(compgen -W "$opts $global_opts" -- "$cur")
@@ -80,9 +82,10 @@ _cairn()
             mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")
             ;;
         get | rm | delete | stat | verify)
-            # Lines of ls are "<hash>  <size>  <name>"; "-" is a document without a name.
+            # Lines of ls are "<hash>  <size>  <YYYY-MM-DD HH:MM>  <name>"; "-" is a
+            # document without a name. Only the time has a ':' before the name.
             while IFS= read -r line; do
-                line=${line#*  *  }
+                line=${line#*:[0-9][0-9]  }
                 [[ $line != - && $line == "$cur"* ]] && COMPREPLY+=("$line")
             done < <(timeout 1 "${COMP_WORDS[0]}" --no-autostart "${conn[@]}" ls 2>/dev/null)
             ;;

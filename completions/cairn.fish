@@ -3,7 +3,7 @@
 # already answers (`cairn --no-autostart ls`, at most 1 second; it never
 # starts one).
 
-set -l commands add get rm delete ls list stat status gc verify search mcp help
+set -l commands add get rm delete ls list du stat status gc verify search mcp help
 
 function __cairn_refs
     set -l tokens (commandline -opc)
@@ -16,9 +16,10 @@ function __cairn_refs
                 set -a conn $tokens[$i]
         end
     end
-    # Lines of ls are "<hash>  <size>  <name>"; "-" is a document without a name.
+    # Lines of ls are "<hash>  <size>  <YYYY-MM-DD HH:MM>  <name>"; "-" is a
+    # document without a name. Only the time has a ':' before the name.
     timeout 1 $tokens[1] --no-autostart $conn ls 2>/dev/null |
-        string replace -r '^\S+  \S+  ' '' | string match -v -- -
+        string replace -r '^[^:]*:\d\d  ' '' | string match -v -- -
 end
 
 complete -c cairn -f
@@ -33,8 +34,9 @@ complete -c cairn -s V -l version -d 'Show the version'
 
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a add -d 'Store files'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a get -d 'Write a document to standard output or a file'
-complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'rm delete' -d 'Delete documents'
-complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'ls list' -d 'List documents'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'rm delete' -d 'Remove names, delete documents'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'ls list' -d 'List names or documents'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a du -d 'Bytes under a path prefix'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a stat -d "Show a document's details"
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a status -d "Show the daemon's state"
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Reclaim what no document uses any more'
@@ -53,9 +55,14 @@ complete -c cairn -n '__fish_seen_subcommand_from add' -s m -x -d 'Add metadata 
 complete -c cairn -n '__fish_seen_subcommand_from add' -l mime -x -d 'Mime type'
 
 complete -c cairn -n '__fish_seen_subcommand_from get' -s o -r -F -d 'Write to FILE'
+complete -c cairn -n '__fish_seen_subcommand_from get' -s r -l recursive -d 'Restore the names under PREFIX to DIR'
+complete -c cairn -n '__fish_seen_subcommand_from rm delete' -s n -l dry-run -d 'Print what would go, change nothing'
 complete -c cairn -n '__fish_seen_subcommand_from get rm delete stat verify' -a '(__cairn_refs)'
 
 complete -c cairn -n '__fish_seen_subcommand_from ls list' -s t -x -d 'Only documents with this tag'
+complete -c cairn -n '__fish_seen_subcommand_from ls list' -s l -l long -d 'Full hash, sizes, mime type, time'
+complete -c cairn -n '__fish_seen_subcommand_from ls list du' -s h -l human-readable -d 'Sizes in KiB, MiB, GiB'
+complete -c cairn -n '__fish_seen_subcommand_from ls list' -s d -l docs -d 'One line per document'
 
 complete -c cairn -n '__fish_seen_subcommand_from search' -s l -x -d 'Hits to show (1-1000, default 10)'
 complete -c cairn -n '__fish_seen_subcommand_from search' -l offset -x -d 'Hits to skip'

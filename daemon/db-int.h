@@ -97,6 +97,8 @@ enum db_stmt_id {
     DB_S_DOC_NAMED,
     DB_S_LIST_NAMES,
     DB_S_LIST_UNNAMED,
+    DB_S_DU_NAMES,
+    DB_S_DU_DOCS,
     DB_S_COUNT_,
 };
 

@@ -27,6 +27,14 @@ const char *const db_names_sql[DB_S_COUNT_] = {
                         " AND n.name >= ?4 AND n.seq = (SELECT MAX(x.seq) FROM names x"
                         " WHERE x.name = n.name) AND (?3 IS NULL OR EXISTS (SELECT 1 FROM"
                         " tags t WHERE t.doc = n.doc AND t.tag = ?3)) ORDER BY n.name LIMIT ?2",
+    /* du: the names from ?1 up to ?2 (NULL: no bound), each name's newest version. */
+    [DB_S_DU_NAMES] = "SELECT COUNT(*), COALESCE(SUM(d.size), 0) FROM names n JOIN documents d"
+                      " ON d.id = n.doc WHERE n.name >= ?1 AND (?2 IS NULL OR n.name < ?2)"
+                      " AND n.seq = (SELECT MAX(x.seq) FROM names x WHERE x.name = n.name)",
+    [DB_S_DU_DOCS] = "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored_size), 0)"
+                     " FROM documents WHERE id IN (SELECT n.doc FROM names n WHERE n.name >= ?1"
+                     " AND (?2 IS NULL OR n.name < ?2) AND n.seq = (SELECT MAX(x.seq)"
+                     " FROM names x WHERE x.name = n.name))",
     /* Documents no name points to, in hash order after ?1, with the tag ?3 (NULL: any). */
     [DB_S_LIST_UNNAMED] = "SELECT d.id FROM documents d WHERE d.hash > ?1 AND NOT EXISTS"
                           " (SELECT 1 FROM names n WHERE n.doc = d.id) AND (?3 IS NULL OR"
@@ -254,5 +262,61 @@ int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc *
     if (r == 0)
         *n = rw.n;
     rows_free(&rw);
+    return r;
+}
+
+/*
+ * The least string above every string that starts with `prefix`: the
+ * prefix with its last byte below 0xff raised by one (bytes after it
+ * dropped). False when there is none (empty, or all 0xff).
+ */
+static bool prefix_bound(const char *prefix, char *bound, size_t size)
+{
+    size_t len = strlen(prefix);
+
+    if (len >= size)
+        return false;
+    memcpy(bound, prefix, len + 1);
+    while (len > 0 && (unsigned char)bound[len - 1] == 0xff)
+        bound[--len] = '\0';
+    if (len == 0)
+        return false;
+    bound[len - 1] = (char)((unsigned char)bound[len - 1] + 1);
+    return true;
+}
+
+int db_du(struct db *db, const char *prefix, struct db_du *du)
+{
+    /* One snapshot: both sums see the same names. */
+    struct db_conn *c = db_snapshot_begin(db);
+    char bound[PROTO_MAX_REF + 1];
+    bool bounded = prefix && prefix_bound(prefix, bound, sizeof(bound));
+    sqlite3_stmt *s;
+    int r = 0;
+
+    memset(du, 0, sizeof(*du));
+    if (!c)
+        return -EIO;
+    for (int q = 0; r == 0 && q < 2; q++) {
+        if (!(s = db_stmt(c, q == 0 ? DB_S_DU_NAMES : DB_S_DU_DOCS))) {
+            r = -EIO;
+            break;
+        }
+        sqlite3_bind_text(s, 1, prefix ? prefix : "", -1, SQLITE_TRANSIENT);
+        if (bounded)
+            sqlite3_bind_text(s, 2, bound, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(s) != SQLITE_ROW) {
+            r = -EIO;
+        } else if (q == 0) {
+            du->names = (uint64_t)sqlite3_column_int64(s, 0);
+            du->logical_bytes = (uint64_t)sqlite3_column_int64(s, 1);
+        } else {
+            du->documents = (uint64_t)sqlite3_column_int64(s, 0);
+            du->unique_bytes = (uint64_t)sqlite3_column_int64(s, 1);
+            du->stored_bytes = (uint64_t)sqlite3_column_int64(s, 2);
+        }
+        sqlite3_reset(s);
+    }
+    db_snapshot_end(db, c);
     return r;
 }

@@ -188,6 +188,13 @@ struct db_names_query {
  */
 int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc **docs, size_t *n);
 
+/* What the names under a prefix hold (PROTOCOL.md `du`). */
+struct db_du {
+    uint64_t names, logical_bytes;                /* each name's newest version */
+    uint64_t documents, unique_bytes, stored_bytes; /* the distinct documents they point to */
+};
+int db_du(struct db *db, const char *prefix, struct db_du *du);
+
 /* ---- packs and records (db-store.c) ---- */
 
 enum db_pack_state {

@@ -34,6 +34,7 @@ enum op_kind {
     OP_SEARCH,
     OP_GC,
     OP_VERIFY,
+    OP_DU,
 };
 
 /* The part every operation shares; it must be the first member of each kind's struct. */
@@ -94,6 +95,7 @@ void dispatch_do_delete(struct conn *c, uint64_t id, const msgpack_object *map);
 void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map);
 void dispatch_do_stat(struct conn *c, uint64_t id, const msgpack_object *map);
 void dispatch_do_status(struct conn *c, uint64_t id, const msgpack_object *map);
+void dispatch_do_du(struct conn *c, uint64_t id, const msgpack_object *map);
 void dispatch_do_search(struct conn *c, uint64_t id, const msgpack_object *map);
 void dispatch_do_gc(struct conn *c, uint64_t id, const msgpack_object *map);
 void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map);

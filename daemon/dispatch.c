@@ -14,7 +14,7 @@
 #include "proto/util.h"
 
 static const char *const op_names[] = {"hello", "add",    "data",   "get", "delete", "list",
-                                       "stat",  "status", "search", "gc",  "verify"};
+                                       "stat",  "status", "search", "gc",  "verify", "du"};
 
 /* ---- the common op lifecycle ---- */
 
@@ -237,7 +237,7 @@ static const struct {
     {"hello", do_hello},        {"add", dispatch_do_add},       {"data", dispatch_do_data},
     {"get", dispatch_do_get},   {"delete", dispatch_do_delete}, {"list", dispatch_do_list},
     {"stat", dispatch_do_stat}, {"status", dispatch_do_status}, {"search", dispatch_do_search},
-    {"gc", dispatch_do_gc},     {"verify", dispatch_do_verify},
+    {"gc", dispatch_do_gc},     {"verify", dispatch_do_verify}, {"du", dispatch_do_du},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)

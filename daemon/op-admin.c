@@ -111,6 +111,74 @@ void dispatch_do_delete(struct conn *c, uint64_t id, const msgpack_object *map)
     op->job_running = true;
 }
 
+/* ---- du ---- */
+
+struct op_du {
+    struct op op;
+    uv_work_t work;
+    int status; /* the worker's result */
+    char *prefix;
+    struct db_du du;
+};
+OP_ASSERT_FIRST(struct op_du);
+
+static void du_clear(struct op *op)
+{
+    free(container_of(op, struct op_du, op)->prefix);
+}
+
+static void du_work(uv_work_t *work)
+{
+    struct op_du *du = container_of(work, struct op_du, work);
+    du->status = db_du(du->op.d->db, du->prefix, &du->du);
+}
+
+static void du_done(uv_work_t *work, int status)
+{
+    struct op_du *du = container_of(work, struct op_du, work);
+    const struct db_du *t = &du->du;
+    struct reply r;
+
+    if (!dispatch_op_job_end(&du->op))
+        return;
+    if (status < 0 || du->status != 0) {
+        dispatch_reply_status_error(&du->op, status < 0 ? status : du->status);
+        dispatch_op_finish(&du->op);
+        return;
+    }
+    reply_begin(&r, du->op.base.id, true, 6);
+    proto_pack_cstr(&r.pk, "names");
+    msgpack_pack_uint64(&r.pk, t->names);
+    proto_pack_cstr(&r.pk, "documents");
+    msgpack_pack_uint64(&r.pk, t->documents);
+    proto_pack_cstr(&r.pk, "logical_bytes");
+    msgpack_pack_uint64(&r.pk, t->logical_bytes);
+    proto_pack_cstr(&r.pk, "unique_bytes");
+    msgpack_pack_uint64(&r.pk, t->unique_bytes);
+    proto_pack_cstr(&r.pk, "stored_bytes");
+    msgpack_pack_uint64(&r.pk, t->stored_bytes);
+    proto_pack_cstr(&r.pk, "saved_bytes");
+    msgpack_pack_uint64(&r.pk, t->logical_bytes > t->stored_bytes ? t->logical_bytes - t->stored_bytes : 0);
+    reply_send(du->op.base.conn, &r);
+    dispatch_op_finish(&du->op);
+}
+
+void dispatch_do_du(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = dispatch_op_new(c, id, OP_DU, sizeof(struct op_du), du_clear);
+    struct op_du *du;
+
+    if (!op)
+        return;
+    du = container_of(op, struct op_du, op);
+    if (dispatch_get_string(map, "prefix", PROTO_MAX_REF, true, &du->prefix)) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "prefix must be a string of at most 4096 bytes");
+        dispatch_op_finish(op);
+        return;
+    }
+    dispatch_op_queue(op, &du->work, du_work, du_done);
+}
+
 /* ---- status ---- */
 
 static void status_work(uv_work_t *work)

@@ -396,6 +396,60 @@ class Listing(CliTestCase):
         self.assertEqual(listed, sorted(names[1:] + ["usr/share/doc/git/README"]))
         self.stop_daemon()
 
+    def test_du_sums_a_prefix(self):
+        """du: each name's size (logical), each document once (unique), its
+        share of the packs (stored), and what that saved."""
+        lic = os.urandom(5000)
+        for i in range(4):
+            self.add(lic, "-n", "doc/p%d/copyright" % i)
+        self.add(b"readme " * 100, "-n", "doc/p0/README")
+        self.add(b"elsewhere", "-n", "other/x")
+        [du] = ct.parse_json_lines(self.cli("--json", "du", "doc/").stdout)
+        self.assertEqual((du["names"], du["documents"]), (5, 2))
+        self.assertEqual(du["logical_bytes"], 4 * 5000 + 700)
+        self.assertEqual(du["unique_bytes"], 5000 + 700)
+        self.assertGreater(du["stored_bytes"], 5000)
+        self.assertEqual(du["saved_bytes"], du["logical_bytes"] - du["stored_bytes"])
+        every = ct.parse_kv(self.cli("du").stdout)
+        self.assertEqual((every["names"], every["documents"]), ("6", "3"))
+        self.assertEqual(ct.parse_kv(self.cli("du", "doc/p0/").stdout)["names"], "2")
+        self.assertEqual(ct.parse_kv(self.cli("du", "nothing/").stdout)["names"], "0")
+        self.assertEqual(ct.parse_kv(self.cli("du", "-h", "doc/").stdout)["logical_bytes"], "20.2 KiB")
+        self.stop_daemon()
+
+    def test_get_recursive_restores_a_tree(self):
+        """get -r PREFIX DIR writes each name under PREFIX to DIR/NAME,
+        byte-exact, sparse where zeros run; a name that would leave DIR is
+        refused (exit 1) and nothing is written outside DIR."""
+        src = os.path.join(self.tmp, "src")
+        files = {"a/b/c.txt": b"deep\n", "a/top.bin": os.urandom(70000), "a/empty": b"",
+                 "a/sparse": b"\0" * (1 << 20) + b"end"}
+        for rel, content in files.items():
+            os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
+            with open(os.path.join(src, rel), "wb") as f:
+                f.write(content)
+        self.cli("add", "-r", os.path.join(src, "a"))
+        out = os.path.join(self.tmp, "out")
+        self.cli("get", "-r", src + "/a/", out)
+        for rel, content in files.items():
+            with open(out + os.path.join(src, rel), "rb") as f:
+                self.assertEqual(f.read(), content, rel)
+        st = os.stat(out + os.path.join(src, "a/sparse"))
+        self.assertLess(st.st_blocks * 512, 1 << 20, "a run of zeros was written, not left a hole")
+        # a hostile name is refused; the others are restored
+        self.add(b"escape", "-n", "x/../../../escaped")
+        self.add(b"fine", "-n", "x/fine")
+        out2 = os.path.join(self.tmp, "deep", "out2")
+        p = self.cli("get", "-r", "x/", out2, check_exit=1)
+        self.assertIn(b"x/../../../escaped", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "escaped")))
+        with open(os.path.join(out2, "x", "fine"), "rb") as f:
+            self.assertEqual(f.read(), b"fine")
+        p = self.cli("get", "-r", "no/such/prefix", out2, check_exit=1)
+        self.assertIn(b"no name starts with it", p.stderr)
+        self.cli("get", "-r", "x/", check_exit=2)
+        self.stop_daemon()
+
     def test_ls_pages_through_many_names(self):
         """More names than one reply frame holds (500 a frame): every name
         once, in order, with a prefix that ends mid-page."""
@@ -413,6 +467,12 @@ class Listing(CliTestCase):
             self.assertEqual(r.get("error", {}).get("code"), "bad_request", r)
         listed = [r.split("  ")[-1] for r in self.cli("ls", "p/").stdout.decode().splitlines()]
         self.assertEqual(listed, want)
+        # get -r restores in pages too: every name once
+        out = os.path.join(self.tmp, "out")
+        self.cli("get", "-r", "p/", out)
+        self.assertEqual(sorted(os.listdir(os.path.join(out, "p"))), [n[2:] for n in want])
+        with open(os.path.join(out, "p", "1199"), "rb") as f:
+            self.assertEqual(f.read(), b"doc %d" % (1199 % 7))
         self.stop_daemon()
 
 

@@ -705,13 +705,24 @@ class IndexConsistency(SearchCase):
         self.assertLessEqual(len(text.split()), 16, h["snippet"])
         self.assertIn("**needle**", h["snippet"])
 
+    def test_removed_name_leaves_the_index_at_once(self):
+        """rm NAME of a document another name keeps: a search for the
+        removed name finds nothing, one for the kept name finds it."""
+        h = self.add_cli(b"A brass compass points north.\n", "-n", "old-compass.txt")
+        self.add_cli(b"A brass compass points north.\n", "-n", "kept-compass.txt")
+        self.assertEqual([x[0] for x in self.cli_hits("name:old")], [h])
+        self.d.cli("rm", "old-compass.txt")
+        self.assertEqual(self.cli_hits("name:old"), [])
+        self.assertEqual([x[0] for x in self.cli_hits("name:kept")], [h])
+        self.assertEqual([x[0] for x in self.cli_hits("compass")], [h])
+
     def test_delete_then_search_gone_at_once(self):
         ha = self.add_cli(b"The lantern by the gate burns oil; the keeper is Ingrid.\n",
                           "-n", "gate-lantern.txt", "-t", "lamps")
         hb = self.add_cli(b"A paper lantern floats over the pond.\n", "-n", "pond-lantern.txt")
         self.assertEqual(sorted(h for h, _, _, _ in self.cli_hits("lantern")), sorted([ha, hb]))
         p = self.d.cli("rm", "gate-lantern.txt")
-        self.assertEqual(p.stdout.decode().split(), [ha])
+        self.assertEqual(p.stdout.decode().splitlines(), ["removed gate-lantern.txt", "deleted " + ha])
         # gone immediately, by every route into the index
         self.assertEqual([h for h, _, _, _ in self.cli_hits("lantern")], [hb])
         for q in (["ingrid"], ["name:gate"], ["tag:lamps"], ["lamps"], ["--fuzzy", "ingrd"],

@@ -1,0 +1,219 @@
+/*
+ * The commands over a tree of names (names are paths): `du` sums what the
+ * names under a prefix hold, `get -r` restores them as files under a
+ * directory.
+ */
+
+#include "client/cli.h"
+#include "client/progress.h"
+#include "client/util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Names listed and restored at a time by get -r: memory stays bounded whatever the tree. */
+#define TREE_PAGE 256
+
+int cli_cmd_du(struct cli *cli, int argc, char **argv)
+{
+    static const char *const keys[] = {"names",        "documents",    "logical_bytes",
+                                       "unique_bytes", "stored_bytes", "saved_bytes", NULL};
+    static const struct option options[] = {
+        {"human-readable", no_argument, NULL, 'h'},
+        {"help", no_argument, NULL, 256},
+        {0},
+    };
+    const msgpack_object *reply;
+    bool human = false;
+    struct client *c;
+    int opt, r;
+
+    while ((opt = cli_getopt(cli, argc, argv, ":h", options)) != -1) {
+        if (opt == 'h') {
+            human = true;
+        } else if (opt == 256) {
+            cli_print_command_help(stdout, argv[0]);
+            return CLI_EXIT_OK;
+        } else {
+            return cli_option_error(argv[0], opt, argv);
+        }
+    }
+    if (argc - optind > 1)
+        return cli_usage_error("%s: too many arguments", argv[0]);
+    if (!(c = cli_client(cli)))
+        return CLI_EXIT_UNREACHABLE;
+    r = client_du(c, optind < argc ? argv[optind] : NULL, &reply);
+    if (r != 0)
+        return cli_fail(cli, optind < argc ? argv[optind] : NULL, r);
+    if (cli->json)
+        return cli_print_json(stdout, cli_json_reply(reply)) < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    for (size_t i = 0; keys[i]; i++) {
+        uint64_t v = 0;
+        char h[32];
+        if (proto_get_uint(reply, keys[i], &v) != 0)
+            continue;
+        if (human && i >= 2) {
+            cli_human_size(v, h, sizeof(h));
+            printf("%s: %s\n", keys[i], h);
+        } else {
+            printf("%s: %" PRIu64 "\n", keys[i], v);
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
+/* One page of names to restore, copied out of the reply. */
+struct tree_page {
+    char *names[TREE_PAGE];
+    char hashes[TREE_PAGE][PROTO_HASH_HEX + 1];
+    size_t n;
+    bool bad; /* an item without a name or hash */
+};
+
+static void take_item(void *userdata, const msgpack_object *item)
+{
+    struct tree_page *pg = userdata;
+    const char *name, *hash;
+    size_t name_len, hash_len;
+
+    if (pg->n == TREE_PAGE || proto_get_str(item, "name", &name, &name_len) != 0 ||
+        proto_get_str(item, "hash", &hash, &hash_len) != 0 || hash_len != PROTO_HASH_HEX ||
+        !(pg->names[pg->n] = strndup(name, name_len))) {
+        pg->bad = true;
+        return;
+    }
+    memcpy(pg->hashes[pg->n], hash, PROTO_HASH_HEX);
+    pg->hashes[pg->n][PROTO_HASH_HEX] = '\0';
+    pg->n++;
+}
+
+static void page_clear(struct tree_page *pg)
+{
+    for (size_t i = 0; i < pg->n; i++)
+        free(pg->names[i]);
+    pg->n = 0;
+}
+
+/*
+ * The file a name becomes under `dir`: its components, without empty ones
+ * and ".", joined by '/'. NULL for a name that would leave `dir` (a ".."
+ * component) or names no file (nothing left, or a trailing '/').
+ */
+static char *tree_path(const char *dir, const char *name)
+{
+    size_t len = strlen(name), dlen = strlen(dir);
+    char *out = malloc(dlen + len + 2), *p;
+    const char *s = name;
+
+    if (!out)
+        return NULL;
+    memcpy(out, dir, dlen);
+    p = out + dlen;
+    while (*s) {
+        const char *end = strchr(s, '/');
+        size_t n = end ? (size_t)(end - s) : strlen(s);
+        if (n == 2 && s[0] == '.' && s[1] == '.') {
+            free(out);
+            return NULL;
+        }
+        if (n > 0 && !(n == 1 && s[0] == '.')) {
+            *p++ = '/';
+            memcpy(p, s, n);
+            p += n;
+        }
+        s += n + (end != NULL);
+    }
+    *p = '\0';
+    if (p == out + dlen || (len > 0 && name[len - 1] == '/')) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* mkdir -p of the directories above `path` (the part before its last '/'). */
+static int make_parents(char *path)
+{
+    char *slash = strrchr(path, '/');
+    int r = 0;
+
+    if (!slash || slash == path)
+        return 0;
+    *slash = '\0';
+    if (mkdir(path, 0777) < 0 && errno != EEXIST) {
+        if (errno == ENOENT && make_parents(path) == 0)
+            r = mkdir(path, 0777) < 0 && errno != EEXIST ? -errno : 0;
+        else
+            r = -errno;
+    }
+    *slash = '/';
+    return r;
+}
+
+int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
+{
+    struct client_list_req req = {.mode = CLIENT_LIST_NAMES, .prefix = prefix, .limit = TREE_PAGE};
+    _cleanup_free_ char *after = NULL;
+    _cleanup_free_ struct tree_page *pgp = calloc(1, sizeof(*pgp));
+    struct progress progress;
+    int status = CLI_EXIT_OK;
+    size_t total = 0;
+    struct client *c;
+    int r;
+
+    if (!pgp)
+        return cli_fail(cli, prefix, -ENOMEM);
+    struct tree_page *pg = pgp;
+    if (!(c = cli_client(cli)))
+        return CLI_EXIT_UNREACHABLE;
+    progress_init(&progress, cli, "got", false);
+    for (;;) {
+        req.after = after;
+        r = client_list_req(c, &req, take_item, pg);
+        if (r == 0 && pg->bad)
+            r = -EBADMSG;
+        if (r != 0) {
+            page_clear(pg);
+            progress_end(&progress);
+            return cli_fail(cli, prefix, r);
+        }
+        /* Bytes count while a file is written; the library reports each get's own total. */
+        client_set_progress(c, progress_bytes, &progress);
+        for (size_t i = 0; i < pg->n; i++) {
+            _cleanup_free_ char *path = tree_path(dir, pg->names[i]);
+            if (!path) {
+                fprintf(stderr, "cairn: %s: not restored: the name is not a path under %s\n",
+                        pg->names[i], dir);
+                status = CLI_EXIT_FAILED;
+                continue;
+            }
+            if ((r = make_parents(path)) < 0) {
+                errno = -r;
+                status = cli_fail_errno(path);
+                continue;
+            }
+            if (cli_get_to_file(cli, c, pg->hashes[i], path) != CLI_EXIT_OK)
+                status = CLI_EXIT_FAILED;
+            progress_file(&progress);
+        }
+        client_set_progress(c, NULL, NULL);
+        total += pg->n;
+        if (pg->n < TREE_PAGE)
+            break;
+        free(after);
+        after = pg->names[pg->n - 1]; /* handed over */
+        pg->names[pg->n - 1] = NULL;
+        page_clear(pg);
+    }
+    page_clear(pg);
+    progress_end(&progress);
+    if (total == 0) {
+        fprintf(stderr, "cairn: %s: no name starts with it\n", prefix);
+        return CLI_EXIT_FAILED;
+    }
+    return status;
+}
