@@ -32,11 +32,13 @@ static const struct command {
      "A file is read to its end; one that changes while it is read is stored as read,\n"
      "with a warning.\n"},
     {"get", cli_cmd_get,
-     "cairn get [-o FILE] REF\n"
+     "cairn get [-o FILE] [--range START-END] REF\n"
      "cairn get -r PREFIX DIR\n\n"
      "Writes a document to standard output, or to FILE (through a temporary file that\n"
      "is renamed into place once the whole document arrived intact).\n"
      "  -o, --output FILE   write to FILE (- for standard output)\n"
+     "      --range START-END  only bytes START to END (both included; START- for\n"
+     "                      the rest); a range past the end gives what there is\n"
      "  -r, --recursive     restore every name that starts with PREFIX as a file under\n"
      "                      DIR, at its path (DIR/usr/share/doc/... for\n"
      "                      /usr/share/doc/...); existing files are replaced\n"},

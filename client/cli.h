@@ -98,7 +98,8 @@ int cli_cmd_du(struct cli *cli, int argc, char **argv);
  * Writes the document `ref` to `path` through a temporary file beside it,
  * renamed into place once complete (commands.c). Returns the exit status.
  */
-int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, const char *path);
+int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
+                    uint64_t length, const char *path);
 /* get -r: every name under `prefix` as a file under `dir` (tree.c). */
 int cli_get_tree(struct cli *cli, const char *prefix, const char *dir);
 

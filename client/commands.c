@@ -86,7 +86,8 @@ static void guard_tmp(const char *tmp, struct sigaction *saved)
  * place only when the whole stream arrived intact, so a failed get never
  * leaves a partial or corrupt `path`.
  */
-int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, const char *path)
+int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
+                    uint64_t length, const char *path)
 {
     _cleanup_free_ char *tmp = NULL;
     struct sigaction saved[ARRAY_SIZE(get_signals)];
@@ -112,7 +113,7 @@ int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, const ch
     if (fd < 0)
         return cli_fail_errno(path);
     /* A new file: runs of zeros become holes, as cp and rsync -S make them. */
-    r = client_get_sparse(c, ref, fd);
+    r = client_get_range_fd(c, ref, offset, length, fd, true);
     if (r != 0) {
         close(fd);
         unlink(tmp);
@@ -134,15 +135,43 @@ int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, const ch
     return CLI_EXIT_OK;
 }
 
+/* "START-END" (END included) or "START-" (to the end) into offset and length. */
+static int parse_range(const char *s, uint64_t *offset, uint64_t *length)
+{
+    uint64_t start, end;
+    char *p;
+
+    if (*s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    start = strtoull(s, &p, 10);
+    if (errno || *p != '-')
+        return -EINVAL;
+    *offset = start;
+    if (*++p == '\0') {
+        *length = UINT64_MAX;
+        return 0;
+    }
+    if (*p < '0' || *p > '9')
+        return -EINVAL;
+    end = strtoull(p, &p, 10);
+    if (errno || *p || end < start)
+        return -EINVAL;
+    *length = end - start == UINT64_MAX ? UINT64_MAX : end - start + 1;
+    return 0;
+}
+
 int cli_cmd_get(struct cli *cli, int argc, char **argv)
 {
     static const struct option options[] = {
         {"output", required_argument, NULL, 'o'},
         {"recursive", no_argument, NULL, 'r'},
+        {"range", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
-    const char *out = NULL, *ref;
+    const char *out = NULL, *ref, *range = NULL;
+    uint64_t offset = 0, length = UINT64_MAX;
     struct progress progress;
     bool recursive = false;
     struct client *c;
@@ -156,6 +185,9 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
         case 'r':
             recursive = true;
             break;
+        case 'R':
+            range = optarg;
+            break;
         case 'h':
             cli_print_command_help(stdout, argv[0]);
             return CLI_EXIT_OK;
@@ -163,9 +195,12 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
             return cli_option_error("get", opt, argv);
         }
     }
+    if (range && parse_range(range, &offset, &length) < 0)
+        return cli_usage_error("get: --range wants START-END or START- (bytes, END "
+                               "included, END >= START), not '%s'", range);
     if (recursive) {
-        if (out)
-            return cli_usage_error("get: -r writes under DIR: no -o");
+        if (out || range)
+            return cli_usage_error("get: -r writes whole documents under DIR: no -o or --range");
         if (argc - optind != 2)
             return cli_usage_error("get: -r wants PREFIX and DIR");
         return cli_get_tree(cli, argv[optind], argv[optind + 1]);
@@ -179,12 +214,12 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
     progress_init(&progress, cli, "got", true);
     client_set_progress(c, progress_bytes, &progress);
     if (out && strcmp(out, "-") != 0) {
-        r = cli_get_to_file(cli, c, ref, out);
+        r = cli_get_to_file(cli, c, ref, offset, length, out);
         progress_end(&progress);
         return r;
     }
     /* Straight from the receive buffer to fd 1: stdio is never involved. */
-    r = client_get(c, ref, STDOUT_FILENO);
+    r = client_get_range_fd(c, ref, offset, length, STDOUT_FILENO, false);
     progress_end(&progress);
     return r == 0 ? CLI_EXIT_OK : cli_fail(cli, r == CLIENT_E_IO ? "standard output" : ref, r);
 }

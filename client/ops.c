@@ -354,6 +354,13 @@ int client_get_sparse(struct client *c, const char *ref, int out_fd)
     return get_to(c, ref, 0, UINT64_MAX, &k);
 }
 
+int client_get_range_fd(struct client *c, const char *ref, uint64_t offset, uint64_t length,
+                        int out_fd, bool sparse)
+{
+    struct get_sink k = {.fd = out_fd, .sparse = sparse};
+    return get_to(c, ref, offset, length, &k);
+}
+
 int client_get_fn(struct client *c, const char *ref, client_data_fn *fn, void *userdata)
 {
     return client_get_range(c, ref, 0, UINT64_MAX, fn, userdata);

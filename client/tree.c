@@ -196,7 +196,7 @@ int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
                 status = cli_fail_errno(path);
                 continue;
             }
-            if (cli_get_to_file(cli, c, pg->hashes[i], path) != CLI_EXIT_OK)
+            if (cli_get_to_file(cli, c, pg->hashes[i], 0, UINT64_MAX, path) != CLI_EXIT_OK)
                 status = CLI_EXIT_FAILED;
             progress_file(&progress);
         }

@@ -43,7 +43,7 @@ _cairn()
                 mapfile -t COMPREPLY < <(compgen -f -- "$cur")
                 return
                 ;;
-            -n | -t | -m | --mime | --exclude | -l | --offset | --name | --after | --before)
+            -n | -t | -m | --mime | --exclude | -l | --offset | --name | --after | --before | --range)
                 [[ $cmd ]] && return
                 ;;
         esac
@@ -62,7 +62,7 @@ _cairn()
         local opts=''
         case $cmd in
             add) opts='-r --exclude -n -t -m --mime' ;;
-            get) opts='-o -r --recursive' ;;
+            get) opts='-o -r --recursive --range' ;;
             rm | delete) opts='-n --dry-run' ;;
             ls | list) opts='-l --long -h --human-readable -d --docs -t' ;;
             du) opts='-h --human-readable' ;;

@@ -55,6 +55,7 @@ complete -c cairn -n '__fish_seen_subcommand_from add' -s m -x -d 'Add metadata 
 complete -c cairn -n '__fish_seen_subcommand_from add' -l mime -x -d 'Mime type'
 
 complete -c cairn -n '__fish_seen_subcommand_from get' -s o -r -F -d 'Write to FILE'
+complete -c cairn -n '__fish_seen_subcommand_from get' -l range -x -d 'Only bytes START-END'
 complete -c cairn -n '__fish_seen_subcommand_from get' -s r -l recursive -d 'Restore the names under PREFIX to DIR'
 complete -c cairn -n '__fish_seen_subcommand_from rm delete' -s n -l dry-run -d 'Print what would go, change nothing'
 complete -c cairn -n '__fish_seen_subcommand_from get rm delete stat verify' -a '(__cairn_refs)'

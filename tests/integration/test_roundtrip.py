@@ -8,6 +8,7 @@ import ctypes
 import hashlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -354,6 +355,32 @@ class Removal(CliTestCase):
         self.assertEqual(p.stdout.decode().splitlines(), ["removed notes", "deleted " + v2])
         self.assertEqual(self.get(v1), b"v1")
         self.assertEqual(self.get("keep"), b"v1")
+        self.stop_daemon()
+
+
+class Ranges(CliTestCase):
+    def test_get_range_is_byte_exact(self):
+        """get --range START-END (END included) and START-: first and last
+        byte, across chunk boundaries, past the end; to stdout and -o."""
+        content = os.urandom(3 * 1024 * 1024 + 17)
+        h = self.add(content, "-n", "big.bin")
+        n = len(content)
+        rng = random.Random(7)
+        cases = [(0, 0), (n - 1, n - 1), (0, n - 1), (1, 65536), (n - 10, n + 100)]
+        cases += [(a, a + rng.randrange(1, 300000)) for a in (rng.randrange(n) for _ in range(12))]
+        for start, end in cases:
+            with self.subTest(start=start, end=end):
+                got = self.cli("get", "--range", "%d-%d" % (start, end), h).stdout
+                self.assertEqual(got, content[start:end + 1])
+        self.assertEqual(self.cli("get", "--range", "%d-" % (n - 5), "big.bin").stdout, content[-5:])
+        self.assertEqual(self.cli("get", "--range", "%d-" % (n + 5), h).stdout, b"")
+        out = os.path.join(self.tmp, "part")
+        self.cli("get", "-o", out, "--range", "1000-1999", h)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), content[1000:2000])
+        for bad in ("5-4", "x-1", "-5", "1", "1-2-3", ""):
+            p = self.cli("get", "--range", bad, h, check_exit=2)
+            self.assertIn(b"--range", p.stderr)
         self.stop_daemon()
 
 
