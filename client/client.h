@@ -173,6 +173,14 @@ int client_stat(struct client *c, const char *ref, const msgpack_object **reply)
 int client_status(struct client *c, const msgpack_object **reply);
 /* PROTOCOL.md `du`: what the names under `prefix` (NULL: every name) hold. */
 int client_du(struct client *c, const char *prefix, const msgpack_object **reply);
+/*
+ * A long job's progress (gc, verify): its phase ("mark", "sweep", "repack",
+ * "verify"), and `done` of `total` (0: unknown) in its unit. When set, gc
+ * and verify ask cairnd for it (PROTOCOL.md) and report each one here.
+ */
+typedef void client_job_progress_fn(void *userdata, const char *phase, uint64_t done,
+                                    uint64_t total);
+void client_set_job_progress(struct client *c, client_job_progress_fn *fn, void *userdata);
 int client_gc(struct client *c, const msgpack_object **reply);
 /*
  * Sends a whole document of at most PROTO_MAX_DATA bytes as one add frame and

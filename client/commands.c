@@ -451,13 +451,17 @@ int cli_cmd_stat(struct cli *cli, int argc, char **argv)
     return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, argv[optind], r);
 }
 
-/* A command without operands: one request, its reply printed as `keys`. */
+/*
+ * A command without operands: one request, its reply printed as `keys`.
+ * `verb` names a long job whose progress is shown (NULL: none).
+ */
 static int reply_command(struct cli *cli, int argc, char **argv,
                          int (*call)(struct client *, const msgpack_object **),
-                         const char *const *keys)
+                         const char *const *keys, const char *verb)
 {
     int status = parse_operands(cli, argc, argv, 0, 0, "");
     const msgpack_object *reply;
+    struct progress progress;
     struct client *c;
     int r;
 
@@ -466,7 +470,11 @@ static int reply_command(struct cli *cli, int argc, char **argv,
     c = cli_client(cli);
     if (!c)
         return CLI_EXIT_UNREACHABLE;
+    progress_init(&progress, cli, verb ? verb : "", false);
+    if (verb && progress.on)
+        client_set_job_progress(c, progress_job, &progress);
     r = call(c, &reply);
+    progress_end(&progress);
     return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, NULL, r);
 }
 
@@ -478,14 +486,14 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
         "dedup_ratio", "compression_ratio", "packs",        "pack_bytes",    "cache_bytes",
         "cache_size",  "cache_hits",        "cache_misses", "index_pending", "connections",
         NULL};
-    return reply_command(cli, argc, argv, client_status, keys);
+    return reply_command(cli, argc, argv, client_status, keys, NULL);
 }
 
 int cli_cmd_gc(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {"packs_rewritten", "packs_deleted",  "bytes_reclaimed",
                                        "bytes_dead",      "chunks_removed", NULL};
-    return reply_command(cli, argc, argv, client_gc, keys);
+    return reply_command(cli, argc, argv, client_gc, keys, "gc");
 }
 
 /* Prints each bad chunk with the documents that use it; exit 1 when any is bad. */
@@ -534,6 +542,7 @@ int cli_cmd_verify(struct cli *cli, int argc, char **argv)
 {
     int status = parse_operands(cli, argc, argv, 0, PROTO_MAX_TAGS, "REF");
     const msgpack_object *reply;
+    struct progress progress;
     struct client *c;
     int r;
 
@@ -542,6 +551,10 @@ int cli_cmd_verify(struct cli *cli, int argc, char **argv)
     c = cli_client(cli);
     if (!c)
         return CLI_EXIT_UNREACHABLE;
+    progress_init(&progress, cli, "verified", false);
+    if (progress.on)
+        client_set_job_progress(c, progress_job, &progress);
     r = client_verify(c, (const char *const *)argv + optind, (size_t)(argc - optind), &reply);
+    progress_end(&progress);
     return r == 0 ? print_verify(cli, reply) : cli_fail(cli, NULL, r);
 }

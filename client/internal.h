@@ -34,6 +34,9 @@ struct client {
     /* Content bytes sent (add) or received (get), as they go; see client_set_progress. */
     client_progress_fn *progress;
     void *progress_data;
+    /* gc's and verify's progress frames; see client_set_job_progress. */
+    client_job_progress_fn *job_progress;
+    void *job_progress_data;
 };
 
 /* Records a local read or write failure; returns CLIENT_E_IO. */

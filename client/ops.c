@@ -108,15 +108,62 @@ int client_add_send(struct client *c, const struct client_add_req *req, const vo
     return r;
 }
 
+void client_set_job_progress(struct client *c, client_job_progress_fn *fn, void *userdata)
+{
+    c->job_progress = fn;
+    c->job_progress_data = userdata;
+}
+
+/* The job's final reply; its progress frames (more: true) go to c->job_progress. */
+static int await_job(struct client *c, uint64_t id, const msgpack_object **reply)
+{
+    for (;;) {
+        const msgpack_object *p;
+        char phase[32];
+        const char *s = "";
+        size_t len = 0;
+        uint64_t done = 0, total = 0;
+        bool more = false;
+        int r = client_await(c, id, reply);
+
+        if (r != 0 || proto_get_bool(*reply, "more", &more) != 0 || !more)
+            return r;
+        p = proto_map_get(*reply, "progress");
+        if (!p || p->type != MSGPACK_OBJECT_MAP)
+            return bad_reply(c);
+        proto_get_str(p, "phase", &s, &len);
+        proto_get_uint(p, "done", &done);
+        proto_get_uint(p, "total", &total);
+        snprintf(phase, sizeof(phase), "%.*s", (int)(len < sizeof(phase) ? len : 0), s);
+        if (c->job_progress)
+            c->job_progress(c->job_progress_data, phase, done, total);
+    }
+}
+
+/* The request's header with `extra` fields to come, plus progress: true when wanted. */
+static uint64_t begin_job(struct client *c, const char *op, uint32_t extra)
+{
+    uint64_t id = client_begin(c, op, extra + (c->job_progress != NULL));
+
+    if (c->job_progress) {
+        proto_pack_cstr(&c->pk, "progress");
+        msgpack_pack_true(&c->pk);
+    }
+    return id;
+}
+
 int client_gc(struct client *c, const msgpack_object **reply)
 {
-    return call(c, "gc", NULL, reply);
+    uint64_t id = begin_job(c, "gc", 0);
+    int r = client_send(c);
+
+    return r < 0 ? r : await_job(c, id, reply);
 }
 
 int client_verify(struct client *c, const char *const *refs, size_t nrefs,
                   const msgpack_object **reply)
 {
-    uint64_t id = client_begin(c, "verify", nrefs ? 1 : 0);
+    uint64_t id = begin_job(c, "verify", nrefs ? 1 : 0);
     int r;
 
     if (nrefs) {
@@ -126,7 +173,7 @@ int client_verify(struct client *c, const char *const *refs, size_t nrefs,
             proto_pack_cstr(&c->pk, refs[i]);
     }
     r = client_send(c);
-    return r < 0 ? r : client_await(c, id, reply);
+    return r < 0 ? r : await_job(c, id, reply);
 }
 
 /* Reads until buf[0..cap) is full or the input ends; the byte count or -errno. */

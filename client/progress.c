@@ -6,6 +6,7 @@
  */
 #include "client/progress.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -87,6 +88,28 @@ void progress_bytes(void *userdata, uint64_t n, uint64_t total)
         p->last_ns = t;
         draw(p, false);
     }
+}
+
+void progress_job(void *userdata, const char *phase, uint64_t done, uint64_t total)
+{
+    struct progress *p = userdata;
+
+    if (!p->on)
+        return;
+    if (strcmp(phase, "verify") == 0) {
+        p->bytes = done;
+        p->total = total;
+        draw(p, false);
+        return;
+    }
+    if (p->tty)
+        fprintf(stderr, "\r\033[K");
+    fprintf(stderr, "%s: %s", p->verb, phase);
+    if (done)
+        fprintf(stderr, ", %" PRIu64 " packs done", done);
+    if (!p->tty)
+        fputc('\n', stderr);
+    p->drawn = true;
 }
 
 void progress_file(struct progress *p)

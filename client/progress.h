@@ -23,6 +23,11 @@ struct progress {
 void progress_init(struct progress *p, const struct cli *cli, const char *verb, bool lib_total);
 /* A client_progress_fn: n more bytes, of total (0: unknown). */
 void progress_bytes(void *userdata, uint64_t n, uint64_t total);
+/*
+ * A client_job_progress_fn: verify's bytes (of total) as a get's, gc's
+ * phase with the packs it rewrote or deleted so far.
+ */
+void progress_job(void *userdata, const char *phase, uint64_t done, uint64_t total);
 /* One more file done. */
 void progress_file(struct progress *p);
 /* Clears the progress line. */

@@ -354,6 +354,28 @@ static int record_barrier(struct store *st, uint64_t gen, uint64_t barrier)
     return 0;
 }
 
+/* ---- progress ---- */
+
+bool store_gc_progress(struct store *st, struct store_progress *out)
+{
+    static const char *const names[] = {
+        [GC_GENERATION] = "start", [GC_MARK] = "mark",     [GC_SWEEP] = "sweep",
+        [GC_REMARK] = "mark",      [GC_RESWEEP] = "sweep", [GC_REPACK] = "repack",
+    };
+    const struct store_gc *gc = st->gc;
+
+    if (!gc)
+        return false;
+    atomic_store_explicit(&out->phase, names[gc->phase], memory_order_relaxed);
+    /* Repack: the packs rewritten or deleted so far (the result counts them as they go). */
+    atomic_store_explicit(&out->done,
+                          gc->phase == GC_REPACK ? gc->res.packs_rewritten + gc->res.packs_deleted
+                                                 : 0,
+                          memory_order_relaxed);
+    atomic_store_explicit(&out->total, 0, memory_order_relaxed);
+    return true;
+}
+
 /* ---- the phases ---- */
 
 static int gen_apply(struct db_txn *txn, struct db_write *w)

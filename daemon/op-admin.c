@@ -30,9 +30,9 @@ struct op_status {
 OP_ASSERT_FIRST(struct op_status);
 
 /*
- * Delete, gc and verify keep no state of their own: the store copies what it
- * needs, owns the job and hands its result to the callback, so they are a
- * bare struct op.
+ * Delete keeps no state of its own: the store copies what it needs, owns the
+ * job and hands its result to the callback, so it is a bare struct op. Gc and
+ * verify add their progress (struct op_job).
  */
 
 /* ---- delete ---- */
@@ -262,15 +262,125 @@ void dispatch_do_status(struct conn *c, uint64_t id, const msgpack_object *map)
     dispatch_op_queue(op, &st->work, status_work, status_done);
 }
 
+/* ---- progress of gc and verify ---- */
+
+/*
+ * With `progress: true`, a gc or verify sends a frame with `more: true` and
+ * `progress` once a second while it runs (PROTOCOL.md). The op then owns a
+ * timer, closed before the op may go: its job counts as running until then.
+ */
+struct op_job {
+    struct op op;
+    uv_timer_t timer;
+    bool ticking;
+    struct store_progress progress; /* verify writes it; gc's is copied from the store */
+};
+OP_ASSERT_FIRST(struct op_job);
+
+#define PROGRESS_INTERVAL_MS 1000
+
+/*
+ * The interval between progress frames. Test-only: CAIRN_TEST_PROGRESS_MS
+ * in cairnd's environment shortens it, so a test sees frames from a job of
+ * a few milliseconds (tests/integration/test_protocol.py). Loop thread only.
+ */
+static uint64_t progress_interval(void)
+{
+    static uint64_t ms;
+
+    if (!ms) {
+        const char *v = getenv("CAIRN_TEST_PROGRESS_MS");
+        ms = v && strtoull(v, NULL, 10) ? strtoull(v, NULL, 10) : PROGRESS_INTERVAL_MS;
+    }
+    return ms;
+}
+
+static void job_tick(uv_timer_t *t)
+{
+    struct op_job *j = container_of(t, struct op_job, timer);
+    struct conn *c = j->op.base.conn;
+    const char *phase;
+    struct reply r;
+
+    /* A slow reader misses ticks rather than queueing them. */
+    if (j->op.abandoned || c->wqueued >= CONN_STREAM_WINDOW)
+        return;
+    if (j->op.kind == OP_GC && !store_gc_progress(j->op.d->store, &j->progress))
+        return;
+    phase = atomic_load_explicit(&j->progress.phase, memory_order_relaxed);
+    reply_begin(&r, j->op.base.id, true, 2);
+    proto_pack_cstr(&r.pk, "more");
+    msgpack_pack_true(&r.pk);
+    proto_pack_cstr(&r.pk, "progress");
+    msgpack_pack_map(&r.pk, 3);
+    proto_pack_cstr(&r.pk, "phase");
+    proto_pack_cstr(&r.pk, phase ? phase : "");
+    proto_pack_cstr(&r.pk, "done");
+    msgpack_pack_uint64(&r.pk, atomic_load_explicit(&j->progress.done, memory_order_relaxed));
+    proto_pack_cstr(&r.pk, "total");
+    msgpack_pack_uint64(&r.pk, atomic_load_explicit(&j->progress.total, memory_order_relaxed));
+    reply_send(c, &r);
+}
+
+/* Reads `progress`; starts the ticks when it is true. False after replying bad_request. */
+static bool job_begin(struct op_job *j, const msgpack_object *map)
+{
+    bool want = false;
+
+    if (proto_map_get(map, "progress") && proto_get_bool(map, "progress", &want) != 0) {
+        reply_error(j->op.base.conn, j->op.base.id, PROTO_E_BAD_REQUEST,
+                    "progress must be a boolean");
+        dispatch_op_finish(&j->op);
+        return false;
+    }
+    if (want) {
+        uv_timer_init(&j->op.d->loop, &j->timer);
+        uv_timer_start(&j->timer, job_tick, progress_interval(), progress_interval());
+        j->ticking = true;
+    }
+    return true;
+}
+
+static void job_closed(uv_handle_t *h)
+{
+    struct op_job *j = container_of((uv_timer_t *)h, struct op_job, timer);
+
+    if (dispatch_op_job_end(&j->op))
+        dispatch_op_finish(&j->op);
+}
+
+/* The job is over and its reply sent (unless abandoned): the op goes, after its timer. */
+static void job_end(struct op_job *j)
+{
+    if (j->ticking) {
+        j->ticking = false;
+        uv_close((uv_handle_t *)&j->timer, job_closed);
+        return;
+    }
+    if (dispatch_op_job_end(&j->op))
+        dispatch_op_finish(&j->op);
+}
+
+/* A job that could not start: its reply, and the timer (if any) closed. */
+static void job_failed(struct op_job *j, int status)
+{
+    dispatch_reply_status_error(&j->op, status);
+    j->op.job_running = true; /* job_end ends it */
+    job_end(j);
+}
+
 /* ---- gc ---- */
 
 static void gc_done(void *userdata, int status, const struct store_gc_result *res)
 {
-    struct op *op = userdata;
+    struct op_job *j = userdata;
+    struct op *op = &j->op;
     struct reply r;
 
-    if (!dispatch_op_job_end(op))
+    if (op->abandoned) {
+        job_end(j);
         return;
+    }
     if (status != 0) {
         dispatch_reply_status_error(op, status);
     } else {
@@ -287,20 +397,23 @@ static void gc_done(void *userdata, int status, const struct store_gc_result *re
         msgpack_pack_uint64(&r.pk, res->chunks_removed);
         reply_send(op->base.conn, &r);
     }
-    dispatch_op_finish(op);
+    job_end(j);
 }
 
 void dispatch_do_gc(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_GC, sizeof(struct op), NULL);
+    struct op *op = dispatch_op_new(c, id, OP_GC, sizeof(struct op_job), NULL);
+    struct op_job *j;
     int r;
 
     if (!op)
         return;
-    r = store_gc(c->d->store, gc_done, op);
+    j = container_of(op, struct op_job, op);
+    if (!job_begin(j, map))
+        return;
+    r = store_gc(c->d->store, gc_done, j);
     if (r < 0) {
-        dispatch_reply_status_error(op, r);
-        dispatch_op_finish(op);
+        job_failed(j, r);
         return;
     }
     op->job_running = true;
@@ -328,15 +441,15 @@ static size_t verify_fit(const struct store_verify_result *res)
 
 static void verify_done(void *userdata, int status, const struct store_verify_result *res)
 {
-    struct op *op = userdata;
+    struct op_job *j = userdata;
+    struct op *op = &j->op;
     size_t listed = verify_fit(res);
     struct reply r;
 
-    if (!dispatch_op_job_end(op))
-        return;
-    if (status != 0) {
-        dispatch_reply_status_error(op, status);
-        dispatch_op_finish(op);
+    if (op->abandoned || status != 0) {
+        if (!op->abandoned)
+            dispatch_reply_status_error(op, status);
+        job_end(j);
         return;
     }
     reply_begin(&r, op->base.id, true, 4);
@@ -368,7 +481,7 @@ static void verify_done(void *userdata, int status, const struct store_verify_re
         }
     }
     reply_send(op->base.conn, &r);
-    dispatch_op_finish(op);
+    job_end(j);
 }
 
 void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
@@ -376,6 +489,7 @@ void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
     const msgpack_object *refs = proto_map_get(map, "refs");
     const char *list[PROTO_MAX_TAGS];
     char *copies[PROTO_MAX_TAGS];
+    struct op_job *j;
     size_t n = 0;
     struct op *op;
     int r;
@@ -398,16 +512,17 @@ void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
         list[n] = copies[n];
         n++;
     }
-    op = dispatch_op_new(c, id, OP_VERIFY, sizeof(struct op), NULL);
+    op = dispatch_op_new(c, id, OP_VERIFY, sizeof(struct op_job), NULL);
     if (!op)
         goto out;
-    r = store_verify(c->d->store, list, n, verify_done, op);
-    if (r < 0) {
-        dispatch_reply_status_error(op, r);
-        dispatch_op_finish(op);
-    } else {
+    j = container_of(op, struct op_job, op);
+    if (!job_begin(j, map))
+        goto out;
+    r = store_verify(c->d->store, list, n, &j->progress, verify_done, j);
+    if (r < 0)
+        job_failed(j, r);
+    else
         op->job_running = true;
-    }
 out:
     for (size_t i = 0; i < n; i++)
         free(copies[i]);

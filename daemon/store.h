@@ -16,6 +16,8 @@
  * All functions run on the loop thread; callbacks come on the loop thread.
  */
 
+#include <stdatomic.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -177,6 +179,18 @@ struct store_gc_result {
 typedef void store_gc_cb(void *userdata, int status, const struct store_gc_result *res);
 int store_gc(struct store *st, store_gc_cb *done, void *userdata);
 
+/*
+ * How far a long job is, for progress reports: `phase` names what it does
+ * now, `done` of `total` (0: unknown) counts its unit. Verify writes it from
+ * its worker (hence atomics); gc's is read on the loop thread.
+ */
+struct store_progress {
+    _Atomic(const char *) phase; /* a static string */
+    _Atomic uint64_t done, total;
+};
+/* The running gc's progress; false when none runs. Loop thread. */
+bool store_gc_progress(struct store *st, struct store_progress *out);
+
 /* One chunk that failed verification, and the documents that use it. */
 struct store_bad_chunk {
     char hash[PROTO_HASH_HEX + 1];
@@ -197,8 +211,9 @@ struct store_verify_result {
  * is valid during the call.
  */
 typedef void store_verify_cb(void *userdata, int status, const struct store_verify_result *res);
-int store_verify(struct store *st, const char *const *refs, size_t nrefs, store_verify_cb *done,
-                 void *userdata);
+/* `progress` (may be NULL) is updated while it runs: bytes of packs read (or of chunks, with refs). */
+int store_verify(struct store *st, const char *const *refs, size_t nrefs,
+                 struct store_progress *progress, store_verify_cb *done, void *userdata);
 
 /*
  * Deletes what `ref` resolves to (PROTOCOL.md `delete`): a document by hash

@@ -26,6 +26,7 @@ struct store_verify {
     void *userdata;
     char **refs;
     size_t nrefs;
+    struct store_progress *progress; /* NULL: not asked for */
     struct store_op op;
     uv_work_t work;
     int status;
@@ -198,6 +199,12 @@ static int verify_all(struct store_verify *v)
     size_t npacks;
     int r = db_packs(v->st->db, &packs, &npacks);
 
+    if (r == 0 && v->progress) {
+        uint64_t total = 0;
+        for (size_t p = 0; p < npacks; p++)
+            total += packs[p].state == DB_PACK_DELETING ? 0 : packs[p].size;
+        atomic_store_explicit(&v->progress->total, total, memory_order_relaxed);
+    }
     for (size_t p = 0; r == 0 && p < npacks; p++) {
         struct db_pack_row *rows;
         size_t n;
@@ -211,6 +218,9 @@ static int verify_all(struct store_verify *v)
                    rows[end].kind == rows[first].kind)
                 end++;
             r = check_record(v, rows + first, end - first);
+            if (v->progress)
+                atomic_fetch_add_explicit(&v->progress->done, rows[first].loc.len,
+                                          memory_order_relaxed);
             first = end;
         }
         free(rows);
@@ -232,6 +242,8 @@ static int check_chunk(void *ctx, const struct manifest_entry *e)
         return 0; /* a segment: read and checked by the walk itself */
     v->res.chunks_checked++;
     v->res.bytes_checked += e->bytes;
+    if (v->progress)
+        atomic_fetch_add_explicit(&v->progress->done, e->bytes, memory_order_relaxed);
     r = db_chunk_find(v->st->db, e->hash, &loc);
     if (r == DB_E_NOT_FOUND)
         return add_bad(v, e->hash, STORE_E_INTEGRITY);
@@ -360,8 +372,8 @@ static void verify_done(uv_work_t *work, int status)
     verify_free(v);
 }
 
-int store_verify(struct store *st, const char *const *refs, size_t nrefs, store_verify_cb *done,
-                 void *userdata)
+int store_verify(struct store *st, const char *const *refs, size_t nrefs,
+                 struct store_progress *progress, store_verify_cb *done, void *userdata)
 {
     struct store_verify *v = calloc(1, sizeof(*v));
     int r;
@@ -373,6 +385,9 @@ int store_verify(struct store *st, const char *const *refs, size_t nrefs, store_
     v->st = st;
     v->done = done;
     v->userdata = userdata;
+    v->progress = progress;
+    if (progress)
+        atomic_store_explicit(&progress->phase, "verify", memory_order_relaxed);
     for (size_t i = 0; i < nrefs; i++) {
         if (!(v->refs[i] = strdup(refs[i]))) {
             for (size_t k = 0; k < i; k++)

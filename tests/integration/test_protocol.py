@@ -597,6 +597,70 @@ class HelloFields(unittest.TestCase):
             self.assertEqual(r.get("version"), 1, r)
 
 
+class JobProgress(unittest.TestCase):
+    """gc and verify with progress: true send `more: true` frames with
+    `progress` while they run, then their reply. CAIRN_TEST_PROGRESS_MS=1
+    makes the interval 1 ms, so a job of a few milliseconds has frames."""
+
+    def setUp(self):
+        self.d = ct.Daemon(self, env={"CAIRN_TEST_PROGRESS_MS": "1"}).start()
+        self.c = self.d.connect()
+        self.addCleanup(self.c.close)
+
+    def frames(self, op, **fields):
+        rid = self.c.send_request(op, progress=True, **fields)
+        out = []
+        while True:
+            f = self.c.recv_for(rid, 120 * ct.SLOW)
+            out.append(f)
+            if not f.get("more"):
+                return out[:-1], f
+
+    def test_verify_and_gc_report_progress(self):
+        hashes = [self.c.add(os.urandom(4 * 1024 * 1024), name="f%d" % i)["hash"] for i in range(8)]
+        ticks, final = self.frames("verify")
+        self.assertIs(final.get("ok"), True, ct.short(final))
+        self.assertEqual(final["bytes_checked"], 32 * 1024 * 1024)
+        self.assertGreater(len(ticks), 0, "no progress frame from a verify of 32 MiB at 1 ms")
+        done = [t["progress"]["done"] for t in ticks]
+        self.assertEqual(done, sorted(done))
+        for t in ticks:
+            self.assertIs(t.get("ok"), True)
+            p = t["progress"]
+            self.assertEqual(p["phase"], "verify")
+            self.assertGreater(p["total"], 32 * 1024 * 1024)  # packs: records and their headers
+            self.assertLessEqual(p["done"], p["total"])
+        for h in hashes:
+            self.assertIs(self.c.call("delete", ref=h).get("ok"), True)
+        ticks, final = self.frames("gc")
+        self.assertIs(final.get("ok"), True, ct.short(final))
+        self.assertGreater(final["chunks_removed"], 0)
+        for t in ticks:
+            self.assertIn(t["progress"]["phase"], ("start", "mark", "sweep", "repack"))
+        # without progress: one reply, as before
+        rid = self.c.send_request("verify")
+        self.assertNotIn("more", self.c.recv_for(rid, 120 * ct.SLOW))
+        r = self.c.call("verify", progress="yes")
+        self.assertEqual(ct.error_code(r), "bad_request", r)
+        self.d.assert_healthy()
+        self.d.stop()
+
+    def test_client_gone_mid_job(self):
+        """A connection closed while its verify ticks: the job ends, its
+        timer closes, the daemon serves on (ASan checks nothing is used
+        after it is freed)."""
+        for i in range(6):
+            self.c.add(os.urandom(4 * 1024 * 1024), name="g%d" % i)
+        for _ in range(3):
+            with self.d.connect() as other:
+                rid = other.send_request("verify", progress=True)
+                f = other.recv_for(rid, 120 * ct.SLOW)
+                self.assertIs(f.get("more"), True, ct.short(f))
+        self.assertIs(self.c.call("status").get("ok"), True)
+        self.d.assert_healthy()
+        self.d.stop()
+
+
 class RangedGet(unittest.TestCase):
     """get with offset and length streams those bytes only, across chunk
     boundaries, and the first frame still gives the whole document's size."""
