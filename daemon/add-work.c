@@ -115,23 +115,9 @@ int add_entry_build(struct store_add *add, uint64_t size, uint64_t nchunks, uint
         .meta_values = add->p.meta_values,
         .nmeta = add->p.nmeta,
     };
-    uint8_t *raw;
-    size_t raw_len;
-    int r;
 
     memcpy(e.doc, add->doc_hash, PROTO_HASH_LEN);
-    if ((r = objects_entry_encode(&e, &raw, &raw_len)) < 0)
-        return r;
-    r = record_seal_build(PACK_REC_ENTRY, raw, raw_len, add->st->cfg.compression_level, &rec->bytes,
-                          &rec->len, rec->id, &rec->idx);
-    free(raw);
-    if (r < 0)
-        return r;
-    rec->type = PACK_REC_ENTRY;
-    rec->nidx = 1;
-    memcpy(rec->doc, add->doc_hash, PROTO_HASH_LEN);
-    rec->time_ns = add->entry_ns;
-    return 0;
+    return store_entry_record(add->st, &e, rec);
 }
 
 /* After the last cut: is the document already stored, as it is named? */

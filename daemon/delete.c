@@ -16,7 +16,6 @@
 #include "daemon/log.h"
 #include "daemon/objects.h"
 #include "daemon/packer.h"
-#include "daemon/record.h"
 #include "daemon/refcache.h"
 #include "daemon/reserve.h"
 #include "daemon/store-int.h"
@@ -96,25 +95,11 @@ static void delete_end(struct store_delete *del, int status)
 /* Encodes one journal entry as the next record. */
 static int add_entry(struct store_delete *del, const struct entry *e)
 {
-    struct packer_rec *rec = &del->recs[del->nrecs];
-    uint8_t *raw;
-    size_t len;
-    int r;
+    int r = store_entry_record(del->st, e, &del->recs[del->nrecs]);
 
-    if ((r = objects_entry_encode(e, &raw, &len)) < 0)
-        return r;
-    r = record_seal_build(PACK_REC_ENTRY, raw, len, del->st->cfg.compression_level, &rec->bytes,
-                          &rec->len, rec->id, &rec->idx);
-    free(raw);
-    if (r < 0)
-        return r;
-    rec->type = PACK_REC_ENTRY;
-    rec->nidx = 1;
-    memcpy(rec->doc, e->doc, PROTO_HASH_LEN);
-    rec->time_ns = e->time_ns;
-    rec->op = e->op;
-    del->nrecs++;
-    return 0;
+    if (r == 0)
+        del->nrecs++;
+    return r;
 }
 
 /* What the delete touches: the document, or every document the name points to. */

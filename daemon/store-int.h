@@ -100,6 +100,10 @@ void store_reap(struct store *st);
 
 /* A journal time (ns since the epoch) later than every one handed out before. */
 uint64_t store_entry_time(struct store *st);
+struct entry;
+struct packer_rec;
+/* Encodes a journal entry as a sealed PACK_REC_ENTRY record in *rec (worker threads). */
+int store_entry_record(struct store *st, const struct entry *e, struct packer_rec *rec);
 
 /* Maps a backend read status to the store's codes. */
 int store_map_read_status(int status);

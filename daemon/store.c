@@ -14,7 +14,9 @@
 #include "daemon/cache.h"
 #include "daemon/indexer.h"
 #include "daemon/log.h"
+#include "daemon/objects.h"
 #include "daemon/packer.h"
+#include "daemon/record.h"
 #include "daemon/refcache.h"
 #include "daemon/store-int.h"
 #include "proto/util.h"
@@ -176,6 +178,27 @@ uint64_t store_entry_time(struct store *st)
     /* The journal must stay ordered even if the wall clock steps back. */
     st->last_entry_ns = now > st->last_entry_ns ? now : st->last_entry_ns + 1;
     return st->last_entry_ns;
+}
+
+int store_entry_record(struct store *st, const struct entry *e, struct packer_rec *rec)
+{
+    uint8_t *raw;
+    size_t len;
+    int r;
+
+    if ((r = objects_entry_encode(e, &raw, &len)) < 0)
+        return r;
+    r = record_seal_build(PACK_REC_ENTRY, raw, len, st->cfg.compression_level, &rec->bytes,
+                          &rec->len, rec->id, &rec->idx);
+    free(raw);
+    if (r < 0)
+        return r;
+    rec->type = PACK_REC_ENTRY;
+    rec->nidx = 1;
+    memcpy(rec->doc, e->doc, PROTO_HASH_LEN);
+    rec->time_ns = e->time_ns;
+    rec->op = e->op;
+    return 0;
 }
 
 int store_status_from_db(int status)
