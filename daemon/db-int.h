@@ -126,8 +126,7 @@ struct db_txn {
     unsigned depth; /* nested savepoints open */
 };
 
-/* One word of the index vocabulary (db-search.c). */
-struct db_term;
+struct vocab;
 
 struct db {
     uv_loop_t *loop;
@@ -145,8 +144,7 @@ struct db {
     uv_work_t batch_work;
     /* Fuzzy search's copy of the index vocabulary, rebuilt when the index changed. */
     pthread_mutex_t vocab_lock;
-    struct db_term *vocab;
-    size_t nvocab;
+    struct vocab *vocab;        /* vocab.h; NULL until the first fuzzy search */
     uint64_t vocab_gen;         /* index_gen the copy was made at */
     _Atomic uint64_t index_gen; /* bumped by every commit that changed the index */
 };

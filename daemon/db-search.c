@@ -17,16 +17,12 @@
 #include "daemon/db-int.h"
 #include "daemon/log.h"
 #include "daemon/manifest.h"
+#include "daemon/fuzzy.h"
 #include "daemon/search.h"
+#include "daemon/vocab.h"
 
 const char *const db_search_sql[DB_S_COUNT_] = {
     [DB_S_VOCAB] = "SELECT term, doc FROM idx.search_vocab",
-};
-
-struct db_term {
-    char *text;
-    size_t len;
-    int64_t docs;
 };
 
 /* ---- searches ---- */
@@ -71,11 +67,7 @@ static int attach_index(struct db_conn *c, const char *index_path)
 
 void db_vocab_clear(struct db *db)
 {
-    for (size_t i = 0; i < db->nvocab; i++)
-        free(db->vocab[i].text);
-    free(db->vocab);
-    db->vocab = NULL;
-    db->nvocab = 0;
+    db->vocab = vocab_free(db->vocab);
 }
 
 /* Refreshes the in-memory vocabulary when the index changed since it was read. */
@@ -83,127 +75,30 @@ static int vocab_refresh(struct db *db, struct db_conn *c)
 {
     uint64_t gen = atomic_load(&db->index_gen);
     sqlite3_stmt *s;
-    size_t cap = 0;
-    int rc;
+    int rc, r = 0;
 
     if (db->vocab && db->vocab_gen == gen)
         return 0;
     db_vocab_clear(db);
     if (!(s = db_stmt(c, DB_S_VOCAB)))
         return -EIO;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (db->nvocab == cap) {
-            cap = cap ? cap * 2 : 4096;
-            struct db_term *grown = realloc(db->vocab, cap * sizeof(*grown));
-            if (!grown) {
-                sqlite3_reset(s);
-                db_vocab_clear(db);
-                return -ENOMEM;
-            }
-            db->vocab = grown;
-        }
-        struct db_term *t = &db->vocab[db->nvocab];
-        t->len = (size_t)sqlite3_column_bytes(s, 0);
-        t->text = strndup((const char *)sqlite3_column_text(s, 0), t->len);
-        t->docs = sqlite3_column_int64(s, 1);
-        if (!t->text) {
-            sqlite3_reset(s);
-            db_vocab_clear(db);
-            return -ENOMEM;
-        }
-        db->nvocab++;
+    if (!(db->vocab = vocab_new())) {
+        sqlite3_reset(s);
+        return -ENOMEM;
     }
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = vocab_add(db->vocab, (const char *)sqlite3_column_text(s, 0),
+                      (size_t)sqlite3_column_bytes(s, 0), sqlite3_column_int64(s, 1));
     sqlite3_reset(s);
-    if (rc != SQLITE_DONE) {
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r == 0)
+        r = vocab_seal(db->vocab);
+    if (r < 0) {
         db_vocab_clear(db);
-        return -EIO;
+        return r;
     }
     db->vocab_gen = gen;
-    return 0;
-}
-
-#define FUZZY_MAX_ALTS 16
-
-struct fuzzy_candidate {
-    const struct db_term *term;
-    unsigned distance;
-};
-
-/* Better candidates first: closer, then more common. */
-static int candidate_cmp(const void *a, const void *b)
-{
-    const struct fuzzy_candidate *x = a, *y = b;
-    if (x->distance != y->distance)
-        return x->distance < y->distance ? -1 : 1;
-    return x->term->docs > y->term->docs ? -1 : x->term->docs < y->term->docs;
-}
-
-/*
- * One transposition of two adjacent bytes: "teh" and "the". The edit a short
- * word (3 letters) may have: any other single edit of one is another word.
- */
-static bool is_transposition(const char *a, size_t alen, const char *b, size_t blen)
-{
-    size_t i = 0;
-
-    if (alen != blen)
-        return false;
-    while (i < alen && a[i] == b[i])
-        i++;
-    return i + 1 < alen && a[i] == b[i + 1] && a[i + 1] == b[i] &&
-           memcmp(a + i + 2, b + i + 2, alen - i - 2) == 0;
-}
-
-/*
- * Widens one word with indexed words that are a small edit away (one edit for
- * words of 4 to 7 letters, two from 8, only a transposition for 3; a
- * transposition counts as one edit) or that contain it (from 3 letters), so
- * a typo or a fragment still finds its documents.
- */
-static int fuzzy_expand(struct db *db, struct search_term *t)
-{
-    struct fuzzy_candidate best[FUZZY_MAX_ALTS];
-    size_t nbest = 0;
-    char word[256];
-    size_t len = search_fold(t->text, strlen(t->text), word, sizeof(word));
-    size_t letters = search_letters(word, len);
-    unsigned maxd = letters >= 8 ? 2 : letters >= 4 ? 1 : 0;
-
-    if (!db->vocab || letters > 64)
-        return 0;
-    for (size_t i = 0; i < db->nvocab; i++) {
-        const struct db_term *v = &db->vocab[i];
-        unsigned d;
-        if (v->len == len && memcmp(v->text, word, len) == 0)
-            continue;
-        if (letters >= 3 && v->len > len && memmem(v->text, v->len, word, len))
-            d = maxd + 1; /* a containing word ranks after near spellings */
-        else if (maxd > 0 && (d = search_distance(word, len, v->text, v->len, maxd)) <= maxd)
-            ;
-        else if (letters == 3 && is_transposition(word, len, v->text, v->len))
-            d = 1;
-        else
-            continue;
-        struct fuzzy_candidate cand = {v, d};
-        if (nbest < FUZZY_MAX_ALTS) {
-            best[nbest++] = cand;
-        } else if (candidate_cmp(&cand, &best[FUZZY_MAX_ALTS - 1]) < 0) {
-            best[FUZZY_MAX_ALTS - 1] = cand;
-        } else {
-            continue;
-        }
-        qsort(best, nbest, sizeof(best[0]), candidate_cmp);
-    }
-    if (nbest == 0)
-        return 0;
-    t->alts = calloc(nbest, sizeof(char *));
-    if (!t->alts)
-        return -ENOMEM;
-    for (size_t i = 0; i < nbest; i++) {
-        if (!(t->alts[i] = strndup(best[i].term->text, best[i].term->len)))
-            return -ENOMEM;
-        t->nalts++;
-    }
     return 0;
 }
 
@@ -217,7 +112,7 @@ static int fuzzy_expand_query(struct db *db, struct db_conn *c, struct search_qu
         for (size_t i = 0; r == 0 && i < q->groups[g].nterms; i++) {
             struct search_term *t = &q->groups[g].terms[i];
             if (t->kind == SEARCH_WORD || t->kind == SEARCH_NAME)
-                r = fuzzy_expand(db, t);
+                r = fuzzy_widen(db->vocab, t);
         }
     }
     pthread_mutex_unlock(&db->vocab_lock);

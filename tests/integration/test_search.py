@@ -580,6 +580,16 @@ class Typos(SearchCase):
         self.assert_names(["epoll", "wiat"], [])
         self.assert_names(["--fuzzy", "evnets"], ["epoll.txt"])
 
+    def test_identifier_parts_each_get_their_typo(self):
+        """A typo in any part of an identifier, or in two parts, still finds
+        it: the parts are widened one by one and put back together."""
+        for q in ("epol_wiat", "epol_wait", "epoll_wakt", "epoll_wiat()", "EPOLL_WAKT"):
+            with self.subTest(query=q):
+                self.assert_names(["--fuzzy", q], ["epoll.txt"])
+        self.assert_names(["epol_wiat"], [])
+        # a part no document has, widened to nothing, finds nothing
+        self.assert_names(["--fuzzy", "epoll_zzzzzz"], [])
+
     def test_short_word_gets_a_transposition_only(self):
         self.assert_names(["--fuzzy", "hte"], ["article.txt", "epoll.txt", "house.txt"])  # -> "the"
         self.assertEqual(self.names("--fuzzy", "lakx"), ["house.txt"])  # 4 letters: any one edit
