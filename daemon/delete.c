@@ -41,6 +41,7 @@ struct store_delete {
     struct db_doc doc; /* what the ref resolved to */
     struct delete_doc *docs;
     size_t ndocs;
+    const char **deleted; /* room for the result's list: ndocs hashes */
     /* By name: an unname and a conditional delete per document; else one delete. */
     struct packer_rec *recs;
     size_t nrecs;
@@ -56,27 +57,21 @@ static void delete_end(struct store_delete *del, int status)
     if (del->ticket)
         packer_cancel(del->st->packer, del->ticket);
     if (status == 0) {
-        /* Deleted documents first, in the order found. */
-        const char **hashes = calloc(del->ndocs ? del->ndocs : 1, sizeof(*hashes));
-        if (!hashes) {
-            status = -ENOMEM;
-        } else {
-            for (size_t i = 0; i < del->ndocs; i++)
-                if (del->docs[i].deleted)
-                    hashes[ndeleted++] = del->docs[i].hash;
-            res = (struct store_delete_result){
-                .hash = del->doc.hash,
-                .name = name,
-                .names = name ? (const char *const *)&del->doc.name
-                              : (const char *const *)del->doc.names,
-                .nnames = name ? 1 : del->doc.nnames,
-                .deleted = hashes,
-                .ndeleted = ndeleted,
-                .dry_run = del->dry_run,
-            };
-        }
+        /* The documents deleted, in the order found. */
+        for (size_t i = 0; i < del->ndocs; i++)
+            if (del->docs[i].deleted)
+                del->deleted[ndeleted++] = del->docs[i].hash;
+        res = (struct store_delete_result){
+            .hash = del->doc.hash,
+            .name = name,
+            .names = name ? (const char *const *)&del->doc.name
+                          : (const char *const *)del->doc.names,
+            .nnames = name ? 1 : del->doc.nnames,
+            .deleted = del->deleted,
+            .ndeleted = ndeleted,
+            .dry_run = del->dry_run,
+        };
         del->done(del->userdata, status, &res);
-        free((void *)res.deleted);
     } else {
         del->done(del->userdata, status, NULL);
     }
@@ -86,6 +81,7 @@ static void delete_end(struct store_delete *del, int status)
     }
     free(del->recs);
     free(del->docs);
+    free(del->deleted);
     db_doc_clear(&del->doc);
     free(del->ref);
     del->st->active--;
@@ -113,7 +109,8 @@ static int resolve(struct store_delete *del)
     if (r != 0)
         return r;
     if (!del->doc.by_name) {
-        if (!(del->docs = calloc(1, sizeof(*del->docs))))
+        if (!(del->docs = calloc(1, sizeof(*del->docs))) ||
+            !(del->deleted = calloc(1, sizeof(*del->deleted))))
             return -ENOMEM;
         memcpy(del->docs[0].hash, del->doc.hash, sizeof(del->doc.hash));
         del->docs[0].deleted = true;
@@ -122,7 +119,8 @@ static int resolve(struct store_delete *del)
     }
     if ((r = db_name_docs(del->st->db, del->doc.name, &named, &n)) != 0)
         return r;
-    if (!(del->docs = calloc(n, sizeof(*del->docs)))) {
+    if (!(del->docs = calloc(n, sizeof(*del->docs))) ||
+        !(del->deleted = calloc(n, sizeof(*del->deleted)))) {
         free(named);
         return -ENOMEM;
     }
