@@ -709,6 +709,24 @@ class Progress(CliTestCase):
         self.assertEqual(p.stderr, b"")
         json.loads(p.stdout)
 
+    def test_verify_and_gc_show_their_progress(self):
+        """cairnd's progress frames (every 1 ms here) become lines on stderr
+        with -v: verify's bytes of the total, gc's phase. -q and --json: none."""
+        self.d.stop()
+        self.d = ct.Daemon(self, env={"CAIRN_TEST_PROGRESS_MS": "1"})
+        self.d.start()
+        h = self.add(os.urandom(24 * ct.MiB), "-n", "big")
+        p = self.cli("-v", "verify")
+        self.assertRegex(p.stderr.decode(), r"verified [0-9.]+ (KiB|MiB) of 24\.[0-9] MiB")
+        self.assertIn(b"0 bad", p.stdout)
+        self.assertEqual(self.cli("-q", "verify").stderr, b"")
+        self.assertEqual(self.cli("--json", "-v", "verify").stderr, b"")
+        self.cli("rm", h)
+        p = self.cli("-v", "gc")
+        self.assertRegex(p.stderr.decode(), r"gc: (start|mark|sweep|repack)")
+        self.assertIn(b"chunks_removed", p.stdout)
+        self.stop_daemon()
+
     def test_terminal_gets_progress_in_place(self):
         import pty
         big = self.write("big", os.urandom(200 * ct.MiB))
