@@ -1250,6 +1250,53 @@ class RebuildIndex(RebuildHelpers, DedupCase):
         self.assert_same(before, self.snapshot())
         d.stop()
 
+    def test_rebuild_shows_progress_on_a_terminal(self):
+        """--rebuild-index draws its progress on stderr when it is a terminal
+        (packs and MiB read), in place, and clears it; not otherwise."""
+        import pty
+        d = self.d
+        for i in range(3):
+            add(d, os.urandom(1536 * 1024), "-n", "p%d" % i)
+        d.stop()
+        for f in glob.glob(os.path.join(d.data_dir, "cairn.db*")):
+            os.unlink(f)
+        cmd = [ct.CAIRND, "--data-dir", d.data_dir, "--socket", d.socket_path] + d.args + [
+            "--rebuild-index"]
+        master, slave = pty.openpty()
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=slave, env=d.env())
+            os.close(slave)
+            slave = -1
+            out, _ = proc.communicate(timeout=120 * ct.SLOW)
+            err = b""
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                err += chunk
+        finally:
+            if slave >= 0:
+                os.close(slave)
+            os.close(master)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn(b"rebuilt", out)
+        self.assertRegex(err.decode(errors="replace"), r"\r\x1b\[Krebuild: pack 1 of [0-9]+, [0-9.]+ of [0-9.]+ MiB")
+        self.assertIn(b"\r\x1b[K", err)
+        d.start()
+        self.assertEqual(status(d)["documents"], 3)
+        # not a terminal: no progress (the rebuild helper captures stderr)
+        d.stop()
+        for f in glob.glob(os.path.join(d.data_dir, "cairn.db*")):
+            os.unlink(f)
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, env=d.env(),
+                           timeout=120 * ct.SLOW)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn(b"rebuild: pack", p.stderr)
+
     def test_rebuild_after_names_removed(self):
         """`rm NAME` takes the name off and deletes only what no other name
         points to; gc keeps what a rebuild needs to do the same again (the
