@@ -1,0 +1,728 @@
+/*
+ * The tree `cairn mount` shows: the inode table, and what cairnd says a path
+ * is and a directory holds.
+ *
+ * Names are paths. A name shows at its path when it is PATH or /PATH with
+ * PATH made of non-empty components other than "." and ".." and no trailing
+ * '/'; other names are left out, because a lookup could only find them by
+ * scanning every name. When NAME and /NAME both exist, NAME is shown; when a
+ * name is also the directory of other names, the file wins at that path.
+ * At the root, by-hash is the directory of documents whatever names say.
+ */
+
+#include "client/mount.h"
+#include "client/util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Names asked for at a time: pages stay small whatever the tree. */
+#define TREE_PAGE 128
+/* Documents asked for at a time when by-hash is listed. */
+#define BLOB_PAGE 500
+/*
+ * U+10FFFF, the greatest character: "dir/sub/" followed by it sorts after
+ * every name under dir/sub/ whose next character is smaller, so a listing
+ * that has seen the subdirectory can jump past its names.
+ */
+#define TREE_MAX_CHAR "\xf4\x8f\xbf\xbf"
+#define TREE_BUCKETS_MIN 256
+
+/* ---- inode numbers ---- */
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *s = p;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ULL; /* FNV-1a */
+    }
+    return h;
+}
+
+static uint64_t hash_str(uint64_t h, const char *s)
+{
+    return hash_bytes(h, s, strlen(s) + 1); /* the NUL separates the fields */
+}
+
+/* FNV's low bits are weak; the finaliser of splitmix64 spreads them. */
+static uint64_t hash_end(uint64_t h)
+{
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    return h ^ (h >> 31);
+}
+
+#define FNV_BASIS 0xcbf29ce484222325ULL
+
+static uint64_t ino_of(enum mount_kind kind, const char *path, const char *hash)
+{
+    uint64_t h = hash_bytes(FNV_BASIS, &(char){(char)('0' + kind)}, 1);
+
+    if (kind == MOUNT_BLOB) {
+        /* A SHA-256 is spread already: its first 16 digits will do. */
+        char first[17];
+        memcpy(first, hash, 16);
+        first[16] = '\0';
+        return strtoull(first, NULL, 16);
+    }
+    h = hash_str(h, path);
+    if (kind == MOUNT_NAMED)
+        h = hash_str(h, hash);
+    return hash_end(h);
+}
+
+/* A directory's path below `parent`: "a/b" + "c" or "" + "c". NULL when out of memory. */
+static char *child_path(const char *parent, const char *name, size_t len)
+{
+    char *p;
+
+    if (asprintf(&p, "%s%s%.*s", parent, parent[0] ? "/" : "", (int)len, name) < 0)
+        return NULL;
+    return p;
+}
+
+/* ---- the table ---- */
+
+static bool same_node(const struct mount_node *a, const struct mount_node *b)
+{
+    if (a->kind != b->kind)
+        return false;
+    switch (a->kind) {
+    case MOUNT_DIR:
+        return strcmp(a->path, b->path) == 0;
+    case MOUNT_NAMED:
+        return strcmp(a->path, b->path) == 0 && strcmp(a->hash, b->hash) == 0;
+    case MOUNT_BLOB:
+        return strcmp(a->hash, b->hash) == 0;
+    default:
+        return true;
+    }
+}
+
+int mount_fs_init(struct mount_fs *fs, struct cli *cli, struct client *client)
+{
+    *fs = (struct mount_fs){.cli = cli, .client = client, .socket = cli->socket};
+    fs->nbuckets = TREE_BUCKETS_MIN;
+    fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
+    if (!fs->buckets)
+        return -ENOMEM;
+    fs->root = (struct mount_node){.ino = MOUNT_INO_ROOT, .kind = MOUNT_DIR, .path = ""};
+    fs->hashdir = (struct mount_node){.ino = MOUNT_INO_HASHDIR, .kind = MOUNT_HASHDIR};
+    return 0;
+}
+
+void mount_fs_deinit(struct mount_fs *fs)
+{
+    for (size_t i = 0; i < fs->nbuckets; i++) {
+        struct mount_node *n = fs->buckets[i], *next;
+        for (; n; n = next) {
+            next = n->next;
+            free(n->path);
+            free(n);
+        }
+    }
+    free(fs->buckets);
+    fs->buckets = NULL;
+    fs->client = client_free(fs->client);
+}
+
+static struct mount_node **bucket(struct mount_fs *fs, uint64_t ino)
+{
+    return &fs->buckets[hash_end(ino) & (fs->nbuckets - 1)];
+}
+
+struct mount_node *mount_node_find(struct mount_fs *fs, uint64_t ino)
+{
+    if (ino == MOUNT_INO_ROOT)
+        return &fs->root;
+    if (ino == MOUNT_INO_HASHDIR)
+        return &fs->hashdir;
+    for (struct mount_node *n = *bucket(fs, ino); n; n = n->next) {
+        if (n->ino == ino)
+            return n;
+    }
+    return NULL;
+}
+
+/* Doubles the buckets when the chains grow long; failing to is harmless. */
+static void maybe_grow(struct mount_fs *fs)
+{
+    size_t old = fs->nbuckets;
+    struct mount_node **prev = fs->buckets;
+
+    if (fs->nnodes < old * 2)
+        return;
+    fs->buckets = calloc(old * 2, sizeof(*fs->buckets));
+    if (!fs->buckets) {
+        fs->buckets = prev;
+        return;
+    }
+    fs->nbuckets = old * 2;
+    for (size_t i = 0; i < old; i++) {
+        struct mount_node *n = prev[i], *next;
+        for (; n; n = next) {
+            next = n->next;
+            struct mount_node **b = bucket(fs, n->ino);
+            n->next = *b;
+            *b = n;
+        }
+    }
+    free(prev);
+}
+
+struct mount_node *mount_node_ref(struct mount_fs *fs, const struct mount_node *want)
+{
+    struct mount_node *n;
+    uint64_t ino;
+
+    if (want->kind == MOUNT_HASHDIR || (want->kind == MOUNT_DIR && !want->path[0])) {
+        n = want->kind == MOUNT_HASHDIR ? &fs->hashdir : &fs->root;
+        n->nlookup++;
+        return n;
+    }
+    /* Another identity on the number: the next free one, for as long as that one lives. */
+    for (ino = ino_of(want->kind, want->path, want->hash);; ino++) {
+        if (ino <= MOUNT_INO_HASHDIR)
+            continue;
+        n = mount_node_find(fs, ino);
+        if (!n)
+            break;
+        if (same_node(n, want)) {
+            n->nlookup++;
+            return n;
+        }
+    }
+    n = malloc(sizeof(*n));
+    if (!n)
+        return NULL;
+    *n = *want;
+    n->path = want->path ? strdup(want->path) : NULL;
+    if (want->path && !n->path) {
+        free(n);
+        return NULL;
+    }
+    n->ino = ino;
+    n->nlookup = 1;
+    struct mount_node **b = bucket(fs, ino);
+    n->next = *b;
+    *b = n;
+    fs->nnodes++;
+    maybe_grow(fs);
+    return n;
+}
+
+void mount_node_forget(struct mount_fs *fs, uint64_t ino, uint64_t count)
+{
+    struct mount_node **p, *n;
+
+    if (ino == MOUNT_INO_ROOT || ino == MOUNT_INO_HASHDIR)
+        return;
+    for (p = bucket(fs, ino); (n = *p); p = &n->next) {
+        if (n->ino != ino)
+            continue;
+        n->nlookup = count < n->nlookup ? n->nlookup - count : 0;
+        if (n->nlookup == 0) {
+            *p = n->next;
+            free(n->path);
+            free(n);
+            fs->nnodes--;
+        }
+        return;
+    }
+}
+
+/* ---- talking to cairnd ---- */
+
+struct client *mount_client(struct mount_fs *fs)
+{
+    if (fs->client && client_connected(fs->client))
+        return fs->client;
+    fs->client = client_free(fs->client);
+    if (client_connect(&fs->client, fs->socket, 5000) < 0)
+        return NULL;
+    return fs->client;
+}
+
+int mount_errno(struct mount_fs *fs, int rc)
+{
+    if (rc == -ENOMEM)
+        return -ENOMEM;
+    if (rc < 0)
+        return -EIO; /* the connection broke; the next request makes a new one */
+    if (rc == CLIENT_E_IO)
+        return -client_error(fs->client)->errnum;
+    switch (client_error(fs->client)->code) {
+    case PROTO_E_NOT_FOUND:
+        return -ENOENT;
+    case PROTO_E_BUSY:
+        return -EAGAIN;
+    default:
+        return -EIO;
+    }
+}
+
+/*
+ * client_list_req() on a working connection; once more on a new one if the
+ * old one broke (cairnd restarted). The callbacks below tolerate seeing
+ * items twice.
+ */
+static int list(struct mount_fs *fs, const struct client_list_req *req, client_doc_fn *fn,
+                void *userdata)
+{
+    int r = -ENOTCONN;
+
+    for (int tries = 0; tries < 2; tries++) {
+        struct client *c = mount_client(fs);
+        if (!c)
+            return -EIO;
+        r = client_list_req(c, req, fn, userdata);
+        if (r >= 0)
+            break;
+    }
+    return r < 0 || r == CLIENT_E_DAEMON ? mount_errno(fs, r) : 0;
+}
+
+/* What a list item says; strings are copied so that they outlive the reply. */
+struct item {
+    char *name;
+    char hash[PROTO_HASH_HEX + 1];
+    uint64_t size;
+    int64_t time;
+    bool bad;
+};
+
+static void item_clear(struct item *it)
+{
+    free(it->name);
+    *it = (struct item){0};
+}
+
+/* `time_key`: "named" for names, "created" for documents. */
+static int item_read(const msgpack_object *doc, const char *time_key, struct item *it)
+{
+    const char *name, *hash;
+    size_t name_len, hash_len;
+    uint64_t t = 0;
+
+    item_clear(it);
+    if (proto_get_str(doc, "hash", &hash, &hash_len) != 0 || hash_len != PROTO_HASH_HEX ||
+        proto_get_uint(doc, "size", &it->size) != 0)
+        return -EBADMSG;
+    proto_get_uint(doc, time_key, &t); /* a time before 1970 shows as 1970 */
+    it->time = t > INT64_MAX ? INT64_MAX : (int64_t)t;
+    memcpy(it->hash, hash, PROTO_HASH_HEX);
+    if (proto_get_str(doc, "name", &name, &name_len) == 0 &&
+        (memchr(name, '\0', name_len) || !(it->name = strndup(name, name_len))))
+        return -EBADMSG;
+    return 0;
+}
+
+static void take_first(void *userdata, const msgpack_object *doc)
+{
+    struct item *it = userdata;
+
+    if (!it->name && !it->bad && item_read(doc, "named", it) < 0)
+        it->bad = true;
+}
+
+/* Whether `name` exists exactly: the first name with it as prefix is itself. */
+static int find_name(struct mount_fs *fs, const char *name, struct item *it)
+{
+    struct client_list_req req = {.mode = CLIENT_LIST_NAMES, .prefix = name, .limit = 1};
+    int r;
+
+    item_clear(it);
+    r = list(fs, &req, take_first, it);
+    if (r == 0 && it->bad)
+        r = -EIO;
+    if (r == 0 && (!it->name || strcmp(it->name, name) != 0))
+        r = -ENOENT;
+    return r;
+}
+
+/* A relative path of non-empty components, none "." or "..", without a trailing '/'. */
+static bool path_canonical(const char *s)
+{
+    for (;;) {
+        size_t n = strcspn(s, "/");
+        if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+            return false;
+        if (!s[n])
+            return true;
+        s += n + 1;
+    }
+}
+
+/* Whether some name shown at a path starts with `prefix` ("dir/"). */
+struct dir_probe {
+    size_t plen;
+    bool found, bad;
+    size_t seen;
+    char *last;
+};
+
+static void probe_item(void *userdata, const msgpack_object *doc)
+{
+    struct dir_probe *p = userdata;
+    const char *name;
+    size_t len;
+
+    p->seen++;
+    if (proto_get_str(doc, "name", &name, &len) != 0 || len < p->plen ||
+        memchr(name, '\0', len)) {
+        p->bad = true;
+        return;
+    }
+    free(p->last);
+    p->last = strndup(name, len);
+    if (!p->last)
+        p->bad = true;
+    else if (path_canonical(p->last + p->plen))
+        p->found = true;
+}
+
+static int dir_exists(struct mount_fs *fs, const char *prefix)
+{
+    struct client_list_req req = {.mode = CLIENT_LIST_NAMES, .prefix = prefix, .limit = 16};
+    struct dir_probe p = {.plen = strlen(prefix)};
+    _cleanup_free_ char *after = NULL;
+    int r;
+
+    /* Usually the first name decides; names left out (a//b) are paged past. */
+    for (;;) {
+        p.seen = 0;
+        req.after = after;
+        r = list(fs, &req, probe_item, &p);
+        if (r == 0 && p.bad)
+            r = -EIO;
+        if (r < 0 || p.found || p.seen < req.limit)
+            break;
+        free(after);
+        after = p.last;
+        p.last = NULL;
+    }
+    free(p.last);
+    return r < 0 ? r : p.found ? 0 : -ENOENT;
+}
+
+static int lookup_blob(struct mount_fs *fs, const char *hash, struct mount_node *out)
+{
+    const msgpack_object *reply;
+    struct item it = {0};
+    int r = -EIO;
+
+    if (strlen(hash) != PROTO_HASH_HEX || strspn(hash, "0123456789abcdef") != PROTO_HASH_HEX)
+        return -ENOENT;
+    for (int tries = 0; tries < 2; tries++) {
+        struct client *c = mount_client(fs);
+        if (!c)
+            return -EIO;
+        r = client_stat(c, hash, &reply);
+        if (r >= 0)
+            break;
+    }
+    if (r != 0)
+        return mount_errno(fs, r);
+    r = item_read(reply, "created", &it);
+    /* A name of 64 hex digits is taken when no document has the hash: not this one. */
+    if (r == 0 && strcmp(it.hash, hash) != 0)
+        r = -ENOENT;
+    if (r == 0)
+        *out = (struct mount_node){.kind = MOUNT_BLOB, .size = it.size, .mtime = it.time};
+    memcpy(out->hash, hash, sizeof(out->hash));
+    item_clear(&it);
+    return r == -EBADMSG ? -EIO : r;
+}
+
+int mount_lookup(struct mount_fs *fs, const struct mount_node *parent, const char *name,
+                 struct mount_node *out)
+{
+    _cleanup_free_ char *path = NULL;
+    struct item it = {0};
+    int r;
+
+    if (parent->kind == MOUNT_HASHDIR)
+        return lookup_blob(fs, name, out);
+    if (parent->kind != MOUNT_DIR)
+        return -ENOTDIR;
+    if (!parent->path[0] && strcmp(name, MOUNT_HASHDIR_NAME) == 0) {
+        *out = (struct mount_node){.kind = MOUNT_HASHDIR};
+        return 0;
+    }
+    if (!path_canonical(name) || strchr(name, '/'))
+        return -ENOENT;
+    if (!(path = child_path(parent->path, name, strlen(name))))
+        return -ENOMEM;
+    /* The file wins: PATH, then /PATH, then the directories PATH/ and /PATH/. */
+    for (int form = 0; form < 4; form++) {
+        _cleanup_free_ char *raw = NULL;
+        if (asprintf(&raw, "%s%s%s", form & 1 ? "/" : "", path, form >= 2 ? "/" : "") < 0) {
+            raw = NULL;
+            return -ENOMEM;
+        }
+        r = form < 2 ? find_name(fs, raw, &it) : dir_exists(fs, raw);
+        if (r == 0 && form < 2) {
+            *out = (struct mount_node){.kind = MOUNT_NAMED, .path = it.name, .size = it.size,
+                                       .mtime = it.time};
+            memcpy(out->hash, it.hash, sizeof(out->hash));
+            return 0; /* the name is handed over */
+        }
+        item_clear(&it);
+        if (r == 0) {
+            *out = (struct mount_node){.kind = MOUNT_DIR, .path = path, .mtime = fs->started};
+            path = NULL; /* handed over */
+            return 0;
+        }
+        if (r != -ENOENT)
+            return r;
+    }
+    return -ENOENT;
+}
+
+int mount_check_current(struct mount_fs *fs, const struct mount_node *node)
+{
+    struct item it = {0};
+    int r;
+
+    if (node->kind != MOUNT_NAMED)
+        return 0;
+    r = find_name(fs, node->path, &it);
+    if (r == 0 && strcmp(it.hash, node->hash) != 0)
+        r = -ESTALE;
+    item_clear(&it);
+    /* Gone or moved on: ESTALE makes the kernel look the path up again. */
+    return r == -ENOENT ? -ESTALE : r;
+}
+
+/* ---- listing a directory ---- */
+
+static int dir_add(struct mount_dir *d, char *name, bool dir, uint64_t ino)
+{
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 64;
+        struct mount_dirent *v = realloc(d->v, cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        d->v = v;
+        d->cap = cap;
+    }
+    d->v[d->n++] = (struct mount_dirent){.name = name, .dir = dir, .ino = ino, .seq = d->n};
+    return 0;
+}
+
+void mount_dir_clear(struct mount_dir *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        free(d->v[i].name);
+    free(d->v);
+    *d = (struct mount_dir){0};
+}
+
+/* One pass over the names under a prefix, page by page. */
+struct scan {
+    const struct mount_node *dir;
+    struct mount_dir *out;
+    size_t plen;
+    /* The pass without a leading '/' at the root leaves the names with one to the other. */
+    bool skip_slashed;
+    char *last; /* the last name seen */
+    char *skip; /* past the names of the last subdirectory seen */
+    size_t seen;
+    int err;
+};
+
+static void scan_set_skip(struct scan *s, const char *name, size_t upto)
+{
+    free(s->skip);
+    if (asprintf(&s->skip, "%.*s" TREE_MAX_CHAR, (int)upto, name) < 0) {
+        s->skip = NULL;
+        s->err = -ENOMEM;
+    }
+}
+
+static void scan_item(void *userdata, const msgpack_object *doc)
+{
+    struct scan *s = userdata;
+    struct item it = {0};
+    const char *rest;
+    size_t first;
+    char *child;
+
+    s->seen++;
+    if (s->err)
+        return;
+    if (item_read(doc, "named", &it) < 0 || !it.name || strlen(it.name) < s->plen) {
+        s->err = -EIO;
+        item_clear(&it);
+        return;
+    }
+    free(s->last);
+    s->last = it.name;
+    rest = it.name + s->plen;
+    if (s->skip_slashed && rest[0] == '/') {
+        scan_set_skip(s, it.name, 1);
+        return;
+    }
+    if (!path_canonical(rest))
+        return;
+    first = strcspn(rest, "/");
+    if (!(child = strndup(rest, first))) {
+        s->err = -ENOMEM;
+        return;
+    }
+    if (!rest[first]) {
+        s->err = dir_add(s->out, child, false, ino_of(MOUNT_NAMED, it.name, it.hash));
+    } else {
+        _cleanup_free_ char *path = child_path(s->dir->path, rest, first);
+        s->err = path ? dir_add(s->out, child, true, ino_of(MOUNT_DIR, path, NULL)) : -ENOMEM;
+        scan_set_skip(s, it.name, s->plen + first + 1);
+    }
+    if (s->err)
+        free(child);
+}
+
+static int scan_prefix(struct mount_fs *fs, struct scan *s, const char *prefix)
+{
+    struct client_list_req req = {.mode = CLIENT_LIST_NAMES, .prefix = prefix, .limit = TREE_PAGE};
+    int r;
+
+    s->plen = strlen(prefix);
+    for (;;) {
+        s->seen = 0;
+        r = list(fs, &req, scan_item, s);
+        if (r == 0)
+            r = s->err;
+        if (r < 0 || s->seen < req.limit)
+            break;
+        /* On from the last name, or past the subdirectory it is in. */
+        req.after = s->skip && strcmp(s->skip, s->last) > 0 ? s->skip : s->last;
+    }
+    free(s->last);
+    free(s->skip);
+    s->last = s->skip = NULL;
+    return r;
+}
+
+static void take_blob(void *userdata, const msgpack_object *doc)
+{
+    struct scan *s = userdata;
+    struct item it = {0};
+    char *name;
+
+    s->seen++;
+    if (s->err)
+        return;
+    if (item_read(doc, "created", &it) < 0) {
+        s->err = -EIO;
+    } else if (!(name = strdup(it.hash))) {
+        s->err = -ENOMEM;
+    } else {
+        s->err = dir_add(s->out, name, false, ino_of(MOUNT_BLOB, NULL, it.hash));
+        if (s->err)
+            free(name);
+        free(s->last);
+        s->last = name ? strdup(it.hash) : NULL;
+    }
+    item_clear(&it);
+}
+
+static int list_blobs(struct mount_fs *fs, struct mount_dir *out)
+{
+    struct client_list_req req = {.mode = CLIENT_LIST_DOCS, .limit = BLOB_PAGE};
+    struct scan s = {.out = out};
+    int r;
+
+    for (;;) {
+        s.seen = 0;
+        r = list(fs, &req, take_blob, &s);
+        if (r == 0)
+            r = s.err;
+        if (r == 0 && !s.last && s.seen)
+            r = -ENOMEM;
+        if (r < 0 || s.seen < req.limit)
+            break;
+        req.after = s.last;
+    }
+    free(s.last);
+    return r;
+}
+
+/* By name; at one name a file before a directory, and the first found before later ones. */
+static int dirent_cmp(const void *a, const void *b)
+{
+    const struct mount_dirent *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+
+    if (c)
+        return c;
+    if (x->dir != y->dir)
+        return x->dir ? 1 : -1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void sort_unique(struct mount_dir *d)
+{
+    size_t out = 0;
+
+    qsort(d->v, d->n, sizeof(*d->v), dirent_cmp);
+    for (size_t i = 0; i < d->n; i++) {
+        if (out > 0 && strcmp(d->v[out - 1].name, d->v[i].name) == 0) {
+            free(d->v[i].name);
+            continue;
+        }
+        d->v[out++] = d->v[i];
+    }
+    d->n = out;
+}
+
+int mount_list_dir(struct mount_fs *fs, const struct mount_node *dir, struct mount_dir *out)
+{
+    _cleanup_free_ char *plain = NULL, *slashed = NULL;
+    struct scan s = {.dir = dir, .out = out};
+    bool root = !dir->path[0];
+    int r;
+
+    *out = (struct mount_dir){0};
+    if (dir->kind == MOUNT_HASHDIR) {
+        r = list_blobs(fs, out);
+    } else {
+        if (asprintf(&plain, "%s%s", dir->path, root ? "" : "/") < 0 ||
+            asprintf(&slashed, "/%s", plain) < 0) {
+            plain = slashed = NULL;
+            return -ENOMEM;
+        }
+        s.skip_slashed = root;
+        r = scan_prefix(fs, &s, plain);
+        s.skip_slashed = false;
+        if (r == 0)
+            r = scan_prefix(fs, &s, slashed);
+    }
+    if (r < 0) {
+        mount_dir_clear(out);
+        return r;
+    }
+    sort_unique(out);
+    if (root) {
+        /* by-hash stands at the root whatever the names say. */
+        for (size_t i = 0; i < out->n; i++) {
+            if (strcmp(out->v[i].name, MOUNT_HASHDIR_NAME) == 0) {
+                free(out->v[i].name);
+                memmove(&out->v[i], &out->v[i + 1], (out->n - i - 1) * sizeof(*out->v));
+                out->n--;
+                break;
+            }
+        }
+        char *name = strdup(MOUNT_HASHDIR_NAME);
+        if (!name || dir_add(out, name, true, MOUNT_INO_HASHDIR) < 0) {
+            free(name);
+            mount_dir_clear(out);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}

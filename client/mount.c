@@ -1,0 +1,388 @@
+/*
+ * `cairn mount [-f] MOUNTPOINT`: the FUSE operations and the command. The
+ * loop is single-threaded on one connection to cairnd (the client library
+ * is synchronous): requests are answered one at a time, in the order the
+ * kernel sends them, which keeps every operation simple and correct with
+ * any number of readers.
+ */
+
+#define FUSE_USE_VERSION 31
+
+#include "client/mount.h"
+#include "client/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/*
+ * Seconds the kernel may trust an entry, a missing entry or attributes
+ * before it asks again: short, so names added or changed show up at once.
+ */
+#define MOUNT_TIMEOUT 1.0
+#define MOUNT_BLKSIZE (128 * 1024)
+
+static struct mount_fs *fs_of(fuse_req_t req)
+{
+    return fuse_req_userdata(req);
+}
+
+static void fill_attr(const struct mount_fs *fs, const struct mount_node *n, struct stat *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->st_ino = n->ino;
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    st->st_blksize = MOUNT_BLKSIZE;
+    if (n->kind == MOUNT_DIR || n->kind == MOUNT_HASHDIR) {
+        st->st_mode = S_IFDIR | 0555;
+        /* 1: the count of subdirectories is unknown, so find must not take it as a leaf. */
+        st->st_nlink = 1;
+        st->st_mtime = st->st_ctime = st->st_atime = fs->started;
+        return;
+    }
+    st->st_mode = S_IFREG | 0444;
+    st->st_nlink = 1;
+    st->st_size = (off_t)n->size;
+    st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
+    st->st_mtime = st->st_ctime = st->st_atime = n->mtime;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct mount_fs *fs = fs_of(req);
+    struct mount_node *p = mount_node_find(fs, parent), want = {0}, *n;
+    struct fuse_entry_param e = {.attr_timeout = MOUNT_TIMEOUT, .entry_timeout = MOUNT_TIMEOUT};
+    int r;
+
+    if (!p) {
+        fuse_reply_err(req, ESTALE);
+        return;
+    }
+    r = mount_lookup(fs, p, name, &want);
+    if (r == -ENOENT) {
+        /* Inode 0: the kernel remembers the absence for entry_timeout. */
+        fuse_reply_entry(req, &e);
+        return;
+    }
+    if (r < 0) {
+        fuse_reply_err(req, -r);
+        return;
+    }
+    n = mount_node_ref(fs, &want);
+    free(want.path);
+    if (!n) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    e.ino = n->ino;
+    fill_attr(fs, n, &e.attr);
+    /* A reply the kernel never got (the call was interrupted) is a reference it does not hold. */
+    if (fuse_reply_entry(req, &e) != 0)
+        mount_node_forget(fs, n->ino, 1);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+    mount_node_forget(fs_of(req), ino, nlookup);
+    fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+    for (size_t i = 0; i < count; i++)
+        mount_node_forget(fs_of(req), forgets[i].ino, forgets[i].nlookup);
+    fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct mount_fs *fs = fs_of(req);
+    struct mount_node *n = mount_node_find(fs, ino);
+    struct stat st;
+
+    if (!n) {
+        fuse_reply_err(req, ESTALE);
+        return;
+    }
+    fill_attr(fs, n, &st);
+    fuse_reply_attr(req, &st, MOUNT_TIMEOUT);
+}
+
+/* A listing is taken whole at opendir, so the offsets of readdir stay valid. */
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct mount_fs *fs = fs_of(req);
+    struct mount_node *n = mount_node_find(fs, ino);
+    struct mount_dir *d;
+    int r;
+
+    if (!n) {
+        fuse_reply_err(req, ESTALE);
+        return;
+    }
+    if (n->kind != MOUNT_DIR && n->kind != MOUNT_HASHDIR) {
+        fuse_reply_err(req, ENOTDIR);
+        return;
+    }
+    if (!(d = malloc(sizeof(*d)))) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    r = mount_list_dir(fs, n, d);
+    if (r < 0) {
+        free(d);
+        fuse_reply_err(req, -r);
+        return;
+    }
+    fi->fh = (uintptr_t)d;
+    if (fuse_reply_open(req, fi) != 0) {
+        mount_dir_clear(d);
+        free(d);
+    }
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+    struct mount_dir *d = (struct mount_dir *)(uintptr_t)fi->fh;
+    _cleanup_free_ char *buf = malloc(size);
+    size_t used = 0;
+
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    /* Offsets 0 and 1 are "." and "..", then the children in order. */
+    for (size_t i = off < 0 ? 0 : (size_t)off; i < d->n + 2; i++) {
+        struct stat st = {.st_mode = S_IFDIR};
+        const char *name = i == 0 ? "." : "..";
+        size_t len;
+
+        if (i >= 2) {
+            name = d->v[i - 2].name;
+            st.st_ino = d->v[i - 2].ino;
+            st.st_mode = d->v[i - 2].dir ? S_IFDIR : S_IFREG;
+        } else if (i == 0) {
+            st.st_ino = ino;
+        }
+        len = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
+        if (len > size - used)
+            break;
+        used += len;
+    }
+    fuse_reply_buf(req, buf, used);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct mount_dir *d = (struct mount_dir *)(uintptr_t)fi->fh;
+
+    mount_dir_clear(d);
+    free(d);
+    fuse_reply_err(req, 0);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct mount_fs *fs = fs_of(req);
+    struct mount_node *n = mount_node_find(fs, ino);
+    int r;
+
+    if (!n) {
+        fuse_reply_err(req, ESTALE);
+        return;
+    }
+    if (n->kind != MOUNT_NAMED && n->kind != MOUNT_BLOB) {
+        fuse_reply_err(req, EISDIR);
+        return;
+    }
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    /*
+     * The inode is one version of the content: a path whose name has moved on
+     * since the kernel looked it up gets ESTALE, and the kernel looks it up
+     * again and opens the new version.
+     */
+    r = mount_check_current(fs, n);
+    if (r < 0) {
+        fuse_reply_err(req, -r);
+        return;
+    }
+    /* Content-addressed: what the page cache holds for this inode is never outdated. */
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+}
+
+/* Where a ranged get puts its bytes. */
+struct read_into {
+    char *buf;
+    size_t cap, len;
+    const char *hash;
+};
+
+static int read_piece(void *userdata, const msgpack_object *first, const uint8_t *data, size_t len)
+{
+    struct read_into *ri = userdata;
+    const char *hash;
+    size_t hash_len;
+
+    /* A 64-digit name is taken when the hash is gone: refuse anything but this content. */
+    if (first && (proto_get_str(first, "hash", &hash, &hash_len) != 0 ||
+                  hash_len != PROTO_HASH_HEX || memcmp(hash, ri->hash, PROTO_HASH_HEX) != 0))
+        return -EIO;
+    if (len > ri->cap - ri->len)
+        return -EIO;
+    memcpy(ri->buf + ri->len, data, len);
+    ri->len += len;
+    return 0;
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    struct mount_fs *fs = fs_of(req);
+    struct mount_node *n = mount_node_find(fs, ino);
+    struct read_into ri = {0};
+    int r = -EIO;
+
+    if (!n || (n->kind != MOUNT_NAMED && n->kind != MOUNT_BLOB)) {
+        fuse_reply_err(req, n ? EISDIR : ESTALE);
+        return;
+    }
+    if (off < 0 || (uint64_t)off >= n->size || size == 0) {
+        fuse_reply_buf(req, NULL, 0);
+        return;
+    }
+    if (size > n->size - (uint64_t)off)
+        size = (size_t)(n->size - (uint64_t)off);
+    _cleanup_free_ char *buf = malloc(size);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    ri = (struct read_into){.buf = buf, .cap = size, .hash = n->hash};
+    /* Once more on a new connection when cairnd went away (a restart). */
+    for (int tries = 0; tries < 2; tries++) {
+        struct client *c = mount_client(fs);
+        if (!c)
+            break;
+        ri.len = 0;
+        r = client_get_range(c, n->hash, (uint64_t)off, size, read_piece, &ri);
+        if (r >= 0)
+            break;
+    }
+    if (r != 0) {
+        fuse_reply_err(req, r == -EIO ? EIO : -mount_errno(fs, r));
+        return;
+    }
+    fuse_reply_buf(req, buf, ri.len);
+}
+
+static const struct fuse_lowlevel_ops mount_ops = {
+    .lookup = op_lookup,
+    .forget = op_forget,
+    .forget_multi = op_forget_multi,
+    .getattr = op_getattr,
+    .opendir = op_opendir,
+    .readdir = op_readdir,
+    .releasedir = op_releasedir,
+    .open = op_open,
+    .read = op_read,
+};
+
+/* Mounts, serves until unmounted or signalled, unmounts. The exit status. */
+static int serve(struct mount_fs *fs, const char *mountpoint, bool foreground)
+{
+    char *argv[] = {"cairn", "-o", "ro,default_permissions,fsname=cairn,subtype=cairn", NULL};
+    struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+    struct fuse_session *se;
+    int status = CLI_EXIT_FAILED, r;
+
+    se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), fs);
+    if (!se) {
+        fprintf(stderr, "cairn: mount: cannot start a FUSE session\n");
+        return CLI_EXIT_FAILED;
+    }
+    if (fuse_set_signal_handlers(se) != 0) {
+        fprintf(stderr, "cairn: mount: cannot install the signal handlers\n");
+        goto out_destroy;
+    }
+    if (fuse_session_mount(se, mountpoint) != 0) {
+        /* libfuse has said why (no /dev/fuse, no permission, ...). */
+        fprintf(stderr, "cairn: mount: cannot mount on %s\n", mountpoint);
+        goto out_signals;
+    }
+    /* Only now: the parent exits once the mount is up, so a script can use it at once. */
+    if (fuse_daemonize(foreground) != 0) {
+        fprintf(stderr, "cairn: mount: cannot go to the background\n");
+        goto out_unmount;
+    }
+    /* 0 after an unmount, the signal number after SIGINT, SIGTERM or SIGHUP: both clean. */
+    r = fuse_session_loop(se);
+    status = r < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    if (r < 0)
+        fprintf(stderr, "cairn: mount: %s\n", strerror(-r));
+out_unmount:
+    fuse_session_unmount(se);
+out_signals:
+    fuse_remove_signal_handlers(se);
+out_destroy:
+    fuse_session_destroy(se);
+    return status;
+}
+
+int cli_cmd_mount(struct cli *cli, int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"foreground", no_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    struct mount_fs fs;
+    bool foreground = false;
+    const char *mountpoint;
+    struct client *c;
+    struct stat st;
+    int opt, status;
+
+    while ((opt = cli_getopt(cli, argc, argv, ":fh", options)) != -1) {
+        if (opt == 'f') {
+            foreground = true;
+        } else if (opt == 'h') {
+            cli_print_command_help(stdout, argv[0]);
+            return CLI_EXIT_OK;
+        } else {
+            return cli_option_error(argv[0], opt, argv);
+        }
+    }
+    if (argc - optind < 1)
+        return cli_usage_error("mount: missing MOUNTPOINT");
+    if (argc - optind > 1)
+        return cli_usage_error("mount: too many arguments");
+    mountpoint = argv[optind];
+    if (stat(mountpoint, &st) < 0)
+        return cli_fail_errno(mountpoint);
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "cairn: %s: not a directory\n", mountpoint);
+        return CLI_EXIT_FAILED;
+    }
+    if (!(c = cli_client(cli)))
+        return CLI_EXIT_UNREACHABLE;
+    cli->client = NULL; /* the file system's from here on */
+    if (mount_fs_init(&fs, cli, c) < 0) {
+        client_free(c);
+        return cli_fail(cli, mountpoint, -ENOMEM);
+    }
+    fs.started = (int64_t)time(NULL);
+    status = serve(&fs, mountpoint, foreground);
+    mount_fs_deinit(&fs);
+    return status;
+}

@@ -1,0 +1,101 @@
+#pragma once
+
+/*
+ * `cairn mount`: a read-only FUSE file system over a running cairnd. The
+ * command and the FUSE operations are in mount.c; this header is what they
+ * share with mount-tree.c, which keeps the inode table and asks cairnd what
+ * a path is (names are paths, directories are implied by the names under
+ * them) and what a directory holds.
+ *
+ * Inodes are versions, not paths: a named file's inode number is a hash of
+ * its name and the hash of the content it points to, a by-hash file's comes
+ * from its content hash, a directory's from its path. A name's new version is
+ * therefore a new inode with a page cache of its own, which is what makes
+ * keep_cache safe and lets a file opened before keep reading the content it
+ * was opened with. The rare collision of two 64-bit numbers is resolved by
+ * taking the next free one while the first is in use.
+ *
+ * Errors: 0 is success, negative errno otherwise, as FUSE wants them.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client/cli.h"
+
+/* The fixed inodes; FUSE's root is 1. */
+#define MOUNT_INO_ROOT 1
+#define MOUNT_INO_HASHDIR 2
+/* The directory of every document by its hash, beside the names at the root. */
+#define MOUNT_HASHDIR_NAME "by-hash"
+
+enum mount_kind {
+    MOUNT_DIR,     /* a directory implied by names (the root too) */
+    MOUNT_HASHDIR, /* by-hash */
+    MOUNT_NAMED,   /* a name's newest version */
+    MOUNT_BLOB,    /* by-hash/<hash> */
+};
+
+struct mount_node {
+    uint64_t ino;
+    uint64_t nlookup; /* the kernel's references (FUSE lookup count) */
+    enum mount_kind kind;
+    /* MOUNT_DIR: the path ("" for the root); MOUNT_NAMED: the name as stored. */
+    char *path;
+    char hash[PROTO_HASH_HEX + 1]; /* files */
+    uint64_t size;                 /* files */
+    int64_t mtime;                 /* Unix seconds */
+    struct mount_node *next;       /* in its bucket of the table */
+};
+
+/* One entry of a directory listing. */
+struct mount_dirent {
+    char *name;
+    bool dir;
+    uint64_t ino; /* what the node would get; informational, as d_ino is */
+    size_t seq;   /* the order found in, which decides between equal names */
+};
+
+struct mount_dir {
+    struct mount_dirent *v;
+    size_t n, cap;
+};
+
+struct mount_fs {
+    struct cli *cli; /* for the first connection (and autostart) */
+    struct client *client;
+    const char *socket; /* reconnects after cairnd went away */
+    int64_t started;    /* the directories' times: when the mount started */
+    struct mount_node root, hashdir;
+    struct mount_node **buckets;
+    size_t nbuckets, nnodes;
+};
+
+int mount_fs_init(struct mount_fs *fs, struct cli *cli, struct client *client);
+void mount_fs_deinit(struct mount_fs *fs);
+
+struct mount_node *mount_node_find(struct mount_fs *fs, uint64_t ino);
+/*
+ * The node of `want`'s identity (kind, path, hash), made from `want` if the
+ * table lacks it, with its lookup count raised by one. NULL when out of memory.
+ */
+struct mount_node *mount_node_ref(struct mount_fs *fs, const struct mount_node *want);
+/* Drops `n` kernel references; the node goes with the last one (the fixed ones stay). */
+void mount_node_forget(struct mount_fs *fs, uint64_t ino, uint64_t n);
+
+/*
+ * What `name` is in the directory `parent`, as a node not yet in the table
+ * (its path is allocated; the caller frees it or hands it to mount_node_ref).
+ */
+int mount_lookup(struct mount_fs *fs, const struct mount_node *parent, const char *name,
+                 struct mount_node *out);
+/* 0 when the named file `node` still is its name's newest version, else -ESTALE (or an error). */
+int mount_check_current(struct mount_fs *fs, const struct mount_node *node);
+/* The children of `dir`, sorted by name, each once. */
+int mount_list_dir(struct mount_fs *fs, const struct mount_node *dir, struct mount_dir *out);
+void mount_dir_clear(struct mount_dir *d);
+
+/* The connection to cairnd, made again if it broke; NULL when cairnd cannot be reached. */
+struct client *mount_client(struct mount_fs *fs);
+/* A client_*() result as a negative errno for FUSE. */
+int mount_errno(struct mount_fs *fs, int rc);
