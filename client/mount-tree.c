@@ -2,12 +2,14 @@
  * The tree `cairn mount` shows: the inode table, and what cairnd says a path
  * is and a directory holds.
  *
- * Names are paths. A name shows at its path when it is PATH or /PATH with
- * PATH made of non-empty components other than "." and ".." and no trailing
- * '/'; other names are left out, because a lookup could only find them by
- * scanning every name. When NAME and /NAME both exist, NAME is shown; when a
- * name is also the directory of other names, the file wins at that path.
- * At the root, by-hash is the directory of documents whatever names say.
+ * Names are paths. A name shows at its path when it is PATH, /PATH or ./PATH
+ * (what `cairn add -r .` makes) with PATH made of non-empty components other
+ * than "." and ".." and no trailing '/'; other names (a//b, a/./b, a/../b,
+ * a/) are left out, because a lookup could only find them by scanning every
+ * name. When several of PATH, /PATH and ./PATH exist, the first of them in
+ * that order is shown; when a name is also the directory of other names, the
+ * file wins at that path. At the root, by-hash is the directory of
+ * documents whatever names say.
  */
 
 #include "client/mount.h"
@@ -28,6 +30,10 @@
  */
 #define TREE_MAX_CHAR "\xf4\x8f\xbf\xbf"
 #define TREE_BUCKETS_MIN 256
+
+/* What may stand before a name's path, in the order of precedence. */
+static const char *const leaders[] = {"", "/", "./"};
+#define NLEADERS ARRAY_SIZE(leaders)
 
 /* ---- inode numbers ---- */
 
@@ -458,15 +464,16 @@ int mount_lookup(struct mount_fs *fs, const struct mount_node *parent, const cha
         return -ENOENT;
     if (!(path = child_path(parent->path, name, strlen(name))))
         return -ENOMEM;
-    /* The file wins: PATH, then /PATH, then the directories PATH/ and /PATH/. */
-    for (int form = 0; form < 4; form++) {
+    /* The file wins: PATH, /PATH, ./PATH, then the directories PATH/, /PATH/, ./PATH/. */
+    for (size_t form = 0; form < 2 * NLEADERS; form++) {
+        bool file = form < NLEADERS;
         _cleanup_free_ char *raw = NULL;
-        if (asprintf(&raw, "%s%s%s", form & 1 ? "/" : "", path, form >= 2 ? "/" : "") < 0) {
+        if (asprintf(&raw, "%s%s%s", leaders[form % NLEADERS], path, file ? "" : "/") < 0) {
             raw = NULL;
             return -ENOMEM;
         }
-        r = form < 2 ? find_name(fs, raw, &it) : dir_exists(fs, raw);
-        if (r == 0 && form < 2) {
+        r = file ? find_name(fs, raw, &it) : dir_exists(fs, raw);
+        if (r == 0 && file) {
             *out = (struct mount_node){.kind = MOUNT_NAMED, .path = it.name, .size = it.size,
                                        .mtime = it.time};
             memcpy(out->hash, it.hash, sizeof(out->hash));
@@ -528,8 +535,8 @@ struct scan {
     const struct mount_node *dir;
     struct mount_dir *out;
     size_t plen;
-    /* The pass without a leading '/' at the root leaves the names with one to the other. */
-    bool skip_slashed;
+    /* The pass without a leader at the root leaves names with one to the other passes. */
+    bool skip_led;
     char *last; /* the last name seen */
     char *skip; /* past the names of the last subdirectory seen */
     size_t seen;
@@ -564,8 +571,8 @@ static void scan_item(void *userdata, const msgpack_object *doc)
     free(s->last);
     s->last = it.name;
     rest = it.name + s->plen;
-    if (s->skip_slashed && rest[0] == '/') {
-        scan_set_skip(s, it.name, 1);
+    if (s->skip_led && (rest[0] == '/' || strncmp(rest, "./", 2) == 0)) {
+        scan_set_skip(s, it.name, rest[0] == '/' ? 1 : 2);
         return;
     }
     if (!path_canonical(rest))
@@ -682,25 +689,22 @@ static void sort_unique(struct mount_dir *d)
 
 int mount_list_dir(struct mount_fs *fs, const struct mount_node *dir, struct mount_dir *out)
 {
-    _cleanup_free_ char *plain = NULL, *slashed = NULL;
     struct scan s = {.dir = dir, .out = out};
-    bool root = !dir->path[0];
-    int r;
+    bool root = dir->kind == MOUNT_DIR && !dir->path[0];
+    int r = 0;
 
     *out = (struct mount_dir){0};
-    if (dir->kind == MOUNT_HASHDIR) {
+    if (dir->kind == MOUNT_HASHDIR)
         r = list_blobs(fs, out);
-    } else {
-        if (asprintf(&plain, "%s%s", dir->path, root ? "" : "/") < 0 ||
-            asprintf(&slashed, "/%s", plain) < 0) {
-            plain = slashed = NULL;
-            return -ENOMEM;
+    for (size_t i = 0; dir->kind == MOUNT_DIR && i < NLEADERS && r == 0; i++) {
+        _cleanup_free_ char *prefix = NULL;
+        if (asprintf(&prefix, "%s%s%s", leaders[i], dir->path, root ? "" : "/") < 0) {
+            prefix = NULL;
+            r = -ENOMEM;
+            break;
         }
-        s.skip_slashed = root;
-        r = scan_prefix(fs, &s, plain);
-        s.skip_slashed = false;
-        if (r == 0)
-            r = scan_prefix(fs, &s, slashed);
+        s.skip_led = root && i == 0;
+        r = scan_prefix(fs, &s, prefix);
     }
     if (r < 0) {
         mount_dir_clear(out);

@@ -168,8 +168,9 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             name = d->v[i - 2].name;
             st.st_ino = d->v[i - 2].ino;
             st.st_mode = d->v[i - 2].dir ? S_IFDIR : S_IFREG;
-        } else if (i == 0) {
-            st.st_ino = ino;
+        } else {
+            /* Not 0: readdir(3) hides entries with inode 0. */
+            st.st_ino = i == 0 ? ino : MOUNT_INO_ROOT;
         }
         len = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
         if (len > size - used)
@@ -348,7 +349,7 @@ int cli_cmd_mount(struct cli *cli, int argc, char **argv)
     };
     struct mount_fs fs;
     bool foreground = false;
-    const char *mountpoint;
+    _cleanup_free_ char *mountpoint = NULL;
     struct client *c;
     struct stat st;
     int opt, status;
@@ -367,11 +368,11 @@ int cli_cmd_mount(struct cli *cli, int argc, char **argv)
         return cli_usage_error("mount: missing MOUNTPOINT");
     if (argc - optind > 1)
         return cli_usage_error("mount: too many arguments");
-    mountpoint = argv[optind];
-    if (stat(mountpoint, &st) < 0)
-        return cli_fail_errno(mountpoint);
+    /* Absolute: libfuse unmounts by this path after fuse_daemonize() went to "/". */
+    if (stat(argv[optind], &st) < 0 || !(mountpoint = realpath(argv[optind], NULL)))
+        return cli_fail_errno(argv[optind]);
     if (!S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "cairn: %s: not a directory\n", mountpoint);
+        fprintf(stderr, "cairn: %s: not a directory\n", argv[optind]);
         return CLI_EXIT_FAILED;
     }
     if (!(c = cli_client(cli)))
