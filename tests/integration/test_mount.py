@@ -512,5 +512,71 @@ class MountChanges(unittest.TestCase):
         ct.run_cli("mount", socket=self.d.socket_path, check_exit=2)
 
 
+class WideTree(unittest.TestCase):
+    """Directories of hundreds of names, listed in pages, with
+    subdirectories skipped over, names that sort between a file and its
+    namesake directory, the three leaders of a name (PATH, /PATH, ./PATH)
+    merged, and names that are not paths left out."""
+
+    def setUp(self):
+        why = fuse_missing()
+        if why:
+            self.skipTest(why)
+        self.d = ct.Daemon(self)
+        self.d.start()
+        self.mnt = os.path.join(self.d.base, "mnt")
+        self.m = Mount(self.d, self.mnt, self)
+
+    def test_listing(self):
+        names = {}
+        for i in range(300):
+            names["w/f%03d" % i] = b"f%d" % i
+        for n in ("w/a.txt", "w/a-b", "w/a!", "w/a0"):
+            names[n] = n.encode()
+        for i in range(200):
+            names["w/a/x%03d" % i] = b"x%d" % i
+        for j in range(5):
+            for i in range(150):
+                names["w/s%d/deep/n%03d" % (j, i)] = b"n%d.%d" % (j, i)
+        for i in range(10):
+            names["/w/slashed%d" % i] = b"slashed"
+            names["./w/dotted%d" % i] = b"dotted"
+        names["w/dup"] = b"the plain name wins"
+        names["/w/dup"] = b"the slashed name loses"
+        names["/w/a/fromslash"] = b"merged"
+        names["/rootslash"] = b"r1"
+        names["./rootdot"] = b"r2"
+        left_out = ["w//double", "w/./dot", "w/../up", "w/trailing/", "w/x/../y"]
+        for n in left_out:
+            names[n] = b"not a path"
+        with self.d.connect() as c:
+            for n, content in names.items():
+                r = c.add(content, name=n)
+                self.assertIs(r.get("ok"), True, ct.short(r))
+        self.m.start()
+        w = os.path.join(self.mnt, "w")
+        want = ["f%03d" % i for i in range(300)] + ["a.txt", "a-b", "a!", "a0", "a", "dup"]
+        want += ["s%d" % j for j in range(5)] + ["slashed%d" % i for i in range(10)]
+        want += ["dotted%d" % i for i in range(10)]
+        self.assertEqual(sorted(os.listdir(w)), sorted(want))
+        self.assertTrue(os.path.isdir(os.path.join(w, "a")))
+        self.assertEqual(sorted(os.listdir(os.path.join(w, "a"))),
+                         sorted(["x%03d" % i for i in range(200)] + ["fromslash"]))
+        self.assertEqual(sorted(os.listdir(os.path.join(w, "s3", "deep"))),
+                         ["n%03d" % i for i in range(150)])
+        with open(os.path.join(w, "dup"), "rb") as f:
+            self.assertEqual(f.read(), b"the plain name wins")
+        for rel, content in (("w/a/fromslash", b"merged"), ("w/slashed3", b"slashed"),
+                             ("w/dotted7", b"dotted"), ("w/a!", b"w/a!"), ("rootslash", b"r1"),
+                             ("rootdot", b"r2"), ("w/s4/deep/n149", b"n4.149")):
+            with open(os.path.join(self.mnt, rel), "rb") as f:
+                self.assertEqual(f.read(), content, rel)
+        self.assertEqual(sorted(os.listdir(self.mnt)), ["by-hash", "rootdot", "rootslash", "w"])
+        for rel in ("w/double", "w/dot", "up", "w/trailing", "w/x", "w/y"):
+            self.assertFalse(os.path.exists(os.path.join(self.mnt, rel)), rel)
+        count = sum(len(files) for _, _, files in os.walk(w))
+        self.assertEqual(count, len(want) - 6 + 200 + 1 + 5 * 150)
+
+
 if __name__ == "__main__":
     ct.main()
