@@ -1,6 +1,6 @@
 /*
- * The tree `cairn mount` shows: the inode table, and what cairnd says a path
- * is and a directory holds.
+ * The tree `cairn mount` shows: what cairnd says a path is and what a
+ * directory holds.
  *
  * Names are paths. A name shows at its path when it is PATH, /PATH or ./PATH
  * (what `cairn add -r .` makes) with PATH made of non-empty components other
@@ -29,58 +29,10 @@
  * that has seen the subdirectory can jump past its names.
  */
 #define TREE_MAX_CHAR "\xf4\x8f\xbf\xbf"
-#define TREE_BUCKETS_MIN 256
 
 /* What may stand before a name's path, in the order of precedence. */
 static const char *const leaders[] = {"", "/", "./"};
 #define NLEADERS ARRAY_SIZE(leaders)
-
-/* ---- inode numbers ---- */
-
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ULL; /* FNV-1a */
-    }
-    return h;
-}
-
-static uint64_t hash_str(uint64_t h, const char *s)
-{
-    return hash_bytes(h, s, strlen(s) + 1); /* the NUL separates the fields */
-}
-
-/* FNV's low bits are weak; the finaliser of splitmix64 spreads them. */
-static uint64_t hash_end(uint64_t h)
-{
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    return h ^ (h >> 31);
-}
-
-#define FNV_BASIS 0xcbf29ce484222325ULL
-
-static uint64_t ino_of(enum mount_kind kind, const char *path, const char *hash)
-{
-    uint64_t h = hash_bytes(FNV_BASIS, &(char){(char)('0' + kind)}, 1);
-
-    if (kind == MOUNT_BLOB) {
-        /* A SHA-256 is spread already: its first 16 digits will do. */
-        char first[17];
-        memcpy(first, hash, 16);
-        first[16] = '\0';
-        return strtoull(first, NULL, 16);
-    }
-    h = hash_str(h, path);
-    if (kind == MOUNT_NAMED)
-        h = hash_str(h, hash);
-    return hash_end(h);
-}
 
 /* A directory's path below `parent`: "a/b" + "c" or "" + "c". NULL when out of memory. */
 static char *child_path(const char *parent, const char *name, size_t len)
@@ -90,156 +42,6 @@ static char *child_path(const char *parent, const char *name, size_t len)
     if (asprintf(&p, "%s%s%.*s", parent, parent[0] ? "/" : "", (int)len, name) < 0)
         return NULL;
     return p;
-}
-
-/* ---- the table ---- */
-
-static bool same_node(const struct mount_node *a, const struct mount_node *b)
-{
-    if (a->kind != b->kind)
-        return false;
-    switch (a->kind) {
-    case MOUNT_DIR:
-        return strcmp(a->path, b->path) == 0;
-    case MOUNT_NAMED:
-        return strcmp(a->path, b->path) == 0 && strcmp(a->hash, b->hash) == 0;
-    case MOUNT_BLOB:
-        return strcmp(a->hash, b->hash) == 0;
-    default:
-        return true;
-    }
-}
-
-int mount_fs_init(struct mount_fs *fs, struct cli *cli, struct client *client)
-{
-    *fs = (struct mount_fs){.cli = cli, .client = client, .socket = cli->socket};
-    fs->nbuckets = TREE_BUCKETS_MIN;
-    fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
-    if (!fs->buckets)
-        return -ENOMEM;
-    fs->root = (struct mount_node){.ino = MOUNT_INO_ROOT, .kind = MOUNT_DIR, .path = ""};
-    fs->hashdir = (struct mount_node){.ino = MOUNT_INO_HASHDIR, .kind = MOUNT_HASHDIR};
-    return 0;
-}
-
-void mount_fs_deinit(struct mount_fs *fs)
-{
-    for (size_t i = 0; i < fs->nbuckets; i++) {
-        struct mount_node *n = fs->buckets[i], *next;
-        for (; n; n = next) {
-            next = n->next;
-            free(n->path);
-            free(n);
-        }
-    }
-    free(fs->buckets);
-    fs->buckets = NULL;
-    fs->client = client_free(fs->client);
-}
-
-static struct mount_node **bucket(struct mount_fs *fs, uint64_t ino)
-{
-    return &fs->buckets[hash_end(ino) & (fs->nbuckets - 1)];
-}
-
-struct mount_node *mount_node_find(struct mount_fs *fs, uint64_t ino)
-{
-    if (ino == MOUNT_INO_ROOT)
-        return &fs->root;
-    if (ino == MOUNT_INO_HASHDIR)
-        return &fs->hashdir;
-    for (struct mount_node *n = *bucket(fs, ino); n; n = n->next) {
-        if (n->ino == ino)
-            return n;
-    }
-    return NULL;
-}
-
-/* Doubles the buckets when the chains grow long; failing to is harmless. */
-static void maybe_grow(struct mount_fs *fs)
-{
-    size_t old = fs->nbuckets;
-    struct mount_node **prev = fs->buckets;
-
-    if (fs->nnodes < old * 2)
-        return;
-    fs->buckets = calloc(old * 2, sizeof(*fs->buckets));
-    if (!fs->buckets) {
-        fs->buckets = prev;
-        return;
-    }
-    fs->nbuckets = old * 2;
-    for (size_t i = 0; i < old; i++) {
-        struct mount_node *n = prev[i], *next;
-        for (; n; n = next) {
-            next = n->next;
-            struct mount_node **b = bucket(fs, n->ino);
-            n->next = *b;
-            *b = n;
-        }
-    }
-    free(prev);
-}
-
-struct mount_node *mount_node_ref(struct mount_fs *fs, const struct mount_node *want)
-{
-    struct mount_node *n;
-    uint64_t ino;
-
-    if (want->kind == MOUNT_HASHDIR || (want->kind == MOUNT_DIR && !want->path[0])) {
-        n = want->kind == MOUNT_HASHDIR ? &fs->hashdir : &fs->root;
-        n->nlookup++;
-        return n;
-    }
-    /* Another identity on the number: the next free one, for as long as that one lives. */
-    for (ino = ino_of(want->kind, want->path, want->hash);; ino++) {
-        if (ino <= MOUNT_INO_HASHDIR)
-            continue;
-        n = mount_node_find(fs, ino);
-        if (!n)
-            break;
-        if (same_node(n, want)) {
-            n->nlookup++;
-            return n;
-        }
-    }
-    n = malloc(sizeof(*n));
-    if (!n)
-        return NULL;
-    *n = *want;
-    n->path = want->path ? strdup(want->path) : NULL;
-    if (want->path && !n->path) {
-        free(n);
-        return NULL;
-    }
-    n->ino = ino;
-    n->nlookup = 1;
-    struct mount_node **b = bucket(fs, ino);
-    n->next = *b;
-    *b = n;
-    fs->nnodes++;
-    maybe_grow(fs);
-    return n;
-}
-
-void mount_node_forget(struct mount_fs *fs, uint64_t ino, uint64_t count)
-{
-    struct mount_node **p, *n;
-
-    if (ino == MOUNT_INO_ROOT || ino == MOUNT_INO_HASHDIR)
-        return;
-    for (p = bucket(fs, ino); (n = *p); p = &n->next) {
-        if (n->ino != ino)
-            continue;
-        n->nlookup = count < n->nlookup ? n->nlookup - count : 0;
-        if (n->nlookup == 0) {
-            *p = n->next;
-            free(n->path);
-            free(n);
-            fs->nnodes--;
-        }
-        return;
-    }
 }
 
 /* ---- talking to cairnd ---- */
@@ -583,10 +385,10 @@ static void scan_item(void *userdata, const msgpack_object *doc)
         return;
     }
     if (!rest[first]) {
-        s->err = dir_add(s->out, child, false, ino_of(MOUNT_NAMED, it.name, it.hash));
+        s->err = dir_add(s->out, child, false, mount_ino_of(MOUNT_NAMED, it.name, it.hash));
     } else {
         _cleanup_free_ char *path = child_path(s->dir->path, rest, first);
-        s->err = path ? dir_add(s->out, child, true, ino_of(MOUNT_DIR, path, NULL)) : -ENOMEM;
+        s->err = path ? dir_add(s->out, child, true, mount_ino_of(MOUNT_DIR, path, NULL)) : -ENOMEM;
         scan_set_skip(s, it.name, s->plen + first + 1);
     }
     if (s->err)
@@ -629,7 +431,7 @@ static void take_blob(void *userdata, const msgpack_object *doc)
     } else if (!(name = strdup(it.hash))) {
         s->err = -ENOMEM;
     } else {
-        s->err = dir_add(s->out, name, false, ino_of(MOUNT_BLOB, NULL, it.hash));
+        s->err = dir_add(s->out, name, false, mount_ino_of(MOUNT_BLOB, NULL, it.hash));
         if (s->err)
             free(name);
         free(s->last);

@@ -3,9 +3,9 @@
 /*
  * `cairn mount`: a read-only FUSE file system over a running cairnd. The
  * command and the FUSE operations are in mount.c; this header is what they
- * share with mount-tree.c, which keeps the inode table and asks cairnd what
- * a path is (names are paths, directories are implied by the names under
- * them) and what a directory holds.
+ * share with mount-inode.c, the inode table, and mount-tree.c, which asks
+ * cairnd what a path is (names are paths, directories are implied by the
+ * names under them) and what a directory holds.
  *
  * Inodes are versions, not paths: a named file's inode number is a hash of
  * its name and the hash of the content it points to, a by-hash file's comes
@@ -74,6 +74,8 @@ struct mount_fs {
 int mount_fs_init(struct mount_fs *fs, struct cli *cli, struct client *client);
 void mount_fs_deinit(struct mount_fs *fs);
 
+/* The number a node of this identity gets, unless another holds it (mount-inode.c). */
+uint64_t mount_ino_of(enum mount_kind kind, const char *path, const char *hash);
 struct mount_node *mount_node_find(struct mount_fs *fs, uint64_t ino);
 /*
  * The node of `want`'s identity (kind, path, hash), made from `want` if the
