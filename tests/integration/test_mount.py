@@ -11,7 +11,10 @@ system, checked through the kernel with ordinary file operations.
                   a database file through the mount
   MountChanges    a fresh daemon and mount per test: a name added while
                   mounted appears, a name's new version (an open file keeps
-                  the old content, a new open sees the new), unmounting
+                  the old content, a new open sees the new), a read of a
+                  few bytes of a large document reads only a few of its
+                  chunks (cairnd's cache misses), cairnd restarted under the
+                  mount, unmounting
                   with fusermount3 -u, -u -z with a reader holding a file
                   open, SIGTERM and SIGINT with a reader, going to the
                   background, and the exit codes of a missing mountpoint
@@ -421,6 +424,24 @@ class MountChanges(unittest.TestCase):
             wait_for(lambda: self.read("v.bin") == new, "a new open seeing the new version")
             self.assertEqual(os.path.getsize(path), len(new))
             self.assertEqual(os.pread(held.fileno(), len(old), 0), old)
+
+    def test_a_few_bytes_read_only_their_chunks_and_cairnd_may_restart(self):
+        content = os.urandom(16 * MiB)
+        self.add("big", content)
+        self.m.start()
+        chunks = int(ct.parse_kv(ct.run_cli("stat", "big", socket=self.d.socket_path).stdout)
+                     ["chunks"])
+        self.assertGreater(chunks, 100)
+        # a restart empties cairnd's cache, and the mount's connection breaks
+        self.d.restart()
+        before = self.d.status()["cache_misses"]
+        with open(os.path.join(self.mnt, "big"), "rb") as f:
+            self.assertEqual(os.pread(f.fileno(), 100, 9 * MiB + 5), content[9 * MiB + 5:][:100])
+        misses = self.d.status()["cache_misses"] - before
+        # the chunks under the kernel's read-ahead window, not the document's
+        self.assertGreater(misses, 0)
+        self.assertLess(misses, chunks // 4, "%d of %d chunks read for 100 bytes" % (misses, chunks))
+        self.assertEqual(ct.sha256_file(os.path.join(self.mnt, "big")), ct.sha256_hex(content))
 
     def test_fusermount_unmount_ends_it(self):
         self.add("a", b"a\n")
