@@ -320,7 +320,8 @@ static int dir_add(struct mount_dir *d, char *name, bool dir, uint64_t ino)
         d->v = v;
         d->cap = cap;
     }
-    d->v[d->n++] = (struct mount_dirent){.name = name, .dir = dir, .ino = ino, .seq = d->n};
+    d->v[d->n] = (struct mount_dirent){.name = name, .dir = dir, .ino = ino, .seq = d->n};
+    d->n++;
     return 0;
 }
 
@@ -408,7 +409,10 @@ static int scan_prefix(struct mount_fs *fs, struct scan *s, const char *prefix)
             r = s->err;
         if (r < 0 || s->seen < req.limit)
             break;
-        /* On from the last name, or past the subdirectory it is in. */
+        /*
+         * On from the last name, or past the subdirectory it is in. The
+         * request is sent before its items replace these strings.
+         */
         req.after = s->skip && strcmp(s->skip, s->last) > 0 ? s->skip : s->last;
     }
     free(s->last);
