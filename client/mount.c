@@ -281,7 +281,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             break;
     }
     if (r != 0) {
-        fuse_reply_err(req, r == -EIO ? EIO : -mount_errno(fs, r));
+        r = r == -EIO ? -EIO : mount_errno(fs, r);
+        /* The document was deleted while the file was open. */
+        fuse_reply_err(req, r == -ENOENT ? ESTALE : -r);
         return;
     }
     fuse_reply_buf(req, buf, ri.len);

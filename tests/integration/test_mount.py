@@ -14,7 +14,7 @@ system, checked through the kernel with ordinary file operations.
                   the old content, a new open sees the new), a read of a
                   few bytes of a large document reads only a few of its
                   chunks (cairnd's cache misses), cairnd restarted under the
-                  mount, unmounting
+                  mount, a document deleted while open (ESTALE), unmounting
                   with fusermount3 -u, -u -z with a reader holding a file
                   open, SIGTERM and SIGINT with a reader, going to the
                   background, and the exit codes of a missing mountpoint
@@ -25,6 +25,7 @@ was built without libfuse3. Every mount is unmounted and its process killed
 by pid in the test's cleanup, whatever happened.
 """
 
+import errno
 import filecmp
 import hashlib
 import os
@@ -442,6 +443,22 @@ class MountChanges(unittest.TestCase):
         self.assertGreater(misses, 0)
         self.assertLess(misses, chunks // 4, "%d of %d chunks read for 100 bytes" % (misses, chunks))
         self.assertEqual(ct.sha256_file(os.path.join(self.mnt, "big")), ct.sha256_hex(content))
+
+    def test_a_document_deleted_while_open(self):
+        content = os.urandom(4 * MiB)
+        self.add("doomed", content)
+        self.m.start()
+        fd = os.open(os.path.join(self.mnt, "doomed"), os.O_RDONLY)
+        try:
+            self.assertEqual(os.read(fd, 4096), content[:4096])
+            ct.run_cli("rm", ct.sha256_hex(content), socket=self.d.socket_path)
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, 4096, 3 * MiB)
+            self.assertEqual(cm.exception.errno, errno.ESTALE)
+        finally:
+            os.close(fd)
+        wait_for(lambda: not os.path.exists(os.path.join(self.mnt, "doomed")),
+                 "the deleted name disappearing")
 
     def test_fusermount_unmount_ends_it(self):
         self.add("a", b"a\n")
