@@ -312,6 +312,7 @@ static int serve(struct mount_fs *fs, const char *mountpoint, bool foreground)
     se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), fs);
     if (!se) {
         fprintf(stderr, "cairn: mount: cannot start a FUSE session\n");
+        fuse_opt_free_args(&args);
         return CLI_EXIT_FAILED;
     }
     if (fuse_set_signal_handlers(se) != 0) {
@@ -339,6 +340,8 @@ out_signals:
     fuse_remove_signal_handlers(se);
 out_destroy:
     fuse_session_destroy(se);
+    /* fuse_session_new() copies the arguments it adds to. */
+    fuse_opt_free_args(&args);
     return status;
 }
 
