@@ -76,13 +76,26 @@ static bool same_node(const struct mount_node *a, const struct mount_node *b)
     }
 }
 
-int mount_fs_init(struct mount_fs *fs, struct cli *cli, struct client *client)
+static void free_client(void *c)
 {
-    *fs = (struct mount_fs){.cli = cli, .client = client, .socket = cli->socket};
+    client_free(c);
+}
+
+int mount_fs_init(struct mount_fs *fs, const char *socket)
+{
+    int r;
+
+    *fs = (struct mount_fs){.socket = socket};
     fs->nbuckets = TREE_BUCKETS_MIN;
     fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
     if (!fs->buckets)
         return -ENOMEM;
+    /* A thread's connection closes when the thread ends. */
+    if ((r = pthread_key_create(&fs->client_key, free_client)) != 0) {
+        free(fs->buckets);
+        return -r;
+    }
+    pthread_mutex_init(&fs->lock, NULL);
     fs->root = (struct mount_node){.ino = MOUNT_INO_ROOT, .kind = MOUNT_DIR, .path = ""};
     fs->hashdir = (struct mount_node){.ino = MOUNT_INO_HASHDIR, .kind = MOUNT_HASHDIR};
     return 0;
@@ -100,7 +113,10 @@ void mount_fs_deinit(struct mount_fs *fs)
     }
     free(fs->buckets);
     fs->buckets = NULL;
-    fs->client = client_free(fs->client);
+    /* The workers have ended; this thread's connection, if it made one, is left. */
+    free_client(pthread_getspecific(fs->client_key));
+    pthread_key_delete(fs->client_key);
+    pthread_mutex_destroy(&fs->lock);
 }
 
 static struct mount_node **bucket(struct mount_fs *fs, uint64_t ino)
@@ -108,7 +124,7 @@ static struct mount_node **bucket(struct mount_fs *fs, uint64_t ino)
     return &fs->buckets[hash_end(ino) & (fs->nbuckets - 1)];
 }
 
-struct mount_node *mount_node_find(struct mount_fs *fs, uint64_t ino)
+static struct mount_node *find(struct mount_fs *fs, uint64_t ino)
 {
     if (ino == MOUNT_INO_ROOT)
         return &fs->root;
@@ -119,6 +135,25 @@ struct mount_node *mount_node_find(struct mount_fs *fs, uint64_t ino)
             return n;
     }
     return NULL;
+}
+
+int mount_node_get(struct mount_fs *fs, uint64_t ino, struct mount_node *copy)
+{
+    struct mount_node *n;
+    int r = 0;
+
+    pthread_mutex_lock(&fs->lock);
+    n = find(fs, ino);
+    if (!n) {
+        r = -ESTALE;
+    } else {
+        *copy = *n;
+        copy->next = NULL;
+        if (n->path && !(copy->path = strdup(n->path)))
+            r = -ENOMEM;
+    }
+    pthread_mutex_unlock(&fs->lock);
+    return r;
 }
 
 /* Doubles the buckets when the chains grow long; failing to is harmless. */
@@ -147,7 +182,7 @@ static void maybe_grow(struct mount_fs *fs)
     free(prev);
 }
 
-struct mount_node *mount_node_ref(struct mount_fs *fs, const struct mount_node *want)
+static struct mount_node *node_ref(struct mount_fs *fs, const struct mount_node *want)
 {
     struct mount_node *n;
     uint64_t ino;
@@ -161,10 +196,12 @@ struct mount_node *mount_node_ref(struct mount_fs *fs, const struct mount_node *
     for (ino = mount_ino_of(want->kind, want->path, want->hash);; ino++) {
         if (ino <= MOUNT_INO_HASHDIR)
             continue;
-        n = mount_node_find(fs, ino);
+        n = find(fs, ino);
         if (!n)
             break;
         if (same_node(n, want)) {
+            /* The same version again: the time it got its name may be newer. */
+            n->mtime = want->mtime;
             n->nlookup++;
             return n;
         }
@@ -188,12 +225,25 @@ struct mount_node *mount_node_ref(struct mount_fs *fs, const struct mount_node *
     return n;
 }
 
+int mount_node_ref(struct mount_fs *fs, const struct mount_node *want, uint64_t *ino)
+{
+    struct mount_node *n;
+
+    pthread_mutex_lock(&fs->lock);
+    n = node_ref(fs, want);
+    if (n)
+        *ino = n->ino;
+    pthread_mutex_unlock(&fs->lock);
+    return n ? 0 : -ENOMEM;
+}
+
 void mount_node_forget(struct mount_fs *fs, uint64_t ino, uint64_t count)
 {
     struct mount_node **p, *n;
 
     if (ino == MOUNT_INO_ROOT || ino == MOUNT_INO_HASHDIR)
         return;
+    pthread_mutex_lock(&fs->lock);
     for (p = bucket(fs, ino); (n = *p); p = &n->next) {
         if (n->ino != ino)
             continue;
@@ -204,6 +254,7 @@ void mount_node_forget(struct mount_fs *fs, uint64_t ino, uint64_t count)
             free(n);
             fs->nnodes--;
         }
-        return;
+        break;
     }
+    pthread_mutex_unlock(&fs->lock);
 }

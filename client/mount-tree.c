@@ -48,23 +48,30 @@ static char *child_path(const char *parent, const char *name, size_t len)
 
 struct client *mount_client(struct mount_fs *fs)
 {
-    if (fs->client && client_connected(fs->client))
-        return fs->client;
-    fs->client = client_free(fs->client);
-    if (client_connect(&fs->client, fs->socket, 5000) < 0)
+    struct client *c = pthread_getspecific(fs->client_key);
+
+    if (c && client_connected(c))
+        return c;
+    client_free(c);
+    pthread_setspecific(fs->client_key, NULL);
+    if (client_connect(&c, fs->socket, 5000) < 0)
         return NULL;
-    return fs->client;
+    if (pthread_setspecific(fs->client_key, c) != 0) {
+        client_free(c);
+        return NULL;
+    }
+    return c;
 }
 
-int mount_errno(struct mount_fs *fs, int rc)
+int mount_errno(struct client *c, int rc)
 {
     if (rc == -ENOMEM)
         return -ENOMEM;
     if (rc < 0)
         return -EIO; /* the connection broke; the next request makes a new one */
     if (rc == CLIENT_E_IO)
-        return -client_error(fs->client)->errnum;
-    switch (client_error(fs->client)->code) {
+        return -client_error(c)->errnum;
+    switch (client_error(c)->code) {
     case PROTO_E_NOT_FOUND:
         return -ENOENT;
     case PROTO_E_BUSY:
@@ -82,17 +89,17 @@ int mount_errno(struct mount_fs *fs, int rc)
 static int list(struct mount_fs *fs, const struct client_list_req *req, client_doc_fn *fn,
                 void *userdata)
 {
-    int r = -ENOTCONN;
+    struct client *c = NULL;
+    int r = -EIO;
 
     for (int tries = 0; tries < 2; tries++) {
-        struct client *c = mount_client(fs);
-        if (!c)
+        if (!(c = mount_client(fs)))
             return -EIO;
         r = client_list_req(c, req, fn, userdata);
         if (r >= 0)
             break;
     }
-    return r < 0 || r == CLIENT_E_DAEMON ? mount_errno(fs, r) : 0;
+    return r < 0 || r == CLIENT_E_DAEMON ? mount_errno(c, r) : 0;
 }
 
 /* What a list item says; strings are copied so that they outlive the reply. */
@@ -221,21 +228,21 @@ static int dir_exists(struct mount_fs *fs, const char *prefix)
 static int lookup_blob(struct mount_fs *fs, const char *hash, struct mount_node *out)
 {
     const msgpack_object *reply;
+    struct client *c = NULL;
     struct item it = {0};
     int r = -EIO;
 
     if (strlen(hash) != PROTO_HASH_HEX || strspn(hash, "0123456789abcdef") != PROTO_HASH_HEX)
         return -ENOENT;
     for (int tries = 0; tries < 2; tries++) {
-        struct client *c = mount_client(fs);
-        if (!c)
+        if (!(c = mount_client(fs)))
             return -EIO;
         r = client_stat(c, hash, &reply);
         if (r >= 0)
             break;
     }
     if (r != 0)
-        return mount_errno(fs, r);
+        return mount_errno(c, r);
     r = item_read(reply, "created", &it);
     /* A name of 64 hex digits is taken when no document has the hash: not this one. */
     if (r == 0 && strcmp(it.hash, hash) != 0)

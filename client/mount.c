@@ -1,13 +1,14 @@
 /*
- * `cairn mount [-f] MOUNTPOINT`: the FUSE operations and the command. The
- * loop is single-threaded on one connection to cairnd (the client library
- * is synchronous): requests are answered one at a time, in the order the
- * kernel sends them, which keeps every operation simple and correct with
- * any number of readers.
+ * `cairn mount [-f] MOUNTPOINT`: the FUSE operations and the command.
+ * libfuse's multi-threaded loop serves requests on up to 10 threads, each
+ * with its own connection to cairnd (mount_client), so a read waiting for
+ * a slow backend does not hold up the others.
  */
 
-#define FUSE_USE_VERSION 31
+/* 32: fuse_session_loop_mt() with a config the caller owns (the 3.1 form leaks its own). */
+#define FUSE_USE_VERSION 32
 
+#include "client/cli.h"
 #include "client/mount.h"
 #include "client/util.h"
 
@@ -56,35 +57,34 @@ static void fill_attr(const struct mount_fs *fs, const struct mount_node *n, str
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct mount_fs *fs = fs_of(req);
-    struct mount_node *p = mount_node_find(fs, parent), want = {0}, *n;
+    struct mount_node p, want = {0};
     struct fuse_entry_param e = {.attr_timeout = MOUNT_TIMEOUT, .entry_timeout = MOUNT_TIMEOUT};
     int r;
 
-    if (!p) {
-        fuse_reply_err(req, ESTALE);
+    if ((r = mount_node_get(fs, parent, &p)) < 0) {
+        fuse_reply_err(req, -r);
         return;
     }
-    r = mount_lookup(fs, p, name, &want);
+    r = mount_lookup(fs, &p, name, &want);
+    free(p.path);
     if (r == -ENOENT) {
         /* Inode 0: the kernel remembers the absence for entry_timeout. */
         fuse_reply_entry(req, &e);
         return;
     }
+    if (r == 0)
+        r = mount_node_ref(fs, &want, &want.ino);
     if (r < 0) {
+        free(want.path);
         fuse_reply_err(req, -r);
         return;
     }
-    n = mount_node_ref(fs, &want);
+    e.ino = want.ino;
+    fill_attr(fs, &want, &e.attr);
     free(want.path);
-    if (!n) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    e.ino = n->ino;
-    fill_attr(fs, n, &e.attr);
     /* A reply the kernel never got (the call was interrupted) is a reference it does not hold. */
     if (fuse_reply_entry(req, &e) != 0)
-        mount_node_forget(fs, n->ino, 1);
+        mount_node_forget(fs, e.ino, 1);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -103,14 +103,16 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct mount_fs *fs = fs_of(req);
-    struct mount_node *n = mount_node_find(fs, ino);
+    struct mount_node n;
     struct stat st;
+    int r;
 
-    if (!n) {
-        fuse_reply_err(req, ESTALE);
+    if ((r = mount_node_get(fs, ino, &n)) < 0) {
+        fuse_reply_err(req, -r);
         return;
     }
-    fill_attr(fs, n, &st);
+    fill_attr(fs, &n, &st);
+    free(n.path);
     fuse_reply_attr(req, &st, MOUNT_TIMEOUT);
 }
 
@@ -118,25 +120,22 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct mount_fs *fs = fs_of(req);
-    struct mount_node *n = mount_node_find(fs, ino);
-    struct mount_dir *d;
+    struct mount_dir *d = NULL;
+    struct mount_node n;
     int r;
 
-    if (!n) {
-        fuse_reply_err(req, ESTALE);
+    if ((r = mount_node_get(fs, ino, &n)) < 0) {
+        fuse_reply_err(req, -r);
         return;
     }
-    if (n->kind != MOUNT_DIR && n->kind != MOUNT_HASHDIR) {
-        fuse_reply_err(req, ENOTDIR);
-        return;
-    }
-    if (!(d = malloc(sizeof(*d)))) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    r = mount_list_dir(fs, n, d);
-    if (r < 0) {
+    if (n.kind != MOUNT_DIR && n.kind != MOUNT_HASHDIR)
+        r = -ENOTDIR;
+    else if (!(d = malloc(sizeof(*d))))
+        r = -ENOMEM;
+    else if ((r = mount_list_dir(fs, &n, d)) < 0)
         free(d);
+    free(n.path);
+    if (r < 0) {
         fuse_reply_err(req, -r);
         return;
     }
@@ -192,27 +191,25 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct mount_fs *fs = fs_of(req);
-    struct mount_node *n = mount_node_find(fs, ino);
+    struct mount_node n;
     int r;
 
-    if (!n) {
-        fuse_reply_err(req, ESTALE);
+    if ((r = mount_node_get(fs, ino, &n)) < 0) {
+        fuse_reply_err(req, -r);
         return;
     }
-    if (n->kind != MOUNT_NAMED && n->kind != MOUNT_BLOB) {
-        fuse_reply_err(req, EISDIR);
-        return;
-    }
-    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
-        fuse_reply_err(req, EROFS);
-        return;
-    }
-    /*
-     * The inode is one version of the content: a path whose name has moved on
-     * since the kernel looked it up gets ESTALE, and the kernel looks it up
-     * again and opens the new version.
-     */
-    r = mount_check_current(fs, n);
+    if (n.kind != MOUNT_NAMED && n.kind != MOUNT_BLOB)
+        r = -EISDIR;
+    else if ((fi->flags & O_ACCMODE) != O_RDONLY)
+        r = -EROFS;
+    else
+        /*
+         * The inode is one version of the content: a path whose name has
+         * moved on since the kernel looked it up gets ESTALE, and the kernel
+         * looks it up again and opens the new version.
+         */
+        r = mount_check_current(fs, &n);
+    free(n.path);
     if (r < 0) {
         fuse_reply_err(req, -r);
         return;
@@ -250,38 +247,44 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
     struct mount_fs *fs = fs_of(req);
-    struct mount_node *n = mount_node_find(fs, ino);
-    struct read_into ri = {0};
-    int r = -EIO;
+    struct client *c = NULL;
+    struct read_into ri;
+    struct mount_node n;
+    int r;
 
-    if (!n || (n->kind != MOUNT_NAMED && n->kind != MOUNT_BLOB)) {
-        fuse_reply_err(req, n ? EISDIR : ESTALE);
+    if ((r = mount_node_get(fs, ino, &n)) < 0) {
+        fuse_reply_err(req, -r);
         return;
     }
-    if (off < 0 || (uint64_t)off >= n->size || size == 0) {
+    free(n.path); /* the hash says what to read */
+    if (n.kind != MOUNT_NAMED && n.kind != MOUNT_BLOB) {
+        fuse_reply_err(req, EISDIR);
+        return;
+    }
+    if (off < 0 || (uint64_t)off >= n.size || size == 0) {
         fuse_reply_buf(req, NULL, 0);
         return;
     }
-    if (size > n->size - (uint64_t)off)
-        size = (size_t)(n->size - (uint64_t)off);
+    if (size > n.size - (uint64_t)off)
+        size = (size_t)(n.size - (uint64_t)off);
     _cleanup_free_ char *buf = malloc(size);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    ri = (struct read_into){.buf = buf, .cap = size, .hash = n->hash};
+    ri = (struct read_into){.buf = buf, .cap = size, .hash = n.hash};
     /* Once more on a new connection when cairnd went away (a restart). */
+    r = -EIO;
     for (int tries = 0; tries < 2; tries++) {
-        struct client *c = mount_client(fs);
-        if (!c)
+        if (!(c = mount_client(fs)))
             break;
         ri.len = 0;
-        r = client_get_range(c, n->hash, (uint64_t)off, size, read_piece, &ri);
+        r = client_get_range(c, n.hash, (uint64_t)off, size, read_piece, &ri);
         if (r >= 0)
             break;
     }
     if (r != 0) {
-        r = r == -EIO ? -EIO : mount_errno(fs, r);
+        r = c ? mount_errno(c, r) : -EIO;
         /* The document was deleted while the file was open. */
         fuse_reply_err(req, r == -ENOENT ? ESTALE : -r);
         return;
@@ -306,6 +309,8 @@ static int serve(struct mount_fs *fs, const char *mountpoint, bool foreground)
 {
     char *argv[] = {"cairn", "-o", "ro,default_permissions,fsname=cairn,subtype=cairn", NULL};
     struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+    /* Threads beyond 10 that fall idle end, closing their connections to cairnd. */
+    struct fuse_loop_config loop = {.clone_fd = 0, .max_idle_threads = 10};
     struct fuse_session *se;
     int status = CLI_EXIT_FAILED, r;
 
@@ -330,7 +335,7 @@ static int serve(struct mount_fs *fs, const char *mountpoint, bool foreground)
         goto out_unmount;
     }
     /* 0 after an unmount, the signal number after SIGINT, SIGTERM or SIGHUP: both clean. */
-    r = fuse_session_loop(se);
+    r = fuse_session_loop_mt(se, &loop);
     status = r < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
     if (r < 0)
         fprintf(stderr, "cairn: mount: %s\n", strerror(-r));
@@ -357,7 +362,7 @@ int cli_cmd_mount(struct cli *cli, int argc, char **argv)
     _cleanup_free_ char *mountpoint = NULL;
     struct client *c;
     struct stat st;
-    int opt, status;
+    int opt, status, r;
 
     while ((opt = cli_getopt(cli, argc, argv, ":fh", options)) != -1) {
         if (opt == 'f') {
@@ -380,13 +385,12 @@ int cli_cmd_mount(struct cli *cli, int argc, char **argv)
         fprintf(stderr, "cairn: %s: not a directory\n", argv[optind]);
         return CLI_EXIT_FAILED;
     }
+    /* Started if need be; the threads serving the mount make connections of their own. */
     if (!(c = cli_client(cli)))
         return CLI_EXIT_UNREACHABLE;
-    cli->client = NULL; /* the file system's from here on */
-    if (mount_fs_init(&fs, cli, c) < 0) {
-        client_free(c);
-        return cli_fail(cli, mountpoint, -ENOMEM);
-    }
+    cli->client = client_free(c);
+    if ((r = mount_fs_init(&fs, cli->socket)) < 0)
+        return cli_fail(cli, mountpoint, r);
     fs.started = (int64_t)time(NULL);
     status = serve(&fs, mountpoint, foreground);
     mount_fs_deinit(&fs);

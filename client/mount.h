@@ -18,10 +18,11 @@
  * Errors: 0 is success, negative errno otherwise, as FUSE wants them.
  */
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "client/cli.h"
+#include "client/client.h"
 
 /* The fixed inodes; FUSE's root is 1. */
 #define MOUNT_INO_ROOT 1
@@ -61,27 +62,34 @@ struct mount_dir {
     size_t n, cap;
 };
 
+/*
+ * FUSE serves requests on several threads. Each has a connection of its own
+ * to cairnd (the client library is synchronous); the inode table is shared
+ * under `lock`, and the operations work on copies of its nodes, so a node
+ * the kernel forgets meanwhile is never used after it is freed.
+ */
 struct mount_fs {
-    struct cli *cli; /* for the first connection (and autostart) */
-    struct client *client;
-    const char *socket; /* reconnects after cairnd went away */
+    const char *socket; /* cairnd's */
     int64_t started;    /* the directories' times: when the mount started */
+    pthread_key_t client_key;
+    pthread_mutex_t lock; /* the nodes below */
     struct mount_node root, hashdir;
     struct mount_node **buckets;
     size_t nbuckets, nnodes;
 };
 
-int mount_fs_init(struct mount_fs *fs, struct cli *cli, struct client *client);
+int mount_fs_init(struct mount_fs *fs, const char *socket);
 void mount_fs_deinit(struct mount_fs *fs);
 
 /* The number a node of this identity gets, unless another holds it (mount-inode.c). */
 uint64_t mount_ino_of(enum mount_kind kind, const char *path, const char *hash);
-struct mount_node *mount_node_find(struct mount_fs *fs, uint64_t ino);
+/* A copy of the node `ino` (its path allocated, or NULL); -ESTALE when there is none. */
+int mount_node_get(struct mount_fs *fs, uint64_t ino, struct mount_node *copy);
 /*
  * The node of `want`'s identity (kind, path, hash), made from `want` if the
- * table lacks it, with its lookup count raised by one. NULL when out of memory.
+ * table lacks it, with its lookup count raised by one; its number in *ino.
  */
-struct mount_node *mount_node_ref(struct mount_fs *fs, const struct mount_node *want);
+int mount_node_ref(struct mount_fs *fs, const struct mount_node *want, uint64_t *ino);
 /* Drops `n` kernel references; the node goes with the last one (the fixed ones stay). */
 void mount_node_forget(struct mount_fs *fs, uint64_t ino, uint64_t n);
 
@@ -97,7 +105,10 @@ int mount_check_current(struct mount_fs *fs, const struct mount_node *node);
 int mount_list_dir(struct mount_fs *fs, const struct mount_node *dir, struct mount_dir *out);
 void mount_dir_clear(struct mount_dir *d);
 
-/* The connection to cairnd, made again if it broke; NULL when cairnd cannot be reached. */
+/*
+ * The calling thread's connection to cairnd, made on first use and again
+ * after it broke; NULL when cairnd cannot be reached.
+ */
 struct client *mount_client(struct mount_fs *fs);
-/* A client_*() result as a negative errno for FUSE. */
-int mount_errno(struct mount_fs *fs, int rc);
+/* A client_*() result on `c` as a negative errno for FUSE. */
+int mount_errno(struct client *c, int rc);
