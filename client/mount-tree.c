@@ -188,8 +188,7 @@ static void probe_item(void *userdata, const msgpack_object *doc)
     size_t len;
 
     p->seen++;
-    if (proto_get_str(doc, "name", &name, &len) != 0 || len < p->plen ||
-        memchr(name, '\0', len)) {
+    if (proto_get_str(doc, "name", &name, &len) != 0 || len < p->plen || memchr(name, '\0', len)) {
         p->bad = true;
         return;
     }
@@ -283,8 +282,8 @@ int mount_lookup(struct mount_fs *fs, const struct mount_node *parent, const cha
         }
         r = file ? find_name(fs, raw, &it) : dir_exists(fs, raw);
         if (r == 0 && file) {
-            *out = (struct mount_node){.kind = MOUNT_NAMED, .path = it.name, .size = it.size,
-                                       .mtime = it.time};
+            *out = (struct mount_node){
+                .kind = MOUNT_NAMED, .path = it.name, .size = it.size, .mtime = it.time};
             memcpy(out->hash, it.hash, sizeof(out->hash));
             return 0; /* the name is handed over */
         }

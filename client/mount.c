@@ -198,16 +198,16 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, -r);
         return;
     }
+    /*
+     * The inode is one version of the content: a path whose name has moved on
+     * since the kernel looked it up gets ESTALE, and the kernel looks it up
+     * again and opens the new version.
+     */
     if (n.kind != MOUNT_NAMED && n.kind != MOUNT_BLOB)
         r = -EISDIR;
     else if ((fi->flags & O_ACCMODE) != O_RDONLY)
         r = -EROFS;
     else
-        /*
-         * The inode is one version of the content: a path whose name has
-         * moved on since the kernel looked it up gets ESTALE, and the kernel
-         * looks it up again and opens the new version.
-         */
         r = mount_check_current(fs, &n);
     free(n.path);
     if (r < 0) {
