@@ -430,45 +430,65 @@ static int scan_prefix(struct mount_fs *fs, struct scan *s, const char *prefix)
 static void take_blob(void *userdata, const msgpack_object *doc)
 {
     struct scan *s = userdata;
+    struct mount_dir *d = s->out;
     struct item it = {0};
     char *name;
 
-    s->seen++;
     if (s->err)
         return;
     if (item_read(doc, "created", &it) < 0) {
         s->err = -EIO;
-    } else if (!(name = strdup(it.hash))) {
-        s->err = -ENOMEM;
-    } else {
-        s->err = dir_add(s->out, name, false, mount_ino_of(MOUNT_BLOB, NULL, it.hash));
-        if (s->err)
-            free(name);
-        free(s->last);
-        s->last = name ? strdup(it.hash) : NULL;
+        item_clear(&it);
+        return;
     }
-    item_clear(&it);
+    /* A page asked for again after cairnd went away repeats what came before. */
+    if (d->n > 0 && strcmp(d->v[d->n - 1].name, it.hash) >= 0)
+        return;
+    if (!(name = strdup(it.hash)))
+        s->err = -ENOMEM;
+    else if ((s->err = dir_add(d, name, false, mount_ino_of(MOUNT_BLOB, NULL, it.hash))) < 0)
+        free(name);
 }
 
-static int list_blobs(struct mount_fs *fs, struct mount_dir *out)
+/* Replaces the page in `d` with the documents after `after` (NULL: the first ones). */
+static int blob_page(struct mount_fs *fs, struct mount_dir *d, const char *after)
 {
-    struct client_list_req req = {.mode = CLIENT_LIST_DOCS, .limit = BLOB_PAGE};
-    struct scan s = {.out = out};
+    struct client_list_req req = {.mode = CLIENT_LIST_DOCS, .limit = BLOB_PAGE, .after = after};
+    struct scan s = {.out = d};
     int r;
 
-    for (;;) {
-        s.seen = 0;
-        r = list(fs, &req, take_blob, &s);
-        if (r == 0)
-            r = s.err;
-        if (r == 0 && !s.last && s.seen)
-            r = -ENOMEM;
-        if (r < 0 || s.seen < req.limit)
-            break;
-        req.after = s.last;
-    }
-    free(s.last);
+    for (size_t i = 0; i < d->n; i++)
+        free(d->v[i].name);
+    d->n = 0;
+    r = list(fs, &req, take_blob, &s);
+    if (r == 0)
+        r = s.err;
+    d->last_page = d->n < BLOB_PAGE;
     return r;
+}
+
+int mount_dir_seek(struct mount_fs *fs, struct mount_dir *d, uint64_t i)
+{
+    char after[PROTO_HASH_HEX + 1];
+    int r;
+
+    if (!d->paged)
+        return i < d->n ? 0 : 1;
+    if (i < d->base) {
+        /* Back to an earlier position (seekdir): from the start again. */
+        d->base = 0;
+        if ((r = blob_page(fs, d, NULL)) < 0)
+            return r;
+    }
+    while (i >= d->base + d->n) {
+        if (d->last_page || d->n == 0)
+            return 1;
+        snprintf(after, sizeof(after), "%s", d->v[d->n - 1].name);
+        d->base += d->n;
+        if ((r = blob_page(fs, d, after)) < 0)
+            return r;
+    }
+    return 0;
 }
 
 /* By name; at one name a file before a directory, and the first found before later ones. */
@@ -506,8 +526,13 @@ int mount_list_dir(struct mount_fs *fs, const struct mount_node *dir, struct mou
     int r = 0;
 
     *out = (struct mount_dir){0};
-    if (dir->kind == MOUNT_HASHDIR)
-        r = list_blobs(fs, out);
+    if (dir->kind == MOUNT_HASHDIR) {
+        /* The first page now, so that an unreachable cairnd fails the opendir. */
+        out->paged = true;
+        if ((r = blob_page(fs, out, NULL)) < 0)
+            mount_dir_clear(out);
+        return r;
+    }
     for (size_t i = 0; dir->kind == MOUNT_DIR && i < NLEADERS && r == 0; i++) {
         _cleanup_free_ char *prefix = NULL;
         if (asprintf(&prefix, "%s%s%s", leaders[i], dir->path, root ? "" : "/") < 0) {

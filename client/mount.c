@@ -152,21 +152,30 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     struct mount_dir *d = (struct mount_dir *)(uintptr_t)fi->fh;
     _cleanup_free_ char *buf = malloc(size);
     size_t used = 0;
+    int r;
 
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
     /* Offsets 0 and 1 are "." and "..", then the children in order. */
-    for (size_t i = off < 0 ? 0 : (size_t)off; i < d->n + 2; i++) {
+    for (uint64_t i = off < 0 ? 0 : (uint64_t)off;; i++) {
         struct stat st = {.st_mode = S_IFDIR};
         const char *name = i == 0 ? "." : "..";
         size_t len;
 
         if (i >= 2) {
-            name = d->v[i - 2].name;
-            st.st_ino = d->v[i - 2].ino;
-            st.st_mode = d->v[i - 2].dir ? S_IFDIR : S_IFREG;
+            r = mount_dir_seek(fs_of(req), d, i - 2);
+            if (r < 0 && used == 0) {
+                fuse_reply_err(req, -r);
+                return;
+            }
+            if (r != 0)
+                break; /* the end, or an error the next call reports */
+            const struct mount_dirent *e = &d->v[i - 2 - d->base];
+            name = e->name;
+            st.st_ino = e->ino;
+            st.st_mode = e->dir ? S_IFDIR : S_IFREG;
         } else {
             /* Not 0: readdir(3) hides entries with inode 0. */
             st.st_ino = i == 0 ? ino : MOUNT_INO_ROOT;

@@ -57,9 +57,19 @@ struct mount_dirent {
     size_t seq;   /* the order found in, which decides between equal names */
 };
 
+/*
+ * A directory's listing. A directory of names is listed whole at opendir:
+ * names under three prefixes are merged, sorted and checked against each
+ * other. by-hash is listed a page at a time as readdir goes on (documents
+ * come sorted and once each), so its memory stays one page however many
+ * documents there are.
+ */
 struct mount_dir {
     struct mount_dirent *v;
     size_t n, cap;
+    bool paged;     /* by-hash */
+    uint64_t base;  /* paged: the position of v[0] among the children */
+    bool last_page; /* paged: no page follows v */
 };
 
 /*
@@ -104,6 +114,11 @@ int mount_check_current(struct mount_fs *fs, const struct mount_node *node);
 /* The children of `dir`, sorted by name, each once. */
 int mount_list_dir(struct mount_fs *fs, const struct mount_node *dir, struct mount_dir *out);
 void mount_dir_clear(struct mount_dir *d);
+/*
+ * Makes the child at position `i` present in the listing, at d->v[i -
+ * d->base]: 0, 1 when there is no such child, or a negative errno.
+ */
+int mount_dir_seek(struct mount_fs *fs, struct mount_dir *d, uint64_t i);
 
 /*
  * The calling thread's connection to cairnd, made on first use and again

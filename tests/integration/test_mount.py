@@ -554,7 +554,8 @@ class WideTree(unittest.TestCase):
     """Directories of hundreds of names, listed in pages, with
     subdirectories skipped over, names that sort between a file and its
     namesake directory, the three leaders of a name (PATH, /PATH, ./PATH)
-    merged, and names that are not paths left out."""
+    merged, names that are not paths left out, and by-hash read in pages
+    as readdir goes."""
 
     def setUp(self):
         why = fuse_missing()
@@ -614,6 +615,13 @@ class WideTree(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(self.mnt, rel)), rel)
         count = sum(len(files) for _, _, files in os.walk(w))
         self.assertEqual(count, len(want) - 6 + 200 + 1 + 5 * 150)
+        # by-hash is listed a page (500) at a time
+        with self.d.connect() as c:
+            hashes = {i["hash"] for i in c.list_all()}
+        self.assertGreater(len(hashes), 1200)
+        listed = os.listdir(os.path.join(self.mnt, "by-hash"))
+        self.assertEqual(len(listed), len(hashes))
+        self.assertEqual(set(listed), hashes)
 
 
 if __name__ == "__main__":
