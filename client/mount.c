@@ -116,7 +116,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_attr(req, &st, MOUNT_TIMEOUT);
 }
 
-/* A listing is taken whole at opendir, so the offsets of readdir stay valid. */
+/* A directory of names is listed whole here, by-hash its first page (see struct mount_dir). */
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct mount_fs *fs = fs_of(req);
