@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TREE_BUCKETS_MIN 256
+#define INODE_BUCKETS_MIN 256
 
 /* ---- inode numbers ---- */
 
@@ -86,7 +86,7 @@ int mount_fs_init(struct mount_fs *fs, const char *socket)
     int r;
 
     *fs = (struct mount_fs){.socket = socket};
-    fs->nbuckets = TREE_BUCKETS_MIN;
+    fs->nbuckets = INODE_BUCKETS_MIN;
     fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
     if (!fs->buckets)
         return -ENOMEM;
