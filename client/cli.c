@@ -106,6 +106,16 @@ static const struct command {
      "one message a line) for agents: tools add, get, search, list, stat and delete,\n"
      "and documents as resources cairn://doc/HASH and cairn://name/NAME. It keeps one\n"
      "connection to cairnd (started if needed) and ends when its input ends.\n"},
+    {"mount", cli_cmd_mount,
+     "cairn mount [-f] MOUNTPOINT\n\n"
+     "Shows the documents as a read-only FUSE file system under MOUNTPOINT: names as\n"
+     "paths (directories are implied by the names under them; a name that is also\n"
+     "a directory of other names shows as the file), and every document as\n"
+     "by-hash/HASH. Files read through ranged gets, so reading a few bytes of a\n"
+     "large document reads only the chunks that hold them. Names added while\n"
+     "mounted appear within a second. Goes to the background once the mount is up;\n"
+     "stops, unmounting, on 'fusermount3 -u MOUNTPOINT', SIGINT or SIGTERM.\n"
+     "  -f, --foreground    stay in the foreground\n"},
     {"help", cmd_help,
      "cairn help [COMMAND]\n\n"
      "Shows the help of COMMAND, or the overview.\n"},
@@ -170,6 +180,8 @@ void cli_print_usage(FILE *out)
         "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
         "                  prefix*, name:word, tag:value\n"
         "  mcp             serve the Model Context Protocol on stdin/stdout (for agents)\n"
+        "  mount [-f] MOUNTPOINT\n"
+        "                  show the documents as a read-only file system (FUSE)\n"
         "  help [COMMAND]  show this help, or a command's ('cairn COMMAND --help' too)\n"
         "\n"
         "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"

@@ -93,6 +93,8 @@ int cli_cmd_gc(struct cli *cli, int argc, char **argv);
 int cli_cmd_verify(struct cli *cli, int argc, char **argv);
 int cli_cmd_mcp(struct cli *cli, int argc, char **argv);
 int cli_cmd_du(struct cli *cli, int argc, char **argv);
+/* mount.c, or mount-nofuse.c in a build without libfuse3 */
+int cli_cmd_mount(struct cli *cli, int argc, char **argv);
 
 /*
  * Writes the document `ref` to `path` through a temporary file beside it,

@@ -7,7 +7,7 @@ _cairn()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
     local global_opts='--socket --config --json --no-autostart -q --quiet -v --verbose --help -V --version'
-    local commands='add get rm delete ls list du stat status gc verify search mcp help'
+    local commands='add get rm delete ls list du stat status gc verify search mcp mount help'
     COMPREPLY=()
 
     # bash splits --socket=PATH and --config=FILE at '='.
@@ -66,6 +66,7 @@ _cairn()
             rm | delete) opts='-n --dry-run' ;;
             ls | list) opts='-l --long -h --human-readable -d --docs -t' ;;
             du) opts='-h --human-readable' ;;
+            mount) opts='-f --foreground' ;;
             search) opts='-l --offset -t --name --mime --after --before --fuzzy' ;;
         esac
         mapfile -t COMPREPLY < <(compgen -W "$opts $global_opts" -- "$cur")
@@ -77,6 +78,10 @@ _cairn()
         add)
             compopt -o filenames 2>/dev/null
             mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+            ;;
+        mount)
+            compopt -o filenames 2>/dev/null
+            mapfile -t COMPREPLY < <(compgen -d -- "$cur")
             ;;
         help)
             mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")

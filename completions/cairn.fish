@@ -3,7 +3,7 @@
 # already answers (`cairn --no-autostart ls`, at most 1 second; it never
 # starts one).
 
-set -l commands add get rm delete ls list du stat status gc verify search mcp help
+set -l commands add get rm delete ls list du stat status gc verify search mcp mount help
 
 function __cairn_refs
     set -l tokens (commandline -opc)
@@ -43,6 +43,7 @@ complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Recla
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a verify -d 'Re-read and check stored chunks'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a search -d 'Ranked full-text search'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a mcp -d 'Serve the Model Context Protocol on stdin/stdout'
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a mount -d 'Show the documents as a read-only file system'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a help -d 'Show the usage, or the usage of a command'
 complete -c cairn -n '__fish_seen_subcommand_from help' -a "$commands"
 
@@ -73,3 +74,6 @@ complete -c cairn -n '__fish_seen_subcommand_from search' -l mime -x -d 'Only th
 complete -c cairn -n '__fish_seen_subcommand_from search' -l after -x -d 'Only documents created after DATE'
 complete -c cairn -n '__fish_seen_subcommand_from search' -l before -x -d 'Only documents created before DATE'
 complete -c cairn -n '__fish_seen_subcommand_from search' -l fuzzy -d 'Tolerate typos'
+
+complete -c cairn -n '__fish_seen_subcommand_from mount' -a '(__fish_complete_directories)'
+complete -c cairn -n '__fish_seen_subcommand_from mount' -s f -l foreground -d 'Stay in the foreground'

@@ -8,6 +8,8 @@ CAIRN_DEB_PACKAGES=(
     libuv1-dev libmsgpack-dev libsqlite3-dev libzstd-dev libssl-dev
     libinih-dev libjansson-dev libcmocka-dev python3 libssh2-1-dev
     libcurl4-openssl-dev
+    # cairn mount (libfuse3), and fusermount3 for tests/integration/test_mount.py
+    libfuse3-dev fuse3
     openssh-server openssh-client scdoc
     # strace shows tests/integration/test_lifecycle.py which syncs cairnd makes at start,
     # and libfaketime sets its clock a day ahead

@@ -1,0 +1,9 @@
+/* `cairn mount` in a build without libfuse3: says so. */
+
+#include "client/cli.h"
+
+int cli_cmd_mount(struct cli *cli, int argc, char **argv)
+{
+    fprintf(stderr, "cairn: mount: this cairn was built without FUSE (libfuse3 was not found)\n");
+    return CLI_EXIT_USAGE;
+}
