@@ -30,12 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "daemon/log.h"
 #include "daemon/packer.h"
 #include "daemon/replay.h"
 #include "daemon/store-int.h"
+#include "daemon/tty-progress.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
@@ -332,44 +332,10 @@ static size_t prefetch_window(struct replay *rp, const struct listed *listed, si
     return i;
 }
 
-/*
- * A rebuild's progress (`cairnd --rebuild-index`, `--upgrade`) on stderr
- * when it is a terminal, drawn in place: packs and bytes read, and the ETA.
- */
-struct rebuild_progress {
-    bool on, drawn;
-    uint64_t start_ns, last_ns, bytes, total_bytes;
-};
-
-static void progress_draw(struct rebuild_progress *p, size_t done, size_t total, bool last)
-{
-    uint64_t now = uv_hrtime();
-    double secs = (double)(now - p->start_ns) / 1e9;
-
-    if (!p->on || (!last && p->drawn && now - p->last_ns < 200000000u))
-        return;
-    p->last_ns = now;
-    if (last) {
-        if (p->drawn)
-            fputs("\r\033[K", stderr);
-        return;
-    }
-    fprintf(stderr, "\r\033[Krebuild: pack %zu of %zu, %.1f of %.1f MiB", done, total,
-            (double)p->bytes / (1024.0 * 1024), (double)p->total_bytes / (1024.0 * 1024));
-    if (p->bytes > 0 && secs > 0.5 && p->total_bytes > p->bytes) {
-        double eta = secs * (double)(p->total_bytes - p->bytes) / (double)p->bytes;
-        fprintf(stderr, ", ETA %u:%02u", (unsigned)eta / 60, (unsigned)eta % 60);
-    }
-    fflush(stderr);
-    p->drawn = true;
-}
-
 static int replay_packs(struct replay *rp, struct packer_resume *resume)
 {
-    struct rebuild_progress progress = {
-        .on = rp->st->cfg.rebuild && isatty(STDERR_FILENO) == 1,
-        .start_ns = uv_hrtime(),
-    };
+    struct tty_progress progress;
+    uint64_t read_bytes = 0, total_bytes = 0;
     struct store *st = rp->st;
     struct listed *listed;
     struct db_pack *known;
@@ -397,8 +363,9 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
         if (known[j].seq >= resume->next_seq)
             resume->next_seq = known[j].seq + 1;
     }
+    tty_progress_init(&progress, st->cfg.rebuild);
     for (size_t j = 0; j < nlisted; j++)
-        progress.total_bytes += listed[j].size;
+        total_bytes += listed[j].size;
     while (r == 0 && (i < nlisted || k < nknown)) {
         if (k < nknown && (i == nlisted || known[k].seq < listed[i].seq)) {
             r = pack_missing(st, &known[k++]);
@@ -408,11 +375,12 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
             window_end = prefetch_window(rp, listed, nlisted, i, known, nknown);
         const struct db_pack *p = k < nknown && known[k].seq == listed[i].seq ? &known[k++] : NULL;
         r = pack_listed(rp, &listed[i], p, listed[i].seq == newest_open, resume);
-        progress.bytes += listed[i].size;
+        read_bytes += listed[i].size;
         i++;
-        progress_draw(&progress, i, nlisted, false);
+        tty_progress_draw(&progress, "rebuild: read", read_bytes >> 20, total_bytes >> 20,
+                          " MiB of the packs");
     }
-    progress_draw(&progress, i, nlisted, true);
+    tty_progress_end(&progress);
     replay_prefetch_free(rp);
     free(listed);
     free(known);

@@ -49,6 +49,7 @@
 #include "daemon/packer.h"
 #include "daemon/record.h"
 #include "daemon/text.h"
+#include "daemon/tty-progress.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 #include "storage/pack.h"
@@ -73,7 +74,22 @@ struct upgrade {
     struct pack_index_entry *index;
     size_t nindex, index_cap;
     uint64_t chunks, docs, events, packs;
+    struct tty_progress progress;
 };
+
+/* A count from the old database (0 when it cannot say): the progress's total. */
+static uint64_t old_count(struct upgrade *u, const char *sql)
+{
+    sqlite3_stmt *s;
+    uint64_t n = 0;
+
+    if (sqlite3_prepare_v2(u->old, sql, -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        n = (uint64_t)sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return n;
+}
 
 /* ---- writing whole packs ---- */
 
@@ -248,6 +264,7 @@ static int copy_chunk(struct upgrade *u, const uint8_t hash[PROTO_HASH_LEN])
 
 static int copy_chunks(struct upgrade *u)
 {
+    uint64_t total = old_count(u, "SELECT count(*) FROM chunks WHERE refs > 0"), done = 0;
     sqlite3_stmt *s;
     int rc, r = 0;
 
@@ -257,6 +274,7 @@ static int copy_chunks(struct upgrade *u)
     while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (sqlite3_column_bytes(s, 0) == PROTO_HASH_LEN)
             r = copy_chunk(u, sqlite3_column_blob(s, 0));
+        tty_progress_draw(&u->progress, "upgrade: copied", ++done, total, " chunks into packs");
     }
     if (r == 0 && rc != SQLITE_DONE)
         r = -EIO;
@@ -565,6 +583,7 @@ static int write_history(struct upgrade *u)
         " UNION ALL SELECT n.added, n.seq, n.doc, n.name FROM names n)"
         " ORDER BY t, k, doc";
     struct history_clock clock = {.second = INT64_MIN};
+    uint64_t total = old_count(u, "SELECT count(*) FROM documents"), done = 0;
     sqlite3_stmt *s;
     int rc, r = 0;
 
@@ -584,6 +603,8 @@ static int write_history(struct upgrade *u)
         if ((r = next_time(&clock, t, &time_ns)) == 0)
             r = write_event(u, doc, name, time_ns, creation);
         u->docs += creation;
+        if (creation)
+            tty_progress_draw(&u->progress, "upgrade: wrote", ++done, total, " documents' entries");
     }
     if (r == 0 && rc != SQLITE_DONE)
         r = -EIO;
@@ -711,11 +732,13 @@ int upgrade_run(uv_loop_t *loop, struct backend *be, const char *backend_url, co
         sqlite3_close(u.old);
         return -EIO;
     }
+    tty_progress_init(&u.progress, true);
     r = copy_chunks(&u);
     if (r == 0)
         r = write_history(&u);
     if (r == 0)
         r = pack_flush(&u);
+    tty_progress_end(&u.progress);
     sqlite3_exec(u.old, "COMMIT", NULL, NULL, NULL);
     sqlite3_close(u.old);
     free(u.buf);

@@ -710,6 +710,40 @@ class Upgrade(unittest.TestCase):
             self.assert_same(self.v1.histories, got, "the name histories")
         d.stop()
 
+    def test_upgrade_draws_progress_on_a_terminal(self):
+        """--upgrade with stderr on a terminal draws its progress there (the
+        chunks copied into packs, the documents' entries), in place, and
+        clears it."""
+        import pty
+        data = self.v1.copy("tty")
+        d = self.new_daemon(data)
+        cmd = [ct.CAIRND, "--data-dir", data, "--config", self.v1.v2_conf, "--upgrade"]
+        master, slave = pty.openpty()
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=slave, env=d.env())
+            os.close(slave)
+            slave = -1
+            out, _ = proc.communicate(timeout=300 * ct.SLOW)
+            err = b""
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                err += chunk
+        finally:
+            if slave >= 0:
+                os.close(slave)
+            os.close(master)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertTrue(out.decode().startswith("cairnd: upgraded %s: " % data), out)
+        text = err.decode("utf-8", "replace")
+        self.assertRegex(text, r"\r\x1b\[Kupgrade: copied 1 of [0-9]+ chunks into packs")
+        self.assertRegex(text, r"\r\x1b\[Kupgrade: wrote 1 of [0-9]+ documents' entries")
+
     def test_upgrade_cut_after_packs_is_redone(self):
         data = self.v1.copy("crash")
         d = self.new_daemon(data, env={"CAIRN_CRASH_AT": "upgrade-packed"})
