@@ -39,7 +39,7 @@ static const struct command {
      "  -o, --output FILE   write to FILE (- for standard output)\n"
      "      --range START-END  only bytes START to END (both included; START- for\n"
      "                      the rest); a range past the end gives what there is\n"
-     "  -r, --recursive     restore every name that starts with PREFIX as a file under\n"
+     "  -r, --recursive     restore every name in the path PREFIX as a file under\n"
      "                      DIR, at its path (DIR/usr/share/doc/... for\n"
      "                      /usr/share/doc/...); existing files are replaced\n"},
     {"rm", cli_cmd_rm,
@@ -56,8 +56,8 @@ static const struct command {
      "cairn ls [-l] [-h] [--docs] [-t TAG] [PREFIX]\n\n"
      "Lists names, sorted bytewise, each with its newest version: short hash, size,\n"
      "the time the name got that version (UTC) and the name (alias: list). Names\n"
-     "are paths: PREFIX lists those that start with it. Without PREFIX, documents\n"
-     "no name points to follow, with the name -.\n"
+     "are paths: PREFIX lists the name PREFIX and the names under it (PREFIX/...).\n"
+     "Without PREFIX, documents no name points to follow, with the name -.\n"
      "  -l, --long          full hash, size, stored size, mime type, time, name\n"
      "  -h, --human-readable  sizes in KiB, MiB, GiB\n"
      "  -d, --docs          one line per document instead, in hash order:\n"
@@ -66,7 +66,7 @@ static const struct command {
     {"list", cli_cmd_ls, NULL},
     {"du", cli_cmd_du,
      "cairn du [-h] [PREFIX]\n\n"
-     "What the names that start with PREFIX (every name without it) hold: names,\n"
+     "What the names in the path PREFIX (every name without it) hold: names,\n"
      "documents they point to, logical bytes (each name's size), unique bytes (each\n"
      "document's size once), stored bytes (the documents' share of the packs, after\n"
      "chunk dedup and compression) and saved bytes (logical minus stored).\n"

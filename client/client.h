@@ -155,6 +155,7 @@ struct client_list_req {
     enum client_list_mode mode;
     const char *tag;    /* NULL: any */
     const char *prefix; /* names only; NULL: all */
+    bool path;          /* names only: prefix is a path (the name itself and those under it) */
     const char *after;  /* a hash (a name, for names); NULL: the start */
     uint64_t limit;     /* 0: all */
 };
@@ -172,7 +173,7 @@ int client_search(struct client *c, const struct client_search_req *req, client_
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
 int client_status(struct client *c, const msgpack_object **reply);
 /* PROTOCOL.md `du`: what the names under `prefix` (NULL: every name) hold. */
-int client_du(struct client *c, const char *prefix, const msgpack_object **reply);
+int client_du(struct client *c, const char *prefix, bool path, const msgpack_object **reply);
 /*
  * A long job's progress (gc, verify): its phase ("mark", "sweep", "repack",
  * "verify"), and `done` of `total` (0: unknown) in its unit. When set, gc

@@ -418,6 +418,7 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
     if (optind < argc && o.docs)
         return cli_usage_error("%s: --docs takes no PREFIX", argv[0]);
     req.prefix = optind < argc ? argv[optind] : NULL;
+    req.path = true;
     c = cli_client(cli);
     if (!c)
         return CLI_EXIT_UNREACHABLE;

@@ -71,14 +71,18 @@ int client_status(struct client *c, const msgpack_object **reply)
     return call(c, "status", NULL, reply);
 }
 
-int client_du(struct client *c, const char *prefix, const msgpack_object **reply)
+int client_du(struct client *c, const char *prefix, bool path, const msgpack_object **reply)
 {
-    uint64_t id = client_begin(c, "du", prefix ? 1 : 0);
+    uint64_t id = client_begin(c, "du", prefix ? 1 + path : 0);
     int r;
 
     if (prefix) {
         proto_pack_cstr(&c->pk, "prefix");
         proto_pack_cstr(&c->pk, prefix);
+        if (path) {
+            proto_pack_cstr(&c->pk, "path");
+            msgpack_pack_true(&c->pk);
+        }
     }
     r = client_send(c);
     return r < 0 ? r : client_await(c, id, reply);
@@ -527,7 +531,8 @@ int client_list_req(struct client *c, const struct client_list_req *req, client_
     bool names = req->mode == CLIENT_LIST_NAMES, unnamed = req->mode == CLIENT_LIST_UNNAMED;
     uint64_t id = client_begin(c, "list",
                                (req->tag ? 1 : 0) + (req->after ? 1 : 0) + (req->limit ? 1 : 0) +
-                                   (names || unnamed) + (names && req->prefix));
+                                   (names || unnamed) + (names && req->prefix) +
+                                   (names && req->prefix && req->path));
     int r;
 
     if (req->tag) {
@@ -549,6 +554,10 @@ int client_list_req(struct client *c, const struct client_list_req *req, client_
     if (names && req->prefix) {
         proto_pack_cstr(&c->pk, "prefix");
         proto_pack_cstr(&c->pk, req->prefix);
+    }
+    if (names && req->prefix && req->path) {
+        proto_pack_cstr(&c->pk, "path");
+        msgpack_pack_true(&c->pk);
     }
     r = client_send(c);
     return r < 0 ? r : stream_items(c, id, "items", fn, userdata);

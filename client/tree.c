@@ -46,7 +46,7 @@ int cli_cmd_du(struct cli *cli, int argc, char **argv)
         return cli_usage_error("%s: too many arguments", argv[0]);
     if (!(c = cli_client(cli)))
         return CLI_EXIT_UNREACHABLE;
-    r = client_du(c, optind < argc ? argv[optind] : NULL, &reply);
+    r = client_du(c, optind < argc ? argv[optind] : NULL, true, &reply);
     if (r != 0)
         return cli_fail(cli, optind < argc ? argv[optind] : NULL, r);
     if (cli->json)
@@ -156,7 +156,8 @@ static int make_parents(char *path)
 
 int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
 {
-    struct client_list_req req = {.mode = CLIENT_LIST_NAMES, .prefix = prefix, .limit = TREE_PAGE};
+    struct client_list_req req = {
+        .mode = CLIENT_LIST_NAMES, .prefix = prefix, .path = true, .limit = TREE_PAGE};
     _cleanup_free_ char *after = NULL;
     _cleanup_free_ struct tree_page *pgp = calloc(1, sizeof(*pgp));
     struct progress progress;

@@ -11,6 +11,10 @@
 
 #include "daemon/db-int.h"
 
+/* A name in the path ?5 (NULL: any): ?5 itself, or under it (?7 is ?5 and '/', ?6 bytes). */
+#define NAME_IN_PATH                                                                               \
+    " AND (?5 IS NULL OR n.name = ?5 OR substr(CAST(n.name AS BLOB), 1, ?6) = CAST(?7 AS BLOB))"
+
 const char *const db_names_sql[DB_S_COUNT_] = {
     /* Every document the name points to, its newest version first. */
     [DB_S_NAME_DOCS] = "SELECT d.hash, NOT EXISTS (SELECT 1 FROM names m WHERE m.doc = d.id"
@@ -20,21 +24,24 @@ const char *const db_names_sql[DB_S_COUNT_] = {
     [DB_S_DOC_NAMED] = "SELECT doc FROM names WHERE doc = ?1 LIMIT 1",
     /*
      * Each name's newest version, in name order, after ?1, from the prefix ?4
-     * on; with the tag ?3 (NULL: any). The caller stops at the first name
-     * without the prefix.
+     * on; with the tag ?3 (NULL: any); with a path ?5 (NULL: none), only the
+     * name ?5 and those that start with ?7 (?5 and '/', ?6 bytes). The
+     * caller stops at the first name without the prefix.
      */
     [DB_S_LIST_NAMES] = "SELECT n.doc, n.name, n.added FROM names n WHERE n.name > ?1"
                         " AND n.name >= ?4 AND n.seq = (SELECT MAX(x.seq) FROM names x"
                         " WHERE x.name = n.name) AND (?3 IS NULL OR EXISTS (SELECT 1 FROM"
-                        " tags t WHERE t.doc = n.doc AND t.tag = ?3)) ORDER BY n.name LIMIT ?2",
-    /* du: the names from ?1 up to ?2 (NULL: no bound), each name's newest version. */
+                        " tags t WHERE t.doc = n.doc AND t.tag = ?3))" NAME_IN_PATH
+                        " ORDER BY n.name LIMIT ?2",
+    /* du: the names from ?1 up to ?2 (NULL: no bound), in the path ?5 as above. */
     [DB_S_DU_NAMES] = "SELECT COUNT(*), COALESCE(SUM(d.size), 0) FROM names n JOIN documents d"
                       " ON d.id = n.doc WHERE n.name >= ?1 AND (?2 IS NULL OR n.name < ?2)"
-                      " AND n.seq = (SELECT MAX(x.seq) FROM names x WHERE x.name = n.name)",
+                      " AND n.seq = (SELECT MAX(x.seq) FROM names x WHERE x.name = n.name)"
+                      NAME_IN_PATH,
     [DB_S_DU_DOCS] = "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored_size), 0)"
                      " FROM documents WHERE id IN (SELECT n.doc FROM names n WHERE n.name >= ?1"
                      " AND (?2 IS NULL OR n.name < ?2) AND n.seq = (SELECT MAX(x.seq)"
-                     " FROM names x WHERE x.name = n.name))",
+                     " FROM names x WHERE x.name = n.name)" NAME_IN_PATH ")",
     /* Documents no name points to, in hash order after ?1, with the tag ?3 (NULL: any). */
     [DB_S_LIST_UNNAMED] = "SELECT d.id FROM documents d WHERE d.hash > ?1 AND NOT EXISTS"
                           " (SELECT 1 FROM names n WHERE n.doc = d.id) AND (?3 IS NULL OR"
@@ -211,6 +218,25 @@ static void rows_free(struct rows *rw)
     free(rw->added);
 }
 
+/* Binds ?5, ?6 and ?7 of NAME_IN_PATH: the path, or NULL for any name. */
+static int bind_path(sqlite3_stmt *s, const char *path)
+{
+    size_t len = path ? strlen(path) : 0;
+    char *under;
+
+    if (!path || len == 0 || path[len - 1] == '/')
+        return 0; /* "" or "dir/": the prefix alone says it */
+    if (!(under = malloc(len + 2)))
+        return -ENOMEM;
+    memcpy(under, path, len);
+    memcpy(under + len, "/", 2);
+    sqlite3_bind_text(s, 5, path, (int)len, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 6, (int64_t)len + 1);
+    sqlite3_bind_text(s, 7, under, (int)len + 1, SQLITE_TRANSIENT);
+    free(under);
+    return 0;
+}
+
 int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc **docs, size_t *n)
 {
     /* One snapshot, as db_list: a name removed meanwhile is listed whole or not at all. */
@@ -232,8 +258,13 @@ int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc *
     sqlite3_bind_int64(s, 2, (int64_t)q->limit);
     if (q->tag)
         sqlite3_bind_text(s, 3, q->tag, -1, SQLITE_TRANSIENT);
-    if (!q->unnamed)
+    if (!q->unnamed) {
         sqlite3_bind_text(s, 4, q->prefix ? q->prefix : "", -1, SQLITE_TRANSIENT);
+        if ((r = bind_path(s, q->path ? q->prefix : NULL)) < 0) {
+            db_snapshot_end(db, c);
+            return r;
+        }
+    }
     /* Collect first: db_load_doc reuses statements, so the cursor must be finished. */
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         char *name = NULL;
@@ -285,7 +316,7 @@ static bool prefix_bound(const char *prefix, char *bound, size_t size)
     return true;
 }
 
-int db_du(struct db *db, const char *prefix, struct db_du *du)
+int db_du(struct db *db, const char *prefix, bool path, struct db_du *du)
 {
     /* One snapshot: both sums see the same names. */
     struct db_conn *c = db_snapshot_begin(db);
@@ -305,6 +336,10 @@ int db_du(struct db *db, const char *prefix, struct db_du *du)
         sqlite3_bind_text(s, 1, prefix ? prefix : "", -1, SQLITE_TRANSIENT);
         if (bounded)
             sqlite3_bind_text(s, 2, bound, -1, SQLITE_TRANSIENT);
+        if ((r = bind_path(s, path ? prefix : NULL)) < 0) {
+            sqlite3_reset(s);
+            break;
+        }
         if (sqlite3_step(s) != SQLITE_ROW) {
             r = -EIO;
         } else if (q == 0) {

@@ -179,6 +179,7 @@ struct db_names_query {
     const char *after;  /* start after this name (or hash, with `unnamed`); NULL: the start */
     const char *tag;    /* NULL: any */
     size_t limit;
+    bool path;    /* the prefix is a path: the name itself and those under it (prefix/) */
     bool unnamed; /* instead: the documents no name points to, in hash order */
 };
 
@@ -193,7 +194,7 @@ struct db_du {
     uint64_t names, logical_bytes;                /* each name's newest version */
     uint64_t documents, unique_bytes, stored_bytes; /* the distinct documents they point to */
 };
-int db_du(struct db *db, const char *prefix, struct db_du *du);
+int db_du(struct db *db, const char *prefix, bool path, struct db_du *du);
 
 /* ---- packs and records (db-store.c) ---- */
 

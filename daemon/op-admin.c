@@ -118,6 +118,7 @@ struct op_du {
     uv_work_t work;
     int status; /* the worker's result */
     char *prefix;
+    bool path;
     struct db_du du;
 };
 OP_ASSERT_FIRST(struct op_du);
@@ -130,7 +131,7 @@ static void du_clear(struct op *op)
 static void du_work(uv_work_t *work)
 {
     struct op_du *du = container_of(work, struct op_du, work);
-    du->status = db_du(du->op.d->db, du->prefix, &du->du);
+    du->status = db_du(du->op.d->db, du->prefix, du->path, &du->du);
 }
 
 static void du_done(uv_work_t *work, int status)
@@ -171,8 +172,10 @@ void dispatch_do_du(struct conn *c, uint64_t id, const msgpack_object *map)
     if (!op)
         return;
     du = container_of(op, struct op_du, op);
-    if (dispatch_get_string(map, "prefix", PROTO_MAX_REF, true, &du->prefix)) {
-        reply_error(c, id, PROTO_E_BAD_REQUEST, "prefix must be a string of at most 4096 bytes");
+    if (dispatch_get_string(map, "prefix", PROTO_MAX_REF, true, &du->prefix) ||
+        (proto_map_get(map, "path") && proto_get_bool(map, "path", &du->path) != 0)) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST,
+                    "prefix must be a string of at most 4096 bytes, path a boolean");
         dispatch_op_finish(op);
         return;
     }

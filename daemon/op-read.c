@@ -35,6 +35,7 @@ struct op_list {
     char *tag;
     uint64_t limit, listed;
     bool names, unnamed; /* one item per name (db_list_names); documents without a name */
+    bool path;           /* names only: the prefix is a path (the name and those under it) */
     char *prefix;        /* names only: those that start with it */
     char *after_name;    /* names only: the last name listed */
     char after[PROTO_HASH_HEX + 1]; /* the last hash listed; the next page starts after it */
@@ -215,6 +216,7 @@ static void list_work(uv_work_t *work)
     if (l->names || l->unnamed) {
         struct db_names_query q = {
             .prefix = l->prefix,
+            .path = l->path,
             .after = l->names ? l->after_name : l->after,
             .tag = l->tag,
             .limit = (size_t)page,
@@ -343,17 +345,18 @@ void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
     }
     if (l->names) {
         if (dispatch_get_string(map, "prefix", PROTO_MAX_REF, true, &l->prefix) ||
-            dispatch_get_string(map, "after", PROTO_MAX_REF, true, &l->after_name)) {
+            dispatch_get_string(map, "after", PROTO_MAX_REF, true, &l->after_name) ||
+            (proto_map_get(map, "path") && proto_get_bool(map, "path", &l->path) != 0)) {
             reply_error(c, id, PROTO_E_BAD_REQUEST,
-                        "prefix and after must be strings of at most 4096 bytes");
+                        "prefix and after must be strings of at most 4096 bytes, path a boolean");
             dispatch_op_finish(op);
             return;
         }
         list_queue(l);
         return;
     }
-    if (proto_map_get(map, "prefix")) {
-        reply_error(c, id, PROTO_E_BAD_REQUEST, "prefix needs names: true");
+    if (proto_map_get(map, "prefix") || proto_map_get(map, "path")) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "prefix and path need names: true");
         dispatch_op_finish(op);
         return;
     }

@@ -404,16 +404,28 @@ class Listing(CliTestCase):
             self.assertIn(cols[0], (h[:12], other[:12], anon[:12]))
         git = [r.split("  ")[-1] for r in self.cli("ls", "usr/share/doc/git/").stdout.decode().splitlines()]
         self.assertEqual(git, ["usr/share/doc/git/README", "usr/share/doc/git/copyright"])
+        # a PREFIX is a path: usr/share/doc/git is not usr/share/doc/git-man
+        for prefix in ("usr/share/doc/git", "/usr/share/doc/git"[1:]):
+            rows = self.cli("ls", prefix).stdout.decode().splitlines()
+            self.assertEqual([r.split("  ")[-1] for r in rows], git)
+        self.assertEqual(self.cli("ls", "usr/share/doc/g").stdout, b"")
         docs = ct.parse_ls(self.cli("ls", "--docs").stdout)
         self.assertEqual(sorted(d[0] for d in docs), sorted([h, other, anon]))
-        js = ct.parse_json_lines(self.cli("--json", "ls", "usr/share/doc/g").stdout)
+        js = ct.parse_json_lines(self.cli("--json", "ls", "usr/share/doc").stdout)
         self.assertEqual([(j["name"], j["hash"], j["size"]) for j in js],
                          [(n, other if n.endswith("README") else h, 7 if n.endswith("README") else len(lic))
-                          for n in sorted(names + ["usr/share/doc/git/README"]) if n.startswith("usr/share/doc/g")])
+                          for n in sorted(names + ["usr/share/doc/git/README"])])
+        # the protocol's prefix without path is a plain string prefix
+        with self.d.connect() as c:
+            items = c.list_all(names=True, prefix="usr/share/doc/g")
+            self.assertEqual([x["name"] for x in items], sorted(
+                n for n in names + ["usr/share/doc/git/README"] if n.startswith("usr/share/doc/g")))
+            items = c.list_all(names=True, prefix="usr/share/doc/git", path=True)
+            self.assertEqual([x["name"] for x in items], git)
         self.assertTrue(all(isinstance(j.get("named"), int) for j in js))
         # -l: the full hash, sizes and mime type; -h: human sizes
         big = self.add(b"x" * 3000000, "-n", "big.bin")
-        [row] = [r for r in self.cli("ls", "-lh", "big").stdout.decode().splitlines()]
+        [row] = [r for r in self.cli("ls", "-lh", "big.bin").stdout.decode().splitlines()]
         self.assertTrue(row.startswith(big + "  "), row)
         self.assertIn("2.9 MiB", row)
         self.assertTrue(row.endswith("  big.bin"), row)
@@ -440,6 +452,9 @@ class Listing(CliTestCase):
         every = ct.parse_kv(self.cli("du").stdout)
         self.assertEqual((every["names"], every["documents"]), ("6", "3"))
         self.assertEqual(ct.parse_kv(self.cli("du", "doc/p0/").stdout)["names"], "2")
+        self.assertEqual(ct.parse_kv(self.cli("du", "doc/p0").stdout)["names"], "2")  # a path
+        self.assertEqual(ct.parse_kv(self.cli("du", "doc/p").stdout)["names"], "0")
+        self.assertEqual(ct.parse_kv(self.cli("du", "doc/p0/README").stdout)["names"], "1")
         self.assertEqual(ct.parse_kv(self.cli("du", "nothing/").stdout)["names"], "0")
         self.assertEqual(ct.parse_kv(self.cli("du", "-h", "doc/").stdout)["logical_bytes"], "20.2 KiB")
         self.stop_daemon()
@@ -472,6 +487,9 @@ class Listing(CliTestCase):
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "escaped")))
         with open(os.path.join(out2, "x", "fine"), "rb") as f:
             self.assertEqual(f.read(), b"fine")
+        # a path: x/fin is not x/fine
+        p = self.cli("get", "-r", "x/fin", os.path.join(self.tmp, "out3"), check_exit=1)
+        self.assertIn(b"no name starts with it", p.stderr)
         p = self.cli("get", "-r", "no/such/prefix", out2, check_exit=1)
         self.assertIn(b"no name starts with it", p.stderr)
         self.cli("get", "-r", "x/", check_exit=2)
