@@ -85,8 +85,8 @@ struct node {
     gid_t gid;
     uint64_t ino;
     struct timespec mtime, ctime;
-    bool dirty; /* the current state differs from the durable one */
-    struct content cur, dur;   /* regular files */
+    bool dirty;                  /* the current state differs from the durable one */
+    struct content cur, dur;     /* regular files */
     struct entries cur_e, dur_e; /* directories */
 };
 
@@ -842,8 +842,7 @@ static int pc_flush(const char *path, struct fuse_file_info *fi)
     return 0;
 }
 
-static int pc_fallocate(const char *path, int mode, off_t off, off_t len,
-                        struct fuse_file_info *fi)
+static int pc_fallocate(const char *path, int mode, off_t off, off_t len, struct fuse_file_info *fi)
 {
     struct node *nd = node_of(path, fi);
     int r = 0;
