@@ -97,18 +97,17 @@ class PowercutFS:
 
 
 def make_content(rng, shared):
-    """Random bytes; some start with a block other documents share, so that
-    gc has chunks that one document leaves and another still uses."""
+    """Random bytes, different from every other document's (Ledger relies
+    on it); some start with a block other documents share, so that gc has
+    chunks that one document leaves and another still uses."""
     roll = rng.random()
-    if roll < 0.05:
-        size = 0
-    elif roll < 0.75:
-        size = rng.randint(1, 24 * 1024)
-    elif roll < 0.97:
-        size = rng.randint(24 * 1024, 300 * 1024)  # several frames
+    if roll < 0.80:
+        size = rng.randint(0, 8 * 1024)
+    elif roll < 0.98:
+        size = rng.randint(8 * 1024, 100 * 1024)
     else:
-        size = rng.randint(600 * 1024, 1200 * 1024)
-    tail = rng.randbytes(size)
+        size = rng.randint(300 * 1024, 700 * 1024)  # several frames
+    tail = rng.randbytes(size) + os.urandom(16)
     return rng.choice(shared) + tail if rng.random() < 0.3 else tail
 
 
@@ -129,9 +128,10 @@ class Ledger:
             self.live[h] = content
             self.acks += 1
 
-    def take_for_delete(self, rng):
+    def take_for_delete(self, rng, keep):
+        """A live document to delete while more than `keep` are live."""
         with self.lock:
-            if len(self.live) < 20:
+            if len(self.live) <= keep:
                 return None
             h = rng.choice(list(self.live))
             del self.live[h]  # unknown until the delete is acknowledged
@@ -147,6 +147,7 @@ class Workload:
     """The threads of one power-on period, until the cut."""
 
     ADDERS = 3
+    LIVE = 300
 
     def __init__(self, d, ledger, seed):
         self.d = d
@@ -154,7 +155,7 @@ class Workload:
         self.seed = seed
         self.stop = threading.Event()
         self.errors = []
-        self.gcs = 0
+        self.gcs = self.packs_gone = 0
         srng = random.Random(seed)
         self.shared = [srng.randbytes(64 * 1024) for _ in range(8)]
         self.threads = [threading.Thread(target=self.adder, args=(k,), daemon=True)
@@ -174,6 +175,8 @@ class Workload:
                 self.errors.append("a client thread hangs after the cut")
 
     def adder(self, k):
+        """Adds; deletes instead while more than LIVE documents are live,
+        since the checks after each cut read them all."""
         rng = random.Random(self.seed * 10 + k)
         try:
             conn = self.d.connect()
@@ -181,6 +184,16 @@ class Workload:
             return
         with conn:
             while not self.stop.is_set():
+                h = self.ledger.take_for_delete(rng, self.LIVE)
+                if h is not None:
+                    try:
+                        r = conn.call("delete", ref=h)
+                    except (ct.ConnectionClosed, OSError):
+                        return  # the cut: this delete's fate is unknown
+                    if r.get("ok") is not True:
+                        return
+                    self.ledger.removed(h)
+                    continue
                 content = make_content(rng, self.shared)
                 try:
                     r = conn.add(content, name="p%d-%d-%d" % (self.seed, k, rng.getrandbits(40)))
@@ -194,14 +207,14 @@ class Workload:
                 self.ledger.added(r["hash"], content)
 
     def deleter(self):
+        """Deletes through `cairn rm`, beside the adders' deletes."""
         rng = random.Random(self.seed * 10 + 8)
         while not self.stop.is_set():
-            h = self.ledger.take_for_delete(rng)
+            h = self.ledger.take_for_delete(rng, 20)
             if h is None:
                 time.sleep(0.02)
                 continue
-            p = self.d.cli("rm", h, check_exit=None, timeout=60 * ct.SLOW)
-            if p.returncode != 0:
+            if self.d.cli("rm", h, check_exit=None, timeout=60 * ct.SLOW).returncode != 0:
                 return  # the cut: this delete's fate is unknown
             self.ledger.removed(h)
 
@@ -212,7 +225,7 @@ class Workload:
         except OSError:
             return
         with conn:
-            while not self.stop.wait(rng.uniform(0.05, 0.4)):
+            while not self.stop.wait(rng.uniform(0, 0.2)):
                 try:
                     r = conn.call("gc")
                 except (ct.ConnectionClosed, OSError):
@@ -220,6 +233,7 @@ class Workload:
                 if r.get("ok") is not True:
                     return
                 self.gcs += 1
+                self.packs_gone += r.get("packs_rewritten", 0) + r.get("packs_deleted", 0)
 
 
 class PowerCuts(unittest.TestCase):
@@ -236,8 +250,12 @@ class PowerCuts(unittest.TestCase):
                              os.path.join(self.base, "powercutfs.log"))
 
     def daemon(self, env):
+        # Small packs, so that packs are sealed and gc rewrites and deletes them.
+        config = os.path.join(self.base, "cairn.conf")
+        with open(config, "w") as f:
+            f.write("[store]\npack_size = 1M\nrepack_threshold = 60\n")
         return ct.Daemon(self, base=self.base, data_dir=os.path.join(self.fs.mountpoint, "data"),
-                         env=env)
+                         args=["--config", config], env=env)
 
     def cut(self, proc):
         """The power goes: nothing unsynced survives, and the disk is dead
@@ -253,7 +271,7 @@ class PowerCuts(unittest.TestCase):
         with open(d.log_path, "ab") as log:
             log.write(b"=== rebuild-index\n")
             log.flush()
-            proc = subprocess.Popen([ct.CAIRND, "--data-dir", d.data_dir, "--rebuild-index"],
+            proc = subprocess.Popen([ct.CAIRND, "--data-dir", d.data_dir] + d.args + ["--rebuild-index"],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=d.env())
         try:
@@ -300,19 +318,20 @@ class PowerCuts(unittest.TestCase):
         d = self.daemon(env)
         d.start()
         ledger = Ledger()
-        dropped = rebuilds_cut = gcs = 0
+        dropped = rebuilds_cut = gcs = packs_gone = 0
         started = time.monotonic()
         for n in range(1, cuts + 1):
             if sync_at_start:
                 self.fs.command("sync")
             work = Workload(d, ledger, self.rng.randrange(1 << 30))
             work.start()
-            time.sleep(self.rng.uniform(0.1, 1.0) * ct.SLOW)
+            time.sleep(self.rng.uniform(0.1, 0.8) * ct.SLOW)
             before = self.fs.counters()["dropped"]
             self.cut(d.proc)
             dropped += self.fs.counters()["dropped"] > before
             work.join()
             gcs += work.gcs
+            packs_gone += work.packs_gone
             self.assertFalse(work.errors, work.errors)
             if n % 5 == 0 and n < cuts:
                 rebuilds_cut += self.rebuild_and_cut(d)
@@ -320,10 +339,11 @@ class PowerCuts(unittest.TestCase):
             if found:
                 more = ["... and %d more" % (len(found) - 10)] if len(found) > 10 else []
                 return n, found[:10] + more + [d.log_tail(4000)]
-        print("%d cuts in %.0f s (%d dropped unsynced state, %d of them during a rebuild); "
-              "%d documents acknowledged and checked, %d deletes, %d gc runs"
-              % (cuts, time.monotonic() - started, dropped, rebuilds_cut, len(ledger.live),
-                 len(ledger.deleted), gcs), file=sys.stderr)
+        print("%d cuts in %.0f s (%d dropped unsynced state), %d more during a rebuild; "
+              "%d acknowledged writes; %d documents and %d deletes checked after the last; "
+              "%d gc runs rewrote or deleted %d packs"
+              % (cuts, time.monotonic() - started, dropped, rebuilds_cut, ledger.acks,
+                 len(ledger.live), len(ledger.deleted), gcs, packs_gone), file=sys.stderr)
         self.assertGreater(len(ledger.live), 0, "no add was ever acknowledged")
         self.assertGreater(len(ledger.deleted), 0, "no delete was ever acknowledged")
         # a cut at a moment when everything was synced proves nothing
