@@ -258,16 +258,16 @@ static void node_unref(struct node *nd)
     free(nd);
 }
 
-static struct node *node_new(mode_t mode)
+/* A new node owned by `owner`: the caller of a request, NULL for this process. */
+static struct node *node_new(mode_t mode, const struct fuse_context *owner)
 {
     struct node *nd = calloc(1, sizeof(*nd));
-    struct fuse_context *ctx = fuse_get_context();
 
     if (!nd)
         return NULL;
     nd->mode = mode;
-    nd->uid = ctx ? ctx->uid : 0;
-    nd->gid = ctx ? ctx->gid : 0;
+    nd->uid = owner ? owner->uid : getuid();
+    nd->gid = owner ? owner->gid : getgid();
     nd->ino = ++fs.next_ino;
     clock_gettime(CLOCK_REALTIME, &nd->mtime);
     nd->ctime = nd->mtime;
@@ -593,7 +593,7 @@ static int make_node(const char *path, mode_t mode, struct fuse_file_info *fi)
         return -ENOENT;
     if (entries_find(&dir->cur_e, name))
         return -EEXIST;
-    if (!(nd = node_new(mode)))
+    if (!(nd = node_new(mode, fuse_get_context())))
         return -ENOMEM;
     nd->refs++; /* held until it is in the directory or given up */
     r = entries_add(&dir->cur_e, name, nd, true);
@@ -924,7 +924,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s MOUNTPOINT\n", argv[0]);
         return 2;
     }
-    fs.root = node_new(S_IFDIR | 0755);
+    /* Not fuse_get_context(): it has no context outside a request. */
+    fs.root = node_new(S_IFDIR | 0755, NULL);
     if (!fs.root)
         return 1;
     fs.root->refs = 1;
