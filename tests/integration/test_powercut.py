@@ -246,6 +246,115 @@ def pipelined_gets(conn, hashes, depth=16):
             yield h, conn.collect_stream(rid)
 
 
+class FileSystem(unittest.TestCase):
+    """powercutfs keeps what was synced, as Linux defines it, and nothing else."""
+
+    def setUp(self):
+        reason = skip_reason()
+        if reason:
+            self.skipTest(reason)
+        base = ct.make_tempdir(self, prefix="cairn-powercut-")
+        self.fs = PowercutFS(self, os.path.join(base, "mnt"), os.path.join(base, "fs.log"))
+        self.root = self.fs.mountpoint
+
+    def path(self, *names):
+        return os.path.join(self.root, *names)
+
+    def write(self, name, data, sync=False, flags=os.O_CREAT | os.O_WRONLY | os.O_TRUNC):
+        fd = os.open(self.path(name), flags, 0o644)
+        try:
+            os.write(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read(self, name):
+        with open(self.path(name), "rb") as f:
+            return f.read()
+
+    def sync_dir(self, name=""):
+        fd = os.open(self.path(name), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def power_cycle(self):
+        self.fs.command("cut")
+        self.fs.command("up")
+
+    def test_only_synced_state_survives(self):
+        os.mkdir(self.path("d"))
+        self.write("d/synced", b"data", sync=True)
+        self.power_cycle()
+        self.assertFalse(os.path.exists(self.path("d")), "a directory whose parent was not synced")
+
+        os.mkdir(self.path("d"))
+        self.sync_dir()
+        self.write("d/a", b"old", sync=True)
+        self.write("d/b", b"never synced")
+        self.sync_dir("d")
+        self.write("d/a", b" and new", flags=os.O_WRONLY | os.O_APPEND)
+        self.assertEqual(self.read("d/a"), b"old and new")
+        self.power_cycle()
+        self.assertEqual(self.read("d/a"), b"old", "only the synced bytes")
+        self.assertEqual(self.read("d/b"), b"", "a durable name, data never synced")
+
+        os.rename(self.path("d/a"), self.path("d/c"))
+        os.unlink(self.path("d/b"))
+        self.power_cycle()
+        self.assertEqual(sorted(os.listdir(self.path("d"))), ["a", "b"], "changes to d not synced")
+        os.rename(self.path("d/a"), self.path("d/c"))
+        self.sync_dir("d")
+        self.power_cycle()
+        self.assertEqual(sorted(os.listdir(self.path("d"))), ["b", "c"])
+        self.assertEqual(self.read("d/c"), b"old")
+
+        fd = os.open(self.path("d/c"), os.O_RDWR)
+        os.ftruncate(fd, 1)
+        os.ftruncate(fd, 3)
+        os.fdatasync(fd)
+        os.close(fd)
+        self.power_cycle()
+        self.assertEqual(self.read("d/c"), b"o\0\0", "a truncate, then zeros")
+
+        # between directories, each side is durable when its directory is synced
+        os.rename(self.path("d/c"), self.path("moved"))
+        self.sync_dir()
+        self.power_cycle()
+        self.assertEqual(self.read("moved"), b"o\0\0")
+        self.assertEqual(self.read("d/c"), b"o\0\0", "the source directory was not synced")
+
+    def test_dead_until_up_and_sync(self):
+        self.write("f", b"x")
+        self.fs.command("cut")
+        with self.assertRaises(OSError):
+            os.mkdir(self.path("e"))
+        self.fs.command("up")
+        self.assertFalse(os.path.exists(self.path("f")))
+        self.write("f", b"y")
+        self.fs.command("sync")
+        self.power_cycle()
+        self.assertEqual(self.read("f"), b"y")
+        counters = self.fs.counters()
+        self.assertEqual(counters["cuts"], 2)
+        self.assertEqual(counters["dead"], 0)
+
+    def test_shared_mapping(self):
+        """SQLite maps its -shm file: FUSE allows that without direct_io only."""
+        import mmap
+        fd = os.open(self.path("shm"), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.ftruncate(fd, 8192)
+            with mmap.mmap(fd, 8192) as m:
+                m[4096:4099] = b"abc"
+                m.flush()
+        finally:
+            os.close(fd)
+        self.assertEqual(self.read("shm")[4096:4099], b"abc")
+
+
 class PowerCuts(unittest.TestCase):
     def setUp(self):
         reason = skip_reason()
@@ -277,7 +386,8 @@ class PowerCuts(unittest.TestCase):
 
     def rebuild_and_cut(self, d):
         """cairnd --rebuild-index, cut at a random moment (or let finish).
-        True when the cut came before the rebuild ended."""
+        Returns (cut, problem): whether the cut came before the rebuild
+        ended, and what went wrong if it ended badly."""
         with open(d.log_path, "ab") as log:
             log.write(b"=== rebuild-index\n")
             log.flush()
@@ -285,11 +395,15 @@ class PowerCuts(unittest.TestCase):
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=d.env())
         try:
-            proc.wait(self.rng.uniform(0.02, 1.5) * ct.SLOW)
+            rc = proc.wait(self.rng.uniform(0.02, 1.5) * ct.SLOW)
         except subprocess.TimeoutExpired:
             self.cut(proc)
-            return True
-        return False
+            return True, None
+        if "CAIRN_TEST_NO_SYNC" not in d.extra_env:
+            # The next start's syncfs(2) makes durable what the rebuild left
+            # unsynced; FUSE does not pass syncfs on (README.md), so do it here.
+            self.fs.command("sync")
+        return False, None if rc == 0 else "cairnd --rebuild-index exits %d" % rc
 
     def problems(self, d, ledger):
         """What a cut broke; [] when nothing."""
@@ -342,9 +456,12 @@ class PowerCuts(unittest.TestCase):
             gcs += work.gcs
             packs_gone += work.packs_gone
             self.assertFalse(work.errors, work.errors)
+            found = []
             if n % 5 == 0 and n < cuts:
-                rebuilds_cut += self.rebuild_and_cut(d)
-            found = self.problems(d, ledger)
+                was_cut, problem = self.rebuild_and_cut(d)
+                rebuilds_cut += was_cut
+                found += [problem] if problem else []
+            found += self.problems(d, ledger)
             if found:
                 more = ["... and %d more" % (len(found) - 10)] if len(found) > 10 else []
                 return n, found[:10] + more + [d.log_tail(4000)]
