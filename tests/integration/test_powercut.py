@@ -154,6 +154,7 @@ class Workload:
         self.ledger = ledger
         self.seed = seed
         self.stop = threading.Event()
+        self.cutting = threading.Event()  # set before the cut: failures after it are expected
         self.errors = []
         self.gcs = self.packs_gone = 0
         srng = random.Random(seed)
@@ -166,6 +167,11 @@ class Workload:
     def start(self):
         for t in self.threads:
             t.start()
+
+    def failed(self, what):
+        """A request failed; before the cut, that is an error of its own."""
+        if not self.cutting.is_set():
+            self.errors.append("%s failed before the cut" % what)
 
     def join(self):
         self.stop.set()
@@ -180,27 +186,27 @@ class Workload:
         rng = random.Random(self.seed * 10 + k)
         try:
             conn = self.d.connect()
-        except OSError:
-            return
+        except OSError as e:
+            return self.failed("connect: %r" % e)
         with conn:
             while not self.stop.is_set():
                 h = self.ledger.take_for_delete(rng, self.LIVE)
                 if h is not None:
                     try:
                         r = conn.call("delete", ref=h)
-                    except (ct.ConnectionClosed, OSError):
-                        return  # the cut: this delete's fate is unknown
+                    except (ct.ConnectionClosed, OSError) as e:
+                        return self.failed("delete: %r" % e)  # its fate is unknown
                     if r.get("ok") is not True:
-                        return
+                        return self.failed("delete: %r" % ct.short(r))
                     self.ledger.removed(h)
                     continue
                 content = make_content(rng, self.shared)
                 try:
                     r = conn.add(content, name="p%d-%d-%d" % (self.seed, k, rng.getrandbits(40)))
-                except (ct.ConnectionClosed, OSError):
-                    return  # the cut
+                except (ct.ConnectionClosed, OSError) as e:
+                    return self.failed("add: %r" % e)
                 if r.get("ok") is not True:
-                    return  # storage_error while the disk is dead
+                    return self.failed("add: %r" % ct.short(r))  # storage_error: the disk is dead
                 if r.get("hash") != hashlib.sha256(content).hexdigest():
                     self.errors.append("acknowledged hash %r does not match" % r.get("hash"))
                     return
@@ -214,24 +220,25 @@ class Workload:
             if h is None:
                 time.sleep(0.02)
                 continue
-            if self.d.cli("rm", h, check_exit=None, timeout=60 * ct.SLOW).returncode != 0:
-                return  # the cut: this delete's fate is unknown
+            p = self.d.cli("rm", h, check_exit=None, timeout=60 * ct.SLOW)
+            if p.returncode != 0:
+                return self.failed("cairn rm: %r" % p.stderr[-500:])  # its fate is unknown
             self.ledger.removed(h)
 
     def collector(self):
         rng = random.Random(self.seed * 10 + 9)
         try:
             conn = self.d.connect()
-        except OSError:
-            return
+        except OSError as e:
+            return self.failed("connect: %r" % e)
         with conn:
             while not self.stop.wait(rng.uniform(0, 0.2)):
                 try:
                     r = conn.call("gc")
-                except (ct.ConnectionClosed, OSError):
-                    return
+                except (ct.ConnectionClosed, OSError) as e:
+                    return self.failed("gc: %r" % e)
                 if r.get("ok") is not True:
-                    return
+                    return self.failed("gc: %r" % ct.short(r))
                 self.gcs += 1
                 self.packs_gone += r.get("packs_rewritten", 0) + r.get("packs_deleted", 0)
 
@@ -399,7 +406,11 @@ class PowerCuts(unittest.TestCase):
         except subprocess.TimeoutExpired:
             self.cut(proc)
             return True, None
-        if "CAIRN_TEST_NO_SYNC" not in d.extra_env:
+        if self.rng.random() < 0.5:
+            # The power goes once the rebuild has said it is done.
+            self.fs.command("cut")
+            self.fs.command("up")
+        elif "CAIRN_TEST_NO_SYNC" not in d.extra_env:
             # The next start's syncfs(2) makes durable what the rebuild left
             # unsynced; FUSE does not pass syncfs on (README.md), so do it here.
             self.fs.command("sync")
@@ -450,6 +461,7 @@ class PowerCuts(unittest.TestCase):
             work.start()
             time.sleep(self.rng.uniform(0.1, 0.8))
             before = self.fs.counters()["dropped"]
+            work.cutting.set()
             self.cut(d.proc)
             dropped += self.fs.counters()["dropped"] > before
             work.join()
