@@ -58,6 +58,7 @@ class PowercutFS:
     def __init__(self, testcase, mountpoint, log_path):
         self.mountpoint = mountpoint
         self.control = os.path.join(mountpoint, ".powercut")
+        self.log_path = log_path
         os.makedirs(mountpoint, exist_ok=True)
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen([POWERCUTFS, mountpoint], stdin=subprocess.DEVNULL,
@@ -86,7 +87,7 @@ class PowercutFS:
             if subprocess.run(["fusermount3", "-u", self.mountpoint]).returncode != 0:
                 subprocess.run(["fusermount3", "-u", "-z", self.mountpoint])
         try:
-            self.proc.wait(10)
+            rc = self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -94,6 +95,14 @@ class PowercutFS:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            raise AssertionError("powercutfs did not exit when unmounted")
+        # a crash, or under ASan a leak or a memory error
+        if rc != 0:
+            raise AssertionError("powercutfs exited with %d:\n%s" % (rc, self.log_tail()))
+
+    def log_tail(self):
+        with open(self.log_path, "rb") as f:
+            return f.read()[-4000:].decode("utf-8", "replace")
 
 
 def make_content(rng, shared):

@@ -23,8 +23,8 @@
  * it. Reading the control file reports counters.
  *
  * Everything lives in this process's memory: the file system is the disk,
- * and it outlives every cut. File data is kept in 4 KiB pages shared
- * copy-on-write between the two states, so a sync costs a pointer per page.
+ * and it outlives every cut. File data is kept in pages shared copy-on-write
+ * between the two states (content.c), so a sync costs a pointer per page.
  * A plain directory tree on a backing file system could not hold every
  * durable state: a file synced before any of its names is durable, or a
  * directory synced before its own entry is, has data but no durable path.
@@ -55,21 +55,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PAGE_SIZE 4096u
+#include "content.h"
+
 #define CONTROL_NAME "/.powercut"
 #define CONTROL_FH 0 /* a node's handle is its address, never 0 */
-
-struct page {
-    unsigned refs;
-    char bytes[PAGE_SIZE];
-};
-
-/* A file's contents in one of the two states; pages may be shared. */
-struct content {
-    struct page **pages; /* NULL entries read as zeros */
-    size_t npages;       /* allocated entries */
-    uint64_t size;
-};
 
 struct entry {
     char *name;
@@ -102,140 +91,6 @@ static struct {
     bool dead;
     unsigned long cuts, dropped, syncs;
 } fs;
-
-/* ---- pages and contents ------------------------------------------------------- */
-
-static void page_unref(struct page *p)
-{
-    if (p && --p->refs == 0)
-        free(p);
-}
-
-static void content_clear(struct content *c)
-{
-    for (size_t i = 0; i < c->npages; i++)
-        page_unref(c->pages[i]);
-    free(c->pages);
-    *c = (struct content){0};
-}
-
-/* dst becomes a copy of src that shares its pages. */
-static int content_assign(struct content *dst, const struct content *src)
-{
-    size_t used = (src->size + PAGE_SIZE - 1) / PAGE_SIZE;
-    struct page **pages = NULL;
-
-    if (used > 0 && !(pages = calloc(used, sizeof(*pages))))
-        return -ENOMEM;
-    for (size_t i = 0; i < used && i < src->npages; i++) {
-        pages[i] = src->pages[i];
-        if (pages[i])
-            pages[i]->refs++;
-    }
-    content_clear(dst);
-    dst->pages = pages;
-    dst->npages = used;
-    dst->size = src->size;
-    return 0;
-}
-
-static int content_reserve(struct content *c, size_t npages)
-{
-    struct page **pages;
-
-    if (npages <= c->npages)
-        return 0;
-    pages = realloc(c->pages, npages * sizeof(*pages));
-    if (!pages)
-        return -ENOMEM;
-    memset(pages + c->npages, 0, (npages - c->npages) * sizeof(*pages));
-    c->pages = pages;
-    c->npages = npages;
-    return 0;
-}
-
-/* Page i, private to this content (copied if shared, made if missing). */
-static struct page *content_own(struct content *c, size_t i)
-{
-    struct page *p = c->pages[i], *copy;
-
-    if (p && p->refs == 1)
-        return p;
-    if (!(copy = malloc(sizeof(*copy))))
-        return NULL;
-    copy->refs = 1;
-    if (p)
-        memcpy(copy->bytes, p->bytes, PAGE_SIZE);
-    else
-        memset(copy->bytes, 0, PAGE_SIZE);
-    page_unref(p);
-    c->pages[i] = copy;
-    return copy;
-}
-
-static int content_write(struct content *c, const char *buf, size_t len, uint64_t off)
-{
-    uint64_t end = off + len;
-    int r = content_reserve(c, (end + PAGE_SIZE - 1) / PAGE_SIZE);
-
-    for (uint64_t at = off; r == 0 && at < end;) {
-        size_t i = at / PAGE_SIZE, in = at % PAGE_SIZE;
-        size_t n = end - at < PAGE_SIZE - in ? end - at : PAGE_SIZE - in;
-        struct page *p = content_own(c, i);
-
-        if (!p)
-            return -ENOMEM;
-        memcpy(p->bytes + in, buf + (at - off), n);
-        at += n;
-    }
-    if (r == 0 && end > c->size)
-        c->size = end;
-    return r;
-}
-
-static size_t content_read(const struct content *c, char *buf, size_t len, uint64_t off)
-{
-    size_t done = 0;
-
-    if (off >= c->size)
-        return 0;
-    if (len > c->size - off)
-        len = c->size - off;
-    while (done < len) {
-        uint64_t at = off + done;
-        size_t i = at / PAGE_SIZE, in = at % PAGE_SIZE;
-        size_t n = len - done < PAGE_SIZE - in ? len - done : PAGE_SIZE - in;
-        const struct page *p = i < c->npages ? c->pages[i] : NULL;
-
-        if (p)
-            memcpy(buf + done, p->bytes + in, n);
-        else
-            memset(buf + done, 0, n);
-        done += n;
-    }
-    return done;
-}
-
-/* Bytes past a shrunk size must read as zeros if the file grows again. */
-static int content_truncate(struct content *c, uint64_t size)
-{
-    size_t keep = (size + PAGE_SIZE - 1) / PAGE_SIZE;
-
-    if (size < c->size) {
-        for (size_t i = keep; i < c->npages; i++) {
-            page_unref(c->pages[i]);
-            c->pages[i] = NULL;
-        }
-        if (size % PAGE_SIZE && keep - 1 < c->npages && c->pages[keep - 1]) {
-            struct page *p = content_own(c, keep - 1);
-            if (!p)
-                return -ENOMEM;
-            memset(p->bytes + size % PAGE_SIZE, 0, PAGE_SIZE - size % PAGE_SIZE);
-        }
-    }
-    c->size = size;
-    return 0;
-}
 
 /* ---- nodes and directory entries ---------------------------------------------- */
 
@@ -556,7 +411,7 @@ static int pc_getattr(const char *path, struct stat *st, struct fuse_file_info *
     st->st_uid = nd->uid;
     st->st_gid = nd->gid;
     st->st_size = S_ISDIR(nd->mode) ? 4096 : (off_t)nd->cur.size;
-    st->st_blksize = PAGE_SIZE;
+    st->st_blksize = CONTENT_PAGE_SIZE;
     st->st_blocks = (st->st_size + 511) / 512;
     st->st_mtim = nd->mtime;
     st->st_ctim = nd->ctime;
@@ -880,7 +735,7 @@ static int pc_statfs(const char *path, struct statvfs *sv)
 {
     ALIVE_OR_EIO();
     memset(sv, 0, sizeof(*sv));
-    sv->f_bsize = sv->f_frsize = PAGE_SIZE;
+    sv->f_bsize = sv->f_frsize = CONTENT_PAGE_SIZE;
     sv->f_blocks = sv->f_bfree = sv->f_bavail = 1u << 24; /* 64 GiB: memory is the limit */
     sv->f_files = sv->f_ffree = sv->f_favail = 1u << 20;
     sv->f_namemax = 255;
