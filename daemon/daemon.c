@@ -33,6 +33,40 @@
 #define DAEMON_EXTEND_EVERY 10
 #define DAEMON_EXTEND_USEC 30000000ull
 
+/*
+ * Makes the data directory's own entry in its parent durable. The local
+ * backend syncs the entries in the data directory (the objects directory's
+ * among them) but not the data directory itself: after a power cut that
+ * followed its creation, everything acknowledged in it was gone with it.
+ * Every start, not only the one that creates it: an earlier run may have
+ * created it and crashed before any sync. Directories above it are taken
+ * as they are.
+ */
+static int sync_data_dir_entry(const char *data_dir)
+{
+    char parent[PATH_MAX];
+    char *slash;
+    int fd, r = 0;
+
+    if (backend_sync_disabled())
+        return 0;
+    snprintf(parent, sizeof(parent), "%s", data_dir);
+    for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--)
+        parent[n - 1] = '\0';
+    slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof(parent), ".");
+    else
+        slash[slash == parent ? 1 : 0] = '\0';
+    fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
 static int take_lock(struct daemon *d, const char *data_dir, char *err, size_t err_len)
 {
     char path[PATH_MAX + 16], pid[32];
@@ -541,6 +575,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         return DAEMON_E_SETUP;
 
     r = util_mkdir_p(cfg->data_dir, 0700);
+    if (r == 0)
+        r = sync_data_dir_entry(cfg->data_dir);
     if (r < 0) {
         snprintf(err, err_len, "data dir %s: %s", cfg->data_dir, strerror(-r));
         return DAEMON_E_SETUP;

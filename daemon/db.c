@@ -20,6 +20,7 @@
 #include "daemon/db-int.h"
 #include "daemon/log.h"
 #include "proto/util.h"
+#include "storage/backend.h"
 
 static const char schema_sql[] =
     /*
@@ -189,8 +190,9 @@ static int conn_open(const char *path, bool writer, struct db_conn **out)
          * must stand on their own ask for a durable commit (db_write.durable).
          */
         if (exec(c, "PRAGMA page_size=1024") || exec(c, "PRAGMA journal_mode=WAL") ||
-            exec(c, "PRAGMA synchronous=NORMAL") || exec(c, "PRAGMA foreign_keys=ON") ||
-            exec(c, "PRAGMA temp_store=MEMORY")) {
+            exec(c, backend_sync_disabled() ? "PRAGMA synchronous=OFF"
+                                            : "PRAGMA synchronous=NORMAL") ||
+            exec(c, "PRAGMA foreign_keys=ON") || exec(c, "PRAGMA temp_store=MEMORY")) {
             conn_close(c);
             return -EIO;
         }
@@ -328,6 +330,8 @@ int db_sync_log(struct db *db)
     char path[PATH_MAX + 8];
     int fd, r = 0;
 
+    if (backend_sync_disabled())
+        return 0;
     snprintf(path, sizeof(path), "%s-wal", db->path);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -369,6 +373,7 @@ static void batch_work(uv_work_t *work)
 
     for (struct db_write *w = db->batch; w; w = w->next_)
         durable |= w->durable;
+    durable = durable && !backend_sync_disabled();
     /* The setting is read at commit; it may only change outside a transaction. */
     if (durable)
         exec(db->writer, "PRAGMA synchronous=FULL");

@@ -16,6 +16,7 @@
 #include "daemon/log.h"
 #include "daemon/store-int.h"
 #include "daemon/text.h"
+#include "storage/backend.h"
 #include "proto/util.h"
 static const char schema_sql[] =
     "CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5("
@@ -99,7 +100,9 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     sqlite3_busy_timeout(ix->conn, 10000);
     /* Derived data: NORMAL keeps it consistent after a crash; what it lost is redone. */
     if (ix_exec(ix->conn, "PRAGMA journal_mode=WAL") < 0 ||
-        ix_exec(ix->conn, "PRAGMA synchronous=NORMAL") < 0 || ix_exec(ix->conn, schema_sql) < 0)
+        ix_exec(ix->conn, backend_sync_disabled() ? "PRAGMA synchronous=OFF"
+                                                  : "PRAGMA synchronous=NORMAL") < 0 ||
+        ix_exec(ix->conn, schema_sql) < 0)
         goto fail;
     attach = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS meta_db", db_path(db));
     if (!attach) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "storage/backend.h"
 
 /* Free bytes for unprivileged use on the reserve's file system; UINT64_MAX when unknown. */
 static uint64_t free_bytes(const struct reserve *r)
@@ -38,7 +39,7 @@ static void take(struct reserve *r)
     }
     /* Blocks really allocated (posix_fallocate), not a sparse file. */
     e = posix_fallocate(fd, 0, RESERVE_BYTES);
-    if (e == 0 && fsync(fd) != 0)
+    if (e == 0 && !backend_sync_disabled() && fsync(fd) != 0)
         e = errno;
     close(fd);
     if (e != 0) {

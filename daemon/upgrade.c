@@ -676,6 +676,8 @@ static int fsync_parent(const char *path)
     const char *slash = strrchr(path, '/');
     int fd, r = 0;
 
+    if (backend_sync_disabled())
+        return 0;
     snprintf(dir, sizeof(dir), "%.*s", slash && slash != path ? (int)(slash - path) : 1,
              slash ? path : ".");
     if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)

@@ -18,6 +18,8 @@ CAIRN_DEB_PACKAGES=(
     # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py
     # (which skips what is missing); installing it does not make systemd PID 1.
     systemd
+    # tests/powercut: the FUSE file system that cuts the power (fusermount3 from fuse3)
+    libfuse3-dev fuse3
 )
 
 # Peers of the benchmarks (bench/run), whose smoke tier runs with the tests.

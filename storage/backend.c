@@ -34,6 +34,19 @@ static const struct backend_ops *const backend_table[] = {
 
 static _Atomic(backend_log_fn) log_sink;
 
+bool backend_sync_disabled(void)
+{
+    static atomic_int disabled = -1; /* not read yet */
+    int v = atomic_load(&disabled);
+
+    if (v < 0) {
+        const char *e = getenv("CAIRN_TEST_NO_SYNC");
+        v = e && strcmp(e, "1") == 0;
+        atomic_store(&disabled, v);
+    }
+    return v;
+}
+
 void backend_set_log(backend_log_fn fn)
 {
     atomic_store(&log_sink, fn);

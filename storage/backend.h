@@ -282,6 +282,15 @@ static inline bool backend_has(const struct backend *be, unsigned cap)
     return (be->ops->caps & cap) == cap;
 }
 
+/*
+ * Test-only: true when cairnd runs with CAIRN_TEST_NO_SYNC=1 in its
+ * environment. Then nothing is made durable - the local backend skips its
+ * fsync, fdatasync and syncfs calls, SQLite runs at synchronous=OFF - so
+ * that tests/integration/test_powercut.py can show that a power cut notices
+ * missing syncs. Read once; any thread.
+ */
+bool backend_sync_disabled(void);
+
 /* Checks the key alphabet and shape: "<dir>/<name>", [a-z0-9._-], no leading dot. */
 bool backend_key_valid(const char *key);
 
