@@ -8,7 +8,8 @@ CAIRN_DEB_PACKAGES=(
     libuv1-dev libmsgpack-dev libsqlite3-dev libzstd-dev libssl-dev
     libinih-dev libjansson-dev libcmocka-dev python3 libssh2-1-dev
     libcurl4-openssl-dev
-    # cairn mount (libfuse3), and fusermount3 for tests/integration/test_mount.py
+    # cairn mount (libfuse3), fusermount3 for tests/integration/test_mount.py, and
+    # tests/powercut, the FUSE file system that cuts the power
     libfuse3-dev fuse3
     openssh-server openssh-client scdoc
     # strace shows tests/integration/test_lifecycle.py which syncs cairnd makes at start,
@@ -18,8 +19,6 @@ CAIRN_DEB_PACKAGES=(
     # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py
     # (which skips what is missing); installing it does not make systemd PID 1.
     systemd
-    # tests/powercut: the FUSE file system that cuts the power (fusermount3 from fuse3)
-    libfuse3-dev fuse3
 )
 
 # Peers of the benchmarks (bench/run), whose smoke tier runs with the tests.
