@@ -14,7 +14,10 @@
  * its document is left. An unname entry is dead once its document is
  * deleted at or after its time (`rm NAME` writes the delete at the same
  * time), or when no earlier add entry (which could have brought the name)
- * is left.
+ * is left. While a repacked pack waits to be deleted (DB_PACK_DELETING), no
+ * delete or unname entry is dead: the pack may still hold an add entry whose
+ * row is gone, and a rebuild from the packs would bring that add back
+ * without them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -28,9 +31,10 @@
 
 #define JOURNAL_DEAD                                                                               \
     "((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1"              \
-    " AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM journal x"                 \
-    " WHERE x.doc = j.doc AND x.op = 0 AND x.time < j.time)) OR (j.op = 2 AND EXISTS"              \
-    " (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time)))"
+    " AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM packs p"                   \
+    " WHERE p.state = 2) AND (NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"              \
+    " AND x.op = 0 AND x.time < j.time) OR (j.op = 2 AND EXISTS (SELECT 1 FROM journal x"          \
+    " WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time)))))"
 
 const char *const db_gc_sql[DB_S_COUNT_] = {
     [DB_S_STATE_GET] = "SELECT value FROM state WHERE key = ?1",

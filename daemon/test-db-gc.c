@@ -305,7 +305,7 @@ static void fixture_setup(struct test_db *e, struct fixture *f)
     assert_int_equal(test_pack_set(e, 1, 1000, DB_PACK_SEALED), 0);
     assert_int_equal(test_pack_set(e, 2, 2000, DB_PACK_SEALED), 0);
     assert_int_equal(test_pack_set(e, 3, 300, DB_PACK_OPEN), 0);
-    assert_int_equal(test_pack_set(e, 4, 50, DB_PACK_DELETING), 0);
+    assert_int_equal(test_pack_set(e, 4, 50, DB_PACK_SEALED), 0);
     for (uint8_t i = 0; i < NHASH; i++) {
         test_hash(f->h[i], (uint8_t)(0x10 + 0x10 * i), i);
         if (i < S1)
@@ -351,7 +351,7 @@ static void assert_usage(struct test_db *e, uint64_t safe_gen, const uint64_t li
     } packs[4] = {{1000, DB_PACK_SEALED},
                   {2000, DB_PACK_SEALED},
                   {300, DB_PACK_OPEN},
-                  {50, DB_PACK_DELETING}};
+                  {50, DB_PACK_SEALED}};
     struct db_pack_use *use;
     size_t n;
 
@@ -381,6 +381,28 @@ static void test_pack_usage(void **state)
     assert_usage(e, 2, (const uint64_t[]){100 + 300 + 60 + 20, 5 + 50, 66, 0});
     assert_usage(e, 3, (const uint64_t[]){100 + 60 + 20, 5 + 50, 66, 0});
     assert_usage(e, UINT32_MAX, (const uint64_t[]){100 + 60 + 20, 5 + 50, 66, 0});
+}
+
+/*
+ * While a pack waits to be deleted, deletes stay alive: it may hold an add
+ * entry whose row is gone, which a rebuild from the packs would replay.
+ */
+static void test_deletes_live_while_a_pack_waits(void **state)
+{
+    struct test_db *e = *state;
+    struct fixture f;
+    struct db_pack_row *rows;
+    size_t n;
+
+    fixture_setup(e, &f);
+    assert_int_equal(test_pack_set(e, 5, 70, DB_PACK_DELETING), 0);
+    assert_int_equal(db_pack_rows(e->db, 3, 0, &rows, &n), 0);
+    assert_int_equal(n, JF_ADD);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(rows[i].live, journal[i].live || journal[i].is_delete);
+    free(rows);
+    assert_int_equal(test_pack_drop(e, 5), 0);
+    assert_usage(e, 0, (const uint64_t[]){100 + 200 + 300 + 60 + 20, 5 + 50 + 70, 66, 0});
 }
 
 static void test_pack_rows(void **state)
@@ -584,6 +606,8 @@ int test_db_gc_run(void)
         cmocka_unit_test_setup_teardown(test_condemn_page, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_condemn_cursor, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_pack_usage, test_db_setup, test_db_teardown),
+        cmocka_unit_test_setup_teardown(test_deletes_live_while_a_pack_waits, test_db_setup,
+                                        test_db_teardown),
         cmocka_unit_test_setup_teardown(test_pack_rows, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_row_move_drop, test_db_setup, test_db_teardown),
     };
