@@ -922,8 +922,10 @@ class GarbageCollection(DedupCase):
                 first = hold.recv_for(hold.send_request("get", ref=hk))
                 self.assertIs(first.get("more"), True, ct.short(first))
                 rg = gc(self.d)
-                self.assertEqual(rg["chunks_removed"], 0, "gc reclaimed chunks it condemned while "
-                                 "an older get was still running: %r" % rg)
+                # This garbage (30 MiB) stays; what an earlier attempt's gc left condemned
+                # before this get started may go (a pack it kept for a delete entry).
+                self.assertLess(rg["bytes_reclaimed"], MiB, "gc reclaimed chunks it condemned "
+                                "while an older get was still running: %r" % rg)
             deadline = time.monotonic() + 10 * ct.SLOW
             while status(self.d)["connections"] > 1 and time.monotonic() < deadline:
                 time.sleep(0.02)
