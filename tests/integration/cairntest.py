@@ -936,6 +936,34 @@ def run_cli(*args, socket=None, autostart=False, input=None, stdin=None, stdout=
     return p
 
 
+def run_stderr_on_tty(cmd, env=None, timeout=300 * SLOW):
+    """Runs cmd with stderr on a pseudo-terminal (progress is drawn only on a
+    terminal) and stdout on a pipe. Returns (returncode, stdout, stderr) in
+    bytes; stderr is what was written to the terminal."""
+    import pty
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=slave, env=env if env is not None else cli_env())
+        os.close(slave)
+        slave = -1
+        out, _ = proc.communicate(timeout=timeout)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO once the child's side is closed and drained
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    return proc.returncode, out, err
+
+
 # Runs argv[1:] as its child and writes "<exit status> <ru_maxrss>" to fd 3.
 # It exists because Linux carries the parent's peak RSS into a child's
 # ru_maxrss across fork/vfork + exec (exec_mmap folds the old mm's high-water

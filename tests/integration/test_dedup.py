@@ -1255,7 +1255,6 @@ class RebuildIndex(RebuildHelpers, DedupCase):
     def test_rebuild_shows_progress_on_a_terminal(self):
         """--rebuild-index draws its progress on stderr when it is a terminal
         (packs and MiB read), in place, and clears it; not otherwise."""
-        import pty
         d = self.d
         for i in range(3):
             add(d, os.urandom(1536 * 1024), "-n", "p%d" % i)
@@ -1264,27 +1263,8 @@ class RebuildIndex(RebuildHelpers, DedupCase):
             os.unlink(f)
         cmd = [ct.CAIRND, "--data-dir", d.data_dir, "--socket", d.socket_path] + d.args + [
             "--rebuild-index"]
-        master, slave = pty.openpty()
-        try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=slave, env=d.env())
-            os.close(slave)
-            slave = -1
-            out, _ = proc.communicate(timeout=120 * ct.SLOW)
-            err = b""
-            while True:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                err += chunk
-        finally:
-            if slave >= 0:
-                os.close(slave)
-            os.close(master)
-        self.assertEqual(proc.returncode, 0, err)
+        rc, out, err = ct.run_stderr_on_tty(cmd, env=d.env(), timeout=120 * ct.SLOW)
+        self.assertEqual(rc, 0, err)
         self.assertIn(b"rebuilt", out)
         self.assertRegex(err.decode(errors="replace"), r"\r\x1b\[Krebuild: read [0-9]+ of [0-9]+ MiB of the packs")
         self.assertIn(b"\r\x1b[K", err)

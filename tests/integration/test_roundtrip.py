@@ -746,30 +746,11 @@ class Progress(CliTestCase):
         self.stop_daemon()
 
     def test_terminal_gets_progress_in_place(self):
-        import pty
         big = self.write("big", os.urandom(200 * ct.MiB))
-        master, slave = pty.openpty()
-        try:
-            proc = subprocess.Popen([ct.CAIRN, "--socket", self.d.socket_path, "--no-autostart",
-                                     "add", big], stdout=subprocess.PIPE, stderr=slave,
-                                    env=ct.cli_env())
-            os.close(slave)
-            slave = -1
-            out, _ = proc.communicate(timeout=120 * ct.SLOW)
-            self.assertEqual(proc.returncode, 0)
-            err = b""
-            while True:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                err += chunk
-        finally:
-            if slave >= 0:
-                os.close(slave)
-            os.close(master)
+        rc, out, err = ct.run_stderr_on_tty([ct.CAIRN, "--socket", self.d.socket_path,
+                                             "--no-autostart", "add", big],
+                                            timeout=120 * ct.SLOW)
+        self.assertEqual(rc, 0)
         self.assertEqual(len(ct.parse_add(out)), 1)  # stdout has only the result
         self.assertIn(b"added 1 document, 200.0 MiB", err)
         # A progress line, if the add took long enough for one, was drawn in place and cleared.

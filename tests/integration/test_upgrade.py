@@ -714,31 +714,11 @@ class Upgrade(unittest.TestCase):
         """--upgrade with stderr on a terminal draws its progress there (the
         chunks copied into packs, the documents' entries), in place, and
         clears it."""
-        import pty
         data = self.v1.copy("tty")
         d = self.new_daemon(data)
         cmd = [ct.CAIRND, "--data-dir", data, "--config", self.v1.v2_conf, "--upgrade"]
-        master, slave = pty.openpty()
-        try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=slave, env=d.env())
-            os.close(slave)
-            slave = -1
-            out, _ = proc.communicate(timeout=300 * ct.SLOW)
-            err = b""
-            while True:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                err += chunk
-        finally:
-            if slave >= 0:
-                os.close(slave)
-            os.close(master)
-        self.assertEqual(proc.returncode, 0, err)
+        rc, out, err = ct.run_stderr_on_tty(cmd, env=d.env(), timeout=300 * ct.SLOW)
+        self.assertEqual(rc, 0, err)
         self.assertTrue(out.decode().startswith("cairnd: upgraded %s: " % data), out)
         text = err.decode("utf-8", "replace")
         self.assertRegex(text, r"\r\x1b\[Kupgrade: copied 1 of [0-9]+ chunks into packs")
