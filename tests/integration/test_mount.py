@@ -380,7 +380,9 @@ class MountedTree(unittest.TestCase):
         self.assertEqual(query_all(mounted), want)
 
 
-class MountChanges(unittest.TestCase):
+class MountCase(unittest.TestCase):
+    """A daemon of its own and a mount of it (not yet started) per test."""
+
     def setUp(self):
         why = fuse_missing()
         if why:
@@ -390,6 +392,8 @@ class MountChanges(unittest.TestCase):
         self.mnt = os.path.join(self.d.base, "mnt")
         self.m = Mount(self.d, self.mnt, self)
 
+
+class MountChanges(MountCase):
     def add(self, name, content):
         ct.run_cli("add", "-n", name, "-", socket=self.d.socket_path, input=content)
 
@@ -550,21 +554,13 @@ class MountChanges(unittest.TestCase):
         ct.run_cli("mount", socket=self.d.socket_path, check_exit=2)
 
 
-class WideTree(unittest.TestCase):
+class WideTree(MountCase):
     """Directories of hundreds of names, listed in pages, with
     subdirectories skipped over, names that sort between a file and its
     namesake directory, the three leaders of a name (PATH, /PATH, ./PATH)
     merged, names that are not paths left out, and by-hash read in pages
     as readdir goes."""
 
-    def setUp(self):
-        why = fuse_missing()
-        if why:
-            self.skipTest(why)
-        self.d = ct.Daemon(self)
-        self.d.start()
-        self.mnt = os.path.join(self.d.base, "mnt")
-        self.m = Mount(self.d, self.mnt, self)
 
     def test_listing(self):
         names = {}
