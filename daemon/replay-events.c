@@ -31,6 +31,7 @@ struct event {
     struct db_pending_entry pend;
     struct entry e;
     int verdict; /* 0 apply, else refused (a STORE_E_* or RECORD_E_BAD) */
+    bool skipped; /* a delete that applies only when unnamed, and did not */
 };
 
 struct event_page {
@@ -158,6 +159,7 @@ static int page_apply(struct db_txn *txn, void *ctx)
             r = db_txn_delete_if_unnamed(txn, hex, &deleted);
             /* As when it was written: a delete that did not apply keeps no row. */
             if (r == 0 && !deleted) {
+                ev->skipped = true;
                 r = db_txn_journal_applied(txn, ev->pend.id, true);
                 continue;
             }
@@ -228,10 +230,9 @@ int replay_events(struct replay *rp)
                                                      : "a chunk or segment is missing or damaged");
                 rp->refused++;
             } else if (r == 0) {
-                if (ev->e.op == ENTRY_DELETE)
-                    rp->deleted++;
-                else
-                    rp->added++;
+                /* Unname entries are neither: the summary counts adds and deletes. */
+                rp->deleted += ev->e.op == ENTRY_DELETE && !ev->skipped;
+                rp->added += ev->e.op == ENTRY_ADD;
             }
             objects_entry_clear(&ev->e);
         }

@@ -1121,7 +1121,7 @@ class RebuildHelpers:
     def rebuild(self, search_db_too=False):
         """Stops the daemon, deletes the database (and with `search_db_too`
         the search index), runs --rebuild-index (which must exist and
-        succeed) and starts the daemon again."""
+        succeed) and starts the daemon again. Returns what it printed."""
         d = self.d
         d.stop()
         dbs = glob.glob(os.path.join(d.data_dir, "cairn.db*"))
@@ -1144,6 +1144,7 @@ class RebuildHelpers:
         self.assertTrue(os.path.exists(os.path.join(d.data_dir, "cairn.db")),
                         "--rebuild-index wrote no database")
         d.start()
+        return p.stdout.decode("utf-8", "replace")
 
     def assert_same(self, before, after):
         self.assertEqual(sorted(after["stat"]), sorted(before["stat"]), "documents differ")
@@ -1278,6 +1279,21 @@ class RebuildIndex(RebuildHelpers, DedupCase):
                            timeout=120 * ct.SLOW)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn(b"rebuild: read", p.stderr)
+
+    def test_rebuild_counts_adds_and_deletes_applied(self):
+        """The rebuild's summary counts the adds and the deletes that applied:
+        an unname entry is neither, and a delete that waited for a last name
+        that stayed did not apply."""
+        d = self.d
+        add(d, b"two names\n", "-n", "a.txt")
+        add(d, b"two names\n", "-n", "b.txt")
+        d.cli("rm", "a.txt")
+        out = self.rebuild()
+        self.assertIn("; 2 adds and 0 deletes applied", out)
+        d.cli("rm", "b.txt")
+        out = self.rebuild()
+        self.assertIn("; 2 adds and 1 deletes applied", out)
+        d.stop()
 
     def test_rebuild_after_names_removed(self):
         """`rm NAME` takes the name off and deletes only what no other name
