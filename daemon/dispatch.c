@@ -148,6 +148,13 @@ void dispatch_free_strings(char **v, size_t n)
     free(v);
 }
 
+void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t n)
+{
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
+        proto_pack_cstr(pk, v[i]);
+}
+
 size_t dispatch_strings_cut(const char *const *v, size_t n, size_t budget)
 {
     size_t first = n, used = 0;
@@ -222,9 +229,7 @@ static void do_hello(struct conn *c, uint64_t id, const msgpack_object *map)
     proto_pack_cstr(&r.pk, "max_data");
     msgpack_pack_uint32(&r.pk, PROTO_MAX_DATA);
     proto_pack_cstr(&r.pk, "ops");
-    msgpack_pack_array(&r.pk, ARRAY_SIZE(op_names));
-    for (size_t i = 0; i < ARRAY_SIZE(op_names); i++)
-        proto_pack_cstr(&r.pk, op_names[i]);
+    dispatch_pack_strings(&r.pk, op_names, ARRAY_SIZE(op_names));
     reply_send(c, &r);
 }
 

@@ -37,13 +37,6 @@ OP_ASSERT_FIRST(struct op_status);
 
 /* ---- delete ---- */
 
-static void pack_strings(msgpack_packer *pk, const char *const *v, size_t n)
-{
-    msgpack_pack_array(pk, n);
-    for (size_t i = 0; i < n; i++)
-        proto_pack_cstr(pk, v[i]);
-}
-
 static void delete_done(void *userdata, int status, const struct store_delete_result *res)
 {
     struct op *op = userdata;
@@ -67,13 +60,13 @@ static void delete_done(void *userdata, int status, const struct store_delete_re
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, res->name ? res->name : "");
     proto_pack_cstr(&r.pk, "names");
-    pack_strings(&r.pk, res->names + names_cut, res->nnames - names_cut);
+    dispatch_pack_strings(&r.pk, res->names + names_cut, res->nnames - names_cut);
     if (names_cut > 0) {
         proto_pack_cstr(&r.pk, "names_cut");
         msgpack_pack_uint64(&r.pk, names_cut);
     }
     proto_pack_cstr(&r.pk, "deleted");
-    pack_strings(&r.pk, res->deleted, nlisted);
+    dispatch_pack_strings(&r.pk, res->deleted, nlisted);
     if (nlisted < res->ndeleted) {
         proto_pack_cstr(&r.pk, "deleted_cut");
         msgpack_pack_uint64(&r.pk, res->ndeleted - nlisted);

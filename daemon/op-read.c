@@ -54,13 +54,6 @@ struct op_stat {
 };
 OP_ASSERT_FIRST(struct op_stat);
 
-static void pack_strings(msgpack_packer *pk, char **v, size_t n)
-{
-    msgpack_pack_array(pk, n);
-    for (size_t i = 0; i < n; i++)
-        proto_pack_cstr(pk, v[i]);
-}
-
 /* ---- get ---- */
 
 static struct op_get *op_get_of(struct op *op)
@@ -293,7 +286,7 @@ static void list_done(uv_work_t *work, int status)
         proto_pack_cstr(&r.pk, "created");
         msgpack_pack_int64(&r.pk, doc->created);
         proto_pack_cstr(&r.pk, "tags");
-        pack_strings(&r.pk, doc->tags, doc->ntags);
+        dispatch_pack_strings(&r.pk, (const char *const *)doc->tags, doc->ntags);
         if (l->names) {
             proto_pack_cstr(&r.pk, "named");
             msgpack_pack_int64(&r.pk, doc->named);
@@ -420,7 +413,7 @@ static void stat_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
     proto_pack_cstr(&r.pk, "names");
-    pack_strings(&r.pk, doc->names + cut, doc->nnames - cut);
+    dispatch_pack_strings(&r.pk, (const char *const *)doc->names + cut, doc->nnames - cut);
     if (cut > 0) {
         proto_pack_cstr(&r.pk, "names_cut");
         msgpack_pack_uint64(&r.pk, cut);
@@ -436,7 +429,7 @@ static void stat_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "created");
     msgpack_pack_int64(&r.pk, doc->created);
     proto_pack_cstr(&r.pk, "tags");
-    pack_strings(&r.pk, doc->tags, doc->ntags);
+    dispatch_pack_strings(&r.pk, (const char *const *)doc->tags, doc->ntags);
     proto_pack_cstr(&r.pk, "meta");
     msgpack_pack_map(&r.pk, doc->nmeta);
     for (size_t i = 0; i < doc->nmeta; i++) {
