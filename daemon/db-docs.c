@@ -480,6 +480,16 @@ static int add_tags_meta(struct db_conn *c, const struct db_add *add, int64_t id
     return 0;
 }
 
+int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id)
+{
+    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_HASH);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_text(s, 1, hash_hex, -1, SQLITE_STATIC);
+    return db_query_id(c, s, id);
+}
+
 int db_txn_add(struct db_txn *txn, struct db_add *add)
 {
     struct db_conn *c = txn->conn;
@@ -490,10 +500,7 @@ int db_txn_add(struct db_txn *txn, struct db_add *add)
     int r;
 
     proto_hex_encode(add->hash, PROTO_HASH_LEN, hex);
-    if (!(s = db_stmt(c, DB_S_DOC_BY_HASH)))
-        return -EIO;
-    sqlite3_bind_text(s, 1, hex, PROTO_HASH_HEX, SQLITE_STATIC);
-    r = db_query_id(c, s, &id);
+    r = db_doc_id(c, hex, &id);
     if (r < 0)
         return r;
     add->created = (r == DB_E_NOT_FOUND);
@@ -530,12 +537,8 @@ int db_txn_delete(struct db_txn *txn, const char *hash_hex)
     struct db_doc doc = {0};
     sqlite3_stmt *s;
     int64_t id;
-    int r;
+    int r = db_doc_id(c, hash_hex, &id);
 
-    if (!(s = db_stmt(c, DB_S_DOC_BY_HASH)))
-        return -EIO;
-    sqlite3_bind_text(s, 1, hash_hex, -1, SQLITE_STATIC);
-    r = db_query_id(c, s, &id);
     if (r == 0)
         r = db_load_doc(c, id, DB_WANT_MANIFEST, &doc);
     if (r != 0)

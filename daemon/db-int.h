@@ -166,6 +166,8 @@ int db_step_done(struct db_conn *c, sqlite3_stmt *s);
 int db_errno(int rc);
 /* Runs a statement that yields at most one integer; DB_E_NOT_FOUND if no row. */
 int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out);
+/* The row id of the document with this hash (64 lowercase hex): 0, DB_E_NOT_FOUND or -EIO. */
+int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id);
 /* A copy of a text column, "" for NULL; NULL only when out of memory. */
 char *db_column_strdup(sqlite3_stmt *s, int col);
 

@@ -99,16 +99,6 @@ int db_name_docs(struct db *db, const char *name, struct db_name_doc **out, size
     return 0;
 }
 
-static int doc_id(struct db_conn *c, const char *hash_hex, int64_t *id)
-{
-    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_HASH);
-
-    if (!s)
-        return -EIO;
-    sqlite3_bind_text(s, 1, hash_hex, -1, SQLITE_STATIC);
-    return db_query_id(c, s, id);
-}
-
 int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, int64_t *rowid)
 {
     struct db_conn *c = txn->conn;
@@ -117,7 +107,7 @@ int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, in
     int r;
 
     *rowid = 0;
-    if ((r = doc_id(c, hash_hex, &id)) != 0)
+    if ((r = db_doc_id(c, hash_hex, &id)) != 0)
         return r == DB_E_NOT_FOUND ? 0 : r;
     if (!(s = db_stmt(c, DB_S_NAME_UNLINK)))
         return -EIO;
@@ -141,7 +131,7 @@ int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *del
     int r;
 
     *deleted = false;
-    if ((r = doc_id(c, hash_hex, &id)) != 0)
+    if ((r = db_doc_id(c, hash_hex, &id)) != 0)
         return r == DB_E_NOT_FOUND ? 0 : r;
     if (!(s = db_stmt(c, DB_S_DOC_NAMED)))
         return -EIO;
