@@ -389,20 +389,18 @@ static json_t *tool_search(struct mcp *m, json_t *args)
     const char *tags[16];
     struct client_search_req req = {.tags = tags};
     struct hits h = {json_array()};
-    json_t *fuzzy = json_object_get(args, "fuzzy");
     struct client *c;
     int ntags = opt_strs(args, "tags", tags, 16), r;
 
     if (opt_str(args, "query", &req.query) || !req.query || !req.query[0] ||
         opt_uint(args, "limit", 1, 1000, &req.limit) ||
         opt_uint(args, "offset", 0, INT64_MAX, &req.offset) || opt_str(args, "name", &req.name) ||
-        opt_str(args, "mime", &req.mime) || ntags < 0 || (fuzzy && !json_is_boolean(fuzzy))) {
+        opt_str(args, "mime", &req.mime) || ntags < 0 || opt_bool(args, "fuzzy", &req.fuzzy)) {
         json_decref(h.array);
         return mcp_tool_error("search: wants a query, and optional limit, offset, tags, name, "
                               "mime and fuzzy");
     }
     req.n_tags = (size_t)ntags;
-    req.fuzzy = json_is_true(fuzzy);
     if (!(c = connection(m))) {
         json_decref(h.array);
         return mcp_tool_error("search: cairnd is not reachable");
