@@ -208,7 +208,7 @@ static int widen_parts(struct vocab *v, struct search_term *t, const struct part
         nopts[i] = 1 + fw[i].nbest;
         combos *= nopts[i];
     }
-    /* Every combination, as a number in mixed radix (at most 5^4 of them). */
+    /* Every combination, as a number in mixed radix (at most 9^4 of them). */
     for (size_t c = 0; c < combos; c++) {
         size_t rest = c;
         bool ok = c > 0;
