@@ -485,8 +485,9 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
         "version",     "protocol",          "pid",          "uptime",        "backend",
         "documents",   "logical_bytes",     "unique_bytes", "stored_bytes",  "chunks",
         "dedup_ratio", "compression_ratio", "packs",        "pack_bytes",    "cache_bytes",
-        "cache_size",  "cache_hits",        "cache_misses", "index_pending", "connections",
-        NULL};
+        "cache_size",  "cache_hits",        "cache_misses", "read_cache_bytes",
+        "read_cache_size", "read_cache_hits", "read_cache_misses", "read_cache_fetched",
+        "read_cache_damaged", "index_pending", "connections", NULL};
     return reply_command(cli, argc, argv, client_status, keys, NULL);
 }
 

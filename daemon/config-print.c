@@ -147,6 +147,11 @@ void config_print(const struct config *cfg, FILE *out)
     put_u64(out, cfg, "store", "pack_size", cfg->pack_size);
     put_uint(out, cfg, "store", "repack_threshold", cfg->repack_threshold);
     put_u64(out, cfg, "store", "cache_size", cfg->cache_size);
+    put(out, cfg, "store", "read_cache_dir", cfg->read_cache_dir);
+    if (cfg->read_cache_auto)
+        put(out, cfg, "store", "read_cache_size", "auto");
+    else
+        put_u64(out, cfg, "store", "read_cache_size", cfg->read_cache_size);
     fputs("\n[search]\n", out);
     put_u64(out, cfg, "search", "max_text", cfg->max_text);
     fputs("\n[backend]\n", out);

@@ -123,6 +123,8 @@ static int parse_size(const char *s, size_t *out)
         unit = 1024, end++;
     else if (*end == 'M' || *end == 'm')
         unit = 1024 * 1024, end++;
+    else if (*end == 'G' || *end == 'g')
+        unit = 1024ull * 1024 * 1024, end++;
     if (*end != '\0' || v > SIZE_MAX / unit)
         return -EINVAL;
     v *= unit;
@@ -200,6 +202,22 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             if (parse_size(value, &sz) || sz < 4u * 1024 * 1024 || sz > 64ull * 1024 * 1024 * 1024)
                 return "cache_size must be between 4M and 65536M";
             cfg->cache_size = sz;
+            return NULL;
+        }
+        if (strcmp(key, "read_cache_dir") == 0)
+            return copy_str(cfg->read_cache_dir, sizeof(cfg->read_cache_dir), value)
+                       ? "read_cache_dir is empty or too long"
+                       : NULL;
+        if (strcmp(key, "read_cache_size") == 0) {
+            if (strcmp(value, "auto") == 0) {
+                cfg->read_cache_auto = true;
+                return NULL;
+            }
+            if (parse_size(value, &sz) || (sz != 0 && sz < 8u * 1024 * 1024) ||
+                sz > 1024ull * 1024 * 1024 * 1024)
+                return "read_cache_size must be auto, 0 (no read cache), or between 8M and 1024G";
+            cfg->read_cache_auto = false;
+            cfg->read_cache_size = sz;
             return NULL;
         }
         if (strcmp(key, "chunk_min") == 0 || strcmp(key, "chunk_avg") == 0 ||
@@ -343,6 +361,7 @@ static void set_defaults(struct config *cfg)
     cfg->pack_size = 16 * 1024 * 1024;
     cfg->repack_threshold = 50;
     cfg->cache_size = 64 * 1024 * 1024;
+    cfg->read_cache_auto = true;
     cfg->max_connections = 4096;
     cfg->threads = 0;
 }
@@ -454,6 +473,24 @@ static int absolute_data_dir(struct config *cfg, char *err, size_t err_len)
     return 0;
 }
 
+/* The read cache's directory: DATA_DIR/read-cache, or a path of its own (a relative one below DATA_DIR). */
+static int read_cache_path(struct config *cfg, char *err, size_t err_len)
+{
+    char joined[sizeof(cfg->read_cache_dir)];
+    int n;
+
+    if (cfg->read_cache_dir[0] == '/')
+        return 0;
+    n = snprintf(joined, sizeof(joined), "%s/%s", cfg->data_dir,
+                 cfg->read_cache_dir[0] ? cfg->read_cache_dir : "read-cache");
+    if (n < 0 || (size_t)n >= sizeof(joined)) {
+        snprintf(err, err_len, "read_cache_dir too long below the data dir %s", cfg->data_dir);
+        return CONFIG_E_INVALID;
+    }
+    memcpy(cfg->read_cache_dir, joined, (size_t)n + 1);
+    return 0;
+}
+
 static int apply_checked(struct config *cfg, const char *section, const char *key,
                          const char *value, const char *origin, char *err, size_t err_len)
 {
@@ -544,7 +581,7 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     if (fl.log_level &&
         (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
         return r;
-    if ((r = absolute_data_dir(cfg, err, err_len)))
+    if ((r = absolute_data_dir(cfg, err, err_len)) || (r = read_cache_path(cfg, err, err_len)))
         return r;
     struct cdc probe;
     if (cdc_init(&probe, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max) < 0) {

@@ -37,6 +37,11 @@ struct config {
     uint64_t pack_size;
     unsigned repack_threshold; /* percent alive below which gc rewrites a pack */
     uint64_t cache_size;
+    /* Remote backends' read cache: its directory (absolute once loaded) and bound in bytes
+     * (0: none; with read_cache_auto, the bound comes from the free space at start). */
+    char read_cache_dir[PATH_MAX];
+    uint64_t read_cache_size;
+    bool read_cache_auto;
     unsigned max_connections;
     unsigned threads;
     bool rebuild_index; /* --rebuild-index: rebuild the database, then exit */

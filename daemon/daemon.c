@@ -19,6 +19,7 @@
 #include "daemon/crash.h"
 #include "daemon/db.h"
 #include "daemon/log.h"
+#include "daemon/readcache.h"
 #include "daemon/store.h"
 #include "daemon/systemd.h"
 #include "daemon/upgrade.h"
@@ -505,6 +506,41 @@ static int open_db(struct daemon *d, const struct config *cfg, const char *url, 
     return 0;
 }
 
+static int read_cache_pack_size(void *ctx, uint64_t pack, uint64_t *size)
+{
+    int r = db_pack_size(ctx, pack, size);
+
+    return r == DB_E_NOT_FOUND ? -ENOENT : r > 0 ? -EIO : r;
+}
+
+/*
+ * A remote backend gets a read cache (the local backend reads its own files,
+ * and the page cache keeps them). Not for --rebuild-index or --upgrade, which
+ * read every pack once.
+ */
+static int open_read_cache(struct daemon *d, const struct config *cfg,
+                           struct store_config *scfg, char *err, size_t err_len)
+{
+    uint64_t size = cfg->read_cache_auto ? readcache_default_size(cfg->read_cache_dir)
+                                         : cfg->read_cache_size;
+    const char *msg;
+    int r;
+
+    if (backend_has(d->be, BACKEND_CAP_READ_SYNC) || size == 0 || cfg->rebuild_index ||
+        cfg->upgrade)
+        return 0;
+    r = readcache_new(&scfg->read_cache, &d->loop, d->be, cfg->read_cache_dir, size,
+                      read_cache_pack_size, d->db, &msg);
+    if (r < 0) {
+        snprintf(err, err_len, "read cache %s: %s: %s", cfg->read_cache_dir,
+                 msg ? msg : "cannot open", strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    log_info("read cache in %s, up to %llu MiB", cfg->read_cache_dir,
+             (unsigned long long)(size >> 20));
+    return 0;
+}
+
 /* Lets a daemon serving a thousand clients have the descriptors for them. */
 static void raise_fd_limit(void)
 {
@@ -611,6 +647,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
             return r;
     }
     if ((r = open_db(d, cfg, url, db_path, err, err_len)) != 0)
+        return r;
+    if ((r = open_read_cache(d, cfg, &scfg, err, err_len)) != 0)
         return r;
     if (d->notify)
         sysd_notify("STATUS=replaying packs");

@@ -63,6 +63,7 @@ enum db_stmt_id {
     DB_S_PACK_SET,
     DB_S_PACK_DROP,
     DB_S_PACKS,
+    DB_S_PACK_SIZE,
     /* db-gc.c */
     DB_S_STATE_GET,
     DB_S_STATE_SET,

@@ -43,6 +43,7 @@ const char *const db_store_sql[DB_S_COUNT_] = {
                       " state = excluded.state",
     [DB_S_PACK_DROP] = "DELETE FROM packs WHERE seq = ?1",
     [DB_S_PACKS] = "SELECT seq, size, state FROM packs ORDER BY seq",
+    [DB_S_PACK_SIZE] = "SELECT size FROM packs WHERE seq = ?1",
 };
 
 /* Runs a lookup by hash on a reader connection and reads a location from its row. */
@@ -253,6 +254,27 @@ int db_txn_pack_drop(struct db_txn *txn, uint64_t seq)
         return -EIO;
     sqlite3_bind_int64(s, 1, (int64_t)seq);
     return db_step_done(txn->conn, s);
+}
+
+int db_pack_size(struct db *db, uint64_t seq, uint64_t *size)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t v;
+    int r;
+
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_PACK_SIZE))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_int64(s, 1, (int64_t)seq);
+    r = db_query_id(c, s, &v);
+    if (r == 0)
+        *size = v > 0 ? (uint64_t)v : 0;
+    db_reader_release(db, c);
+    return r;
 }
 
 int db_packs(struct db *db, struct db_pack **packs, size_t *n)

@@ -256,6 +256,8 @@ int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pac
 int db_txn_pack_drop(struct db_txn *txn, uint64_t seq);
 /* Every pack the database knows, by sequence number. */
 int db_packs(struct db *db, struct db_pack **packs, size_t *n);
+/* How far a pack's records go (its row's size): 0, DB_E_NOT_FOUND or -EIO. Any thread. */
+int db_pack_size(struct db *db, uint64_t seq, uint64_t *size);
 
 /* ---- gc (db-gc.c) ---- */
 

@@ -199,7 +199,7 @@ static void status_done(uv_work_t *work, int status)
     }
     struct store_stats ss;
     store_get_stats(d->store, &ss);
-    reply_begin(&r, st->op.base.id, true, 21);
+    reply_begin(&r, st->op.base.id, true, 21 + (ss.read_cache ? 6 : 0));
     proto_pack_cstr(&r.pk, "version");
     proto_pack_cstr(&r.pk, CAIRN_VERSION);
     proto_pack_cstr(&r.pk, "protocol");
@@ -239,6 +239,17 @@ static void status_done(uv_work_t *work, int status)
     msgpack_pack_uint64(&r.pk, ss.cache_hits);
     proto_pack_cstr(&r.pk, "cache_misses");
     msgpack_pack_uint64(&r.pk, ss.cache_misses);
+    if (ss.read_cache) {
+        const char *const names[] = {"read_cache_bytes", "read_cache_size",
+                                     "read_cache_hits",  "read_cache_misses",
+                                     "read_cache_fetched", "read_cache_damaged"};
+        const uint64_t values[] = {ss.rc_bytes,  ss.rc_max,     ss.rc_hits,
+                                   ss.rc_misses, ss.rc_fetched, ss.rc_damaged};
+        for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+            proto_pack_cstr(&r.pk, names[i]);
+            msgpack_pack_uint64(&r.pk, values[i]);
+        }
+    }
     proto_pack_cstr(&r.pk, "index_pending");
     msgpack_pack_uint64(&r.pk, ss.index_pending);
     proto_pack_cstr(&r.pk, "connections");

@@ -16,6 +16,7 @@
 #include "daemon/cache.h"
 #include "daemon/log.h"
 #include "daemon/packer.h"
+#include "daemon/readcache.h"
 #include "daemon/record.h"
 #include "daemon/store-int.h"
 #include "proto/util.h"
@@ -123,19 +124,21 @@ static int bridge_read(struct store *st, const char *key, uint64_t off, void *bu
 }
 
 int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, size_t len,
-                    size_t *got)
+                    size_t *got, bool cached)
 {
     char key[BACKEND_MAX_KEY];
 
     packer_pack_key(key, sizeof(key), seq);
     if (backend_has(st->be, BACKEND_CAP_READ_SYNC))
         return backend_read_sync(st->be, key, off, buf, len, got);
+    if (cached && st->rcache)
+        return readcache_read(st->rcache, seq, off, buf, len, got);
     return bridge_read(st, key, off, buf, len, got);
 }
 
 /* ---- records ---- */
 
-int store_read_record(struct store *st, const struct db_loc *loc, uint8_t **out)
+int store_read_record(struct store *st, const struct db_loc *loc, bool cached, uint8_t **out)
 {
     uint8_t *buf = malloc(loc->len ? loc->len : 1);
     size_t got = 0;
@@ -143,7 +146,7 @@ int store_read_record(struct store *st, const struct db_loc *loc, uint8_t **out)
 
     if (!buf)
         return -ENOMEM;
-    r = store_read_pack(st, loc->pack, loc->off, buf, loc->len, &got);
+    r = store_read_pack(st, loc->pack, loc->off, buf, loc->len, &got, cached);
     if (r == 0 && got != loc->len)
         r = RECORD_E_BAD;
     else if (r == BACKEND_E_NOT_FOUND || r == BACKEND_E_TOO_LARGE)
@@ -156,6 +159,19 @@ int store_read_record(struct store *st, const struct db_loc *loc, uint8_t **out)
     }
     *out = buf;
     return 0;
+}
+
+/*
+ * A record read through the read cache failed its check: the cached copy may
+ * be damaged in a way the page checks missed, or stale (a pack number used
+ * again after a deletion). It goes, and the read is tried once more.
+ */
+static void drop_cached_copy(struct store *st, const struct db_loc *loc)
+{
+    log_warn("read cache: the cached copy of pack %016llx offset %llu fails its check; "
+             "fetching it again",
+             (unsigned long long)loc->pack, (unsigned long long)loc->off);
+    readcache_drop(st->rcache, loc->pack, loc->off, loc->len);
 }
 
 static bool loc_equal(const struct db_loc *a, const struct db_loc *b)
@@ -185,12 +201,17 @@ static int load_block(struct store *st, const struct db_loc *loc, const uint8_t 
     uint8_t *bytes, *raw = NULL;
     size_t raw_len;
     uint32_t count;
-    int r = store_read_record(st, loc, &bytes);
+    int r;
 
-    if (r != 0)
-        return r;
-    r = record_block_open(bytes, loc->len, &chunks, &count, &raw, &raw_len);
-    free(bytes);
+    for (bool again = st->rcache != NULL;; again = false) {
+        if ((r = store_read_record(st, loc, true, &bytes)) != 0)
+            return r;
+        r = record_block_open(bytes, loc->len, &chunks, &count, &raw, &raw_len);
+        free(bytes);
+        if (r != RECORD_E_BAD || !again)
+            break;
+        drop_cached_copy(st, loc);
+    }
     if (r != 0)
         return r;
     *out = NULL;
@@ -277,10 +298,16 @@ int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], boo
     }
     proto_hex_encode(hash, PROTO_HASH_LEN, hex);
     r = db_segment_find(st->db, hash, &loc);
-    if (r == 0 && (r = store_read_record(st, &loc, &bytes)) == 0) {
+    for (bool again = st->rcache != NULL && !from_disk; r == 0; again = false) {
+        if ((r = store_read_record(st, &loc, !from_disk, &bytes)) != 0)
+            break;
         r = record_seal_open(bytes, loc.len, PACK_REC_MANIFEST, hash, MANIFEST_MAX_SEGMENT, &raw,
                              &raw_len);
         free(bytes);
+        if (r != RECORD_E_BAD || !again)
+            break;
+        drop_cached_copy(st, &loc);
+        r = 0;
     }
     if (r == DB_E_NOT_FOUND || r == RECORD_E_BAD) {
         log_error("integrity: manifest segment %s is %s", hex,

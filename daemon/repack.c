@@ -22,6 +22,7 @@
 #include "daemon/crash.h"
 #include "daemon/log.h"
 #include "daemon/packer.h"
+#include "daemon/readcache.h"
 #include "daemon/record.h"
 #include "daemon/store-int.h"
 #include "proto/util.h"
@@ -103,6 +104,8 @@ static void reap_deleted(struct backend_req *req)
 
     /* The old pack is gone; its row still says it is being deleted. */
     crash_point("repack-deleted");
+    if (rp->st->rcache)
+        readcache_forget_pack(rp->st->rcache, rp->seq);
     if (req->status != 0 && req->status != BACKEND_E_NOT_FOUND) {
         /* The row stays marked: the next start (replay) tries again. */
         log_warn("gc: deleting %s failed: %s", req->key,
@@ -351,7 +354,7 @@ static void pack_work(uv_work_t *work)
         p->status = -ENOMEM;
         return;
     }
-    r = store_read_pack(st, p->seq, 0, buf, p->size, &got);
+    r = store_read_pack(st, p->seq, 0, buf, p->size, &got, false);
     if (r == 0 && got != p->size)
         r = RECORD_E_BAD;
     for (size_t first = 0; r == 0 && first < p->nrows;) {

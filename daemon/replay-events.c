@@ -81,7 +81,7 @@ static void slice_work(void *arg)
         uint8_t *bytes = malloc(ev->pend.loc.len ? ev->pend.loc.len : 1), *raw;
         size_t got = 0, raw_len;
         int r = bytes ? store_read_pack(st, ev->pend.loc.pack, ev->pend.loc.off, bytes,
-                                        ev->pend.loc.len, &got)
+                                        ev->pend.loc.len, &got, false)
                       : -ENOMEM;
         if (r == 0 && got != ev->pend.loc.len)
             r = RECORD_E_BAD;

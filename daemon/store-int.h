@@ -58,6 +58,7 @@ struct store {
     struct cdc cdc;
     struct packer *packer;
     struct cache *cache;
+    struct readcache *rcache; /* remote backends: pack slices kept on local disk */
     struct refcache *refs;
     struct indexer *indexer;
     unsigned active;
@@ -112,11 +113,13 @@ int store_map_read_status(int status);
 
 /*
  * Reads `len` bytes at `off` of pack `seq` into buf, blocking: directly when
- * the backend can (BACKEND_CAP_READ_SYNC), else through the loop. 0 with
- * *got, BACKEND_E_*, or negative errno.
+ * the backend can (BACKEND_CAP_READ_SYNC), else through the read cache when
+ * `cached` and there is one, else through the loop. 0 with *got,
+ * BACKEND_E_*, or negative errno. Reads that must see the backend itself
+ * (verify, recovery) or would only crowd the cache (repack) pass false.
  */
 int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, size_t len,
-                    size_t *got);
+                    size_t *got, bool cached);
 
 /*
  * A chunk's bytes, checked against its id: from the cache, else read from its
@@ -148,8 +151,11 @@ enum {
 typedef int store_chunk_fn(void *ctx, const struct manifest_entry *chunk);
 int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
                         unsigned flags, store_chunk_fn *fn, void *ctx);
-/* Reads a whole record at a location: 0 with it (malloc'd), RECORD_E_BAD when not all there. */
-int store_read_record(struct store *st, const struct db_loc *loc, uint8_t **out);
+/*
+ * Reads a whole record at a location: 0 with it (malloc'd), RECORD_E_BAD when
+ * not all there. `cached` as for store_read_pack.
+ */
+int store_read_record(struct store *st, const struct db_loc *loc, bool cached, uint8_t **out);
 
 /*
  * The first `max` bytes of a text document, read back from the store (for

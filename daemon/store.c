@@ -16,6 +16,7 @@
 #include "daemon/log.h"
 #include "daemon/objects.h"
 #include "daemon/packer.h"
+#include "daemon/readcache.h"
 #include "daemon/record.h"
 #include "daemon/refcache.h"
 #include "daemon/store-int.h"
@@ -39,6 +40,8 @@ int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db
     st->be = be;
     st->db = db;
     st->cfg = *cfg;
+    st->rcache = cfg->read_cache;
+    st->cfg.read_cache = NULL; /* the store's now: st->rcache */
     st->next_op_seq = 1;
     *out = st;
     if ((r = cdc_init(&st->cdc, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max)) < 0 ||
@@ -69,6 +72,7 @@ struct store *store_free(struct store *st)
     st->packer = packer_free(st->packer);
     st->refs = refcache_free(st->refs);
     st->cache = cache_free(st->cache);
+    st->rcache = readcache_free(st->rcache);
     free(st->gc_barriers);
     st->gc_barriers = NULL;
     /*
@@ -88,7 +92,7 @@ unsigned store_active(struct store *st)
 bool store_busy(struct store *st)
 {
     return (st->packer && packer_busy(st->packer)) || (st->indexer && indexer_busy(st->indexer)) ||
-           st->reaping;
+           st->reaping || readcache_busy(st->rcache);
 }
 
 static void drained(void *ctx, int status)
@@ -125,6 +129,17 @@ void store_get_stats(struct store *st, struct store_stats *out)
     out->cache_max = cs.max_bytes;
     out->cache_hits = cs.hits;
     out->cache_misses = cs.misses;
+    if (st->rcache) {
+        struct readcache_stats rs;
+        readcache_get_stats(st->rcache, &rs);
+        out->read_cache = true;
+        out->rc_bytes = rs.bytes;
+        out->rc_max = rs.max_bytes;
+        out->rc_hits = rs.hits;
+        out->rc_misses = rs.misses;
+        out->rc_fetched = rs.fetched;
+        out->rc_damaged = rs.damaged;
+    }
     out->index_pending = is.pending;
     out->open_pack = packer_open_seq(st->packer);
 }

@@ -52,6 +52,7 @@ int store_status_from_db(int status);
 #define STORE_MAX_DOCUMENT (1ull << 40)
 
 struct reserve;
+struct readcache;
 
 struct store_config {
     int compression_level;
@@ -67,6 +68,8 @@ struct store_config {
     bool rebuild;
     /* Room kept for deletes and gc on a full disk (reserve.h); NULL: none. */
     struct reserve *reserve;
+    /* A remote backend's read cache (readcache.h), which the store takes over; NULL: none. */
+    struct readcache *read_cache;
 };
 
 /*
@@ -240,6 +243,9 @@ int store_delete(struct store *st, const char *ref, size_t ref_len, bool dry_run
 /* What status reports about the store beyond the database's totals. */
 struct store_stats {
     uint64_t cache_bytes, cache_max, cache_hits, cache_misses;
+    /* The read cache's (all 0 without one). */
+    bool read_cache;
+    uint64_t rc_bytes, rc_max, rc_hits, rc_misses, rc_fetched, rc_damaged;
     uint64_t index_pending;
     uint64_t open_pack;
 };

@@ -100,7 +100,7 @@ static int load_block(struct store_verify *v, const struct db_loc *loc)
         return v->block_ok ? 0 : RECORD_E_BAD;
     block_forget(v);
     v->block_loc = *loc;
-    r = store_read_record(v->st, loc, &bytes);
+    r = store_read_record(v->st, loc, false, &bytes);
     if (r == 0) {
         r = record_block_open(bytes, loc->len, &v->block_chunks, &v->block_count, &v->block_raw,
                               &v->block_raw_len);
@@ -167,7 +167,7 @@ static int check_record(struct store_verify *v, const struct db_pack_row *rows, 
         }
         return 0;
     }
-    r = store_read_record(v->st, &head->loc, &bytes);
+    r = store_read_record(v->st, &head->loc, false, &bytes);
     if (r == 0) {
         bool segment = head->kind == DB_ROW_SEGMENT;
         r = record_seal_open(bytes, head->loc.len, segment ? PACK_REC_MANIFEST : PACK_REC_ENTRY,

@@ -289,9 +289,11 @@ function freshCounters() {
     connections_refused: 0,
     bytes_in: 0,
     bytes_out: 0,
+    in_flight_max: 0, // most requests on the S3 port at one time (read-ahead shows here)
   };
 }
 let counters = freshCounters();
+let inFlight = 0;
 const recent = []; // the last RECENT_MAX requests: method, path, status, fault
 const RECENT_MAX = 500;
 
@@ -678,6 +680,9 @@ async function handleS3(req, res) {
   const rawTarget = req.url;
   const entry = { method: req.method, path: rawTarget.split('?')[0], status: 0, fault: null, error: null };
   note(entry);
+  inFlight++;
+  if (inFlight > counters.in_flight_max) counters.in_flight_max = inFlight;
+  res.on('close', () => inFlight--);
 
   let body;
   try {
