@@ -9,6 +9,11 @@
  * reads the first chunk, and each later chunk or manifest segment missing
  * from the cache costs one job.
  *
+ * A large read keeps up to GET_AHEAD_JOBS more workers decoding the blocks
+ * ahead of it into the cache meanwhile (a block per job, chosen among the
+ * chunks the manifest cursor holds), so that reading, decoding and checking
+ * run on every core instead of one block after the other.
+ *
  * A get is a running operation (store_op) from its start: gc keeps what it
  * may still read, even if its document is deleted meanwhile.
  */
@@ -18,9 +23,18 @@
 
 #include "daemon/cache.h"
 #include "daemon/log.h"
+#include "daemon/record.h"
 #include "daemon/refcache.h"
 #include "daemon/store-int.h"
 #include "proto/util.h"
+
+/* Read-ahead: jobs at once, and how far ahead (at most a quarter of the cache). */
+#define GET_AHEAD_JOBS 2
+#define GET_AHEAD_MAX (4u * 1024 * 1024)
+/* A block holds at most this much content: chunks this far apart are in different blocks. */
+#define GET_AHEAD_STEP RECORD_BLOCK_MAX
+/* Manifest entries looked at per read-ahead step, at most (bounds the loop thread's work). */
+#define GET_AHEAD_PEEK 256
 
 enum get_job {
     GET_RESOLVE,
@@ -49,6 +63,16 @@ struct store_get {
     enum get_job job;
     int status;
     const struct cache_buf *buf;
+    /* Read-ahead jobs running, and the content offset read ahead up to. */
+    unsigned ahead_jobs;
+    uint64_t ahead_off;
+};
+
+/* One block decoded ahead of the reader, into the cache. */
+struct get_ahead {
+    uv_work_t work;
+    struct store_get *get;
+    struct manifest_entry chunk;
 };
 
 static void get_free(struct store_get *get)
@@ -136,6 +160,78 @@ static void job_work(uv_work_t *work)
 
 static void job_done(uv_work_t *work, int status);
 
+static void ahead_work(uv_work_t *work)
+{
+    struct get_ahead *a = container_of(work, struct get_ahead, work);
+    const struct cache_buf *b;
+
+    /* Failures are the get's to report when it gets there itself. */
+    if (store_load_chunk(a->get->st, a->chunk.hash, a->chunk.bytes, &b) == 0)
+        store_chunk_release(a->get->st, b);
+}
+
+static void read_ahead(struct store_get *get);
+
+static void ahead_done(uv_work_t *work, int status)
+{
+    struct get_ahead *a = container_of(work, struct get_ahead, work);
+    struct store_get *get = a->get;
+
+    (void)status;
+    free(a);
+    get->ahead_jobs--;
+    if (get->released) {
+        if (!get->busy && !get->pumping && get->ahead_jobs == 0)
+            get_free(get);
+        return;
+    }
+    read_ahead(get);
+}
+
+/*
+ * Starts decoding the blocks of chunks at least GET_AHEAD_STEP apart past
+ * the reader's position (each first chunk not in the cache yet), up to
+ * GET_AHEAD_JOBS jobs and GET_AHEAD_MAX bytes ahead.
+ */
+static void read_ahead(struct store_get *get)
+{
+    struct store *st = get->st;
+    uint64_t span = st->cfg.cache_size / 4 < GET_AHEAD_MAX ? st->cfg.cache_size / 4 : GET_AHEAD_MAX;
+    uint64_t off = get->cur.offset, limit = off + span, target = off + GET_AHEAD_STEP;
+    struct manifest_entry e;
+
+    if (get->done || get->released)
+        return;
+    if (target < get->ahead_off)
+        target = get->ahead_off;
+    for (size_t k = 0; k < GET_AHEAD_PEEK && get->ahead_jobs < GET_AHEAD_JOBS &&
+                       manifest_cursor_peek(&get->cur, k, &e);
+         k++) {
+        uint64_t start = off;
+        const struct cache_buf *b;
+        struct get_ahead *a;
+        off += e.bytes;
+        if (start >= limit || start >= get->to)
+            break;
+        if (start < target || off <= get->from)
+            continue;
+        target = get->ahead_off = start + GET_AHEAD_STEP;
+        if ((b = cache_peek(st->cache, e.hash))) {
+            store_chunk_release(st, b);
+            continue;
+        }
+        if (!(a = calloc(1, sizeof(*a))))
+            return;
+        a->get = get;
+        a->chunk = e;
+        if (uv_queue_work(st->loop, &a->work, ahead_work, ahead_done) < 0) {
+            free(a);
+            return;
+        }
+        get->ahead_jobs++;
+    }
+}
+
 static void start_job(struct store_get *get, enum get_job job)
 {
     int r;
@@ -192,6 +288,7 @@ static void step(struct store_get *get)
     get->buf = NULL;
     if (!b)
         b = store_cached_chunk(get->st, get->chunk.hash, get->chunk.bytes);
+    read_ahead(get);
     if (!b) {
         start_job(get, GET_CHUNK);
         return;
@@ -215,7 +312,7 @@ void store_get_next(struct store_get *get)
         step(get);
     } while (get->again && !get->busy && !get->done && !get->released);
     get->pumping = false;
-    if (get->released && !get->busy)
+    if (get->released && !get->busy && get->ahead_jobs == 0)
         get_free(get);
 }
 
@@ -226,7 +323,8 @@ static void job_done(uv_work_t *work, int status)
 
     get->busy = false;
     if (get->released) {
-        get_free(get);
+        if (get->ahead_jobs == 0)
+            get_free(get);
         return;
     }
     if (r != 0) {
@@ -304,7 +402,7 @@ int store_get_start(struct store *st, const char *ref, size_t ref_len, uint64_t 
 
 void store_get_release(struct store_get *get)
 {
-    if (get->busy || get->pumping) {
+    if (get->busy || get->pumping || get->ahead_jobs > 0) {
         get->released = true; /* freed when the running step ends */
         return;
     }

@@ -133,6 +133,16 @@ int manifest_cursor_next(struct manifest_cursor *c, struct manifest_entry *out,
     }
 }
 
+bool manifest_cursor_peek(const struct manifest_cursor *c, size_t ahead, struct manifest_entry *out)
+{
+    const struct manifest_list *l = &c->levels[c->top];
+
+    if (c->top != c->depth || ahead >= l->n - l->pos)
+        return false;
+    manifest_entry_at(l->packed, l->pos + ahead, out);
+    return true;
+}
+
 int manifest_cursor_feed(struct manifest_cursor *c, const uint8_t *raw, size_t len)
 {
     struct manifest_list *parent = &c->levels[c->top], *child;

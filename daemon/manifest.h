@@ -92,6 +92,12 @@ void manifest_cursor_clear(struct manifest_cursor *c);
 int manifest_cursor_next(struct manifest_cursor *c, struct manifest_entry *out,
                          uint8_t want[PROTO_HASH_LEN]);
 /*
+ * The chunk `ahead` places after the one next() returned last, when the
+ * cursor holds it (it is in the leaf list being walked): true with *out.
+ * For reading ahead; the cursor does not move.
+ */
+bool manifest_cursor_peek(const struct manifest_cursor *c, size_t ahead, struct manifest_entry *out);
+/*
  * Supplies the segment next() asked for (raw bytes, already checked against
  * its id): 0, MANIFEST_E_CORRUPT when its level or byte total does not fit
  * where it hangs in the tree, or -ENOMEM.

@@ -138,27 +138,53 @@ int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, siz
 
 /* ---- records ---- */
 
-int store_read_record(struct store *st, const struct db_loc *loc, bool cached, uint8_t **out)
+/* Reads a whole record into buf (loc->len bytes): 0, RECORD_E_BAD, STORE_E_UNAVAILABLE or -errno. */
+static int read_record_into(struct store *st, const struct db_loc *loc, bool cached, uint8_t *buf)
 {
-    uint8_t *buf = malloc(loc->len ? loc->len : 1);
     size_t got = 0;
-    int r;
+    int r = store_read_pack(st, loc->pack, loc->off, buf, loc->len, &got, cached);
 
-    if (!buf)
-        return -ENOMEM;
-    r = store_read_pack(st, loc->pack, loc->off, buf, loc->len, &got, cached);
     if (r == 0 && got != loc->len)
         r = RECORD_E_BAD;
     else if (r == BACKEND_E_NOT_FOUND || r == BACKEND_E_TOO_LARGE)
         r = RECORD_E_BAD;
     else if (r == BACKEND_E_UNAVAILABLE)
         r = STORE_E_UNAVAILABLE;
-    if (r != 0) {
+    return r;
+}
+
+int store_read_record(struct store *st, const struct db_loc *loc, bool cached, uint8_t **out)
+{
+    uint8_t *buf = malloc(loc->len ? loc->len : 1);
+    int r;
+
+    if (!buf)
+        return -ENOMEM;
+    if ((r = read_record_into(st, loc, cached, buf)) != 0) {
         free(buf);
         return r;
     }
     *out = buf;
     return 0;
+}
+
+/*
+ * Each worker thread keeps the buffers of the last block it read: a block
+ * and its decoded bytes are about 1 MiB each, which malloc maps afresh every
+ * time (see daemon_new), and the page faults of a fresh mapping cost more
+ * than reading and decoding into it. At most two blocks a worker thread.
+ */
+#define BLOCK_KEEP_MAX (RECORD_BLOCK_MAX + 64 * 1024)
+static __thread uint8_t *block_bytes, *block_raw;
+
+/* This thread's buffers, or false when out of memory. */
+static bool block_buffers(void)
+{
+    if (!block_bytes && !(block_bytes = malloc(BLOCK_KEEP_MAX)))
+        return false;
+    if (!block_raw && !(block_raw = malloc(RECORD_BLOCK_MAX)))
+        return false;
+    return true;
 }
 
 /*
@@ -198,20 +224,26 @@ static int load_block(struct store *st, const struct db_loc *loc, const uint8_t 
                       const struct cache_buf **out)
 {
     struct pack_block_chunk *chunks = NULL;
-    uint8_t *bytes, *raw = NULL;
+    uint8_t *own = NULL, *bytes, *raw = NULL;
     size_t raw_len;
     uint32_t count;
     int r;
 
+    if (!block_buffers())
+        return -ENOMEM;
+    /* A block larger than any the store writes: read it anyway, for the checks to judge. */
+    bytes = loc->len <= BLOCK_KEEP_MAX ? block_bytes : (own = malloc(loc->len));
+    if (!bytes)
+        return -ENOMEM;
     for (bool again = st->rcache != NULL;; again = false) {
-        if ((r = store_read_record(st, loc, true, &bytes)) != 0)
-            return r;
-        r = record_block_open(bytes, loc->len, &chunks, &count, &raw, &raw_len);
-        free(bytes);
+        if ((r = read_record_into(st, loc, true, bytes)) != 0)
+            break;
+        r = record_block_open_into(bytes, loc->len, &chunks, &count, block_raw, &raw, &raw_len);
         if (r != RECORD_E_BAD || !again)
             break;
         drop_cached_copy(st, loc);
     }
+    free(own);
     if (r != 0)
         return r;
     *out = NULL;
@@ -224,7 +256,6 @@ static int load_block(struct store *st, const struct db_loc *loc, const uint8_t 
             *out = b;
     }
     free(chunks);
-    free(raw);
     return *out ? 0 : RECORD_E_BAD;
 }
 

@@ -184,15 +184,51 @@ static int read_header(int fd, uint64_t pack, uint32_t slice, uint32_t crc[READC
     return 0;
 }
 
+/* A page read for its part only (the first or last of a range): kept per thread. */
+static __thread uint8_t page_buf[READCACHE_PAGE];
+
+/* Pages [first, last] of the file into dst, each checked: 0, READCACHE_E_BAD or -errno. */
+static int read_pages(int fd, const uint32_t crc[READCACHE_PAGES], uint32_t len, uint32_t first,
+                      uint32_t last, uint8_t *dst)
+{
+    uint32_t from = first * READCACHE_PAGE, to = (last + 1) * READCACHE_PAGE;
+    size_t got;
+    int r;
+
+    if (to > len)
+        to = len;
+    if ((r = read_all(fd, dst, to - from, (off_t)READCACHE_HEADER + from, &got)) != 0)
+        return r;
+    if (got != to - from)
+        return READCACHE_E_BAD;
+    for (uint32_t p = first; p <= last; p++) {
+        uint32_t at = p * READCACHE_PAGE - from;
+        uint32_t plen = to - from - at < READCACHE_PAGE ? to - from - at : READCACHE_PAGE;
+        if (pack_crc32c(0, dst + at, plen) != crc[p])
+            return READCACHE_E_BAD;
+    }
+    return 0;
+}
+
+/* Part of one page, through page_buf. */
+static int read_part(int fd, const uint32_t crc[READCACHE_PAGES], uint32_t len, uint32_t page,
+                     uint32_t in, size_t n, uint8_t *dst)
+{
+    int r = read_pages(fd, crc, len, page, page, page_buf);
+
+    if (r == 0)
+        memcpy(dst, page_buf + (in - page * READCACHE_PAGE), n);
+    return r;
+}
+
 int readcache_file_read(int dirfd, uint64_t pack, uint32_t slice, uint32_t crc[READCACHE_PAGES],
                         bool *have_crc, uint32_t *len, uint32_t in, void *buf, size_t want,
                         size_t *n, bool touch)
 {
     char name[READCACHE_NAME_MAX];
-    uint8_t *pages = NULL;
-    uint32_t first, last, span;
-    size_t got;
-    int fd, r;
+    uint8_t *dst = buf;
+    uint32_t end;
+    int fd, r = 0;
 
     readcache_file_name(name, pack, slice);
     fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
@@ -203,45 +239,40 @@ int readcache_file_read(int dirfd, uint64_t pack, uint32_t slice, uint32_t crc[R
             goto out;
         *have_crc = true;
     }
-    if (in >= *len || want == 0) {
-        *n = 0;
-        r = 0;
+    *n = 0;
+    if (in >= *len || want == 0)
         goto out;
-    }
     if (want > *len - in)
         want = *len - in;
-    /* Whole pages, so that each can be checked. */
-    first = in / READCACHE_PAGE;
-    last = (uint32_t)((in + want - 1) / READCACHE_PAGE);
-    span = (last + 1) * READCACHE_PAGE;
-    if (span > *len)
-        span = *len;
-    span -= first * READCACHE_PAGE;
-    if (!(pages = malloc(span))) {
-        r = -ENOMEM;
-        goto out;
-    }
-    r = read_all(fd, pages, span, (off_t)READCACHE_HEADER + (off_t)first * READCACHE_PAGE, &got);
-    if (r != 0)
-        goto out;
-    if (got != span) {
-        r = READCACHE_E_BAD;
-        goto out;
-    }
-    for (uint32_t p = first; p <= last; p++) {
-        size_t at = (size_t)(p - first) * READCACHE_PAGE;
-        size_t plen = span - at < READCACHE_PAGE ? span - at : READCACHE_PAGE;
-        if (pack_crc32c(0, pages + at, plen) != crc[p]) {
-            r = READCACHE_E_BAD;
-            goto out;
+    end = in + (uint32_t)want;
+    /*
+     * Every page is checked whole: the pages the range covers entirely are
+     * read straight into buf, the partly covered first and last through a
+     * page of their own.
+     */
+    while (r == 0 && in < end) {
+        uint32_t page = in / READCACHE_PAGE, pstart = page * READCACHE_PAGE;
+        uint32_t pend = pstart + READCACHE_PAGE < *len ? pstart + READCACHE_PAGE : *len;
+        if (in > pstart || end < pend) {
+            uint32_t part = (end < pend ? end : pend) - in;
+            r = read_part(fd, crc, *len, page, in, part, dst);
+            dst += part;
+            in += part;
+        } else {
+            /* Whole pages up to the last one the range covers entirely. */
+            uint32_t last = end == *len ? (end - 1) / READCACHE_PAGE : end / READCACHE_PAGE - 1;
+            uint32_t upto = (last + 1) * READCACHE_PAGE < *len ? (last + 1) * READCACHE_PAGE : *len;
+            r = read_pages(fd, crc, *len, page, last, dst);
+            dst += upto - in;
+            in = upto;
         }
     }
-    memcpy(buf, pages + (in - first * READCACHE_PAGE), want);
-    *n = want;
-    if (touch)
-        futimens(fd, NULL); /* a hint for the next start's order; failure changes nothing */
+    if (r == 0) {
+        *n = want;
+        if (touch)
+            futimens(fd, NULL); /* a hint for the next start's order; failure changes nothing */
+    }
 out:
-    free(pages);
     close(fd);
     return r;
 }

@@ -124,19 +124,22 @@ int record_seal_build(enum pack_rec_type type, const uint8_t *raw, size_t raw_le
 }
 
 /* Decodes an envelope into a new buffer of at most max_raw bytes. */
-static int unseal(const uint8_t *obj, size_t len, size_t max_raw, uint8_t **raw, size_t *raw_len)
+/* Decodes a sealed payload into `buf` (when given, of `cap` bytes), else a new buffer. */
+static int unseal(const uint8_t *obj, size_t len, size_t max_raw, uint8_t *buf, size_t cap,
+                  uint8_t **raw, size_t *raw_len)
 {
     struct compress_header hdr;
-    uint8_t *out;
+    uint8_t *out = buf;
 
-    if (compress_header_parse(obj, len, &hdr) != 0 || hdr.raw_size > max_raw)
+    if (compress_header_parse(obj, len, &hdr) != 0 || hdr.raw_size > max_raw ||
+        (buf && hdr.raw_size > cap))
         return RECORD_E_BAD;
-    out = malloc(hdr.raw_size ? hdr.raw_size : 1);
-    if (!out)
+    if (!out && !(out = malloc(hdr.raw_size ? hdr.raw_size : 1)))
         return -ENOMEM;
     if (compress_decode(obj, len, max_raw, out, hdr.raw_size, raw_len) != 0 ||
         *raw_len != hdr.raw_size) {
-        free(out);
+        if (out != buf)
+            free(out);
         return RECORD_E_BAD;
     }
     *raw = out;
@@ -145,6 +148,12 @@ static int unseal(const uint8_t *obj, size_t len, size_t max_raw, uint8_t **raw,
 
 int record_block_open(const uint8_t *bytes, size_t len, struct pack_block_chunk **chunks,
                       uint32_t *count, uint8_t **raw, size_t *raw_len)
+{
+    return record_block_open_into(bytes, len, chunks, count, NULL, raw, raw_len);
+}
+
+int record_block_open_into(const uint8_t *bytes, size_t len, struct pack_block_chunk **chunks,
+                           uint32_t *count, uint8_t *buf, uint8_t **raw, size_t *raw_len)
 {
     struct pack_record rec;
     size_t body, total = 0;
@@ -162,9 +171,11 @@ int record_block_open(const uint8_t *bytes, size_t len, struct pack_block_chunk 
         total += (*chunks)[i].size;
     r = total > RECORD_BLOCK_MAX
             ? RECORD_E_BAD
-            : unseal(rec.payload + body, rec.length - body, total, raw, raw_len);
+            : unseal(rec.payload + body, rec.length - body, total, buf, RECORD_BLOCK_MAX, raw,
+                     raw_len);
     if (r == 0 && *raw_len != total) {
-        free(*raw);
+        if (*raw != buf)
+            free(*raw);
         r = RECORD_E_BAD;
     }
     if (r != 0) {
@@ -184,7 +195,7 @@ int record_seal_open(const uint8_t *bytes, size_t len, enum pack_rec_type type,
     if (pack_record_parse(bytes, len, &rec) != 0 || rec.type != type ||
         memcmp(rec.id, id, PROTO_HASH_LEN) != 0)
         return RECORD_E_BAD;
-    r = unseal(rec.payload, rec.length, max_raw, raw, raw_len);
+    r = unseal(rec.payload, rec.length, max_raw, NULL, 0, raw, raw_len);
     if (r == 0 && !record_hash_ok(*raw, *raw_len, id)) {
         free(*raw);
         *raw = NULL;

@@ -54,6 +54,9 @@ int record_seal_build(enum pack_rec_type type, const uint8_t *raw, size_t raw_le
  */
 int record_block_open(const uint8_t *bytes, size_t len, struct pack_block_chunk **chunks,
                       uint32_t *count, uint8_t **raw, size_t *raw_len);
+/* The same, decoding into `buf` (RECORD_BLOCK_MAX bytes): *raw is buf then, not to be freed. */
+int record_block_open_into(const uint8_t *bytes, size_t len, struct pack_block_chunk **chunks,
+                           uint32_t *count, uint8_t *buf, uint8_t **raw, size_t *raw_len);
 
 /*
  * Opens a segment or entry record read back: 0 with its raw bytes
