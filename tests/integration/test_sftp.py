@@ -17,8 +17,10 @@ sshd per test, sshfixture.py; skipped when openssh-server is missing):
                   sshd is back succeeds
   Kill9Cairnd     kill -9 of cairnd during concurrent adds (the durability
                   test's loop): every acknowledged add is intact after restart
-  LocalDataDir    with the sftp backend the data dir holds the database only;
-                  the packs are on the server, and gc deletes them there
+  LocalDataDir    with the sftp backend the data dir holds the database and
+                  the read cache only; the packs are on the server, and gc
+                  deletes them there; after a restart a document read before
+                  comes from the read cache, nothing fetched
 
 The remote store of each test is a directory of the test's temp dir, reached
 through sshd as the current user, so the tests read the pack files the
@@ -509,6 +511,26 @@ class LocalDataDir(SftpCase):
         self.assert_docs(d, keep)
         d.stop()
         self.assert_no_local_objects(d)
+
+    def test_read_cache_serves_a_second_read(self):
+        """The read cache works on sftp too: after a restart (empty memory
+        caches) a document comes back from the slice files, nothing fetched."""
+        d = self.daemon()
+        d.start()
+        data = os.urandom(5 * MiB + 77)
+        with d.connect() as c:
+            self.assertIs(c.add(data, name="doc").get("ok"), True)
+            self.assertEqual(c.get("doc")[1], data)
+        st = d.status()
+        self.assertGreaterEqual(st.get("read_cache_fetched", 0), len(data), st)
+        d.stop()
+        d.start()
+        with d.connect() as c:
+            self.assertEqual(c.get("doc")[1], data)
+        st = d.status()
+        self.assertEqual((st.get("read_cache_misses"), st.get("read_cache_fetched")), (0, 0), st)
+        self.assertGreater(st.get("read_cache_hits", 0), 0, st)
+        d.stop()
 
     def assert_no_local_objects(self, d):
         self.assertFalse(os.path.exists(os.path.join(d.data_dir, "objects")),
