@@ -429,22 +429,101 @@ static void sb_quoted(struct sbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
+/*
+ * Identifiers. The index's tokenizer splits words at punctuation only:
+ * `epoll_wait`, `epoll.wait` and `epoll wait` are the words `epoll` and
+ * `wait` in a row, but `EpollWait` is the one word `epollwait`. So a term
+ * also matches its other spellings: split at its capitals too, as a phrase
+ * (`EpollWait`, `epollWait` find `epoll_wait`), and with its parts run
+ * together (`epoll_wait` finds `EpollWait`).
+ */
+#define IDENT_MAX 256
+
+static bool is_upper(char c)
+{
+    return c >= 'A' && c <= 'Z';
+}
+
+static bool is_lower(char c)
+{
+    return c >= 'a' && c <= 'z';
+}
+
+/*
+ * The term's words split at capitals as well (a capital after a lower-case
+ * letter or a digit, or before a lower-case letter after a capital:
+ * `HTTPClient` is `HTTP Client`), space-separated, into split; its words run together
+ * into joined. Either is empty when it is no other spelling of the term, and
+ * both for a quoted phrase (its words are words, not an identifier's parts).
+ */
+static void ident_forms(const char *s, char split[IDENT_MAX], char joined[IDENT_MAX])
+{
+    size_t len = strlen(s), ns = 0, nj = 0, words = 0;
+    bool camel = false, in_word = false;
+
+    split[0] = joined[0] = '\0';
+    /* A space at most before each byte: split takes up to twice the term. */
+    if (2 * len >= IDENT_MAX || strpbrk(s, " \t\n\r\f\v"))
+        return;
+    for (size_t i = 0; i < len;) {
+        size_t k = i;
+        bool word = is_word_char(utf8_next(s, len, &k));
+        if (!word) {
+            in_word = false;
+            i = k;
+            continue;
+        }
+        if (!in_word) {
+            words++;
+            if (ns > 0)
+                split[ns++] = ' ';
+        } else if (k == i + 1 && is_upper(s[i]) &&
+                   (is_lower(s[i - 1]) || (s[i - 1] >= '0' && s[i - 1] <= '9') ||
+                    (is_upper(s[i - 1]) && i + 1 < len && is_lower(s[i + 1])))) {
+            camel = true;
+            split[ns++] = ' ';
+        }
+        in_word = true;
+        memcpy(split + ns, s + i, k - i);
+        memcpy(joined + nj, s + i, k - i);
+        ns += k - i;
+        nj += k - i;
+        i = k;
+    }
+    split[ns] = joined[nj] = '\0';
+    if (!camel)
+        split[0] = '\0';
+    if (words < 2)
+        joined[0] = '\0';
+}
+
 static void sb_term(struct sbuf *b, const struct search_term *t, bool with_alts)
 {
     size_t nalts = with_alts ? t->nalts : 0;
+    char split[IDENT_MAX], joined[IDENT_MAX];
 
+    if (t->kind == SEARCH_PREFIX)
+        split[0] = joined[0] = '\0';
+    else
+        ident_forms(t->text, split, joined);
     if (t->kind == SEARCH_NAME)
         sb_cstr(b, "{name} : ");
-    if (nalts > 0)
+    if (nalts > 0 || split[0] || joined[0])
         sb_cstr(b, "(");
     sb_quoted(b, t->text);
     if (t->kind == SEARCH_PREFIX)
         sb_cstr(b, " *");
+    for (const char *form = split; form; form = form == split ? joined : NULL) {
+        if (form[0]) {
+            sb_cstr(b, " OR ");
+            sb_quoted(b, form);
+        }
+    }
     for (size_t i = 0; i < nalts; i++) {
         sb_cstr(b, " OR ");
         sb_quoted(b, t->alts[i]);
     }
-    if (nalts > 0)
+    if (nalts > 0 || split[0] || joined[0])
         sb_cstr(b, ")");
 }
 
@@ -589,6 +668,17 @@ static void patterns_add_term(struct patterns *ps, const struct search_term *t)
     }
     for (size_t a = 0; a < t->nalts; a++)
         patterns_add(ps, t->alts[a], strlen(t->alts[a]), false);
+    if (t->kind != SEARCH_PREFIX) {
+        char split[IDENT_MAX], joined[IDENT_MAX];
+        ident_forms(s, split, joined);
+        for (char *w = split; *w;) {
+            size_t n = strcspn(w, " ");
+            patterns_add(ps, w, n, false);
+            w += n + (w[n] == ' ');
+        }
+        if (joined[0])
+            patterns_add(ps, joined, strlen(joined), false);
+    }
 }
 
 static bool token_matches(const struct patterns *ps, const char *tok, size_t len)

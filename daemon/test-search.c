@@ -52,6 +52,12 @@ static void test_words_and_operators(void **state)
     expect_expr("brown AND fox", "((\"brown\") AND (\"fox\"))");
     expect_expr("a OR b c", "((\"a\" OR \"b\") AND (\"c\"))");
     expect_expr("\"lazy dog\"", "((\"lazy dog\"))");
+    /* identifiers: also split at capitals, and run together */
+    expect_expr("EpollWait", "(((\"EpollWait\" OR \"Epoll Wait\")))");
+    expect_expr("epoll_wait()", "(((\"epoll_wait()\" OR \"epollwait\")))");
+    expect_expr("HTTPClient.send", "(((\"HTTPClient.send\" OR \"HTTP Client send\" OR \"HTTPClientsend\")))");
+    expect_expr("ipv6Addr", "(((\"ipv6Addr\" OR \"ipv6 Addr\")))");
+    expect_expr("keyB*", "((\"keyB\" *))");
     expect_expr("keyb*", "((\"keyb\" *))");
     expect_expr("cat -warm", "((\"cat\")) NOT (\"warm\")");
     expect_expr("cat NOT warm", "((\"cat\")) NOT (\"warm\")");

@@ -612,6 +612,51 @@ class Typos(SearchCase):
         self.assertEqual([h["hash"] for h in hits], sorted(h["hash"] for h in hits))
 
 
+class Identifiers(SearchCase):
+    """An identifier is found by its other spellings: snake_case, camelCase,
+    dotted, with its call parentheses, or as words."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d, cls.base = class_daemon(cls)
+        docs = {
+            "snake.c": b"int n = epoll_wait(fd, events, 64, -1); /* sched_setattr too */",
+            "camel.java": b"the EpollWait method of the HttpClient class calls send",
+            "acronym.go": b"an HTTPServer serves; see the http_client.send helper",
+            "words.txt": b"epoll is a thing and later we wait for a server",
+        }
+        with cls.d.connect() as c:
+            for name, text in docs.items():
+                r = c.add(text, name=name, mime="text/plain")
+                assert r.get("ok") is True, r
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def test_spellings_of_one_identifier(self):
+        for q in ("epoll_wait", "epoll_wait()", "EpollWait", "epollWait", "EPOLL_WAIT", "epoll.wait"):
+            with self.subTest(query=q):
+                self.assert_names([q], ["camel.java", "snake.c"])
+        # as two words it is two words: also the text that merely has both
+        self.assert_names(["epoll", "wait"], ["snake.c", "words.txt"])
+
+    def test_camel_case_and_acronyms(self):
+        for q in ("HttpClient", "httpClient", "http_client", "HTTP_CLIENT"):
+            with self.subTest(query=q):
+                self.assert_names([q], ["acronym.go", "camel.java"])
+        self.assert_names(["HTTPServer"], ["acronym.go"])
+        self.assert_names(["http_server"], ["acronym.go"])
+        self.assert_names(["HttpClient.send"], ["acronym.go"])
+        self.assert_names(["schedSetattr"], ["snake.c"])
+
+    def test_snippet_marks_the_other_spelling(self):
+        [hit] = self.proto("EpollWait", name="snake.c")
+        self.assertIn("**epoll**_**wait**", hit["snippet"])
+        [hit] = self.proto("epoll_wait", name="camel.java")
+        self.assertIn("**EpollWait**", hit["snippet"])
+
+
 class Paging(SearchCase):
     BEACONS = 25
     FRAMES = 120
