@@ -134,9 +134,10 @@ static void gc_finish(struct store_gc *gc)
     st->gc = NULL;
     if (gc->status == 0)
         log_info("gc: %" PRIu64 " packs rewritten, %" PRIu64 " deleted, %" PRIu64
-                 " bytes reclaimed, %" PRIu64 " bytes still dead",
+                 " bytes reclaimed, %" PRIu64 " bytes still dead, %" PRIu64
+                 " packs could not be rewritten",
                  gc->res.packs_rewritten, gc->res.packs_deleted, gc->res.bytes_reclaimed,
-                 gc->res.bytes_dead);
+                 gc->res.bytes_dead, gc->res.packs_failed);
     while (w) {
         struct gc_waiter *next = w->next;
         w->done(w->userdata, gc->status, &gc->res);

@@ -391,7 +391,7 @@ static void gc_done(void *userdata, int status, const struct store_gc_result *re
     if (status != 0) {
         dispatch_reply_status_error(op, status);
     } else {
-        reply_begin(&r, op->base.id, true, 5);
+        reply_begin(&r, op->base.id, true, res->packs_failed ? 7 : 5);
         proto_pack_cstr(&r.pk, "packs_rewritten");
         msgpack_pack_uint64(&r.pk, res->packs_rewritten);
         proto_pack_cstr(&r.pk, "packs_deleted");
@@ -402,6 +402,12 @@ static void gc_done(void *userdata, int status, const struct store_gc_result *re
         msgpack_pack_uint64(&r.pk, res->bytes_dead);
         proto_pack_cstr(&r.pk, "chunks_removed");
         msgpack_pack_uint64(&r.pk, res->chunks_removed);
+        if (res->packs_failed) {
+            proto_pack_cstr(&r.pk, "packs_failed");
+            msgpack_pack_uint64(&r.pk, res->packs_failed);
+            proto_pack_cstr(&r.pk, "failure");
+            proto_pack_cstr(&r.pk, res->failure);
+        }
         reply_send(op->base.conn, &r);
     }
     job_end(j);

@@ -169,6 +169,10 @@ struct store_gc_result {
     uint64_t bytes_reclaimed; /* pack bytes given back to the backend */
     uint64_t bytes_dead;      /* dead bytes left in packs above the rewrite threshold */
     uint64_t chunks_removed;  /* chunks no document used any more, gone now */
+    /* Packs that could not be rewritten (their dead bytes stay; gc went on with the
+     * others), and why the first one could not. */
+    uint64_t packs_failed;
+    char failure[128];
 };
 
 /*

@@ -393,6 +393,59 @@ class FullDisk(unittest.TestCase, ct.StoreChecks):
         self.assert_verify_ok(d)
         d.stop()
 
+    def test_gc_without_room_to_rewrite(self):
+        """A pack mostly dead whose live records do not fit on the full
+        disk: gc says so (packs_failed, failure) and finishes the rest;
+        nothing is lost, and once there is room the next gc rewrites it."""
+        mnt = self.mount_tmpfs("24m")
+        conf = os.path.join(ct.make_tempdir(self), "cairn.conf")
+        with open(conf, "w") as f:
+            f.write("[store]\npack_size = 8M\n")
+        d = ct.Daemon(self, data_dir=os.path.join(mnt, "data"), args=["--config", conf])
+        d.start()
+        self.addCleanup(lambda: d.running() and d.kill9())
+        acked, mixed = {}, []
+        with d.connect() as c:
+            # one 8 MiB pack of 16 documents; 10 go, so 3 MiB stay alive in it,
+            # more than the 2 MiB reserve
+            for i in range(16):
+                content = os.urandom(512 * 1024)
+                r = c.add(content, name="m%02d" % i, timeout=60 * ct.SLOW)
+                self.assertIs(r.get("ok"), True, ct.short(r))
+                mixed.append((r["hash"], content))
+            # the rest of the disk, to the brim
+            for size in (1024 * 1024, 64 * 1024, 4096):
+                for i in range(400):
+                    content = os.urandom(size)
+                    r = c.add(content, name="fill%d-%d" % (size, i), timeout=60 * ct.SLOW)
+                    if r.get("ok") is not True:
+                        break
+                    acked[r["hash"]] = content
+            for h, _ in mixed[:10]:
+                self.assertIs(c.call("delete", ref=h).get("ok"), True)
+            r = c.call("gc", timeout=120 * ct.SLOW)
+        for h, content in mixed[10:]:
+            acked[h] = content
+        self.assertIs(r.get("ok"), True, "gc on a full disk: %r\n%s" % (ct.short(r), d.log_tail()))
+        self.assertGreaterEqual(r.get("packs_failed", 0), 1, ct.short(r))
+        self.assertIn("space", r.get("failure", "").lower(), ct.short(r))
+        self.assertIn("gc goes on", d.log_text())
+        p = d.cli("gc", check_exit=0)
+        self.assertIn(b"packs_failed:", p.stdout)
+        self.assert_docs(d, acked)
+        # room again: the fill goes, and the next gc rewrites the pack
+        with d.connect() as c:
+            for h in [h for h in acked if h not in dict(mixed)]:
+                self.assertIs(c.call("delete", ref=h).get("ok"), True)
+                del acked[h]
+            r = c.call("gc", timeout=120 * ct.SLOW)
+        self.assertIs(r.get("ok"), True, ct.short(r))
+        self.assertNotIn("packs_failed", r)
+        self.assertGreaterEqual(r["packs_rewritten"], 1, ct.short(r))
+        self.assert_docs(d, acked)
+        self.assert_verify_ok(d)
+        d.stop()
+
 
 class SlowReader(HostileTestCase):
     DOC = 16 * ct.MiB
