@@ -81,8 +81,8 @@ struct readcache {
     size_t nbuckets;
     /* ON_DISK entries, most recently used first. */
     struct rc_entry *lru_head, *lru_tail;
-    /* Fetches for the loop to start. */
-    struct rc_fetch *queue;
+    /* Fetches for the loop to start, in the order asked. */
+    struct rc_fetch *queue, *queue_tail;
     unsigned inflight; /* fetches alive (fetching, or loaded and not yet written) */
     unsigned jobs;     /* loop thread: backend requests and write jobs running */
     struct {
@@ -256,7 +256,7 @@ static void on_async(uv_async_t *h)
 
     pthread_mutex_lock(&rc->lock);
     q = rc->queue;
-    rc->queue = NULL;
+    rc->queue = rc->queue_tail = NULL;
     pthread_mutex_unlock(&rc->lock);
     while (q) {
         struct rc_fetch *f = q;
@@ -300,8 +300,11 @@ static struct rc_entry *start_fetch(struct readcache *rc, uint64_t pack, uint32_
     e->fetch = f;
     f->rc = rc;
     f->e = e;
-    f->next = rc->queue;
-    rc->queue = f;
+    if (rc->queue_tail)
+        rc->queue_tail->next = f;
+    else
+        rc->queue = f;
+    rc->queue_tail = f;
     rc->inflight++;
     insert(rc, e);
     return e;
@@ -595,6 +598,11 @@ int readcache_read(struct readcache *rc, uint64_t pack, uint64_t off, void *buf,
         uint64_t pos = off + done;
         uint32_t slice = (uint32_t)(pos / READCACHE_SLICE), in = (uint32_t)(pos % READCACHE_SLICE);
         size_t want = len - done < READCACHE_SLICE - in ? len - done : READCACHE_SLICE - in, n;
+        /* The slice wanted now goes out before the ones read ahead. */
+        pthread_mutex_lock(&rc->lock);
+        if (!lookup(rc, pack, slice) && start_fetch(rc, pack, slice, slice_len(size, slice)))
+            uv_async_send(&rc->async);
+        pthread_mutex_unlock(&rc->lock);
         if (read_ahead(rc, pack, slice, size))
             uv_async_send(&rc->async);
         if ((r = read_slice(rc, pack, slice, slice_len(size, slice), in, (uint8_t *)buf + done,
