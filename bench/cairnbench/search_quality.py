@@ -20,7 +20,7 @@ timed.
 
 import os
 
-from . import procs, quality, report
+from . import quality
 from .procs import check_ok, run_timed
 
 EXACT, TYPO, TOLERANT = "exact", "typo", "exact, tolerant"
