@@ -24,7 +24,7 @@ TIERS = {
         "sftp_large": 8 * MIB, "sftp_large_runs": 1,
         "s3_profiles": ["clean"], "s3_iterations": 2, "s3_rounds": 1,
         "s3_mc_clients": [4], "s3_mc_fault_clients": [4], "s3_mc_seconds": 1.0,
-        "man_pages": 150, "search_runs": 1, "search_queries": 5,
+        "man_pages": 150, "search_runs": 1, "search_queries": 5, "quality_queries": 6,
         "ingest_big": 2 * MIB,
     },
     "quick": {
@@ -38,7 +38,7 @@ TIERS = {
         "s3_profiles": ["clean", "rtt20", "rtt50", "rtt100"], "s3_iterations": 4,
         "s3_rounds": 2,
         "s3_mc_clients": [8], "s3_mc_fault_clients": [4, 8], "s3_mc_seconds": 5.0,
-        "man_pages": 3000, "search_runs": 3, "search_queries": 20,
+        "man_pages": 3000, "search_runs": 3, "search_queries": 20, "quality_queries": None,
         "ingest_big": 64 * MIB,
     },
     "full": {
@@ -52,7 +52,7 @@ TIERS = {
         "s3_profiles": ["clean", "rtt20", "rtt50", "rtt100"], "s3_iterations": 6,
         "s3_rounds": 4,
         "s3_mc_clients": [8], "s3_mc_fault_clients": [4, 8], "s3_mc_seconds": 15.0,
-        "man_pages": None, "search_runs": 5, "search_queries": 20,
+        "man_pages": None, "search_runs": 5, "search_queries": 20, "quality_queries": None,
         "ingest_big": 1 * GIB,
     },
 }

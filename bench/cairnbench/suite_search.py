@@ -12,12 +12,19 @@ commands: `cairn search QUERY` (top 10 by BM25), `quest -d DB QUERY` (top 10,
 Xapian's BM25) and `rg -l -i -F QUERY DIR` (every matching file). Phrases are
 quoted for cairn and quest, fixed strings for rg, so all three look for the
 same words in the same order.
+
+Then the quality of the rankings (search_quality.py): a judged set of queries
+a person would type (judged_queries.json), and a typo variant of each, run
+through `cairn search` (with and without `--fuzzy`), quest (with and without
+Xapian's spelling correction, on a second database built with `omindex
+--spelling`) and rg (files ordered by their count of matching lines), scored
+by MRR and nDCG@10.
 """
 
 import os
 import re
 
-from . import charts, common, corpus, procs, report
+from . import charts, common, corpus, procs, report, search_quality
 from .procs import check_ok, run_timed
 
 QUERIES = [
@@ -103,10 +110,19 @@ def run(ctx, result, log):
                         samples.setdefault(("rg", q), []).append(r.ms)
                         hits[("rg", q)] = len(r.stdout.splitlines())
         daemon.check_alive()
+
+        xdb_spelling = None
+        if have_xapian:
+            log("search: omindex --spelling, for the quality table")
+            xdb_spelling, secs = search_quality.build_spelling_db(ctx, cp["dir"], result)
+            result.data["xapian_spelling_db_seconds"] = secs
+        quality_state = search_quality.run(ctx, result, daemon, cp["dir"], available,
+                                           xdb_spelling, have_rg, log)
         # A clean stop checkpoints the WAL into cairn.db: what remains is the index's size.
         daemon.stop()
         ingest["cairn"]["index_bytes"] = daemon.db_bytes()
     _report(ctx, result, cp, queries, ingest, samples, hits, available, why)
+    search_quality.report(result, quality_state)
 
 
 def _report(ctx, result, cp, queries, ingest, samples, hits, available, why):
