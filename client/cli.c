@@ -80,7 +80,7 @@ static const struct command {
      "Shows the daemon's state: version, backend, documents, bytes, cache, connections.\n"},
     {"search", cli_cmd_search,
      "cairn search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
-     "             [--after DATE] [--before DATE] [--fuzzy] QUERY...\n\n"
+     "             [--after DATE] [--before DATE] [--fuzzy] [--all] QUERY...\n\n"
      "Ranked full-text search: words, \"phrases\", OR, NOT or -word, prefix*,\n"
      "name:word, tag:value. Options end at the first word of the query.\n"
      "  -l, --limit N       at most N hits (1 to 1000, default 10)\n"
@@ -92,7 +92,9 @@ static const struct command {
      "                      created after or before (YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] in UTC,\n"
      "                      or @UNIXSECONDS)\n"
      "      --fuzzy         tolerate typos: indexed words one or two edits away, and words\n"
-     "                      that contain the query word\n"},
+     "                      that contain the query word\n"
+     "      --all           only documents with every word (by default, when fewer have\n"
+     "                      them all than the page holds, those with some follow)\n"},
     {"gc", cli_cmd_gc,
      "cairn gc\n\n"
      "Removes chunks no document uses any more and rewrites mostly-dead packs; prints\n"
@@ -176,7 +178,7 @@ void cli_print_usage(FILE *out)
         "  gc              remove chunks no document uses any more\n"
         "  verify [REF]... re-read and re-hash stored chunks (all without REF)\n"
         "  search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
-        "         [--after DATE] [--before DATE] [--fuzzy] QUERY...\n"
+        "         [--after DATE] [--before DATE] [--fuzzy] [--all] QUERY...\n"
         "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
         "                  prefix*, name:word, tag:value\n"
         "  mcp             serve the Model Context Protocol on stdin/stdout (for agents)\n"

@@ -238,6 +238,7 @@ struct client_search_req {
     bool has_after, has_before;
     int64_t after, before; /* Unix time in seconds */
     bool fuzzy;
+    bool all; /* only documents with every word (no hits with some of them after) */
 };
 
 /*

@@ -182,7 +182,7 @@ int client_encode_search(msgpack_sbuffer *sbuf, uint64_t id, const struct client
     struct encoder enc;
     uint32_t nfields = 1 + (req->limit > 0) + (req->offset > 0) + (req->n_tags > 0) +
                        nonempty(req->name) + nonempty(req->mime) + req->has_after +
-                       req->has_before + req->fuzzy;
+                       req->has_before + req->fuzzy + req->all;
 
     encoder_begin(&enc, sbuf, id, "search", nfields);
     proto_pack_cstr(&enc.pk, "query");
@@ -216,6 +216,8 @@ int client_encode_search(msgpack_sbuffer *sbuf, uint64_t id, const struct client
     }
     if (req->fuzzy)
         pack_bool(&enc.pk, "fuzzy", true);
+    if (req->all)
+        pack_bool(&enc.pk, "all", true);
     return encoder_end(&enc);
 }
 

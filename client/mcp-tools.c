@@ -55,7 +55,8 @@ static const struct tool {
      "\"offset\":{\"type\":\"integer\",\"minimum\":0},"
      "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":16},"
      "\"name\":{\"type\":\"string\"},\"mime\":{\"type\":\"string\"},"
-     "\"fuzzy\":{\"type\":\"boolean\"}},\"required\":[\"query\"],\"additionalProperties\":false}",
+     "\"fuzzy\":{\"type\":\"boolean\"},\"allWords\":{\"type\":\"boolean\"}},"
+     "\"required\":[\"query\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"hits\":{\"type\":\"array\",\"items\":{\"type\":"
      "\"object\",\"properties\":{\"hash\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"},"
      "\"score\":{\"type\":\"number\"},\"snippet\":{\"type\":\"string\"}}}}},"
@@ -395,10 +396,11 @@ static json_t *tool_search(struct mcp *m, json_t *args)
     if (opt_str(args, "query", &req.query) || !req.query || !req.query[0] ||
         opt_uint(args, "limit", 1, 1000, &req.limit) ||
         opt_uint(args, "offset", 0, INT64_MAX, &req.offset) || opt_str(args, "name", &req.name) ||
-        opt_str(args, "mime", &req.mime) || ntags < 0 || opt_bool(args, "fuzzy", &req.fuzzy)) {
+        opt_str(args, "mime", &req.mime) || ntags < 0 || opt_bool(args, "fuzzy", &req.fuzzy) ||
+        opt_bool(args, "allWords", &req.all)) {
         json_decref(h.array);
         return mcp_tool_error("search: wants a query, and optional limit, offset, tags, name, "
-                              "mime and fuzzy");
+                              "mime, fuzzy and allWords");
     }
     req.n_tags = (size_t)ntags;
     if (!(c = connection(m))) {

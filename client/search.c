@@ -112,7 +112,8 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv)
         {"tag", required_argument, NULL, 't'},    {"name", required_argument, NULL, 'N'},
         {"mime", required_argument, NULL, 'M'},   {"after", required_argument, NULL, 'A'},
         {"before", required_argument, NULL, 'B'}, {"fuzzy", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},         {0},
+        {"all", no_argument, NULL, 'a'},          {"help", no_argument, NULL, 'h'},
+        {0},
     };
     const char *tags[SEARCH_MAX_TAGS];
     struct client_search_req req = {.limit = 10};
@@ -157,6 +158,9 @@ int cli_cmd_search(struct cli *cli, int argc, char **argv)
             break;
         case 'f':
             req.fuzzy = true;
+            break;
+        case 'a':
+            req.all = true;
             break;
         case 'h':
             cli_print_command_help(stdout, argv[0]);

@@ -67,7 +67,7 @@ _cairn()
             ls | list) opts='-l --long -h --human-readable -d --docs -t' ;;
             du) opts='-h --human-readable' ;;
             mount) opts='-f --foreground' ;;
-            search) opts='-l --offset -t --name --mime --after --before --fuzzy' ;;
+            search) opts='-l --offset -t --name --mime --after --before --fuzzy --all' ;;
         esac
         mapfile -t COMPREPLY < <(compgen -W "$opts $global_opts" -- "$cur")
         return

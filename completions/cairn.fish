@@ -74,6 +74,7 @@ complete -c cairn -n '__fish_seen_subcommand_from search' -l mime -x -d 'Only th
 complete -c cairn -n '__fish_seen_subcommand_from search' -l after -x -d 'Only documents created after DATE'
 complete -c cairn -n '__fish_seen_subcommand_from search' -l before -x -d 'Only documents created before DATE'
 complete -c cairn -n '__fish_seen_subcommand_from search' -l fuzzy -d 'Tolerate typos'
+complete -c cairn -n '__fish_seen_subcommand_from search' -l all -d 'Only documents with every word'
 
 complete -c cairn -n '__fish_seen_subcommand_from mount' -a '(__fish_complete_directories)'
 complete -c cairn -n '__fish_seen_subcommand_from mount' -s f -l foreground -d 'Stay in the foreground'

@@ -121,17 +121,21 @@ static int fuzzy_expand_query(struct db *db, struct db_conn *c, struct search_qu
 
 /* The parameter of the query as typed, when fuzzy widening gave it alternatives. */
 #define EXACT_PARAM 300
+/* The parameter of the query with all its words, for the hits with only some of them. */
+#define ALL_PARAM 301
 
 /*
  * Builds the SQL of a search: the ranked FTS5 query, or a filter-only
  * listing. With `exact_first` (a fuzzy search whose words got alternatives),
  * the documents the query as typed matches come first, in its order and
  * with its scores, then those only the alternatives find: a fuzzy search
- * never ranks a correctly spelled query's answers lower. Equal scores are
- * ordered by hash, so the same corpus always gives the same order.
+ * never ranks a correctly spelled query's answers lower. With `except_all`,
+ * only documents the query with all its words (ALL_PARAM) does not match.
+ * Equal scores are ordered by hash, so the same corpus always gives the same
+ * order.
  */
 static char *search_sql(const struct db_search_params *p, const struct search_query *q, bool match,
-                        bool exact_first)
+                        bool exact_first, bool except_all)
 {
     char *sql = NULL;
     size_t len = 0;
@@ -172,6 +176,9 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
         fputs(" AND EXISTS (SELECT 1 FROM names n WHERE n.doc = d.id AND n.name GLOB ?5)", f);
     for (size_t i = 0; i < p->ntags + q->ntags; i++)
         fprintf(f, " AND EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?%zu)", 8 + i);
+    if (except_all)
+        fprintf(f, " AND d.id NOT IN (SELECT rowid FROM idx.search WHERE search MATCH ?%d)",
+                ALL_PARAM);
     fputs(match && exact_first ? " ORDER BY e.erank IS NULL, e.erank, rank, d.hash LIMIT ?6 OFFSET ?7"
           : match              ? " ORDER BY rank, d.hash LIMIT ?6 OFFSET ?7"
                                : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
@@ -220,43 +227,48 @@ static int hit_details(struct db_conn *c, sqlite3_stmt *s, struct db_hit *h)
     return 0;
 }
 
-int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
-              struct search_query *q, struct db_hit **hits, size_t *nhits)
+/*
+ * One step of a search's ranking: the documents `expr` matches, those `first`
+ * matches ahead (NULL: none), without those `except` matches (NULL: none).
+ */
+struct search_tier {
+    const char *expr, *first, *except;
+};
+
+/* One ranked query of a search, its rows appended to the hits. */
+struct search_run {
+    struct db_conn *c;
+    const struct db_search_params *p;
+    const struct search_query *q;
+    struct db_hit *hits;
+    size_t n, cap;
+};
+
+/*
+ * Runs one shape of the search with `limit` and `offset`: match is the main
+ * expression; exact (fuzzy) ranks its matches first; all (for the second
+ * phase) excludes what the query with every word matches. Appends the rows.
+ */
+static int run_query(struct search_run *sr, bool match, const char *expr, const char *exact,
+                     const char *all, uint64_t limit, uint64_t offset)
 {
-    struct db_conn *c = NULL;
-    sqlite3_stmt *s = NULL;
-    struct db_hit *out = NULL;
-    char *expr = NULL, *exact = NULL, *sql = NULL;
-    size_t n = 0, cap = 0;
+    const struct db_search_params *p = sr->p;
+    const struct search_query *q = sr->q;
+    char *sql = search_sql(p, q, match, exact != NULL, all != NULL);
+    sqlite3_stmt *s;
     int rc, r = 0;
 
-    *hits = NULL;
-    *nhits = 0;
-    if (!(c = db_reader_acquire(db))) {
-        r = -EIO;
-        goto out;
-    }
-    if ((r = attach_index(c, index_path)) < 0)
-        goto out;
-    bool match = search_has_match(q);
-    if (match && p->fuzzy && (r = fuzzy_expand_query(db, c, q)) < 0)
-        goto out;
-    if (match && (r = search_fts_expr(q, true, &expr)) < 0)
-        goto out;
-    bool exact_first = match && search_has_alts(q);
-    if (exact_first && (r = search_fts_expr(q, false, &exact)) < 0)
-        goto out;
-    if (!(sql = search_sql(p, q, match, exact_first))) {
-        r = -ENOMEM;
-        goto out;
-    }
-    if (!(s = search_stmt(c, sql))) {
-        r = -EIO;
-        goto out;
-    }
+    if (!sql)
+        return -ENOMEM;
+    s = search_stmt(sr->c, sql);
+    free(sql);
+    if (!s)
+        return -EIO;
     sqlite3_bind_text(s, 1, expr, -1, SQLITE_STATIC);
-    if (exact_first)
+    if (exact)
         sqlite3_bind_text(s, EXACT_PARAM, exact, -1, SQLITE_STATIC);
+    if (all)
+        sqlite3_bind_text(s, ALL_PARAM, all, -1, SQLITE_STATIC);
     if (p->mime)
         sqlite3_bind_text(s, 2, p->mime, -1, SQLITE_STATIC);
     if (p->has_after)
@@ -265,23 +277,24 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
         sqlite3_bind_int64(s, 4, p->before);
     if (p->name_glob)
         sqlite3_bind_text(s, 5, p->name_glob, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 6, (int64_t)p->limit);
-    sqlite3_bind_int64(s, 7, (int64_t)(p->offset > INT64_MAX ? INT64_MAX : p->offset));
+    sqlite3_bind_int64(s, 6, limit > INT64_MAX ? INT64_MAX : (int64_t)limit);
+    sqlite3_bind_int64(s, 7, offset > INT64_MAX ? INT64_MAX : (int64_t)offset);
     for (size_t i = 0; i < p->ntags; i++)
         sqlite3_bind_text(s, (int)(8 + i), p->tags[i], -1, SQLITE_STATIC);
     for (size_t i = 0; i < q->ntags; i++)
         sqlite3_bind_text(s, (int)(8 + p->ntags + i), q->tags[i], -1, SQLITE_STATIC);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            struct db_hit *grown = realloc(out, cap * sizeof(*grown));
+        if (sr->n == sr->cap) {
+            size_t cap = sr->cap ? sr->cap * 2 : 16;
+            struct db_hit *grown = realloc(sr->hits, cap * sizeof(*grown));
             if (!grown) {
                 r = -ENOMEM;
-                goto out;
+                break;
             }
-            out = grown;
+            sr->hits = grown;
+            sr->cap = cap;
         }
-        struct db_hit *h = &out[n++];
+        struct db_hit *h = &sr->hits[sr->n++];
         memset(h, 0, sizeof(*h));
         snprintf(h->hash, sizeof(h->hash), "%s", (const char *)sqlite3_column_text(s, 0));
         h->name = db_column_strdup(s, 1);
@@ -290,36 +303,133 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
         h->rowid = sqlite3_column_int64(s, 4);
         if (!h->name) {
             r = -ENOMEM;
-            goto out;
+            break;
         }
-        if ((r = hit_details(c, s, h)) < 0)
-            goto out;
+        if ((r = hit_details(sr->c, s, h)) < 0)
+            break;
     }
-    if (rc != SQLITE_DONE) {
+    if (r == 0 && rc != SQLITE_DONE) {
         /* Every word reaches FTS5 quoted, so this is not the user's syntax. */
-        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+        log_error("database: search: %s", sqlite3_errmsg(sr->c->sql));
+        r = -EIO;
+    }
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return r;
+}
+
+/* How many documents a tier has, when that is at most `upto` (to skip past it): read and counted. */
+static int count_tier(struct search_run *sr, const struct search_tier *t, uint64_t upto,
+                      uint64_t *count)
+{
+    size_t before = sr->n;
+    int r = run_query(sr, true, t->expr, t->first, t->except, upto, 0);
+
+    *count = sr->n - before;
+    for (size_t i = before; i < sr->n; i++) {
+        free(sr->hits[i].name);
+        free(sr->hits[i].root);
+    }
+    sr->n = before;
+    return r;
+}
+
+/*
+ * The order of the hits, as tiers each filling what the ones before left of
+ * the page. The query as typed comes first, in its own order and with its
+ * own scores; when fewer documents have every word than the page holds,
+ * those with some of the words follow, ranked by how well they match (a
+ * question in words rarely has all its words in the page that answers it).
+ * With fuzzy alternatives: a query whose every word is in the index is taken
+ * as spelled right, and the alternatives come after everything its own
+ * words find; one with a word no document has is a typo, and the
+ * alternatives stand in for it from the start.
+ */
+static size_t search_tiers(const struct search_query *q, const char *all, const char *any,
+                           const char *exact_all, const char *exact_any,
+                           struct search_tier tiers[3])
+{
+    size_t n = 0;
+
+    if (!exact_all) { /* no alternatives */
+        tiers[n++] = (struct search_tier){all, NULL, NULL};
+        if (any)
+            tiers[n++] = (struct search_tier){any, NULL, all};
+    } else if (!search_has_unknown(q)) {
+        tiers[n++] = (struct search_tier){exact_all, NULL, NULL};
+        if (exact_any)
+            tiers[n++] = (struct search_tier){exact_any, NULL, exact_all};
+        tiers[n++] = (struct search_tier){any ? any : all, all, exact_any ? exact_any : exact_all};
+    } else {
+        tiers[n++] = (struct search_tier){all, exact_all, NULL};
+        if (any)
+            tiers[n++] = (struct search_tier){any, NULL, all};
+    }
+    return n;
+}
+
+int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
+              struct search_query *q, struct db_hit **hits, size_t *nhits)
+{
+    struct search_run sr = {.p = p, .q = q};
+    char *all = NULL, *any = NULL, *exact_all = NULL, *exact_any = NULL;
+    struct search_tier tiers[3];
+    size_t ntiers = 1;
+    uint64_t skip = p->offset;
+    int r = 0;
+
+    *hits = NULL;
+    *nhits = 0;
+    if (!(sr.c = db_reader_acquire(db))) {
         r = -EIO;
         goto out;
     }
-    sqlite3_reset(s);
-    for (size_t i = 0; i < n && r == 0; i++)
-        r = db_query_joined(c, DB_S_NAMES_OF_DOC, out[i].rowid, 0, -1, &out[i].names);
+    if ((r = attach_index(sr.c, index_path)) < 0)
+        goto out;
+    bool match = search_has_match(q), alts = false;
+    bool several = match && q->ngroups > 1 && !p->all_words;
+    if (match && p->fuzzy && (r = fuzzy_expand_query(db, sr.c, q)) < 0)
+        goto out;
+    alts = match && search_has_alts(q);
+    if ((match && (r = search_fts_expr(q, true, &all)) < 0) ||
+        (several && (r = search_fts_expr_any(q, true, &any)) < 0) ||
+        (alts && (r = search_fts_expr(q, false, &exact_all)) < 0) ||
+        (alts && several && (r = search_fts_expr_any(q, false, &exact_any)) < 0))
+        goto out;
+    if (match)
+        ntiers = search_tiers(q, all, any, exact_all, exact_any, tiers);
+    else
+        tiers[0] = (struct search_tier){NULL, NULL, NULL};
+    for (size_t t = 0; t < ntiers && sr.n < p->limit; t++) {
+        size_t before = sr.n;
+        if ((r = run_query(&sr, match, tiers[t].expr, tiers[t].first, tiers[t].except,
+                           p->limit - sr.n, skip)) < 0)
+            goto out;
+        if (sr.n > before || skip == 0) {
+            skip = 0;
+            continue;
+        }
+        /* The page starts past this tier: skip as many as it has. */
+        uint64_t count;
+        if ((r = count_tier(&sr, &tiers[t], skip, &count)) < 0)
+            goto out;
+        skip -= count < skip ? count : skip;
+    }
+    for (size_t i = 0; i < sr.n && r == 0; i++)
+        r = db_query_joined(sr.c, DB_S_NAMES_OF_DOC, sr.hits[i].rowid, 0, -1, &sr.hits[i].names);
     if (r < 0)
         goto out;
-    *hits = out;
-    *nhits = n;
-    out = NULL;
-    n = 0;
+    *hits = sr.hits;
+    *nhits = sr.n;
+    sr.hits = NULL;
+    sr.n = 0;
 out:
-    if (s) {
-        sqlite3_reset(s);
-        sqlite3_clear_bindings(s);
-    }
-    if (c)
-        db_reader_release(db, c);
-    db_hits_free(out, n);
-    free(sql);
-    free(expr);
-    free(exact);
+    if (sr.c)
+        db_reader_release(db, sr.c);
+    db_hits_free(sr.hits, sr.n);
+    free(all);
+    free(any);
+    free(exact_all);
+    free(exact_any);
     return r;
 }

@@ -357,6 +357,7 @@ struct db_search_params {
     bool has_after, has_before;
     int64_t after, before; /* Unix seconds: created >= after, created < before */
     bool fuzzy;
+    bool all_words; /* no hits with only some of the words after those with all */
 };
 
 struct db_hit {

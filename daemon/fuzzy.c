@@ -116,6 +116,9 @@ static void widen_word(struct vocab *v, const char *word, size_t len, size_t kee
     if (fw->letters > 64)
         return;
     vocab_candidates(v, word, len, fw->maxd, fw->letters >= 3, consider, fw);
+    /* The trigram index never offers a word under three letters, not even the word itself. */
+    if (!fw->indexed && vocab_find(v, word, len))
+        fw->indexed = true;
     /* A three-letter word may be one transposition away: there are two, looked up. */
     if (fw->letters == 3 && len == 3) {
         char swapped[3];
@@ -253,6 +256,10 @@ static int widen_parts(struct vocab *v, struct search_term *t, const struct part
             *p = '\0';
         alts[k] = s;
     }
+    for (size_t i = 0; i < nparts; i++)
+        t->unknown |= !fw[i].indexed;
+    if (t->unknown && nbest > 3)
+        nbest = 3;
     int r = set_alts(t, alts, nbest);
     for (size_t k = t->nalts; k < nbest; k++)
         free(alts[k]);
@@ -275,6 +282,9 @@ int fuzzy_widen(struct vocab *v, struct search_term *t)
     widen_word(v, parts[0].text, parts[0].len, FUZZY_MAX_ALTS, &fw);
     for (size_t i = 0; i < fw.nbest; i++)
         alts[i] = strndup(fw.best[i].term->text, fw.best[i].term->len);
+    t->unknown = !fw.indexed;
+    if (t->unknown && fw.nbest > 3)
+        fw.nbest = 3;
     r = set_alts(t, alts, fw.nbest);
     for (size_t k = t->nalts; k < fw.nbest; k++)
         free(alts[k]);

@@ -122,7 +122,7 @@ static const char *parse_search(struct op_search *s, const msgpack_object *map)
     const msgpack_object *o;
     const char *q;
     size_t qlen;
-    bool fuzzy = false;
+    bool fuzzy = false, all = false;
     int r;
 
     r = proto_get_str(map, "query", &q, &qlen);
@@ -168,6 +168,9 @@ static const char *parse_search(struct op_search *s, const msgpack_object *map)
     if (proto_get_bool(map, "fuzzy", &fuzzy) < 0)
         return "fuzzy must be a boolean";
     sp->fuzzy = fuzzy;
+    if (proto_get_bool(map, "all", &all) < 0)
+        return "all must be a boolean";
+    sp->all_words = all;
     return NULL;
 }
 

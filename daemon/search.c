@@ -188,6 +188,15 @@ bool search_has_match(const struct search_query *q)
     return q->ngroups > 0;
 }
 
+bool search_has_unknown(const struct search_query *q)
+{
+    for (size_t g = 0; g < q->ngroups; g++)
+        for (size_t i = 0; i < q->groups[g].nterms; i++)
+            if (q->groups[g].terms[i].unknown)
+                return true;
+    return false;
+}
+
 bool search_has_alts(const struct search_query *q)
 {
     for (size_t g = 0; g < q->ngroups; g++) {
@@ -221,7 +230,7 @@ struct parser {
 static int add_term(struct parser *p, enum search_term_kind kind, bool negative, const char *s,
                     size_t len, const char **msg)
 {
-    struct search_term t = {kind, NULL, NULL, 0};
+    struct search_term t = {.kind = kind};
     int r;
 
     if (p->pending_not) {
@@ -527,14 +536,14 @@ static void sb_term(struct sbuf *b, const struct search_term *t, bool with_alts)
         sb_cstr(b, ")");
 }
 
-int search_fts_expr(const struct search_query *q, bool with_alts, char **out)
+static int fts_expr(const struct search_query *q, bool with_alts, const char *join, char **out)
 {
     struct sbuf b = {0};
 
     sb_cstr(&b, "(");
     for (size_t g = 0; g < q->ngroups; g++) {
         if (g > 0)
-            sb_cstr(&b, " AND ");
+            sb_cstr(&b, join);
         sb_cstr(&b, "(");
         for (size_t i = 0; i < q->groups[g].nterms; i++) {
             if (i > 0)
@@ -559,6 +568,16 @@ int search_fts_expr(const struct search_query *q, bool with_alts, char **out)
     }
     *out = b.s;
     return 0;
+}
+
+int search_fts_expr(const struct search_query *q, bool with_alts, char **out)
+{
+    return fts_expr(q, with_alts, " AND ", out);
+}
+
+int search_fts_expr_any(const struct search_query *q, bool with_alts, char **out)
+{
+    return fts_expr(q, with_alts, " OR ", out);
 }
 
 unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen, unsigned max)

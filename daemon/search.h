@@ -37,6 +37,8 @@ struct search_term {
     /* Alternatives a fuzzy search added (similar indexed words). */
     char **alts;
     size_t nalts;
+    /* Fuzzy search: the word as typed (or a part of it) is in no document, a typo. */
+    bool unknown;
 };
 
 /* Positive terms come in groups: the terms of one group are alternatives (OR). */
@@ -60,12 +62,20 @@ void search_query_clear(struct search_query *q);
 
 /* True when the query has words to match (a filter-only query has none). */
 bool search_has_match(const struct search_query *q);
+/* Fuzzy search: a positive word as typed is in no document (see search_term.unknown). */
+bool search_has_unknown(const struct search_query *q);
 
 /*
  * Builds the FTS5 match expression (malloc'd) for a query with words: with
  * the fuzzy alternatives of its words (with_alts), or as typed.
  */
 int search_fts_expr(const struct search_query *q, bool with_alts, char **out);
+/*
+ * The same with its groups joined by OR instead of AND: the documents with
+ * any of the query's words (negated ones still excluded). For the hits that
+ * follow those with every word.
+ */
+int search_fts_expr_any(const struct search_query *q, bool with_alts, char **out);
 /* True when fuzzy widening gave some word of the query alternatives. */
 bool search_has_alts(const struct search_query *q);
 

@@ -196,8 +196,12 @@ static void test_search_ranked(void **state)
     p.offset = 2;
     expect_hits(&s, "fox", p, NULL, 0);
 
-    /* Every word must match; OR; NOT; phrases; prefixes; the name column. */
-    expect_hits(&s, "fox fence", (struct db_search_params){0}, (const int[]){0}, 1);
+    /* With all_words every word must match; OR; NOT; phrases; prefixes; the name column. */
+    expect_hits(&s, "fox fence", (struct db_search_params){.all_words = true}, (const int[]){0}, 1);
+    /* Without, the documents with some of the words follow those with all. */
+    n = run_search(&s, "fox fence", &(struct db_search_params){0}, got, NULL);
+    assert_true(n >= 2);
+    assert_int_equal(got[0], 0);
     expect_set(&s, "fence OR keycaps", (struct db_search_params){0}, (const int[]){0, 2}, 2);
     expect_hits(&s, "fox -lazy", (struct db_search_params){0}, (const int[]){0}, 1);
     expect_hits(&s, "\"lazy dog\"", (struct db_search_params){0}, (const int[]){1}, 1);

@@ -264,9 +264,13 @@ class Corpus(SearchCase):
         self.assertEqual([h["name"] for h in phits], ["omelette.txt", "pancakes.txt"])
         self.assertGreater(phits[0]["score"], phits[1]["score"])
         self.assert_names(["eggs"], ["pancakes.txt", "omelette.txt"])
-        # every word must match
-        self.assert_names(["eggs", "flour"], ["pancakes.txt"])
-        self.assert_names(["eggs flour butter"], [])
+        # with --all every word must match
+        self.assert_names(["--all", "eggs", "flour"], ["pancakes.txt"])
+        self.assert_names(["--all", "eggs flour butter"], [])
+        # without, the documents with every word come first, then those with some
+        self.assert_names(["eggs", "flour"], ["pancakes.txt", "omelette.txt"], ordered=True)
+        # none has all three: those with some of them
+        self.assert_names(["eggs flour butter"], ["pancakes.txt", "omelette.txt"])
         # nothing matches: exit 0, no output
         p = self.d.cli("search", "nosuchwordanywhere")
         self.assertEqual((p.stdout, p.stderr), (b"", b""))
@@ -290,21 +294,36 @@ class Corpus(SearchCase):
         self.assert_names(["photos*"], ["photosynthesis.txt"])
         self.assert_names(["chloro*"], ["photosynthesis.txt"])
         self.assert_names(["Kuber*"], ["kubernetes-basics.txt"])
-        self.assert_names(["photo*", "harbor"], ["old-photograph.txt"])
+        self.assert_names(["--all", "photo*", "harbor"], ["old-photograph.txt"])
 
     def test_or(self):
-        self.assert_names(["jupiter neptune"], [])
+        self.assert_names(["--all", "jupiter neptune"], [])
         self.assert_names(["jupiter OR neptune"], ["jupiter.txt", "oceans.txt"])
         # OR binds tighter than the implicit AND: (a OR b) c
-        self.assert_names(["neptune OR jupiter planet"], ["jupiter.txt"])
-        self.assert_names(["jupiter OR neptune largest"], ["jupiter.txt", "oceans.txt"])
-        self.assert_names(["jupiter OR neptune ocean"], ["oceans.txt"])
+        self.assert_names(["--all", "neptune OR jupiter planet"], ["jupiter.txt"])
+        self.assert_names(["--all", "jupiter OR neptune largest"], ["jupiter.txt", "oceans.txt"])
+        self.assert_names(["--all", "jupiter OR neptune ocean"], ["oceans.txt"])
         self.assert_names(["vacuum OR checkpoints OR butter"],
                           ["postgres-tuning.txt", "sqlite-wal.txt", "omelette.txt"])
         # lower-case "or" is an ordinary word, not the operator
-        self.assert_names(["jupiter or neptune"], [])
+        self.assert_names(["--all", "jupiter or neptune"], [])
         # AND may be written and changes nothing
-        self.assert_names(["eggs AND flour"], ["pancakes.txt"])
+        self.assert_names(["--all", "eggs AND flour"], ["pancakes.txt"])
+        self.assert_names(["eggs AND flour"], ["pancakes.txt", "omelette.txt"], ordered=True)
+
+    def test_some_words_after_all_words_and_paging(self):
+        """Documents with every word first, then those with some; paging goes
+        on through both without a gap or a repeat."""
+        full = self.names("-l", "20", "eggs", "flour")
+        self.assertEqual(full, ["pancakes.txt", "omelette.txt"])
+        self.assertEqual(self.names("-l", "1", "eggs", "flour"), full[:1])
+        self.assertEqual(self.names("-l", "1", "--offset", "1", "eggs", "flour"), full[1:2])
+        self.assertEqual(self.names("-l", "5", "--offset", "2", "eggs", "flour"), [])
+        hits = self.proto("eggs flour")
+        self.assertGreater(hits[0]["score"], hits[1]["score"])
+        self.assertEqual([h["name"] for h in self.proto("eggs flour", all=True)], ["pancakes.txt"])
+        err = self.proto_error("eggs flour", all="yes")
+        self.assertEqual(err.get("code"), "bad_request")
 
     def test_not_and_minus(self):
         self.assert_names(["eggs NOT flour"], ["omelette.txt"])
@@ -391,7 +410,7 @@ class Corpus(SearchCase):
         self.assert_names(["name:zephyr"], ["zephyr-field-notes.txt"])
         self.assert_names(["name:wind"], [])
         self.assert_names(["name:storage"], ["storage-guide.md", "storage-notes.txt"])
-        self.assert_names(["name:storage guide"], ["storage-guide.md"])
+        self.assert_names(["--all", "name:storage guide"], ["storage-guide.md"])
 
     def test_fuzzy_typo_and_substring(self):
         self.assert_names(["kubernets"], [])
@@ -577,7 +596,7 @@ class Typos(SearchCase):
         # "wiat" is "wait" with two letters swapped: one edit, as for 4 letters
         self.assert_names(["--fuzzy", "epoll", "wiat"], ["epoll.txt"])
         self.assert_names(["--fuzzy", "epoll", "wakt"], ["epoll.txt"])
-        self.assert_names(["epoll", "wiat"], [])
+        self.assert_names(["--all", "epoll", "wiat"], [])
         self.assert_names(["--fuzzy", "evnets"], ["epoll.txt"])
 
     def test_identifier_parts_each_get_their_typo(self):
@@ -1131,8 +1150,8 @@ class HostileQueries(SearchCase):
     def test_fts5_operators_are_plain_words(self):
         # words that FTS5 would read as syntax are searched as words
         self.assert_names(["body:eggs"], [])  # "body eggs" nowhere
-        self.assert_names(["(eggs", "milk)"], ["pancakes.txt"])
-        self.assert_names(["NEAR(eggs", "milk)"], [])  # the phrase "near eggs"
+        self.assert_names(["--all", "(eggs", "milk)"], ["pancakes.txt"])
+        self.assert_names(["--all", "NEAR(eggs", "milk)"], [])  # the phrase "near eggs"
         self.assert_names(["eggs*)"], ["pancakes.txt", "omelette.txt"])
         self.assert_names(["eggs + salt"], ["pancakes.txt", "omelette.txt"])
         self.assert_names(["^eggs"], ["pancakes.txt", "omelette.txt"])
