@@ -46,8 +46,9 @@ TIERS = {
         "ingest_big": 64 * MIB,
         # about 100 MiB each
         "mount_rows": {"sqlite": 1750000, "duckdb": 2500000},
-        "mount_queries": ["aggregate", "join", "point", "index"],
-        "mount_profiles": ["rtt20", "rtt50"], "mount_cold_runs": 3, "mount_warm_runs": 2,
+        # "aggregate" scans the table as "join" does: left to the full tier
+        "mount_queries": ["join", "point", "index"],
+        "mount_profiles": ["rtt20", "rtt50"], "mount_cold_runs": 2, "mount_warm_runs": 2,
         "mount_get_size": 256 * MIB, "mount_get_runs": 3,
     },
     "full": {
