@@ -385,7 +385,7 @@ def run(ctx, result, log):
 
 def _count(x):
     """A median of counts: a whole number unless it falls between two."""
-    return int(x) if x == int(x) else x
+    return int(x) if x == int(x) else "%.1f" % x
 
 
 def _medians(per, kind):
@@ -475,7 +475,9 @@ def _report(ctx, result, places, engines, asked, files, get):
         "proxy's count during each timed `cairn get` (0: served without the bucket). The "
         "document was added in %.1f s (profile clean)." % get["add_s"])
     t.add("cairn get (s3, %s)" % GET_PROFILE, len(get["cairn get"]),
-          report.median(get["cairn get"]), gbs["cairn get"], _count(report.median(get["gets"])))
-    t.add("cat (local file)", len(get["cat"]), report.median(get["cat"]), gbs["cat"], "-")
+          report.median(get["cairn get"]), report.fmt(gbs["cairn get"], 3),
+          _count(report.median(get["gets"])))
+    t.add("cat (local file)", len(get["cat"]), report.median(get["cat"]),
+          report.fmt(gbs["cat"], 3), "-")
     result.target(name, "%s GB/s (cat of the local file: %s GB/s)" % (
         report.fmt(gbs["cairn get"], 3), report.fmt(gbs["cat"])), gbs["cairn get"] >= GET_TARGET_GBS)
