@@ -26,6 +26,10 @@ TIERS = {
         "s3_mc_clients": [4], "s3_mc_fault_clients": [4], "s3_mc_seconds": 1.0,
         "man_pages": 150, "search_runs": 1, "search_queries": 5, "quality_queries": 6,
         "ingest_big": 2 * MIB,
+        "mount_rows": {"sqlite": 20000, "duckdb": 20000},
+        "mount_queries": ["point"], "mount_profiles": ["rtt20"],
+        "mount_cold_runs": 1, "mount_warm_runs": 1,
+        "mount_get_size": 8 * MIB, "mount_get_runs": 1,
     },
     "quick": {
         "crud_files": 60, "crud_ops": 20,
@@ -40,6 +44,12 @@ TIERS = {
         "s3_mc_clients": [8], "s3_mc_fault_clients": [4, 8], "s3_mc_seconds": 5.0,
         "man_pages": 3000, "search_runs": 3, "search_queries": 20, "quality_queries": None,
         "ingest_big": 64 * MIB,
+        # about 100 MiB each
+        "mount_rows": {"sqlite": 1750000, "duckdb": 2500000},
+        # "aggregate" scans the table as "join" does: left to the full tier
+        "mount_queries": ["join", "point", "index"],
+        "mount_profiles": ["rtt20", "rtt50"], "mount_cold_runs": 2, "mount_warm_runs": 2,
+        "mount_get_size": 256 * MIB, "mount_get_runs": 3,
     },
     "full": {
         "crud_files": 60, "crud_ops": 20,
@@ -54,6 +64,10 @@ TIERS = {
         "s3_mc_clients": [8], "s3_mc_fault_clients": [4, 8], "s3_mc_seconds": 15.0,
         "man_pages": None, "search_runs": 5, "search_queries": 20, "quality_queries": None,
         "ingest_big": 1 * GIB,
+        "mount_rows": {"sqlite": 1750000, "duckdb": 2500000},
+        "mount_queries": ["aggregate", "join", "point", "index"],
+        "mount_profiles": ["rtt20", "rtt50"], "mount_cold_runs": 5, "mount_warm_runs": 3,
+        "mount_get_size": 1 * GIB, "mount_get_runs": 3,
     },
 }
 

@@ -302,7 +302,12 @@ class Cairnd(Server):
         env = dict(os.environ if env is None else env)
         env.pop("CAIRN_SOCKET", None)
         env.pop("CAIRN_DATA_DIR", None)
-        self._spawn(argv, os.path.join(self.dir, "cairnd.log"), self.socket, env=env)
+        self._argv, self._env = argv, env
+        self.start()
+
+    def start(self):
+        """Starts cairnd; again after stop(), on the same socket, data directory and config."""
+        self._spawn(self._argv, os.path.join(self.dir, "cairnd.log"), self.socket, env=self._env)
 
     def cli(self, *args):
         return [self.ctx.bin["cairn"], "--socket", self.socket, "--no-autostart"] + list(args)
