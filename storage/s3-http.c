@@ -100,6 +100,10 @@ static void active_remove(struct s3_http_req *req)
     if (*p)
         *p = req->next_;
     req->next_ = NULL;
+    /* Nothing left to watch: an idle backend keeps no timer running (a stopping cairnd
+     * would otherwise wait up to a quarter of stall_timeout for its next tick). */
+    if (!req->http->active)
+        uv_timer_stop(&req->http->watchdog);
 }
 
 /* Frees the easy handle and the header list (the handle out of any multi). */
