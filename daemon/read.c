@@ -175,16 +175,35 @@ int store_read_record(struct store *st, const struct db_loc *loc, bool cached, u
  * than reading and decoding into it. At most two blocks a worker thread.
  */
 #define BLOCK_KEEP_MAX (RECORD_BLOCK_MAX + 64 * 1024)
-static __thread uint8_t *block_bytes, *block_raw;
 
-/* This thread's buffers, or false when out of memory. */
-static bool block_buffers(void)
+struct block_buffers {
+    uint8_t bytes[BLOCK_KEEP_MAX];
+    uint8_t raw[RECORD_BLOCK_MAX];
+};
+
+static pthread_key_t block_key;
+static pthread_once_t block_once = PTHREAD_ONCE_INIT;
+
+static void block_key_init(void)
 {
-    if (!block_bytes && !(block_bytes = malloc(BLOCK_KEEP_MAX)))
-        return false;
-    if (!block_raw && !(block_raw = malloc(RECORD_BLOCK_MAX)))
-        return false;
-    return true;
+    /* Freed when the thread ends (libuv ends its pool's threads at exit). */
+    if (pthread_key_create(&block_key, free) != 0)
+        abort();
+}
+
+/* This thread's buffers, or NULL when out of memory. */
+static struct block_buffers *block_buffers(void)
+{
+    struct block_buffers *b;
+
+    pthread_once(&block_once, block_key_init);
+    if ((b = pthread_getspecific(block_key)))
+        return b;
+    if ((b = malloc(sizeof(*b))) && pthread_setspecific(block_key, b) != 0) {
+        free(b);
+        b = NULL;
+    }
+    return b;
 }
 
 /*
@@ -223,22 +242,23 @@ static bool chunk_ok(const struct cache_buf *b, const uint8_t *hash, uint64_t si
 static int load_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
                       const struct cache_buf **out)
 {
+    struct block_buffers *bb = block_buffers();
     struct pack_block_chunk *chunks = NULL;
     uint8_t *own = NULL, *bytes, *raw = NULL;
     size_t raw_len;
     uint32_t count;
     int r;
 
-    if (!block_buffers())
+    if (!bb)
         return -ENOMEM;
     /* A block larger than any the store writes: read it anyway, for the checks to judge. */
-    bytes = loc->len <= BLOCK_KEEP_MAX ? block_bytes : (own = malloc(loc->len));
+    bytes = loc->len <= BLOCK_KEEP_MAX ? bb->bytes : (own = malloc(loc->len));
     if (!bytes)
         return -ENOMEM;
     for (bool again = st->rcache != NULL;; again = false) {
         if ((r = read_record_into(st, loc, true, bytes)) != 0)
             break;
-        r = record_block_open_into(bytes, loc->len, &chunks, &count, block_raw, &raw, &raw_len);
+        r = record_block_open_into(bytes, loc->len, &chunks, &count, bb->raw, &raw, &raw_len);
         if (r != RECORD_E_BAD || !again)
             break;
         drop_cached_copy(st, loc);
