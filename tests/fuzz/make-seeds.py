@@ -4,6 +4,7 @@ seed-*). Deterministic: run it again after changing it and commit what
 changed. corpus/pack/real-unsealed is a pack cairnd wrote (five small adds
 and a delete); the sealed and torn packs and the record payloads are made
 from it here. Other files (regression inputs, real-*) are never touched."""
+import hashlib
 import os
 import struct
 import sys
@@ -202,6 +203,81 @@ MCP = {
 }
 
 
+# -- fuzz-dispatch: segments "kind id body" joined by SEP (fuzz-dispatch.c) --
+OPS = ["hello", "add", "data", "get", "delete", "list", "stat", "status", "search", "gc", "verify",
+       "du"]
+RAW_FRAME, RAW_BYTES = len(OPS), len(OPS) + 1
+SEP = b"\xc1\xc1\xc1\xc1"
+
+
+def blob(n):
+    """fuzz_blob_byte() of fuzz-dispatch.c."""
+    return bytes(((i * 2654435761) & 0xFFFFFFFF) >> 24 for i in range(n))
+
+
+# The contents of fuzz_docs in fuzz-dispatch.c: the hashes the seeds refer to.
+A1 = hashlib.sha256(b"hello world, the quick brown fox\n").hexdigest()
+A2 = hashlib.sha256(b"second version of a\n").hexdigest()
+README = hashlib.sha256(b"read me first\n").hexdigest()
+NAMELESS = hashlib.sha256(b"nameless\n").hexdigest()
+BLOB = hashlib.sha256(blob(20000)).hexdigest()
+
+
+def seg(op, rid, body=None):
+    kind = OPS.index(op) if isinstance(op, str) else op
+    raw = body if isinstance(body, bytes) else mp(body if body is not None else {})
+    return bytes([kind, rid]) + raw
+
+
+def dispatch():
+    seeds = {
+        "hello": [seg("hello", 1, {"client": "cairn 0.1.0", "versions": [1, 2]})],
+        "add": [seg("add", 2, {"name": "new/doc.txt", "tags": ["t1", "t2"], "meta": {"k": "v"},
+                               "mime": "text/plain", "size": 11, "data": b"fresh words"})],
+        "add-stream": [seg("add", 3, {"more": True, "size": 8, "data": b"abcd"}),
+                       seg("data", 3, {"data": b"efgh", "more": False})],
+        "add-existing": [seg("add", 4, {"name": "again", "tags": ["more"], "data": blob(20000)})],
+        "get": [seg("get", 5, {"ref": "notes/a.txt"})],
+        "get-range": [seg("get", 6, {"ref": BLOB[:12], "offset": 5000, "length": 7000})],
+        "delete": [seg("delete", 7, {"ref": "notes/a.txt"})],
+        "delete-hash": [seg("delete", 7, {"ref": README.upper(), "dry_run": False})],
+        "delete-dry-run": [seg("delete", 7, {"ref": NAMELESS, "dry_run": True})],
+        "list": [seg("list", 8, {"tag": "work", "limit": 2, "after": A1[:10]})],
+        "list-names": [seg("list", 8, {"names": True, "prefix": "notes", "path": True,
+                                       "after": "a", "limit": 10})],
+        "list-unnamed": [seg("list", 8, {"unnamed": True, "tag": "x"})],
+        "stat": [seg("stat", 9, {"ref": A2[:16]})],
+        "stat-unnamed": [seg("stat", 9, {"ref": NAMELESS})],
+        "status": [seg("status", 10)],
+        "search": [seg("search", 11, {"query": "quick fox OR dog -slow name:notes tag:work",
+                                      "limit": 5, "offset": 0, "tags": ["work"],
+                                      "name": "notes/*", "mime": "text/plain", "after": 0,
+                                      "before": 4102444800, "fuzzy": True})],
+        "search-filters": [seg("search", 11, {"query": "tag:x"})],
+        "gc": [seg("gc", 12, {"progress": True})],
+        "verify": [seg("verify", 13, {"refs": ["bin/blob", README], "progress": True})],
+        "verify-all": [seg("verify", 13)],
+        "du": [seg("du", 14, {"prefix": "usr/share/", "path": True})],
+        "raw-frame": [seg(RAW_FRAME, 0, mp({"id": 15, "op": "no_such_op"}))],
+        "raw-bytes": [seg(RAW_BYTES, 0, b"\x00\x10\x00\x01" + mp({"id": 16, "op": "status"}))],
+        # an add, then reads of it, its deletion and a gc, pipelined
+        "lifecycle": [seg("add", 1, {"name": "tmp/x", "data": b"short lived"}),
+                      seg("delete", 2, {"ref": "bin/blob"}),
+                      seg("gc", 3),
+                      seg("stat", 4, {"ref": "tmp/x"}),
+                      seg("verify", 5),
+                      seg("list", 6, {"names": True})],
+        # a reused id, data for no stream, an id of 0, a mistyped field
+        "mistakes": [seg("add", 1, {"more": True}),
+                     seg("get", 1, {"ref": "alias"}),
+                     seg("data", 2, {"data": b"x"}),
+                     seg("status", 0),
+                     seg("data", 1, {"data": "not bin", "more": False}),
+                     seg("get", 3, {"ref": 7})],
+    }
+    return {k: SEP.join(v) for k, v in seeds.items()}
+
+
 def crc32c(data, crc=0):
     crc ^= 0xFFFFFFFF
     for b in data:
@@ -265,6 +341,7 @@ def main():
     write("mcp-input", MCP)
     write("pack", packs())
     write("record", record_payloads())
+    write("dispatch", dispatch())
     return 0
 
 

@@ -1,0 +1,575 @@
+/*
+ * Requests through cairnd itself: a real daemon (daemon_new) on a local
+ * backend in a temporary directory, made once per process, serves each input
+ * on a fresh connection to its real listening socket, so the bytes go through
+ * conn.c (accept, the peer check, frame splitting, flow control), dispatch.c
+ * and every op's own parsing and validation in op-*.c down to the store and
+ * the database.
+ *
+ * An input is up to FUZZ_MAX_SEGMENTS segments separated by FUZZ_SEP (four
+ * 0xc1 bytes: a byte msgpack never uses, so a separator only turns up inside
+ * a str or bin). A segment is
+ *
+ *   kind:u8 id:u8 body
+ *
+ * where kind, modulo FUZZ_KINDS, picks
+ *   - an op of PROTOCOL.md (fuzz_ops): the frame sent is the body's msgpack
+ *     map with `id` and `op` put in front (the body's map header is replaced
+ *     by one counting two more entries; the rest of the body is copied as
+ *     it is, so a malformed body still reaches the validator; a body that
+ *     does not start with a map header follows a map of id and op alone);
+ *   - FUZZ_RAW_FRAME: the body is the whole payload of one frame;
+ *   - FUZZ_RAW_BYTES: the body goes on the stream as it is (lengths that lie,
+ *     frames over the limit, a partial frame at the end).
+ * The harness then shuts its side down, reads and checks every reply until
+ * cairnd closes the connection, and waits until no request of it is left in
+ * the store and the search index has caught up.
+ *
+ * Each input starts from the same store: a few documents (fuzz_docs;
+ * make-seeds.py computes the same hashes) added at start. An input that may
+ * have changed the store (any segment other than a read-only op) makes the
+ * next input start from a new daemon on a new data directory, so that a
+ * crash replays from its input alone. With CAIRN_TEST_NO_SYNC=1 (set here)
+ * nothing waits for the disk.
+ *
+ * The checks beyond the sanitizers': every reply frame is one msgpack map
+ * under the frame limit with an unsigned `id` and a boolean `ok`, an error
+ * carries `{code, message}` strings, and its id is 0 or one the input sent;
+ * `internal`, `storage_error`, `integrity` and `backend_unavailable` mean
+ * the daemon or its healthy local store failed, and abort the run.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
+#include "daemon/store.h"
+#include "proto/proto.h"
+#include "proto/util.h"
+#include "tests/fuzz/fuzz.h"
+
+/*
+ * The ops, in PROTOCOL.md's order, which is also the order `hello` lists
+ * them in: the start-up checks that the daemon's list is this one, so a new
+ * op cannot stay out of reach of the fuzzer unnoticed.
+ */
+static const char *const fuzz_ops[] = {"hello", "add",    "data",   "get", "delete", "list",
+                                       "stat",  "status", "search", "gc",  "verify", "du"};
+enum {
+    FUZZ_RAW_FRAME = ARRAY_SIZE(fuzz_ops),
+    FUZZ_RAW_BYTES,
+    FUZZ_KINDS,
+};
+
+#define FUZZ_SEP "\xc1\xc1\xc1\xc1"
+#define FUZZ_SEP_LEN 4
+/* More segments than the daemon takes in flight (64) would only make an input slow. */
+#define FUZZ_MAX_SEGMENTS 64
+
+/* The documents every input finds in the store. */
+struct fuzz_doc {
+    const char *name, *mime, *tag, *text;
+    size_t blob; /* > 0: the content is that many bytes of fuzz_blob_byte() instead of text */
+};
+static const struct fuzz_doc fuzz_docs[] = {
+    {"notes/a.txt", "text/plain", "work", "hello world, the quick brown fox\n", 0},
+    {"notes/a.txt", "text/plain", "draft", "second version of a\n", 0},
+    {"usr/share/doc/readme", "text/markdown", NULL, "read me first\n", 0},
+    {"alias", NULL, NULL, "read me first\n", 0},
+    {"", NULL, "x", "nameless\n", 0},
+    {"bin/blob", NULL, NULL, NULL, 20000},
+};
+
+/* Deterministic bytes that cut into several chunks at the configured sizes. */
+static uint8_t fuzz_blob_byte(size_t i)
+{
+    return (uint8_t)(((uint32_t)i * 2654435761u) >> 24);
+}
+
+static const char fuzz_config[] = "[daemon]\n"
+                                  "threads = 2\n"
+                                  "[store]\n"
+                                  "chunk_min = 256\n"
+                                  "chunk_avg = 1024\n"
+                                  "chunk_max = 4096\n"
+                                  "pack_size = 1M\n"
+                                  "cache_size = 4M\n";
+
+static struct {
+    char dir[PATH_MAX];      /* the temporary directory: config, socket, data */
+    char data_dir[PATH_MAX]; /* removed and made anew on every reset */
+    char conf[PATH_MAX];
+    char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct daemon *d;
+    bool dirty; /* the last input may have changed the store */
+    bool print; /* FUZZ_DISPATCH_PRINT=1: every reply goes to stderr, to see what an input does */
+} fz;
+
+/* ---- the client side of one connection ---- */
+
+struct client {
+    uv_pipe_t pipe;
+    uv_write_t write;
+    uv_shutdown_t shutdown;
+    uv_buf_t out;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    bool ids_known;   /* only op segments were sent: every reply id is in ids[] */
+    bool ids[256];    /* the ids the input sent */
+    unsigned replies, failed;
+    uint8_t *first; /* a copy of the first reply's payload, when asked for */
+    size_t first_len;
+    bool keep_first;
+    bool eof, closed;
+};
+
+__attribute__((noreturn)) static void fuzz_fail(const char *what, const uint8_t *payload, size_t len)
+{
+    fprintf(stderr, "fuzz-dispatch: %s (reply of %zu bytes:", what, len);
+    for (size_t i = 0; i < len && i < 64; i++)
+        fprintf(stderr, " %02x", payload[i]);
+    fprintf(stderr, "%s)\n", len > 64 ? " ..." : "");
+    abort();
+}
+
+/* What PROTOCOL.md promises of every reply frame. */
+static void check_reply(struct client *cl, const uint8_t *payload, size_t len)
+{
+    static const char *const daemon_failures[] = {"internal", "storage_error", "integrity",
+                                                  "backend_unavailable"};
+    struct proto_msg msg;
+    const msgpack_object *err, *code, *message;
+    uint64_t id;
+    bool ok;
+
+    if (proto_msg_parse(&msg, payload, len) < 0)
+        fuzz_fail("a reply is not one msgpack map", payload, len);
+    if (proto_get_uint(msg.map, "id", &id) != 0 || proto_get_bool(msg.map, "ok", &ok) != 0)
+        fuzz_fail("a reply lacks an unsigned id or a boolean ok", payload, len);
+    if (cl->ids_known && id != 0 && (id > 255 || !cl->ids[id]))
+        fuzz_fail("a reply carries an id no request had", payload, len);
+    if (!ok) {
+        err = proto_map_get(msg.map, "error");
+        code = err && err->type == MSGPACK_OBJECT_MAP ? proto_map_get(err, "code") : NULL;
+        message = err && err->type == MSGPACK_OBJECT_MAP ? proto_map_get(err, "message") : NULL;
+        if (!code || code->type != MSGPACK_OBJECT_STR || !message ||
+            message->type != MSGPACK_OBJECT_STR)
+            fuzz_fail("a failure reply lacks error.code or error.message", payload, len);
+        for (size_t i = 0; i < ARRAY_SIZE(daemon_failures); i++) {
+            if (proto_str_eq(code, daemon_failures[i]))
+                fuzz_fail("the daemon failed a request of its own fault", payload, len);
+        }
+        cl->failed++;
+    }
+    if (fz.print) {
+        msgpack_object_print(stderr, msg.unpacked.data);
+        fputc('\n', stderr);
+    }
+    if (cl->keep_first && !cl->first && (cl->first = malloc(len)))
+        memcpy(cl->first, payload, cl->first_len = len);
+    cl->replies++;
+    proto_msg_deinit(&msg);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct client *cl = container_of((uv_pipe_t *)h, struct client, pipe);
+
+    if (cl->in_cap - cl->in_len < suggested) {
+        uint8_t *grown = realloc(cl->in, cl->in_len + suggested);
+        if (!grown)
+            abort();
+        cl->in = grown;
+        cl->in_cap = cl->in_len + suggested;
+    }
+    *buf = uv_buf_init((char *)cl->in + cl->in_len, (unsigned)(cl->in_cap - cl->in_len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct client *cl = container_of((uv_pipe_t *)s, struct client, pipe);
+    size_t pos = 0;
+
+    if (nread < 0) {
+        /* EOF, or a reset when cairnd closed with our data unread: the connection is over. */
+        cl->eof = true;
+        uv_read_stop(s);
+        return;
+    }
+    cl->in_len += (size_t)nread;
+    for (;;) {
+        const uint8_t *payload;
+        size_t plen, consumed;
+        int r = proto_frame_split(cl->in + pos, cl->in_len - pos, PROTO_MAX_FRAME, &payload, &plen,
+                                  &consumed);
+        if (r == PROTO_FRAME_NEED_MORE)
+            break;
+        if (r != 0)
+            fuzz_fail(r == PROTO_FRAME_EMPTY ? "an empty reply frame"
+                                             : "a reply frame over the frame limit",
+                      cl->in + pos, cl->in_len - pos);
+        check_reply(cl, payload, plen);
+        pos += consumed;
+    }
+    memmove(cl->in, cl->in + pos, cl->in_len - pos);
+    cl->in_len -= pos;
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    /* Fails when cairnd closed first (a bad frame): nothing to do either way. */
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    struct client *cl = container_of(req, struct client, write);
+
+    /* Saying that nothing more comes makes cairnd answer what it got, then close. */
+    if (status == 0 && uv_shutdown(&cl->shutdown, (uv_stream_t *)&cl->pipe, on_shutdown) < 0)
+        abort();
+}
+
+static void on_client_closed(uv_handle_t *h)
+{
+    container_of((uv_pipe_t *)h, struct client, pipe)->closed = true;
+}
+
+/* True when the daemon has forgotten the connection and the store holds nothing of it. */
+static bool settled(const struct client *cl)
+{
+    return cl->closed && fz.d->nconns == 0 && store_active(fz.d->store) == 0;
+}
+
+/*
+ * Sends `out` on a new connection to cairnd and runs the daemon's loop until
+ * every reply has come, the connection is closed on both sides, and the
+ * store has finished what the input started.
+ */
+static void exchange(struct client *cl)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    uv_loop_t *loop = &fz.d->loop;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    memcpy(sa.sun_path, fz.sock, sizeof(fz.sock));
+    /* A listening Unix socket takes the connection into its backlog at once; the loop accepts it. */
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        perror("fuzz-dispatch: connect");
+        abort();
+    }
+    if (uv_pipe_init(loop, &cl->pipe, 0) < 0 || uv_pipe_open(&cl->pipe, fd) < 0 ||
+        uv_read_start((uv_stream_t *)&cl->pipe, on_alloc, on_read) < 0 ||
+        uv_write(&cl->write, (uv_stream_t *)&cl->pipe, &cl->out, 1, on_written) < 0)
+        abort();
+    while (!cl->eof)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&cl->pipe, on_client_closed);
+    while (!settled(cl))
+        uv_run(loop, UV_RUN_ONCE);
+    /* Adds are indexed shortly after their reply: the next input finds them indexed. */
+    if (store_drain(fz.d->store) < 0)
+        abort();
+    if (cl->in_len > 0)
+        fuzz_fail("cairnd closed the connection in the middle of a reply frame", cl->in,
+                  cl->in_len);
+}
+
+static void client_free(struct client *cl)
+{
+    free(cl->in);
+    free(cl->first);
+}
+
+/* ---- building the frames of an input ---- */
+
+static void put(msgpack_sbuffer *sb, const void *p, size_t len)
+{
+    if (msgpack_sbuffer_write(sb, p, len) < 0)
+        abort();
+}
+
+/* The element count of a msgpack map header at p, and the header's size; false if none. */
+static bool map_header(const uint8_t *p, size_t len, uint32_t *count, size_t *hlen)
+{
+    if (len >= 1 && (p[0] & 0xf0) == 0x80) {
+        *count = p[0] & 0x0f;
+        *hlen = 1;
+    } else if (len >= 3 && p[0] == 0xde) {
+        *count = (uint32_t)p[1] << 8 | p[2];
+        *hlen = 3;
+    } else if (len >= 5 && p[0] == 0xdf) {
+        *count = proto_be32_read(p + 1);
+        *hlen = 5;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* Appends the frame or bytes of one segment to sb. */
+static void build_segment(struct client *cl, msgpack_sbuffer *sb, const uint8_t *seg, size_t len)
+{
+    unsigned kind = seg[0] % FUZZ_KINDS;
+    uint8_t id = seg[1];
+    const uint8_t *body = seg + 2;
+    size_t body_len = len - 2, start, hlen = 0;
+    uint32_t count = 0;
+    msgpack_packer pk;
+
+    if (kind == FUZZ_RAW_BYTES) {
+        cl->ids_known = false;
+        put(sb, body, body_len);
+        return;
+    }
+    if (proto_frame_begin(sb, &start) < 0)
+        abort();
+    if (kind == FUZZ_RAW_FRAME) {
+        cl->ids_known = false;
+        put(sb, body, body_len);
+    } else {
+        msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+        if (!map_header(body, body_len, &count, &hlen))
+            count = 0;
+        /* A count past what fits stays as it is: the validator is to reject it. */
+        msgpack_pack_map(&pk, count <= UINT32_MAX - 2 ? count + 2 : count);
+        proto_pack_cstr(&pk, "id");
+        msgpack_pack_uint8(&pk, id);
+        proto_pack_cstr(&pk, "op");
+        proto_pack_cstr(&pk, fuzz_ops[kind]);
+        put(sb, body + hlen, body_len - hlen);
+        cl->ids[id] = true;
+    }
+    proto_frame_end(sb, start);
+}
+
+/* True when a segment of this kind can leave the store other than it found it. */
+static bool may_change_store(const uint8_t *seg)
+{
+    unsigned kind = seg[0] % FUZZ_KINDS;
+
+    if (kind >= ARRAY_SIZE(fuzz_ops))
+        return true; /* a raw frame may be any op */
+    return strcmp(fuzz_ops[kind], "add") == 0 || strcmp(fuzz_ops[kind], "data") == 0 ||
+           strcmp(fuzz_ops[kind], "delete") == 0 || strcmp(fuzz_ops[kind], "gc") == 0;
+}
+
+/* ---- the daemon ---- */
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static void daemon_start(void)
+{
+    char *argv[] = {"cairnd", "--config", fz.conf, "--socket", fz.sock, "--data-dir", fz.data_dir,
+                    NULL};
+    struct sigaction saved_int, saved_term;
+    struct config cfg;
+    char err[1024];
+
+    if (config_load(&cfg, ARRAY_SIZE(argv) - 1, argv, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fuzz-dispatch: config: %s\n", err);
+        abort();
+    }
+    log_init(LOG_LEVEL_ERROR);
+    /*
+     * cairnd stops on SIGINT and SIGTERM; here libFuzzer handles them (it
+     * prints its statistics and leaves), so the daemon's watchers are
+     * stopped and libFuzzer's handlers put back.
+     */
+    sigaction(SIGINT, NULL, &saved_int);
+    sigaction(SIGTERM, NULL, &saved_term);
+    if (daemon_new(&fz.d, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fuzz-dispatch: cairnd: %s\n", err);
+        abort();
+    }
+    uv_signal_stop(&fz.d->sig_int);
+    uv_signal_stop(&fz.d->sig_term);
+    sigaction(SIGINT, &saved_int, NULL);
+    sigaction(SIGTERM, &saved_term, NULL);
+}
+
+static void daemon_stop(void)
+{
+    fz.d = daemon_free(fz.d);
+    if (nftw(fz.data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT) {
+        perror("fuzz-dispatch: removing the data directory");
+        abort();
+    }
+}
+
+/* Adds fuzz_docs through the same connection path the inputs take. */
+static void add_docs(void)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    struct client cl = {0};
+    uint8_t blob[20000];
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    for (size_t i = 0; i < ARRAY_SIZE(fuzz_docs); i++) {
+        const struct fuzz_doc *doc = &fuzz_docs[i];
+        size_t start;
+
+        if (proto_frame_begin(&sb, &start) < 0)
+            abort();
+        msgpack_pack_map(&pk, 4 + (doc->mime != NULL) + 2 * (doc->tag != NULL));
+        proto_pack_cstr(&pk, "id");
+        msgpack_pack_uint64(&pk, i + 1);
+        proto_pack_cstr(&pk, "op");
+        proto_pack_cstr(&pk, "add");
+        proto_pack_cstr(&pk, "name");
+        proto_pack_cstr(&pk, doc->name);
+        if (doc->mime) {
+            proto_pack_cstr(&pk, "mime");
+            proto_pack_cstr(&pk, doc->mime);
+        }
+        if (doc->tag) {
+            proto_pack_cstr(&pk, "tags");
+            msgpack_pack_array(&pk, 1);
+            proto_pack_cstr(&pk, doc->tag);
+            proto_pack_cstr(&pk, "meta");
+            msgpack_pack_map(&pk, 1);
+            proto_pack_cstr(&pk, "tag");
+            proto_pack_cstr(&pk, doc->tag);
+        }
+        proto_pack_cstr(&pk, "data");
+        if (doc->blob) {
+            for (size_t k = 0; k < doc->blob && k < sizeof(blob); k++)
+                blob[k] = fuzz_blob_byte(k);
+            proto_pack_bin(&pk, blob, doc->blob < sizeof(blob) ? doc->blob : sizeof(blob));
+        } else {
+            proto_pack_bin(&pk, doc->text, strlen(doc->text));
+        }
+        proto_frame_end(&sb, start);
+        /* One at a time: the second version of a name must be the newer one. */
+        cl = (struct client){.out = uv_buf_init(sb.data, (unsigned)sb.size)};
+        exchange(&cl);
+        if (cl.replies != 1 || cl.failed != 0) {
+            fprintf(stderr, "fuzz-dispatch: adding the starting documents failed\n");
+            abort();
+        }
+        client_free(&cl);
+        msgpack_sbuffer_clear(&sb);
+    }
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* Checks that the daemon's `hello` lists exactly fuzz_ops. */
+static void check_ops(void)
+{
+    static const uint8_t hello[] = "\x00\x00\x00\x0e\x82\xa2id\x01\xa2op\xa5hello";
+    struct client cl = {.out = uv_buf_init((char *)hello, sizeof(hello) - 1), .keep_first = true};
+    struct proto_msg msg;
+    const msgpack_object *ops;
+    bool same;
+
+    exchange(&cl);
+    if (!cl.first || proto_msg_parse(&msg, cl.first, cl.first_len) < 0)
+        abort();
+    ops = proto_map_get(msg.map, "ops");
+    same = ops && ops->type == MSGPACK_OBJECT_ARRAY && ops->via.array.size == ARRAY_SIZE(fuzz_ops);
+    for (size_t i = 0; same && i < ARRAY_SIZE(fuzz_ops); i++)
+        same = proto_str_eq(&ops->via.array.ptr[i], fuzz_ops[i]);
+    proto_msg_deinit(&msg);
+    client_free(&cl);
+    if (!same) {
+        fprintf(stderr, "fuzz-dispatch: cairnd's ops differ from fuzz_ops: update the harness, "
+                        "make-seeds.py and the corpus\n");
+        abort();
+    }
+}
+
+static void reset(void)
+{
+    if (fz.d)
+        daemon_stop();
+    daemon_start();
+    add_docs();
+    fz.dirty = false;
+}
+
+static void cleanup(void)
+{
+    if (fz.d)
+        daemon_stop();
+    unlink(fz.conf);
+    rmdir(fz.dir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    const char *tmp = getenv("TMPDIR");
+    FILE *f;
+
+    /* Durability is not what this exercises; syncs would make every input slow. */
+    setenv("CAIRN_TEST_NO_SYNC", "1", 1);
+    /* Progress frames of gc and verify every millisecond, so that their code runs too. */
+    setenv("CAIRN_TEST_PROGRESS_MS", "1", 1);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(fz.dir, sizeof(fz.dir), "%s/cairn-fuzz-dispatch.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(fz.dir)) {
+        perror("fuzz-dispatch: mkdtemp");
+        abort();
+    }
+    snprintf(fz.data_dir, sizeof(fz.data_dir), "%s/data", fz.dir);
+    snprintf(fz.conf, sizeof(fz.conf), "%s/cairn.conf", fz.dir);
+    if ((size_t)snprintf(fz.sock, sizeof(fz.sock), "%s/s", fz.dir) >= sizeof(fz.sock)) {
+        fprintf(stderr, "fuzz-dispatch: TMPDIR is too long for a socket path\n");
+        abort();
+    }
+    if (!(f = fopen(fz.conf, "w")) || fputs(fuzz_config, f) < 0 || fclose(f) != 0) {
+        perror("fuzz-dispatch: config");
+        abort();
+    }
+    atexit(cleanup);
+    reset();
+    check_ops();
+    /* After the set-up's own replies: only what the inputs make is printed. */
+    fz.print = getenv("FUZZ_DISPATCH_PRINT") && strcmp(getenv("FUZZ_DISPATCH_PRINT"), "1") == 0;
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct client cl = {.ids_known = true};
+    msgpack_sbuffer sb;
+    const uint8_t *p = data, *end = data + size;
+    unsigned nseg = 0;
+
+    if (fz.dirty)
+        reset();
+    msgpack_sbuffer_init(&sb);
+    while (p <= end && nseg < FUZZ_MAX_SEGMENTS) {
+        const uint8_t *sep = memmem(p, (size_t)(end - p), FUZZ_SEP, FUZZ_SEP_LEN);
+        const uint8_t *seg_end = sep ? sep : end;
+
+        if (seg_end - p >= 2) {
+            build_segment(&cl, &sb, p, (size_t)(seg_end - p));
+            fz.dirty = fz.dirty || may_change_store(p);
+            nseg++;
+        }
+        if (!sep)
+            break;
+        p = sep + FUZZ_SEP_LEN;
+    }
+    if (sb.size > 0) {
+        cl.out = uv_buf_init(sb.data, (unsigned)sb.size);
+        exchange(&cl);
+    }
+    client_free(&cl);
+    msgpack_sbuffer_destroy(&sb);
+    return 0;
+}
