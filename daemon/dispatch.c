@@ -148,10 +148,10 @@ void dispatch_free_strings(char **v, size_t n)
     free(v);
 }
 
-void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t n)
+void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t first, size_t n)
 {
-    msgpack_pack_array(pk, n);
-    for (size_t i = 0; i < n; i++)
+    msgpack_pack_array(pk, n - first);
+    for (size_t i = first; i < n; i++)
         proto_pack_cstr(pk, v[i]);
 }
 
@@ -229,7 +229,7 @@ static void do_hello(struct conn *c, uint64_t id, const msgpack_object *map)
     proto_pack_cstr(&r.pk, "max_data");
     msgpack_pack_uint32(&r.pk, PROTO_MAX_DATA);
     proto_pack_cstr(&r.pk, "ops");
-    dispatch_pack_strings(&r.pk, op_names, ARRAY_SIZE(op_names));
+    dispatch_pack_strings(&r.pk, op_names, 0, ARRAY_SIZE(op_names));
     reply_send(c, &r);
 }
 
