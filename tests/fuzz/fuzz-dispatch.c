@@ -26,11 +26,12 @@
  * the store and the search index has caught up.
  *
  * Each input starts from the same store: a few documents (fuzz_docs;
- * make-seeds.py computes the same hashes) added at start. An input that may
- * have changed the store (any segment other than a read-only op) makes the
- * next input start from a new daemon on a new data directory, so that a
- * crash replays from its input alone. With CAIRN_TEST_NO_SYNC=1 (set here)
- * nothing waits for the disk.
+ * make-seeds.py computes the same hashes), added once by a daemon of their
+ * own, whose data directory is then copied for every start. An input that
+ * wrote to the store (any file of the data directory changed) is followed by
+ * a new daemon on a new copy, so that an input does the same whatever ran
+ * before it, and a crash replays from its input alone. With
+ * CAIRN_TEST_NO_SYNC=1 (set here) nothing waits for the disk.
  *
  * The checks beyond the sanitizers': every reply frame is one msgpack map
  * under the frame limit with an unsigned `id` and a boolean `ok`, an error
@@ -39,12 +40,14 @@
  * the daemon or its healthy local store failed, and abort the run.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -106,12 +109,13 @@ static const char fuzz_config[] = "[daemon]\n"
                                   "cache_size = 4M\n";
 
 static struct {
-    char dir[PATH_MAX];      /* the temporary directory: config, socket, data */
-    char data_dir[PATH_MAX]; /* removed and made anew on every reset */
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path) - 2]; /* config, socket, stores */
+    char template[PATH_MAX]; /* the starting store, copied to data_dir for each start */
+    char data_dir[PATH_MAX];
     char conf[PATH_MAX];
     char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
     struct daemon *d;
-    bool dirty; /* the last input may have changed the store */
+    uint64_t start_print; /* fingerprint() of data_dir at the start */
     bool print; /* FUZZ_DISPATCH_PRINT=1: every reply goes to stderr, to see what an input does */
 } fz;
 
@@ -352,28 +356,95 @@ static void build_segment(struct client *cl, msgpack_sbuffer *sb, const uint8_t 
     proto_frame_end(sb, start);
 }
 
-/* True when a segment of this kind can leave the store other than it found it. */
-static bool may_change_store(const uint8_t *seg)
-{
-    unsigned kind = seg[0] % FUZZ_KINDS;
-
-    if (kind >= ARRAY_SIZE(fuzz_ops))
-        return true; /* a raw frame may be any op */
-    return strcmp(fuzz_ops[kind], "add") == 0 || strcmp(fuzz_ops[kind], "data") == 0 ||
-           strcmp(fuzz_ops[kind], "delete") == 0 || strcmp(fuzz_ops[kind], "gc") == 0;
-}
-
-/* ---- the daemon ---- */
+/* ---- the daemon and its data directory ---- */
 
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
     return remove(path);
 }
 
-static void daemon_start(void)
+static void remove_tree(const char *path)
 {
-    char *argv[] = {"cairnd", "--config", fz.conf, "--socket", fz.sock, "--data-dir", fz.data_dir,
-                    NULL};
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT) {
+        perror("fuzz-dispatch: removing a directory");
+        abort();
+    }
+}
+
+static void copy_file(const char *from, const char *to, mode_t mode)
+{
+    char buf[64 * 1024];
+    int in = open(from, O_RDONLY | O_CLOEXEC), out;
+    ssize_t n;
+
+    out = in < 0 ? -1 : open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 07777);
+    if (out < 0) {
+        perror("fuzz-dispatch: copying the starting store");
+        abort();
+    }
+    while ((n = read(in, buf, sizeof(buf))) > 0) {
+        if (util_write_all(out, buf, (size_t)n) < 0)
+            abort();
+    }
+    if (n < 0 || close(out) < 0)
+        abort();
+    close(in);
+}
+
+/* Copies fz.template to fz.data_dir (regular files and directories: all a stopped store holds). */
+static int copy_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    char to[PATH_MAX];
+    size_t skip = strlen(fz.template);
+
+    if ((size_t)snprintf(to, sizeof(to), "%s%s", fz.data_dir, path + skip) >= sizeof(to))
+        abort();
+    if (type == FTW_D)
+        return mkdir(to, st->st_mode & 07777) == 0 ? 0 : -1;
+    if (type != FTW_F || !S_ISREG(st->st_mode))
+        return -1;
+    copy_file(path, to, st->st_mode);
+    return 0;
+}
+
+/*
+ * What the files of the data directory look like: the sum over each
+ * regular file of its name, size and modification time. Any write moves
+ * it, a read does not. The lock file and SQLite's shared-memory index,
+ * which readers touch too, are left out.
+ */
+static uint64_t fingerprint_sum;
+
+static int fingerprint_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    const char *base = path + ftw->base;
+    size_t len = strlen(base);
+    uint64_t h = 1469598103934665603ull;
+
+    if (type != FTW_F || strcmp(base, "cairnd.lock") == 0 ||
+        (len > 4 && strcmp(base + len - 4, "-shm") == 0))
+        return 0;
+    for (const char *c = path; *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    h ^= (uint64_t)st->st_size * 0x9e3779b97f4a7c15ull;
+    h ^= ((uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec) *
+         0xc2b2ae3d27d4eb4full;
+    fingerprint_sum += h;
+    return 0;
+}
+
+static uint64_t fingerprint(void)
+{
+    fingerprint_sum = 0;
+    if (nftw(fz.data_dir, fingerprint_entry, 16, FTW_PHYS) != 0)
+        abort();
+    return fingerprint_sum;
+}
+
+static void daemon_start(const char *data_dir)
+{
+    char *argv[] = {"cairnd", "--config", fz.conf, "--socket", fz.sock, "--data-dir",
+                    (char *)data_dir, NULL};
     struct sigaction saved_int, saved_term;
     struct config cfg;
     char err[1024];
@@ -400,13 +471,26 @@ static void daemon_start(void)
     sigaction(SIGTERM, &saved_term, NULL);
 }
 
-static void daemon_stop(void)
+/*
+ * A daemon on a fresh copy of the starting store: what every input meets.
+ * A copy and a start cost a few milliseconds; adding the documents anew
+ * would cost several times that.
+ */
+static void restart(void)
 {
-    fz.d = daemon_free(fz.d);
-    if (nftw(fz.data_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT) {
-        perror("fuzz-dispatch: removing the data directory");
+    if (fz.d) {
+        fz.d = daemon_free(fz.d);
+        remove_tree(fz.data_dir);
+    }
+    if (nftw(fz.template, copy_entry, 16, FTW_PHYS) != 0) {
+        perror("fuzz-dispatch: copying the starting store");
         abort();
     }
+    daemon_start(fz.data_dir);
+    /* Whatever a start leaves to do in the background is done before the first input. */
+    if (store_drain(fz.d->store) < 0)
+        abort();
+    fz.start_print = fingerprint();
 }
 
 /* Adds fuzz_docs through the same connection path the inputs take. */
@@ -492,19 +576,12 @@ static void check_ops(void)
     }
 }
 
-static void reset(void)
-{
-    if (fz.d)
-        daemon_stop();
-    daemon_start();
-    add_docs();
-    fz.dirty = false;
-}
-
 static void cleanup(void)
 {
     if (fz.d)
-        daemon_stop();
+        fz.d = daemon_free(fz.d);
+    remove_tree(fz.data_dir);
+    remove_tree(fz.template);
     unlink(fz.conf);
     rmdir(fz.dir);
 }
@@ -519,24 +596,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     /* Progress frames of gc and verify every millisecond, so that their code runs too. */
     setenv("CAIRN_TEST_PROGRESS_MS", "1", 1);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(fz.dir, sizeof(fz.dir), "%s/cairn-fuzz-dispatch.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    /* The socket's path, the longest, must fit in sun_path. */
+    if ((size_t)snprintf(fz.dir, sizeof(fz.dir), "%s/cairn-fuzz-dispatch.XXXXXX",
+                         tmp && *tmp ? tmp : "/tmp") >= sizeof(fz.dir)) {
+        fprintf(stderr, "fuzz-dispatch: TMPDIR is too long for a socket path\n");
+        abort();
+    }
     if (!mkdtemp(fz.dir)) {
         perror("fuzz-dispatch: mkdtemp");
         abort();
     }
+    snprintf(fz.template, sizeof(fz.template), "%s/start", fz.dir);
     snprintf(fz.data_dir, sizeof(fz.data_dir), "%s/data", fz.dir);
     snprintf(fz.conf, sizeof(fz.conf), "%s/cairn.conf", fz.dir);
-    if ((size_t)snprintf(fz.sock, sizeof(fz.sock), "%s/s", fz.dir) >= sizeof(fz.sock)) {
-        fprintf(stderr, "fuzz-dispatch: TMPDIR is too long for a socket path\n");
-        abort();
-    }
+    snprintf(fz.sock, sizeof(fz.sock), "%s/s", fz.dir);
     if (!(f = fopen(fz.conf, "w")) || fputs(fuzz_config, f) < 0 || fclose(f) != 0) {
         perror("fuzz-dispatch: config");
         abort();
     }
     atexit(cleanup);
-    reset();
+    /* The starting store is made once, by a daemon of its own, then copied for each start. */
+    daemon_start(fz.template);
+    add_docs();
     check_ops();
+    fz.d = daemon_free(fz.d);
+    restart();
     /* After the set-up's own replies: only what the inputs make is printed. */
     fz.print = getenv("FUZZ_DISPATCH_PRINT") && strcmp(getenv("FUZZ_DISPATCH_PRINT"), "1") == 0;
     return 0;
@@ -549,8 +633,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *p = data, *end = data + size;
     unsigned nseg = 0;
 
-    if (fz.dirty)
-        reset();
     msgpack_sbuffer_init(&sb);
     while (p <= end && nseg < FUZZ_MAX_SEGMENTS) {
         const uint8_t *sep = memmem(p, (size_t)(end - p), FUZZ_SEP, FUZZ_SEP_LEN);
@@ -558,7 +640,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (seg_end - p >= 2) {
             build_segment(&cl, &sb, p, (size_t)(seg_end - p));
-            fz.dirty = fz.dirty || may_change_store(p);
             nseg++;
         }
         if (!sep)
@@ -571,5 +652,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     client_free(&cl);
     msgpack_sbuffer_destroy(&sb);
+    /* The next input finds the store as this one did, unless this one wrote to it. */
+    if (fingerprint() != fz.start_print)
+        restart();
     return 0;
 }
