@@ -169,9 +169,13 @@ bool dispatch_take_ref(struct op *op, const msgpack_object *map, char **ref, siz
     const char *p;
     int r = proto_get_str(map, "ref", &p, len);
 
-    if (r != 0 || *len == 0 || *len > PROTO_MAX_REF) {
+    /*
+     * A NUL byte is refused like in names: no name or hash holds one, and the
+     * copy below would end at it while *len, which the store goes by, would not.
+     */
+    if (r != 0 || *len == 0 || *len > PROTO_MAX_REF || memchr(p, '\0', *len)) {
         reply_error(op->base.conn, op->base.id, PROTO_E_BAD_REQUEST,
-                    "ref must be a non-empty string of at most 4096 bytes");
+                    "ref must be a non-empty string of at most 4096 bytes without NUL");
         dispatch_op_finish(op);
         return false;
     }
