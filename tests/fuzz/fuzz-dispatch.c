@@ -298,7 +298,8 @@ static void client_free(struct client *cl)
 
 static void put(msgpack_sbuffer *sb, const void *p, size_t len)
 {
-    if (msgpack_sbuffer_write(sb, p, len) < 0)
+    /* msgpack-c would add 0 to the NULL data of an empty buffer. */
+    if (len > 0 && msgpack_sbuffer_write(sb, p, len) < 0)
         abort();
 }
 
