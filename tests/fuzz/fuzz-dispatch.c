@@ -37,7 +37,9 @@
  * under the frame limit with an unsigned `id` and a boolean `ok`, an error
  * carries `{code, message}` strings, and its id is 0 or one the input sent;
  * `internal`, `storage_error`, `integrity` and `backend_unavailable` mean
- * the daemon or its healthy local store failed, and abort the run.
+ * the daemon or its healthy local store failed, and abort the run; and once
+ * the input is done, nothing but the listening socket keeps the daemon's
+ * loop alive.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -254,6 +256,29 @@ static bool settled(const struct client *cl)
     return cl->closed && fz.d->nconns == 0 && store_active(fz.d->store) == 0;
 }
 
+static void count_scheduled(uv_handle_t *h, void *arg)
+{
+    if (uv_is_active(h) && uv_has_ref(h))
+        (*(unsigned *)arg)++;
+}
+
+/*
+ * With no client and nothing left to do, only the listening socket may keep
+ * the loop alive: anything else (a timer armed for nothing, a handle left
+ * open) would hold up a stopping daemon.
+ */
+static void check_idle(uv_loop_t *loop)
+{
+    unsigned scheduled = 0;
+
+    uv_walk(loop, count_scheduled, &scheduled);
+    if (scheduled != 1) {
+        fprintf(stderr, "fuzz-dispatch: an idle cairnd has more than its listener scheduled:\n");
+        uv_print_active_handles(loop, stderr);
+        abort();
+    }
+}
+
 /*
  * Sends `out` on a new connection to cairnd and runs the daemon's loop until
  * every reply has come, the connection is closed on both sides, and the
@@ -283,6 +308,7 @@ static void exchange(struct client *cl)
     /* Adds are indexed shortly after their reply: the next input finds them indexed. */
     if (store_drain(fz.d->store) < 0)
         abort();
+    check_idle(loop);
     if (cl->in_len > 0)
         fuzz_fail("cairnd closed the connection in the middle of a reply frame", cl->in,
                   cl->in_len);
