@@ -84,15 +84,23 @@ enum {
 /* The documents every input finds in the store. */
 struct fuzz_doc {
     const char *name, *mime, *tag, *text;
-    size_t blob; /* > 0: the content is that many bytes of fuzz_blob_byte() instead of text */
+    /* > 0: the content is that many bytes of fuzz_blob_byte() instead of text */
+    size_t blob;
+    size_t period; /* > 0: the blob repeats its first `period` bytes */
 };
 static const struct fuzz_doc fuzz_docs[] = {
-    {"notes/a.txt", "text/plain", "work", "hello world, the quick brown fox\n", 0},
-    {"notes/a.txt", "text/plain", "draft", "second version of a\n", 0},
-    {"usr/share/doc/readme", "text/markdown", NULL, "read me first\n", 0},
-    {"alias", NULL, NULL, "read me first\n", 0},
-    {"", NULL, "x", "nameless\n", 0},
-    {"bin/blob", NULL, NULL, NULL, 20000},
+    {"notes/a.txt", "text/plain", "work", "hello world, the quick brown fox\n", 0, 0},
+    {"notes/a.txt", "text/plain", "draft", "second version of a\n", 0, 0},
+    {"usr/share/doc/readme", "text/markdown", NULL, "read me first\n", 0, 0},
+    {"alias", NULL, NULL, "read me first\n", 0, 0},
+    {"", NULL, "x", "nameless\n", 0, 0},
+    {"bin/blob", NULL, NULL, NULL, 20000, 0},
+    /*
+     * More than the 1 MiB a get may have queued for its client: a get of it
+     * waits for the client to read. Its chunks repeat, so that verify and gc
+     * have little more to read.
+     */
+    {"big/periodic", NULL, NULL, NULL, 1280 * 1024, 20000},
 };
 
 /* Deterministic bytes that cut into several chunks at the configured sizes. */
@@ -101,12 +109,15 @@ static uint8_t fuzz_blob_byte(size_t i)
     return (uint8_t)(((uint32_t)i * 2654435761u) >> 24);
 }
 
+/* Data frames of the starting documents carry at most this much, as the CLI's do. */
+#define FUZZ_DOC_PIECE PROTO_MAX_DATA
+
 static const char fuzz_config[] = "[daemon]\n"
                                   "threads = 2\n"
                                   "[store]\n"
-                                  "chunk_min = 256\n"
-                                  "chunk_avg = 1024\n"
-                                  "chunk_max = 4096\n"
+                                  "chunk_min = 1024\n"
+                                  "chunk_avg = 4096\n"
+                                  "chunk_max = 16384\n"
                                   "pack_size = 1M\n"
                                   "cache_size = 4M\n";
 
@@ -118,7 +129,7 @@ static struct {
     char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
     struct daemon *d;
     uint64_t start_print; /* fingerprint() of data_dir at the start */
-    bool print; /* FUZZ_DISPATCH_PRINT=1: every reply goes to stderr, to see what an input does */
+    bool print; /* FUZZ_DISPATCH_PRINT=1: every reply goes to stdout, to see what an input does */
 } fz;
 
 /* ---- the client side of one connection ---- */
@@ -178,8 +189,10 @@ static void check_reply(struct client *cl, const uint8_t *payload, size_t len)
         cl->failed++;
     }
     if (fz.print) {
-        msgpack_object_print(stderr, msg.unpacked.data);
-        fputc('\n', stderr);
+        /* stdout is buffered: stderr would take a write for every byte of a data field. */
+        msgpack_object_print(stdout, msg.unpacked.data);
+        putchar('\n');
+        fflush(stdout);
     }
     if (cl->keep_first && !cl->first && (cl->first = malloc(len)))
         memcpy(cl->first, payload, cl->first_len = len);
@@ -520,34 +533,39 @@ static void restart(void)
     fz.start_print = fingerprint();
 }
 
-/* Adds fuzz_docs through the same connection path the inputs take. */
-static void add_docs(void)
+/* The add frame of one starting document, then its data frames. */
+static void pack_doc(msgpack_sbuffer *sb, const struct fuzz_doc *doc, uint64_t id)
 {
-    msgpack_sbuffer sb;
+    size_t len = doc->blob ? doc->blob : strlen(doc->text), start, off = 0;
+    uint8_t *content = malloc(len ? len : 1);
     msgpack_packer pk;
-    struct client cl = {0};
-    uint8_t blob[20000];
 
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    for (size_t i = 0; i < ARRAY_SIZE(fuzz_docs); i++) {
-        const struct fuzz_doc *doc = &fuzz_docs[i];
-        size_t start;
+    if (!content)
+        abort();
+    for (size_t k = 0; k < len; k++)
+        content[k] = doc->blob ? fuzz_blob_byte(doc->period ? k % doc->period : k)
+                               : (uint8_t)doc->text[k];
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    do {
+        size_t n = len - off > FUZZ_DOC_PIECE ? FUZZ_DOC_PIECE : len - off;
+        bool first = off == 0;
 
-        if (proto_frame_begin(&sb, &start) < 0)
+        if (proto_frame_begin(sb, &start) < 0)
             abort();
-        msgpack_pack_map(&pk, 4 + (doc->mime != NULL) + 2 * (doc->tag != NULL));
+        msgpack_pack_map(&pk, 4 + (first ? 1 + (doc->mime != NULL) + 2 * (doc->tag != NULL) : 0));
         proto_pack_cstr(&pk, "id");
-        msgpack_pack_uint64(&pk, i + 1);
+        msgpack_pack_uint64(&pk, id);
         proto_pack_cstr(&pk, "op");
-        proto_pack_cstr(&pk, "add");
-        proto_pack_cstr(&pk, "name");
-        proto_pack_cstr(&pk, doc->name);
-        if (doc->mime) {
+        proto_pack_cstr(&pk, first ? "add" : "data");
+        if (first) {
+            proto_pack_cstr(&pk, "name");
+            proto_pack_cstr(&pk, doc->name);
+        }
+        if (first && doc->mime) {
             proto_pack_cstr(&pk, "mime");
             proto_pack_cstr(&pk, doc->mime);
         }
-        if (doc->tag) {
+        if (first && doc->tag) {
             proto_pack_cstr(&pk, "tags");
             msgpack_pack_array(&pk, 1);
             proto_pack_cstr(&pk, doc->tag);
@@ -557,14 +575,28 @@ static void add_docs(void)
             proto_pack_cstr(&pk, doc->tag);
         }
         proto_pack_cstr(&pk, "data");
-        if (doc->blob) {
-            for (size_t k = 0; k < doc->blob && k < sizeof(blob); k++)
-                blob[k] = fuzz_blob_byte(k);
-            proto_pack_bin(&pk, blob, doc->blob < sizeof(blob) ? doc->blob : sizeof(blob));
-        } else {
-            proto_pack_bin(&pk, doc->text, strlen(doc->text));
-        }
-        proto_frame_end(&sb, start);
+        proto_pack_bin(&pk, content + off, n);
+        proto_pack_cstr(&pk, "more");
+        off += n;
+        if (off < len)
+            msgpack_pack_true(&pk);
+        else
+            msgpack_pack_false(&pk);
+        proto_frame_end(sb, start);
+    } while (off < len);
+    free(content);
+}
+
+/* Adds fuzz_docs through the same connection path the inputs take. */
+static void add_docs(void)
+{
+    msgpack_sbuffer sb;
+
+    msgpack_sbuffer_init(&sb);
+    for (size_t i = 0; i < ARRAY_SIZE(fuzz_docs); i++) {
+        struct client cl;
+
+        pack_doc(&sb, &fuzz_docs[i], i + 1);
         /* One at a time: the second version of a name must be the newer one. */
         cl = (struct client){.out = uv_buf_init(sb.data, (unsigned)sb.size)};
         exchange(&cl);

@@ -12,7 +12,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-# -- a small msgpack encoder: maps, arrays, str, bin, uint, bool, nil, float --
+# -- a small msgpack encoder: maps, arrays, str, bin, int, bool, nil, float --
 def mp(v):
     if v is None:
         return b"\xc0"
@@ -22,7 +22,9 @@ def mp(v):
         return b"\xc2"
     if isinstance(v, int):
         if v < 0:
-            raise ValueError("negative")
+            if v >= -32:
+                return bytes([v & 0xFF])
+            return b"\xd3" + struct.pack(">q", v)
         if v < 128:
             return bytes([v])
         if v < 256:
@@ -221,6 +223,8 @@ A2 = hashlib.sha256(b"second version of a\n").hexdigest()
 README = hashlib.sha256(b"read me first\n").hexdigest()
 NAMELESS = hashlib.sha256(b"nameless\n").hexdigest()
 BLOB = hashlib.sha256(blob(20000)).hexdigest()
+BIG_SIZE = 1280 * 1024
+BIG = hashlib.sha256((blob(20000) * (BIG_SIZE // 20000 + 1))[:BIG_SIZE]).hexdigest()
 
 
 def seg(op, rid, body=None):
@@ -267,6 +271,10 @@ def dispatch():
                       seg("stat", 4, {"ref": "tmp/x"}),
                       seg("verify", 5),
                       seg("list", 6, {"names": True})],
+        # more than the 1 MiB a get may queue: the stream waits for the client
+        "get-big": [seg("get", 1, {"ref": "big/periodic"}), seg("get", 2, {"ref": BIG[:8]}),
+                    seg("get", 3, {"ref": "big/periodic", "offset": 1 << 20, "length": 300000})],
+        "verify-big": [seg("verify", 1, {"refs": ["big/periodic"]})],
         # a reused id, data for no stream, an id of 0, a mistyped field
         "mistakes": [seg("add", 1, {"more": True}),
                      seg("get", 1, {"ref": "alias"}),
@@ -275,7 +283,54 @@ def dispatch():
                      seg("data", 1, {"data": "not bin", "more": False}),
                      seg("get", 3, {"ref": 7})],
     }
+    # one mistake a request, for each field of each op
+    bad = {
+        "hello": [{"versions": "1"}, {"versions": ["x"]}, {"versions": []}, {"versions": [0, 99]},
+                  {"client": 5}, {"client": "c" * 4097}],
+        "add": [{"name": 5}, {"name": "n\x00"}, {"mime": ""}, {"mime": "m" * 256}, {"tags": "x"},
+                {"tags": [1]}, {"tags": [""]}, {"tags": ["t"] * 65}, {"meta": ["k"]},
+                {"meta": {"k": 1}}, {"meta": {"": "v"}}, {"meta": {"k": "v\x00"}}, {"size": "1"},
+                {"size": 3, "data": b"four"}, {"data": "str"}, {"more": "yes"}],
+        "data": [{"data": b"no stream"}],
+        "get": [{"ref": 7}, {"ref": ""}, {"ref": "r" * 4097}, {"ref": "alias", "offset": "1"},
+                {"ref": "alias", "length": -1}, {"ref": BLOB[:6]}, {"ref": "ffffffff"}],
+        "delete": [{"ref": None}, {"ref": "alias", "dry_run": 1}, {"ref": "nothing"}],
+        "list": [{"tag": 7}, {"tag": ""}, {"limit": "3"}, {"names": 1}, {"unnamed": "x"},
+                 {"names": True, "unnamed": True}, {"prefix": "a"}, {"path": True}, {"after": "zz"},
+                 {"after": "a" * 65}, {"names": True, "prefix": 5}, {"names": True, "after": 5},
+                 {"names": True, "path": "x"}],
+        "stat": [{"ref": b"bin"}, {}],
+        "search": [{"query": 5}, {}, {"query": "x", "limit": 0}, {"query": "x", "limit": 1001},
+                   {"query": "x", "offset": "1"}, {"query": "x", "tags": "t"}, {"query": "x", "tags": [""]},
+                   {"query": "x", "name": ""}, {"query": "x", "mime": 5}, {"query": "x", "after": "1"},
+                   {"query": "x", "before": 1.5}, {"query": "x", "fuzzy": 1}, {"query": '"open'},
+                   {"query": "-only"}, {"query": "a\x00b"}],
+        "gc": [{"progress": "x"}],
+        "verify": [{"refs": "x"}, {"refs": [1]}, {"refs": [""]}, {"refs": ["r"] * 65},
+                   {"refs": ["nothing"]}, {"progress": 2}],
+        "du": [{"prefix": 5}, {"prefix": "p" * 4097}, {"path": "x"}],
+    }
+    for op, fields in bad.items():
+        seeds["bad-" + op] = [seg(op, i + 1, f) for i, f in enumerate(fields)]
     return {k: SEP.join(v) for k, v in seeds.items()}
+
+
+def dispatch_dict():
+    """tests/fuzz/fuzz-dispatch.dict: the field names and values the ops read, as msgpack."""
+    keys = ["id", "op", "ref", "name", "mime", "tags", "meta", "size", "data", "more", "offset",
+            "length", "dry_run", "tag", "limit", "after", "before", "names", "unnamed", "prefix",
+            "path", "query", "fuzzy", "progress", "refs", "versions", "client"]
+    values = [mp(k) for k in keys] + [mp(op) for op in OPS]
+    values += [mp(v) for v in ("notes/a.txt", "alias", "bin/blob", "big/periodic", "usr/share/",
+                               A1[:8], README[:12], BIG, "tag:x", "OR", "NOT", '"', "*",
+                               True, False, None, 0, 1, 1000, 1001, 1 << 20, (1 << 64) - 1,
+                               b"", [], {})]
+    values += [b"\xd0\xff", b"\xcb\x3f\xf8\x00\x00\x00\x00\x00\x00", SEP]
+    lines = ["# fuzz-dispatch's dictionary, written by make-seeds.py: msgpack of the fields",
+             "# and values the ops read, and the segment separator."]
+    for v in values:
+        lines.append('"%s"' % "".join("\\x%02x" % b for b in v))
+    return "\n".join(lines) + "\n"
 
 
 def crc32c(data, crc=0):
@@ -342,6 +397,8 @@ def main():
     write("pack", packs())
     write("record", record_payloads())
     write("dispatch", dispatch())
+    with open(os.path.join(HERE, "fuzz-dispatch.dict"), "w") as f:
+        f.write(dispatch_dict())
     return 0
 
 
