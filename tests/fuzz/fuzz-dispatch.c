@@ -20,10 +20,13 @@
  *     does not start with a map header follows a map of id and op alone);
  *   - FUZZ_RAW_FRAME: the body is the whole payload of one frame;
  *   - FUZZ_RAW_BYTES: the body goes on the stream as it is (lengths that lie,
- *     frames over the limit, a partial frame at the end).
- * The harness then shuts its side down, reads and checks every reply until
- * cairnd closes the connection, and waits until no request of it is left in
- * the store and the search index has caught up.
+ *     frames over the limit, a partial frame at the end);
+ *   - FUZZ_HANG_UP: the client goes away once what came before is written,
+ *     without reading a reply; the segments after it are not sent.
+ * Otherwise the harness shuts its side down once everything is written, and
+ * reads and checks every reply until cairnd closes the connection. Either
+ * way it then waits until no request of it is left in the store and the
+ * search index has caught up.
  *
  * Each input starts from the same store: a few documents (fuzz_docs;
  * make-seeds.py computes the same hashes), added once by a daemon of their
@@ -73,13 +76,17 @@ static const char *const fuzz_ops[] = {"hello", "add",    "data",   "get", "dele
 enum {
     FUZZ_RAW_FRAME = ARRAY_SIZE(fuzz_ops),
     FUZZ_RAW_BYTES,
+    FUZZ_HANG_UP,
     FUZZ_KINDS,
 };
 
 #define FUZZ_SEP "\xc1\xc1\xc1\xc1"
 #define FUZZ_SEP_LEN 4
-/* More segments than the daemon takes in flight (64) would only make an input slow. */
-#define FUZZ_MAX_SEGMENTS 64
+/*
+ * A few more than the requests the daemon takes in flight (64), so that it
+ * stops reading; many more would only make an input slow.
+ */
+#define FUZZ_MAX_SEGMENTS 80
 
 /* The documents every input finds in the store. */
 struct fuzz_doc {
@@ -101,6 +108,9 @@ static const struct fuzz_doc fuzz_docs[] = {
      * have little more to read.
      */
     {"big/periodic", NULL, NULL, NULL, 1280 * 1024, 20000},
+    /* Their hashes share 8 hex digits, 2c678fac: a ref of those is ambiguous. */
+    {"pair/a", NULL, NULL, "collide 186454\n", 0, 0},
+    {"pair/b", NULL, NULL, "collide 190114\n", 0, 0},
 };
 
 /* Deterministic bytes that cut into several chunks at the configured sizes. */
@@ -147,6 +157,7 @@ struct client {
     uint8_t *first; /* a copy of the first reply's payload, when asked for */
     size_t first_len;
     bool keep_first;
+    bool hang_up; /* close once written, read nothing (FUZZ_HANG_UP) */
     bool eof, closed;
 };
 
@@ -253,6 +264,10 @@ static void on_written(uv_write_t *req, int status)
 {
     struct client *cl = container_of(req, struct client, write);
 
+    if (cl->hang_up) {
+        cl->eof = true; /* no more reading: the connection is over for the client */
+        return;
+    }
     /* Saying that nothing more comes makes cairnd answer what it got, then close. */
     if (status == 0 && uv_shutdown(&cl->shutdown, (uv_stream_t *)&cl->pipe, on_shutdown) < 0)
         abort();
@@ -263,16 +278,47 @@ static void on_client_closed(uv_handle_t *h)
     container_of((uv_pipe_t *)h, struct client, pipe)->closed = true;
 }
 
-/* True when the daemon has forgotten the connection and the store holds nothing of it. */
+/*
+ * True when the daemon has forgotten the connection and the store runs
+ * nothing of it: a gc goes on after its client went away, and is not one of
+ * the store's operations.
+ */
 static bool settled(const struct client *cl)
 {
-    return cl->closed && fz.d->nconns == 0 && store_active(fz.d->store) == 0;
+    struct store_progress gc;
+
+    return cl->closed && fz.d->nconns == 0 && store_active(fz.d->store) == 0 &&
+           !store_gc_progress(fz.d->store, &gc);
 }
 
 static void count_scheduled(uv_handle_t *h, void *arg)
 {
     if (uv_is_active(h) && uv_has_ref(h))
         (*(unsigned *)arg)++;
+}
+
+/* The handles that keep the loop alive, the listening socket included. */
+static unsigned scheduled(uv_loop_t *loop)
+{
+    unsigned n = 0;
+
+    uv_walk(loop, count_scheduled, &n);
+    return n;
+}
+
+/*
+ * True while worker jobs are still queued or running with no handle of
+ * their own: those of requests (list, stat, du, status) whose client went
+ * away finish on their own, and only then free their op.
+ */
+static bool working(uv_loop_t *loop)
+{
+    bool alive;
+
+    uv_unref((uv_handle_t *)&fz.d->listener);
+    alive = uv_loop_alive(loop);
+    uv_ref((uv_handle_t *)&fz.d->listener);
+    return alive && scheduled(loop) == 1;
 }
 
 /*
@@ -282,10 +328,7 @@ static void count_scheduled(uv_handle_t *h, void *arg)
  */
 static void check_idle(uv_loop_t *loop)
 {
-    unsigned scheduled = 0;
-
-    uv_walk(loop, count_scheduled, &scheduled);
-    if (scheduled != 1) {
+    if (scheduled(loop) != 1) {
         fprintf(stderr, "fuzz-dispatch: an idle cairnd has more than its listener scheduled:\n");
         uv_print_active_handles(loop, stderr);
         abort();
@@ -310,7 +353,7 @@ static void exchange(struct client *cl)
         abort();
     }
     if (uv_pipe_init(loop, &cl->pipe, 0) < 0 || uv_pipe_open(&cl->pipe, fd) < 0 ||
-        uv_read_start((uv_stream_t *)&cl->pipe, on_alloc, on_read) < 0 ||
+        (!cl->hang_up && uv_read_start((uv_stream_t *)&cl->pipe, on_alloc, on_read) < 0) ||
         uv_write(&cl->write, (uv_stream_t *)&cl->pipe, &cl->out, 1, on_written) < 0)
         abort();
     while (!cl->eof)
@@ -319,8 +362,13 @@ static void exchange(struct client *cl)
     while (!settled(cl))
         uv_run(loop, UV_RUN_ONCE);
     /* Adds are indexed shortly after their reply: the next input finds them indexed. */
-    if (store_drain(fz.d->store) < 0)
-        abort();
+    for (;;) {
+        if (store_drain(fz.d->store) < 0)
+            abort();
+        if (!working(loop))
+            break;
+        uv_run(loop, UV_RUN_ONCE);
+    }
     check_idle(loop);
     if (cl->in_len > 0)
         fuzz_fail("cairnd closed the connection in the middle of a reply frame", cl->in,
@@ -370,6 +418,10 @@ static void build_segment(struct client *cl, msgpack_sbuffer *sb, const uint8_t 
     uint32_t count = 0;
     msgpack_packer pk;
 
+    if (kind == FUZZ_HANG_UP) {
+        cl->hang_up = true;
+        return;
+    }
     if (kind == FUZZ_RAW_BYTES) {
         cl->ids_known = false;
         put(sb, body, body_len);
@@ -693,7 +745,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned nseg = 0;
 
     msgpack_sbuffer_init(&sb);
-    while (p <= end && nseg < FUZZ_MAX_SEGMENTS) {
+    while (p <= end && nseg < FUZZ_MAX_SEGMENTS && !cl.hang_up) {
         const uint8_t *sep = memmem(p, (size_t)(end - p), FUZZ_SEP, FUZZ_SEP_LEN);
         const uint8_t *seg_end = sep ? sep : end;
 

@@ -208,7 +208,7 @@ MCP = {
 # -- fuzz-dispatch: segments "kind id body" joined by SEP (fuzz-dispatch.c) --
 OPS = ["hello", "add", "data", "get", "delete", "list", "stat", "status", "search", "gc", "verify",
        "du"]
-RAW_FRAME, RAW_BYTES = len(OPS), len(OPS) + 1
+RAW_FRAME, RAW_BYTES, HANG_UP = len(OPS), len(OPS) + 1, len(OPS) + 2
 SEP = b"\xc1\xc1\xc1\xc1"
 
 
@@ -225,6 +225,9 @@ NAMELESS = hashlib.sha256(b"nameless\n").hexdigest()
 BLOB = hashlib.sha256(blob(20000)).hexdigest()
 BIG_SIZE = 1280 * 1024
 BIG = hashlib.sha256((blob(20000) * (BIG_SIZE // 20000 + 1))[:BIG_SIZE]).hexdigest()
+# pair/a and pair/b: their hashes share the first 8 hex digits
+PAIR = hashlib.sha256(b"collide 186454\n").hexdigest()[:8]
+assert hashlib.sha256(b"collide 190114\n").hexdigest()[:8] == PAIR
 
 
 def seg(op, rid, body=None):
@@ -275,6 +278,25 @@ def dispatch():
         "get-big": [seg("get", 1, {"ref": "big/periodic"}), seg("get", 2, {"ref": BIG[:8]}),
                     seg("get", 3, {"ref": "big/periodic", "offset": 1 << 20, "length": 300000})],
         "verify-big": [seg("verify", 1, {"refs": ["big/periodic"]})],
+        "ambiguous": [seg("get", 1, {"ref": PAIR}), seg("stat", 2, {"ref": PAIR.upper()}),
+                      seg("delete", 3, {"ref": PAIR, "dry_run": True}),
+                      seg("verify", 4, {"refs": [PAIR]})],
+        # more requests than the daemon takes in flight: it stops reading for a while
+        "inflight": [seg("status", i) for i in range(1, 71)],
+        # frames the daemon answers with id 0 or without looking at the op, then an empty one
+        "bad-frames": [seg(RAW_FRAME, 0, mp({"id": 1})), seg(RAW_FRAME, 0, mp({"id": 2, "op": 5})),
+                       seg(RAW_FRAME, 0, mp({"op": "status"})),
+                       seg(RAW_FRAME, 0, mp({"id": "x", "op": "status"})),
+                       seg(RAW_FRAME, 0, mp([1, 2])), seg(RAW_FRAME, 0, b"\x81\x01\x02"),
+                       seg(RAW_BYTES, 0, b"\x00\x00\x00\x00")],
+        "bad-msgpack": [seg(RAW_FRAME, 0, b"\x82\xa2id\x01\xa2op\xc1")],
+        # the client goes away in the middle of an add stream, a get stream, a gc and a verify
+        "hang-up-add": [seg("add", 1, {"name": "x", "more": True, "data": b"part one"}),
+                        seg("data", 1, {"more": True, "data": b"part two"}), seg(HANG_UP, 0)],
+        "hang-up-get": [seg("get", 1, {"ref": "big/periodic"}), seg(HANG_UP, 0)],
+        "hang-up-jobs": [seg("gc", 1, {"progress": True}), seg("verify", 2, {"progress": True}),
+                         seg("search", 3, {"query": "first"}), seg("list", 4, {"names": True}),
+                         seg(HANG_UP, 0)],
         # a reused id, data for no stream, an id of 0, a mistyped field
         "mistakes": [seg("add", 1, {"more": True}),
                      seg("get", 1, {"ref": "alias"}),
@@ -322,7 +344,7 @@ def dispatch_dict():
             "path", "query", "fuzzy", "progress", "refs", "versions", "client"]
     values = [mp(k) for k in keys] + [mp(op) for op in OPS]
     values += [mp(v) for v in ("notes/a.txt", "alias", "bin/blob", "big/periodic", "usr/share/",
-                               A1[:8], README[:12], BIG, "tag:x", "OR", "NOT", '"', "*",
+                               A1[:8], README[:12], BIG, PAIR, "tag:x", "OR", "NOT", '"', "*",
                                True, False, None, 0, 1, 1000, 1001, 1 << 20, (1 << 64) - 1,
                                b"", [], {})]
     values += [b"\xd0\xff", b"\xcb\x3f\xf8\x00\x00\x00\x00\x00\x00", SEP]
