@@ -229,6 +229,13 @@ struct request *conn_request_find(struct conn *c, uint64_t id)
 /* Splits and dispatches the complete frames in the buffer while flow control allows. */
 static void process_frames(struct conn *c)
 {
+    /*
+     * Nothing buffered: a frame dispatched in an earlier pass kicked the
+     * connection while frames were left, and that pass then took them all
+     * and freed the buffer. (c->rbuf + 0 on NULL is undefined behaviour.)
+     */
+    if (!c->rbuf)
+        return;
     conn_ref(c); /* a dispatched frame may close the connection */
     while (can_process(c)) {
         const uint8_t *payload;

@@ -82,8 +82,12 @@ int dispatch_get_string(const msgpack_object *map, const char *key, size_t max, 
 /* Copies a non-empty str object of at most `max` bytes without NUL; -EINVAL when invalid. */
 int dispatch_copy_str(const msgpack_object *o, size_t max, char **out);
 void dispatch_free_strings(char **v, size_t n);
-/* Packs v[0..n) as a msgpack array of str. */
-void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t n);
+/*
+ * Packs v[first..n) as a msgpack array of str. The offset is taken here, not
+ * by the caller, because an empty list may be NULL, and NULL + 0 is already
+ * undefined behaviour in C.
+ */
+void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t first, size_t n);
 /* How many of the first strings of v to leave out so that the rest fit in `budget` reply bytes. */
 size_t dispatch_strings_cut(const char *const *v, size_t n, size_t budget);
 /* Reads the required `ref` field into *ref and *len; replies and finishes the op on error. */

@@ -148,10 +148,10 @@ void dispatch_free_strings(char **v, size_t n)
     free(v);
 }
 
-void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t n)
+void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t first, size_t n)
 {
-    msgpack_pack_array(pk, n);
-    for (size_t i = 0; i < n; i++)
+    msgpack_pack_array(pk, n - first);
+    for (size_t i = first; i < n; i++)
         proto_pack_cstr(pk, v[i]);
 }
 
@@ -169,9 +169,13 @@ bool dispatch_take_ref(struct op *op, const msgpack_object *map, char **ref, siz
     const char *p;
     int r = proto_get_str(map, "ref", &p, len);
 
-    if (r != 0 || *len == 0 || *len > PROTO_MAX_REF) {
+    /*
+     * A NUL byte is refused like in names: no name or hash holds one, and the
+     * copy below would end at it while *len, which the store goes by, would not.
+     */
+    if (r != 0 || *len == 0 || *len > PROTO_MAX_REF || memchr(p, '\0', *len)) {
         reply_error(op->base.conn, op->base.id, PROTO_E_BAD_REQUEST,
-                    "ref must be a non-empty string of at most 4096 bytes");
+                    "ref must be a non-empty string of at most 4096 bytes without NUL");
         dispatch_op_finish(op);
         return false;
     }
@@ -229,7 +233,7 @@ static void do_hello(struct conn *c, uint64_t id, const msgpack_object *map)
     proto_pack_cstr(&r.pk, "max_data");
     msgpack_pack_uint32(&r.pk, PROTO_MAX_DATA);
     proto_pack_cstr(&r.pk, "ops");
-    dispatch_pack_strings(&r.pk, op_names, ARRAY_SIZE(op_names));
+    dispatch_pack_strings(&r.pk, op_names, 0, ARRAY_SIZE(op_names));
     reply_send(c, &r);
 }
 

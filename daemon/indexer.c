@@ -358,7 +358,12 @@ static void kick_soon(struct indexer *ix)
         kick(ix);
         return;
     }
-    if (!ix->batch && !uv_is_active((uv_handle_t *)&ix->gather))
+    /*
+     * Only documents waiting are gathered. A batch that ends with nothing
+     * left must not arm the timer: its empty turn kept the loop alive, and
+     * so delayed a stopping daemon, for IX_GATHER_MS after every batch.
+     */
+    if (ix->head && !ix->batch && !uv_is_active((uv_handle_t *)&ix->gather))
         uv_timer_start(&ix->gather, on_gather, IX_GATHER_MS, 0);
 }
 

@@ -60,13 +60,13 @@ static void delete_done(void *userdata, int status, const struct store_delete_re
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, res->name ? res->name : "");
     proto_pack_cstr(&r.pk, "names");
-    dispatch_pack_strings(&r.pk, res->names + names_cut, res->nnames - names_cut);
+    dispatch_pack_strings(&r.pk, res->names, names_cut, res->nnames);
     if (names_cut > 0) {
         proto_pack_cstr(&r.pk, "names_cut");
         msgpack_pack_uint64(&r.pk, names_cut);
     }
     proto_pack_cstr(&r.pk, "deleted");
-    dispatch_pack_strings(&r.pk, res->deleted, nlisted);
+    dispatch_pack_strings(&r.pk, res->deleted, 0, nlisted);
     if (nlisted < res->ndeleted) {
         proto_pack_cstr(&r.pk, "deleted_cut");
         msgpack_pack_uint64(&r.pk, res->ndeleted - nlisted);

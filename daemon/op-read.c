@@ -286,7 +286,7 @@ static void list_done(uv_work_t *work, int status)
         proto_pack_cstr(&r.pk, "created");
         msgpack_pack_int64(&r.pk, doc->created);
         proto_pack_cstr(&r.pk, "tags");
-        dispatch_pack_strings(&r.pk, (const char *const *)doc->tags, doc->ntags);
+        dispatch_pack_strings(&r.pk, (const char *const *)doc->tags, 0, doc->ntags);
         if (l->names) {
             proto_pack_cstr(&r.pk, "named");
             msgpack_pack_int64(&r.pk, doc->named);
@@ -413,7 +413,7 @@ static void stat_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
     proto_pack_cstr(&r.pk, "names");
-    dispatch_pack_strings(&r.pk, (const char *const *)doc->names + cut, doc->nnames - cut);
+    dispatch_pack_strings(&r.pk, (const char *const *)doc->names, cut, doc->nnames);
     if (cut > 0) {
         proto_pack_cstr(&r.pk, "names_cut");
         msgpack_pack_uint64(&r.pk, cut);
@@ -429,7 +429,7 @@ static void stat_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "created");
     msgpack_pack_int64(&r.pk, doc->created);
     proto_pack_cstr(&r.pk, "tags");
-    dispatch_pack_strings(&r.pk, (const char *const *)doc->tags, doc->ntags);
+    dispatch_pack_strings(&r.pk, (const char *const *)doc->tags, 0, doc->ntags);
     proto_pack_cstr(&r.pk, "meta");
     msgpack_pack_map(&r.pk, doc->nmeta);
     for (size_t i = 0; i < doc->nmeta; i++) {

@@ -4,6 +4,7 @@ seed-*). Deterministic: run it again after changing it and commit what
 changed. corpus/pack/real-unsealed is a pack cairnd wrote (five small adds
 and a delete); the sealed and torn packs and the record payloads are made
 from it here. Other files (regression inputs, real-*) are never touched."""
+import hashlib
 import os
 import struct
 import sys
@@ -11,7 +12,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-# -- a small msgpack encoder: maps, arrays, str, bin, uint, bool, nil, float --
+# -- a small msgpack encoder: maps, arrays, str, bin, int, bool, nil, float --
 def mp(v):
     if v is None:
         return b"\xc0"
@@ -21,7 +22,9 @@ def mp(v):
         return b"\xc2"
     if isinstance(v, int):
         if v < 0:
-            raise ValueError("negative")
+            if v >= -32:
+                return bytes([v & 0xFF])
+            return b"\xd3" + struct.pack(">q", v)
         if v < 128:
             return bytes([v])
         if v < 256:
@@ -202,6 +205,156 @@ MCP = {
 }
 
 
+# -- fuzz-dispatch: segments "kind id body" joined by SEP (fuzz-dispatch.c) --
+OPS = ["hello", "add", "data", "get", "delete", "list", "stat", "status", "search", "gc", "verify",
+       "du"]
+RAW_FRAME, RAW_BYTES, HANG_UP = len(OPS), len(OPS) + 1, len(OPS) + 2
+SEP = b"\xc1\xc1\xc1\xc1"
+
+
+def blob(n):
+    """fuzz_blob_byte() of fuzz-dispatch.c."""
+    return bytes(((i * 2654435761) & 0xFFFFFFFF) >> 24 for i in range(n))
+
+
+# The contents of fuzz_docs in fuzz-dispatch.c: the hashes the seeds refer to.
+A1 = hashlib.sha256(b"hello world, the quick brown fox\n").hexdigest()
+A2 = hashlib.sha256(b"second version of a\n").hexdigest()
+README = hashlib.sha256(b"read me first\n").hexdigest()
+NAMELESS = hashlib.sha256(b"nameless\n").hexdigest()
+BLOB = hashlib.sha256(blob(20000)).hexdigest()
+BIG_SIZE = 1280 * 1024
+BIG = hashlib.sha256((blob(20000) * (BIG_SIZE // 20000 + 1))[:BIG_SIZE]).hexdigest()
+# pair/a and pair/b: their hashes share the first 8 hex digits
+PAIR = hashlib.sha256(b"collide 186454\n").hexdigest()[:8]
+assert hashlib.sha256(b"collide 190114\n").hexdigest()[:8] == PAIR
+
+
+def seg(op, rid, body=None):
+    kind = OPS.index(op) if isinstance(op, str) else op
+    raw = body if isinstance(body, bytes) else mp(body if body is not None else {})
+    return bytes([kind, rid]) + raw
+
+
+def dispatch():
+    seeds = {
+        "hello": [seg("hello", 1, {"client": "cairn 0.1.0", "versions": [1, 2]})],
+        "add": [seg("add", 2, {"name": "new/doc.txt", "tags": ["t1", "t2"], "meta": {"k": "v"},
+                               "mime": "text/plain", "size": 11, "data": b"fresh words"})],
+        "add-stream": [seg("add", 3, {"more": True, "size": 8, "data": b"abcd"}),
+                       seg("data", 3, {"data": b"efgh", "more": False})],
+        "add-existing": [seg("add", 4, {"name": "again", "tags": ["more"], "data": blob(20000)})],
+        "get": [seg("get", 5, {"ref": "notes/a.txt"})],
+        "get-range": [seg("get", 6, {"ref": BLOB[:12], "offset": 5000, "length": 7000})],
+        "delete": [seg("delete", 7, {"ref": "notes/a.txt"})],
+        "delete-hash": [seg("delete", 7, {"ref": README.upper(), "dry_run": False})],
+        "delete-dry-run": [seg("delete", 7, {"ref": NAMELESS, "dry_run": True})],
+        "list": [seg("list", 8, {"tag": "work", "limit": 2, "after": A1[:10]})],
+        "list-names": [seg("list", 8, {"names": True, "prefix": "notes", "path": True,
+                                       "after": "a", "limit": 10})],
+        "list-unnamed": [seg("list", 8, {"unnamed": True, "tag": "x"})],
+        "stat": [seg("stat", 9, {"ref": A2[:16]})],
+        "stat-unnamed": [seg("stat", 9, {"ref": NAMELESS})],
+        "status": [seg("status", 10)],
+        "search": [seg("search", 11, {"query": "quick fox OR dog -slow name:notes tag:work",
+                                      "limit": 5, "offset": 0, "tags": ["work"],
+                                      "name": "notes/*", "mime": "text/plain", "after": 0,
+                                      "before": 4102444800, "fuzzy": True})],
+        "search-filters": [seg("search", 11, {"query": "tag:x"})],
+        "gc": [seg("gc", 12, {"progress": True})],
+        "verify": [seg("verify", 13, {"refs": ["bin/blob", README], "progress": True})],
+        "verify-all": [seg("verify", 13)],
+        "du": [seg("du", 14, {"prefix": "usr/share/", "path": True})],
+        "raw-frame": [seg(RAW_FRAME, 0, mp({"id": 15, "op": "no_such_op"}))],
+        "raw-bytes": [seg(RAW_BYTES, 0, b"\x00\x10\x00\x01" + mp({"id": 16, "op": "status"}))],
+        # an add, then reads of it, its deletion and a gc, pipelined
+        "lifecycle": [seg("add", 1, {"name": "tmp/x", "data": b"short lived"}),
+                      seg("delete", 2, {"ref": "bin/blob"}),
+                      seg("gc", 3),
+                      seg("stat", 4, {"ref": "tmp/x"}),
+                      seg("verify", 5),
+                      seg("list", 6, {"names": True})],
+        # more than the 1 MiB a get may queue: the stream waits for the client
+        "get-big": [seg("get", 1, {"ref": "big/periodic"}), seg("get", 2, {"ref": BIG[:8]}),
+                    seg("get", 3, {"ref": "big/periodic", "offset": 1 << 20, "length": 300000})],
+        "verify-big": [seg("verify", 1, {"refs": ["big/periodic"]})],
+        "ambiguous": [seg("get", 1, {"ref": PAIR}), seg("stat", 2, {"ref": PAIR.upper()}),
+                      seg("delete", 3, {"ref": PAIR, "dry_run": True}),
+                      seg("verify", 4, {"refs": [PAIR]})],
+        # more requests than the daemon takes in flight: it stops reading for a while
+        "inflight": [seg("status", i) for i in range(1, 71)],
+        # frames the daemon answers with id 0 or without looking at the op, then an empty one
+        "bad-frames": [seg(RAW_FRAME, 0, mp({"id": 1})), seg(RAW_FRAME, 0, mp({"id": 2, "op": 5})),
+                       seg(RAW_FRAME, 0, mp({"op": "status"})),
+                       seg(RAW_FRAME, 0, mp({"id": "x", "op": "status"})),
+                       seg(RAW_FRAME, 0, mp([1, 2])), seg(RAW_FRAME, 0, b"\x81\x01\x02"),
+                       seg(RAW_BYTES, 0, b"\x00\x00\x00\x00")],
+        "bad-msgpack": [seg(RAW_FRAME, 0, b"\x82\xa2id\x01\xa2op\xc1")],
+        # the client goes away in the middle of an add stream, a get stream, a gc and a verify
+        "hang-up-add": [seg("add", 1, {"name": "x", "more": True, "data": b"part one"}),
+                        seg("data", 1, {"more": True, "data": b"part two"}), seg(HANG_UP, 0)],
+        "hang-up-get": [seg("get", 1, {"ref": "big/periodic"}), seg(HANG_UP, 0)],
+        "hang-up-jobs": [seg("gc", 1, {"progress": True}), seg("verify", 2, {"progress": True}),
+                         seg("search", 3, {"query": "first"}), seg("list", 4, {"names": True}),
+                         seg(HANG_UP, 0)],
+        # a reused id, data for no stream, an id of 0, a mistyped field
+        "mistakes": [seg("add", 1, {"more": True}),
+                     seg("get", 1, {"ref": "alias"}),
+                     seg("data", 2, {"data": b"x"}),
+                     seg("status", 0),
+                     seg("data", 1, {"data": "not bin", "more": False}),
+                     seg("get", 3, {"ref": 7})],
+    }
+    # one mistake a request, for each field of each op
+    bad = {
+        "hello": [{"versions": "1"}, {"versions": ["x"]}, {"versions": []}, {"versions": [0, 99]},
+                  {"client": 5}, {"client": "c" * 4097}],
+        "add": [{"name": 5}, {"name": "n\x00"}, {"mime": ""}, {"mime": "m" * 256}, {"tags": "x"},
+                {"tags": [1]}, {"tags": [""]}, {"tags": ["t"] * 65}, {"meta": ["k"]},
+                {"meta": {"k": 1}}, {"meta": {"": "v"}}, {"meta": {"k": "v\x00"}}, {"size": "1"},
+                {"size": 3, "data": b"four"}, {"data": "str"}, {"more": "yes"}],
+        "data": [{"data": b"no stream"}],
+        "get": [{"ref": 7}, {"ref": ""}, {"ref": "r" * 4097}, {"ref": "alias", "offset": "1"},
+                {"ref": "alias", "length": -1}, {"ref": BLOB[:6]}, {"ref": "ffffffff"}],
+        "delete": [{"ref": None}, {"ref": "alias", "dry_run": 1}, {"ref": "nothing"}],
+        "list": [{"tag": 7}, {"tag": ""}, {"limit": "3"}, {"names": 1}, {"unnamed": "x"},
+                 {"names": True, "unnamed": True}, {"prefix": "a"}, {"path": True}, {"after": "zz"},
+                 {"after": "a" * 65}, {"names": True, "prefix": 5}, {"names": True, "after": 5},
+                 {"names": True, "path": "x"}],
+        "stat": [{"ref": b"bin"}, {}],
+        "search": [{"query": 5}, {}, {"query": "x", "limit": 0}, {"query": "x", "limit": 1001},
+                   {"query": "x", "offset": "1"}, {"query": "x", "tags": "t"}, {"query": "x", "tags": [""]},
+                   {"query": "x", "name": ""}, {"query": "x", "mime": 5}, {"query": "x", "after": "1"},
+                   {"query": "x", "before": 1.5}, {"query": "x", "fuzzy": 1}, {"query": '"open'},
+                   {"query": "-only"}, {"query": "a\x00b"}],
+        "gc": [{"progress": "x"}],
+        "verify": [{"refs": "x"}, {"refs": [1]}, {"refs": [""]}, {"refs": ["r"] * 65},
+                   {"refs": ["nothing"]}, {"progress": 2}],
+        "du": [{"prefix": 5}, {"prefix": "p" * 4097}, {"path": "x"}],
+    }
+    for op, fields in bad.items():
+        seeds["bad-" + op] = [seg(op, i + 1, f) for i, f in enumerate(fields)]
+    return {k: SEP.join(v) for k, v in seeds.items()}
+
+
+def dispatch_dict():
+    """tests/fuzz/fuzz-dispatch.dict: the field names and values the ops read, as msgpack."""
+    keys = ["id", "op", "ref", "name", "mime", "tags", "meta", "size", "data", "more", "offset",
+            "length", "dry_run", "tag", "limit", "after", "before", "names", "unnamed", "prefix",
+            "path", "query", "fuzzy", "progress", "refs", "versions", "client"]
+    values = [mp(k) for k in keys] + [mp(op) for op in OPS]
+    values += [mp(v) for v in ("notes/a.txt", "alias", "bin/blob", "big/periodic", "usr/share/",
+                               A1[:8], README[:12], BIG, PAIR, "tag:x", "OR", "NOT", '"', "*",
+                               True, False, None, 0, 1, 1000, 1001, 1 << 20, (1 << 64) - 1,
+                               b"", [], {})]
+    values += [b"\xd0\xff", b"\xcb\x3f\xf8\x00\x00\x00\x00\x00\x00", SEP]
+    lines = ["# fuzz-dispatch's dictionary, written by make-seeds.py: msgpack of the fields",
+             "# and values the ops read, and the segment separator."]
+    for v in values:
+        lines.append('"%s"' % "".join("\\x%02x" % b for b in v))
+    return "\n".join(lines) + "\n"
+
+
 def crc32c(data, crc=0):
     crc ^= 0xFFFFFFFF
     for b in data:
@@ -265,6 +418,9 @@ def main():
     write("mcp-input", MCP)
     write("pack", packs())
     write("record", record_payloads())
+    write("dispatch", dispatch())
+    with open(os.path.join(HERE, "fuzz-dispatch.dict"), "w") as f:
+        f.write(dispatch_dict())
     return 0
 
 

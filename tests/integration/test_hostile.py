@@ -166,6 +166,23 @@ class BadRequests(HostileTestCase):
             self.assertEqual(c.list_all(), [])
         self.finish()
 
+    def test_ref_with_nul(self):
+        """A ref holding a NUL byte is refused, and nothing is read or deleted: the
+        daemon used to copy it up to the NUL and then go by its full length, past
+        the copy (found by tests/fuzz/fuzz-dispatch)."""
+        with self.d.connect() as c:
+            added = c.add(b"kept\n", name="a")
+            self.assertIs(added.get("ok"), True, ct.short(added))
+            rid = 30
+            for op, fields in (("get", {}), ("stat", {}), ("delete", {}), ("delete", {"dry_run": True})):
+                for ref in ("a\x00", "a\x00" + "x" * 40, "\x00", added["hash"][:8] + "\x00"):
+                    with self.subTest(op=op, ref=ref):
+                        self.expect_error_stays_open(c, ct.frame(dict(id=rid, op=op, ref=ref, **fields)),
+                                                     "bad_request", rid)
+                    rid += 1
+            self.assertEqual(c.get("a")[1], b"kept\n")
+        self.finish()
+
     def test_missing_id(self):
         with self.d.connect() as c:
             self.expect_error_stays_open(c, ct.frame({"op": "status"}), "bad_request", 0)
