@@ -532,7 +532,8 @@ static int read_slice(struct readcache *rc, uint64_t pack, uint32_t slice, uint3
             if (r == 0) {
                 /* LOADED, or ON_DISK since: the bytes stay in memory while referenced. */
                 *n = in < e->len ? (want < e->len - in ? want : e->len - in) : 0;
-                memcpy(buf, e->mem + in, *n);
+                if (*n > 0)
+                    memcpy(buf, e->mem + in, *n);
             }
             pthread_mutex_lock(&rc->lock);
             e->refs--;
@@ -743,7 +744,8 @@ static int take_stock(struct readcache *rc)
 
     if (r != 0)
         return r;
-    qsort(found, n, sizeof(*found), by_use);
+    if (n > 1)
+        qsort(found, n, sizeof(*found), by_use);
     for (size_t i = 0; i < n; i++) {
         struct rc_entry *e = calloc(1, sizeof(*e));
         if (!e) {
