@@ -82,6 +82,24 @@ static void guard_tmp(const char *tmp, struct sigaction *saved)
 }
 
 /*
+ * Writes into `path` as it is, for one that is not a regular file (a device
+ * such as /dev/null or a terminal, a FIFO): renaming a file over it would
+ * replace the device node with that file.
+ */
+static int get_to_special(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
+                          uint64_t length, const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY), r;
+
+    if (fd < 0)
+        return cli_fail_errno(path);
+    r = client_get_range_fd(c, ref, offset, length, fd, false);
+    if (close(fd) < 0 && r == 0)
+        return cli_fail_errno(path);
+    return r == 0 ? CLI_EXIT_OK : cli_fail(cli, r == CLIENT_E_IO ? path : ref, r);
+}
+
+/*
  * Writes the document to a temporary file beside `path` and renames it into
  * place only when the whole stream arrived intact, so a failed get never
  * leaves a partial or corrupt `path`.
@@ -94,9 +112,12 @@ int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t
     sigset_t block, old_mask;
     const char *slash = strrchr(path, '/');
     int dir_len = slash ? (int)(slash - path + 1) : 0;
+    struct stat sb;
     mode_t mask;
     int fd, r;
 
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+        return get_to_special(cli, c, ref, offset, length, path);
     if (asprintf(&tmp, "%.*s.%s.XXXXXX", dir_len, path, path + dir_len) < 0) {
         tmp = NULL;
         return cli_fail(cli, path, -ENOMEM);

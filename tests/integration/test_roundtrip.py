@@ -384,6 +384,33 @@ class Ranges(CliTestCase):
         self.stop_daemon()
 
 
+class OutputToSpecialFiles(CliTestCase):
+    def test_get_o_writes_into_devices_and_fifos(self):
+        """get -o into a device or a FIFO writes into it: it is never replaced
+        by a file renamed over it (get -o /dev/null once made /dev/null a
+        regular file)."""
+        import stat
+        import threading
+        content = os.urandom(300000)
+        h = self.add(content, "-n", "special.bin")
+        # a null device of the test's own (a regression must not break the real one)
+        if os.geteuid() == 0:
+            null = os.path.join(self.tmp, "null")
+            os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            self.cli("get", "-o", null, h)
+            self.assertTrue(stat.S_ISCHR(os.stat(null).st_mode), "the device was replaced by a file")
+        fifo = os.path.join(self.tmp, "fifo")
+        os.mkfifo(fifo)
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+        reader.start()
+        self.cli("get", "-o", fifo, "--range", "10-99999", h)
+        reader.join(30)
+        self.assertEqual(got, [content[10:100000]])
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        self.stop_daemon()
+
+
 class Listing(CliTestCase):
     def test_ls_lists_every_name(self):
         """`ls` has one row per name, sorted bytewise, even when names share
