@@ -251,4 +251,4 @@ class NoCache(CacheCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    ct.main()
