@@ -26,7 +26,6 @@ import random
 import shutil
 import subprocess
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cairntest as ct  # noqa: E402
