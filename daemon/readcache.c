@@ -480,9 +480,9 @@ static bool read_ahead(struct readcache *rc, uint64_t pack, uint32_t slice, uint
 }
 
 /* A slice file failed its check: it goes, and the read fetches the slice again. */
-static void damaged(struct readcache *rc, uint64_t pack, uint32_t slice)
+/* Takes the slice's on-disk entry out of the table (its file is gone or bad); counts a damaged one. */
+static void forget_file(struct readcache *rc, uint64_t pack, uint32_t slice, bool bad)
 {
-    char name[READCACHE_NAME_MAX];
     struct rc_entry *e;
 
     pthread_mutex_lock(&rc->lock);
@@ -490,8 +490,16 @@ static void damaged(struct readcache *rc, uint64_t pack, uint32_t slice)
         remove_entry(rc, e);
         settle(e);
     }
-    rc->stats.damaged++;
+    if (bad)
+        rc->stats.damaged++;
     pthread_mutex_unlock(&rc->lock);
+}
+
+static void damaged(struct readcache *rc, uint64_t pack, uint32_t slice)
+{
+    char name[READCACHE_NAME_MAX];
+
+    forget_file(rc, pack, slice, true);
     readcache_file_name(name, pack, slice);
     log_warn("read cache: slice file %s is damaged; fetched again", name);
     unlink_slice(rc, pack, slice);
@@ -572,14 +580,8 @@ static int read_slice(struct readcache *rc, uint64_t pack, uint32_t slice, uint3
             return r;
         if (r == READCACHE_E_BAD)
             damaged(rc, pack, slice);
-        else { /* evicted meanwhile */
-            pthread_mutex_lock(&rc->lock);
-            if ((e = lookup(rc, pack, slice)) && e->state == RC_ON_DISK) {
-                remove_entry(rc, e);
-                settle(e);
-            }
-            pthread_mutex_unlock(&rc->lock);
-        }
+        else
+            forget_file(rc, pack, slice, false); /* evicted meanwhile */
         if (attempt > 0)
             return -EIO; /* fetched anew and still bad: the disk under the cache fails */
     }
@@ -791,7 +793,6 @@ int readcache_new(struct readcache **out, uv_loop_t *loop, struct backend *be, c
     rc->pack_size = pack_size_fn;
     rc->ctx = ctx;
     rc->max_bytes = max_bytes;
-    rc->stats.max_bytes = max_bytes;
     /* About two slices a bucket when full of half-full slices. */
     rc->nbuckets = 1024;
     while (rc->nbuckets < slices / 2 && rc->nbuckets < (1u << 22))
