@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +14,8 @@ struct cache_entry {
     struct cache_entry *hnext;       /* hash chain */
     struct cache_entry *prev, *next; /* LRU list, most recent first */
     unsigned refs;
-    bool linked; /* in the table and the list; else freed at the last release */
+    bool linked;          /* in the table and the list; else freed at the last release */
+    atomic_bool checked;  /* the bytes were hashed and match the id (cache_set_checked) */
     uint8_t data[];
 };
 
@@ -164,6 +167,21 @@ static const struct cache_buf *lookup(struct cache *c, const uint8_t *hash, bool
     return e ? &e->buf : NULL;
 }
 
+static struct cache_entry *entry_of(const struct cache_buf *buf)
+{
+    return (struct cache_entry *)((char *)(uintptr_t)buf - offsetof(struct cache_entry, buf));
+}
+
+bool cache_is_checked(const struct cache_buf *buf)
+{
+    return atomic_load_explicit(&entry_of(buf)->checked, memory_order_acquire);
+}
+
+void cache_set_checked(const struct cache_buf *buf)
+{
+    atomic_store_explicit(&entry_of(buf)->checked, true, memory_order_release);
+}
+
 const struct cache_buf *cache_lookup(struct cache *c, const uint8_t hash[PROTO_HASH_LEN])
 {
     return lookup(c, hash, true);
@@ -192,6 +210,7 @@ const struct cache_buf *cache_insert(struct cache *c, const uint8_t hash[PROTO_H
     e->buf.len = len;
     e->refs = keep ? 1 : 0;
     e->linked = fits;
+    atomic_init(&e->checked, false);
     if (!fits)
         return &e->buf; /* not kept: the caller's alone, freed at its release */
     pthread_mutex_lock(&c->lock);

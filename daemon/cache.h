@@ -4,9 +4,12 @@
  * The decoded-record cache: chunks (and manifest segments) as they were
  * decoded from their packs, keyed by their id, least recently used out
  * first, bounded in bytes. A get whose chunks are here is served on the loop
- * thread without a worker job. Entries are claims, not proof: whoever hands
- * one out checks it against its id first (store_check_chunk), so a damaged
- * entry can never reach a client.
+ * thread without a worker job. An entry is a claim until it is checked:
+ * a block is decoded and cached whole, and only the chunk wanted is hashed
+ * then. Whoever hands an entry out first hashes it against its id and marks
+ * it checked (cache_set_checked); an entry's bytes are never written after
+ * insertion, so later readers rely on the mark instead of hashing again. A
+ * damaged entry never reaches a client.
  *
  * The loop thread and worker threads both use it; a mutex guards the table
  * and is held only for table and list updates, never for copying or I/O.
@@ -50,6 +53,9 @@ const struct cache_buf *cache_peek(struct cache *c, const uint8_t hash[PROTO_HAS
  */
 const struct cache_buf *cache_insert(struct cache *c, const uint8_t hash[PROTO_HASH_LEN],
                                      const uint8_t *data, size_t len, bool keep);
+/* Whether `buf`'s bytes were found to hash to its id; marking it so. Any thread. */
+bool cache_is_checked(const struct cache_buf *buf);
+void cache_set_checked(const struct cache_buf *buf);
 /* Drops an entry (it failed its check). */
 void cache_forget(struct cache *c, const uint8_t hash[PROTO_HASH_LEN]);
 /* Gives a reference back. */

@@ -31,7 +31,6 @@ void db_hits_free(struct db_hit *hits, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         free(hits[i].name);
-        free(hits[i].names);
         free(hits[i].root);
         free(hits[i].snippet);
     }
@@ -41,6 +40,18 @@ void db_hits_free(struct db_hit *hits, size_t n)
 void db_index_changed(struct db *db)
 {
     atomic_fetch_add(&db->index_gen, 1);
+}
+
+int db_doc_names(struct db *db, int64_t rowid, char **out)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    int r;
+
+    if (!c)
+        return -EIO;
+    r = db_query_joined(c, DB_S_NAMES_OF_DOC, rowid, 0, -1, out);
+    db_reader_release(db, c);
+    return r;
 }
 
 /* Attaches the index database to a reader connection, once. */
@@ -415,10 +426,6 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
             goto out;
         skip -= count < skip ? count : skip;
     }
-    for (size_t i = 0; i < sr.n && r == 0; i++)
-        r = db_query_joined(sr.c, DB_S_NAMES_OF_DOC, sr.hits[i].rowid, 0, -1, &sr.hits[i].names);
-    if (r < 0)
-        goto out;
     *hits = sr.hits;
     *nhits = sr.n;
     sr.hits = NULL;

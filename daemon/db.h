@@ -364,7 +364,6 @@ struct db_hit {
     int64_t rowid;
     char hash[PROTO_HASH_HEX + 1];
     char *name;
-    char *names; /* every name, one per line: a snippet when the content has no match */
     double score;
     uint64_t size;
     bool text;
@@ -384,5 +383,7 @@ void db_hits_free(struct db_hit *hits, size_t n);
 struct search_query;
 int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
               struct search_query *q, struct db_hit **hits, size_t *nhits);
+/* Every name of document `rowid`, one per line (a hit's snippet when its text has no match). */
+int db_doc_names(struct db *db, int64_t rowid, char **out);
 /* The index changed: fuzzy search re-reads the vocabulary. */
 void db_index_changed(struct db *db);

@@ -2,6 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sqlite3.h>
+
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/log.h"
@@ -31,6 +33,12 @@ int main(int argc, char **argv)
         return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
     }
     log_init(cfg.log_level);
+    /*
+     * SQLite's allocation statistics take one process-wide mutex on every
+     * malloc and free; with searches on several threads that lock was a fifth
+     * of their time. Nothing reads the statistics. Set before any connection.
+     */
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
     r = daemon_new(&d, &cfg, err, sizeof(err));
     if (r) {
         log_plain(LOG_LEVEL_ERROR, "%s", err);

@@ -49,14 +49,17 @@ static int snippet(struct store *st, const struct search_query *q, bool match, s
     h->snippet = search_snippet(text ? text : "", len, q, QUERY_SNIPPET_WORDS);
     free(text);
     /* No mark in the content: the names may be what matched. */
-    if (h->snippet && match && !strstr(h->snippet, "**") && h->names) {
-        char *alt = search_snippet(h->names, strlen(h->names), q, QUERY_SNIPPET_WORDS);
+    char *names = NULL;
+    if (h->snippet && match && !strstr(h->snippet, "**") &&
+        db_doc_names(st->db, h->rowid, &names) == 0) {
+        char *alt = search_snippet(names, strlen(names), q, QUERY_SNIPPET_WORDS);
         if (alt && strstr(alt, "**")) {
             free(h->snippet);
             h->snippet = alt;
         } else {
             free(alt);
         }
+        free(names);
     }
     return h->snippet ? r : -ENOMEM;
 }

@@ -229,9 +229,26 @@ void store_chunk_release(struct store *st, const struct cache_buf *buf)
     cache_release(st->cache, buf);
 }
 
+/*
+ * Whether cached bytes are the record `hash`: hashed the first time they are
+ * handed out, then marked, so a chunk read again from memory is not hashed
+ * again (cache.h).
+ */
+static bool cached_ok(const struct cache_buf *b, const uint8_t *hash)
+{
+    if (memcmp(b->hash, hash, PROTO_HASH_LEN) != 0)
+        return false;
+    if (cache_is_checked(b))
+        return true;
+    if (!record_hash_ok(b->data, b->len, hash))
+        return false;
+    cache_set_checked(b);
+    return true;
+}
+
 static bool chunk_ok(const struct cache_buf *b, const uint8_t *hash, uint64_t size)
 {
-    return b->len == size && record_hash_ok(b->data, b->len, hash);
+    return b->len == size && cached_ok(b, hash);
 }
 
 /*
@@ -340,7 +357,7 @@ int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], boo
     int r;
 
     if (b) {
-        if (record_hash_ok(b->data, b->len, hash)) {
+        if (cached_ok(b, hash)) {
             *out = b;
             return 0;
         }
@@ -382,7 +399,7 @@ const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[
 
     if (size > STORE_LOOP_CHECK_MAX || !(b = cache_lookup(st->cache, hash)))
         return NULL;
-    /* A cache entry is a claim: checked before anything is sent. */
+    /* A cache entry is a claim until checked: checked before anything is sent. */
     if (chunk_ok(b, hash, size))
         return b;
     cache_release(st->cache, b);

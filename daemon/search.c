@@ -754,40 +754,71 @@ static bool ascii_word_byte(unsigned char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;
 }
 
+/* Bytes of text folded at a time by find_ascii_match. */
+#define FOLD_WINDOW 16384
+
+/* Whether pattern `p` is all ASCII (and not empty): those are found by byte search. */
+static bool pattern_ascii(const struct pattern *p)
+{
+    for (size_t i = 0; i < p->len; i++) {
+        if ((unsigned char)p->text[i] >= 0x80)
+            return false;
+    }
+    return p->len > 0;
+}
+
 /*
- * The offset of the earliest whole-word occurrence of an ASCII pattern, by
- * a case-insensitive byte search: linear, so a match deep in a large text is
- * found without tokenizing everything before it. Patterns with other
- * letters are left to the tokenizing scan.
+ * The offset of the earliest whole-word occurrence of an ASCII pattern:
+ * the text is folded to lower case a window at a time and searched with
+ * memmem, so a match deep in a large text is found without tokenizing
+ * everything before it, and a match early in it without folding the rest.
+ * Patterns with other letters are left to the tokenizing scan.
  */
 static bool find_ascii_match(const char *text, size_t len, const struct patterns *ps, size_t *at)
 {
-    bool found = false;
+    char buf[FOLD_WINDOW + sizeof(ps->v[0].text)];
+    size_t longest = 0;
 
     for (size_t k = 0; k < ps->n; k++) {
-        const struct pattern *p = &ps->v[k];
-        bool ascii = p->len > 0;
-        for (size_t i = 0; i < p->len && ascii; i++)
-            ascii = (unsigned char)p->text[i] < 0x80;
-        if (!ascii)
-            continue;
-        size_t limit = found ? *at : len;
-        for (size_t i = 0; i + p->len <= limit; i++) {
-            unsigned char c = (unsigned char)text[i];
-            if ((c | 0x20) != (unsigned char)p->text[0] && c != (unsigned char)p->text[0])
+        if (pattern_ascii(&ps->v[k]) && ps->v[k].len > longest)
+            longest = ps->v[k].len;
+    }
+    if (longest == 0)
+        return false;
+    for (size_t base = 0; base < len; base += FOLD_WINDOW) {
+        /* The window, and enough after it for a match that starts inside it. */
+        size_t n = len - base < FOLD_WINDOW + longest - 1 ? len - base : FOLD_WINDOW + longest - 1;
+        size_t best = SIZE_MAX;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)text[base + i];
+            buf[i] = (char)(c >= 'A' && c <= 'Z' ? c | 0x20 : c);
+        }
+        for (size_t k = 0; k < ps->n; k++) {
+            const struct pattern *p = &ps->v[k];
+            if (!pattern_ascii(p))
                 continue;
-            if (strncasecmp(text + i, p->text, p->len) != 0)
-                continue;
-            if (i > 0 && ascii_word_byte((unsigned char)text[i - 1]))
-                continue;
-            if (!p->prefix && i + p->len < len && ascii_word_byte((unsigned char)text[i + p->len]))
-                continue;
-            *at = i;
-            found = true;
-            break;
+            for (size_t from = 0; from < FOLD_WINDOW && from < best && from + p->len <= n;) {
+                const char *hit = memmem(buf + from, n - from, p->text, p->len);
+                if (!hit)
+                    break;
+                size_t i = (size_t)(hit - buf), abs = base + i;
+                if (i >= FOLD_WINDOW || i >= best)
+                    break;
+                from = i + 1;
+                if (abs > 0 && ascii_word_byte((unsigned char)text[abs - 1]))
+                    continue;
+                if (!p->prefix && abs + p->len < len &&
+                    ascii_word_byte((unsigned char)text[abs + p->len]))
+                    continue;
+                best = i;
+            }
+        }
+        if (best != SIZE_MAX) {
+            *at = base + best;
+            return true;
         }
     }
-    return found;
+    return false;
 }
 
 char *search_snippet(const char *text, size_t len, const struct search_query *q, unsigned words)

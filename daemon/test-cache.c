@@ -192,6 +192,39 @@ static void test_first_copy_wins(void **state)
     c = cache_free(c);
 }
 
+/* The checked mark belongs to the entry: a new entry under the same id starts unchecked. */
+static void test_checked_mark(void **state)
+{
+    uint8_t id[PROTO_HASH_LEN], a[40];
+    const struct cache_buf *b, *again;
+    struct cache *c;
+
+    assert_int_equal(cache_new(&c, 1 << 20), 0);
+    make_id(id, 30);
+    fill(a, 40, 30);
+    b = cache_insert(c, id, a, 40, true);
+    assert_false(cache_is_checked(b));
+    cache_set_checked(b);
+    again = cache_lookup(c, id);
+    assert_ptr_equal(again, b);
+    assert_true(cache_is_checked(again));
+    cache_release(c, again);
+    cache_forget(c, id);
+    again = cache_insert(c, id, a, 40, true);
+    assert_false(cache_is_checked(again));
+    assert_true(cache_is_checked(b)); /* the forgotten entry, still referenced, keeps its mark */
+    cache_release(c, b);
+    cache_release(c, again);
+    /* A copy that does not fit is the caller's alone, and unchecked too. */
+    struct cache *tiny;
+    assert_int_equal(cache_new(&tiny, 16), 0);
+    b = cache_insert(tiny, id, a, 40, true);
+    assert_false(cache_is_checked(b));
+    cache_release(tiny, b);
+    tiny = cache_free(tiny);
+    c = cache_free(c);
+}
+
 static void test_disabled_and_too_large(void **state)
 {
     uint8_t id[PROTO_HASH_LEN], buf[64];
@@ -373,7 +406,7 @@ int main(void)
         cmocka_unit_test(test_lru_by_bytes),    cmocka_unit_test(test_references_outlive_eviction),
         cmocka_unit_test(test_first_copy_wins), cmocka_unit_test(test_disabled_and_too_large),
         cmocka_unit_test(test_stats),           cmocka_unit_test(test_many_entries),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads),         cmocka_unit_test(test_checked_mark),
     };
     return cmocka_run_group_tests_name("record cache", tests, NULL, NULL);
 }

@@ -190,6 +190,21 @@ static void test_snippets(void **state)
     assert_non_null(strstr(s, "**needle**"));
     assert_true(strncmp(s, "...", 3) == 0);
     free(s);
+
+    /*
+     * Byte search folds the text a window at a time: a match in any case is
+     * found across a window's edge, and a match inside a longer word (or one
+     * with a letter fused to it) is not a match.
+     */
+    for (size_t at = 16370; at <= 16390; at++) {
+        memset(big, ' ', at);
+        memcpy(big + 100, "xneedle needlex ", 16);
+        strcpy(big + at, "NeEdLe tail");
+        s = snippet_for(big, "needle");
+        assert_non_null(strstr(s, "**NeEdLe**"));
+        assert_null(strstr(s, "**xneedle"));
+        free(s);
+    }
     free(big);
 }
 
