@@ -98,6 +98,11 @@ int lg_profile_parse(const char *s, enum lg_profile *out)
     return -1;
 }
 
+const char *lg_transport_name(enum lg_transport t)
+{
+    return t == LG_TRANSPORT_MCP ? "mcp" : "ipc";
+}
+
 const char *lg_error_name(unsigned code)
 {
     switch (code) {
@@ -109,6 +114,10 @@ const char *lg_error_name(unsigned code)
         return "bad_reply";
     case LG_ERR_LOCAL:
         return "loadgen_error";
+    case LG_ERR_TOOL:
+        return "tool_error";
+    case LG_ERR_RPC:
+        return "rpc_error";
     default:
         return proto_error_name((enum proto_error)code);
     }

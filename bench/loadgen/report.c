@@ -54,8 +54,8 @@ void lg_report_text(const struct lg_run *run, const struct lg_seed_report *seed)
 
     lg_workload_mix(cfg->profile, mix);
     totals(run, &ops, &failures);
-    printf("profile %s, %u clients, pipeline %u, ", lg_profile_name(cfg->profile), cfg->clients,
-           cfg->pipeline);
+    printf("profile %s, transport %s, %u clients, pipeline %u, ", lg_profile_name(cfg->profile),
+           lg_transport_name(cfg->transport), cfg->clients, cfg->pipeline);
     if (cfg->ops_per_client)
         printf("%" PRIu64 " ops per client", cfg->ops_per_client);
     else
@@ -140,6 +140,7 @@ int lg_report_json(const struct lg_run *run, const struct lg_seed_report *seed, 
                   "ops_per_s", (double)ops / secs, "op_types", op_types);
     if (!root)
         return -ENOMEM;
+    json_object_set_new(root, "transport", json_string(lg_transport_name(cfg->transport)));
     r = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(root);
     return r < 0 ? -EIO : 0;
