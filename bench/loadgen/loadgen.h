@@ -99,6 +99,8 @@ struct lg_hist {
 };
 
 void lg_hist_record(struct lg_hist *h, uint64_t ns);
+/* Adds every value of `from` to `into`. */
+void lg_hist_merge(struct lg_hist *into, const struct lg_hist *from);
 /* The value at quantile q (0..1), in nanoseconds; 0 for an empty histogram. */
 uint64_t lg_hist_quantile(const struct lg_hist *h, double q);
 
