@@ -12,6 +12,11 @@
   BadCairn        a --cairn that does not exist, or a program that is not
                   cairn, ends the run with status 1 and says why;
                   --content random is refused with mcp (status 2)
+  ErrorKinds      how replies are counted, with a stand-in for `cairn mcp`
+                  that fails every call in turn: a tool result with isError
+                  counts under the daemon error code its text ends with
+                  ("(not_found)"), or as tool_error; a JSON-RPC error as
+                  rpc_error (cairn mcp itself is never replaced elsewhere)
 """
 
 import json
@@ -187,6 +192,45 @@ class BadCairn(LoadgenCase):
                                              "random"))
         self.assertEqual(rc, 2, err)
         self.assertIn("--content random", err)
+
+
+# Answers initialize, then fails tool call n with: isError naming a daemon
+# code (n % 3 == 1), isError without one (2), a JSON-RPC error (0).
+FAILING_SERVER = r"""#!/usr/bin/env python3
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    reply = {"jsonrpc": "2.0", "id": msg["id"]}
+    if msg["method"] == "initialize":
+        reply["result"] = {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "serverInfo": {"name": "failing", "version": "0"}}
+    elif msg["id"] % 3 == 1:
+        reply["result"] = {"content": [{"type": "text", "text": "x: not found (not_found)"}],
+                           "isError": True}
+    elif msg["id"] % 3 == 2:
+        reply["result"] = {"content": [{"type": "text", "text": "it broke"}], "isError": True}
+    else:
+        reply["error"] = {"code": -32603, "message": "out of memory"}
+    print(json.dumps(reply), flush=True)
+"""
+
+
+class ErrorKinds(LoadgenCase):
+    def test_failed_calls_are_classified(self):
+        server = os.path.join(self.d.base, "failing-mcp")
+        with open(server, "w") as f:
+            f.write(FAILING_SERVER)
+        os.chmod(server, 0o755)
+        rc, err = self.run_loadgen(self.argv("get", "--ops-per-client", "9", clients=1,
+                                             cairn=server))
+        self.assertEqual(rc, 0, err)
+        get = self.report()["op_types"]["get"]
+        self.assertEqual(get["count"], 9)
+        self.assertEqual(get["failures"], 9)
+        self.assertEqual(get["errors"], {"not_found": 3, "tool_error": 3, "rpc_error": 3})
+        self.assert_no_children_left()
 
 
 if __name__ == "__main__":
