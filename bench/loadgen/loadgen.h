@@ -50,8 +50,8 @@ enum {
     LG_ERR_CONNECT,                       /* the connection could not be made */
     LG_ERR_BAD_REPLY,                     /* a reply that breaks the protocol */
     LG_ERR_LOCAL,                         /* the load generator itself failed (memory) */
-    LG_ERR_TOOL,  /* mcp: a tool result with isError and no daemon error code in its text */
-    LG_ERR_RPC,   /* mcp: a JSON-RPC error answered the request */
+    LG_ERR_TOOL, /* mcp: a tool result with isError and no daemon error code in its text */
+    LG_ERR_RPC,  /* mcp: a JSON-RPC error answered the request */
     LG_ERR_COUNT_
 };
 
@@ -202,10 +202,10 @@ struct lg_client {
     uint64_t rng;
     uint64_t quota, issued;
     unsigned pipeline;
-    struct lg_conn *conn;    /* ipc session */
-    struct lg_mcp *mcp;      /* mcp session */
-    bool reconnect;          /* a session before this one was lost */
-    uv_timer_t retry;        /* waits a little before connecting again after a failed connect */
+    struct lg_conn *conn; /* ipc session */
+    struct lg_mcp *mcp;   /* mcp session */
+    bool reconnect;       /* a session before this one was lost */
+    uv_timer_t retry;     /* waits a little before connecting again after a failed connect */
     bool finished;
     /* Documents this client added and may delete (mixed and churn profiles). */
     char (*pool)[PROTO_HASH_HEX + 1];

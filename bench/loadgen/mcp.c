@@ -57,8 +57,8 @@ struct mcp_pending {
 
 struct lg_mcp {
     uv_process_t proc;
-    uv_pipe_t in, out; /* the child's stdin (we write) and stdout (we read) */
-    uv_timer_t timer;  /* the handshake's timeout, then the grace before a kill */
+    uv_pipe_t in, out;        /* the child's stdin (we write) and stdout (we read) */
+    uv_timer_t timer;         /* the handshake's timeout, then the grace before a kill */
     struct lg_client *client; /* NULL once the session ended */
     unsigned open_handles;
     bool spawned, exited, ready;
@@ -263,11 +263,13 @@ static int send_one(struct lg_mcp *m, json_t *msg)
     return send_lines(m, w);
 }
 
-static const char *tool_name(enum lg_op op)
-{
-    return op == LG_OP_GET ? "get" : op == LG_OP_SEARCH ? "search" : op == LG_OP_ADD ? "add"
-                                                                                     : "delete";
-}
+/* The MCP tool of each request op (connect is not a request). */
+static const char *const tool_names[LG_OP_COUNT_] = {
+    [LG_OP_GET] = "get",
+    [LG_OP_SEARCH] = "search",
+    [LG_OP_ADD] = "add",
+    [LG_OP_DELETE] = "delete",
+};
 
 /* The tools/call of `req`, or NULL when out of memory. */
 static json_t *request_json(struct lg_run *run, uint64_t id, const struct lg_request *req)
@@ -288,14 +290,14 @@ static json_t *request_json(struct lg_run *run, uint64_t id, const struct lg_req
     default:
         /* Text content only (main.c refuses random content with mcp): valid UTF-8. */
         doc = lg_workload_document(run->wl, req->unique, false, &name, &len);
-        args = json_pack("{s:s%, s:s, s:[s], s:s}", "content", (const char *)doc, len, "name",
-                         name, "tags", "loadgen", "mime", "text/plain");
+        args = json_pack("{s:s%, s:s, s:[s], s:s}", "content", (const char *)doc, len, "name", name,
+                         "tags", "loadgen", "mime", "text/plain");
         break;
     }
     if (!args)
         return NULL;
     return json_pack("{s:s, s:I, s:s, s:{s:s, s:o}}", "jsonrpc", "2.0", "id", (json_int_t)id,
-                     "method", "tools/call", "params", "name", tool_name(req->op), "arguments",
+                     "method", "tools/call", "params", "name", tool_names[req->op], "arguments",
                      args);
 }
 
@@ -353,9 +355,8 @@ void lg_mcp_fill(struct lg_mcp *m)
 /* A tool failure's code: cairn mcp ends the text of a daemon error with "(code_name)". */
 static unsigned tool_error_code(json_t *result)
 {
-    const char *text =
-        json_string_value(json_object_get(json_array_get(json_object_get(result, "content"), 0),
-                                          "text"));
+    const char *text = json_string_value(
+        json_object_get(json_array_get(json_object_get(result, "content"), 0), "text"));
     const char *open, *end;
     enum proto_error code;
 
@@ -537,8 +538,8 @@ bool lg_mcp_ready(const struct lg_mcp *m)
 
 static int spawn(struct lg_mcp *m, const struct lg_config *cfg)
 {
-    char *argv[] = {(char *)cfg->cairn, "--socket", (char *)cfg->socket, "--no-autostart",
-                    "mcp", NULL};
+    char *argv[] = {(char *)cfg->cairn, "--socket", (char *)cfg->socket,
+                    "--no-autostart",   "mcp",      NULL};
     uv_stdio_container_t stdio[3] = {
         {.flags = UV_CREATE_PIPE | UV_READABLE_PIPE, .data.stream = (uv_stream_t *)&m->in},
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&m->out},
@@ -583,10 +584,10 @@ void lg_mcp_open(struct lg_client *c)
         r = uv_read_start((uv_stream_t *)&m->out, on_alloc, on_read);
     }
     if (r == 0)
-        r = send_one(m, json_pack("{s:s, s:i, s:s, s:{s:s, s:{}, s:{s:s, s:s}}}", "jsonrpc",
-                                  "2.0", "id", 0, "method", "initialize", "params",
-                                  "protocolVersion", PROTOCOL_VERSION, "capabilities",
-                                  "clientInfo", "name", "cairn-loadgen", "version", "1"));
+        r = send_one(m, json_pack("{s:s, s:i, s:s, s:{s:s, s:{}, s:{s:s, s:s}}}", "jsonrpc", "2.0",
+                                  "id", 0, "method", "initialize", "params", "protocolVersion",
+                                  PROTOCOL_VERSION, "capabilities", "clientInfo", "name",
+                                  "cairn-loadgen", "version", "1"));
     if (r == 0)
         r = uv_timer_start(&m->timer, on_handshake_timeout, HANDSHAKE_TIMEOUT_MS, 0);
     if (r < 0) {
