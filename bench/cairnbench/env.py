@@ -17,6 +17,7 @@ TIERS = {
     "smoke": {
         "crud_files": 10, "crud_ops": 5,
         "mc_clients": [1, 4], "mc_ops": 400, "mc_seconds": 1.0, "mc_files": 20,
+        "mc_mcp_clients": [4],
         "redis_get_requests": 2000, "redis_set_per_client": 50,
         "be_sizes": [(1 * KIB, 3), (64 * KIB, 3)], "be_list_iterations": 2,
         "be_peer_iterations": 2,
@@ -34,6 +35,7 @@ TIERS = {
     "quick": {
         "crud_files": 60, "crud_ops": 20,
         "mc_clients": [1, 4, 8, 16, 64], "mc_ops": 30000, "mc_seconds": 3.0, "mc_files": 500,
+        "mc_mcp_clients": [1, 4, 8],
         "redis_get_requests": 50000, "redis_set_per_client": 400,
         "be_sizes": [(1 * KIB, 30), (64 * KIB, 30), (1 * MIB, 10), (64 * MIB, 3)],
         "be_list_iterations": 10, "be_peer_iterations": 5,
@@ -54,6 +56,7 @@ TIERS = {
     "full": {
         "crud_files": 60, "crud_ops": 20,
         "mc_clients": [1, 4, 8, 16, 64], "mc_ops": 400000, "mc_seconds": 15.0, "mc_files": 2000,
+        "mc_mcp_clients": [1, 4, 8],
         "redis_get_requests": 300000, "redis_set_per_client": 2000,
         "be_sizes": [(1 * KIB, 200), (64 * KIB, 200), (1 * MIB, 50), (64 * MIB, 5)],
         "be_list_iterations": 50, "be_peer_iterations": 20,

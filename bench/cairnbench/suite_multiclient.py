@@ -1,5 +1,8 @@
 """multiclient: cairn-loadgen at 1 to 64 clients in every profile, against
-redis-benchmark on a redis-server measured in the same run.
+redis-benchmark on a redis-server measured in the same run, and the same
+profiles over MCP (`cairn-loadgen --transport mcp`: one `cairn mcp` process
+per client, each request a tools/call) beside native IPC at fewer client
+counts (the tier's mc_mcp_clients).
 
 Every (profile, clients) run gets a fresh cairnd, so one run's documents do
 not slow the next. Each run is closed-loop with one request in flight per
@@ -30,7 +33,7 @@ FILE_SIZE = 8192
 
 
 def _loadgen(ctx, daemon, profile, clients, json_path, seconds=None, files=None, fail_ok=False,
-             pipeline=1):
+             pipeline=1, transport="ipc"):
     """One loadgen run; its JSON. With `fail_ok`, a run that could not happen
     (seeding failed) returns {"error": stderr} instead of failing the suite."""
     s = ctx.sizes
@@ -41,6 +44,8 @@ def _loadgen(ctx, daemon, profile, clients, json_path, seconds=None, files=None,
             "--profile", profile, "--files", str(files or s["mc_files"]),
             "--file-size", str(FILE_SIZE), "--pipeline", str(pipeline), "--json", json_path,
             "--quiet"]
+    if transport != "ipc":
+        argv += ["--transport", transport, "--cairn", ctx.bin["cairn"]]
     # Seeding, connecting and the run itself take seconds; minutes mean it hangs.
     r = run_timed(argv, capture=True, timeout=seconds + 120)
     if r.returncode == 1 and fail_ok:
@@ -48,12 +53,15 @@ def _loadgen(ctx, daemon, profile, clients, json_path, seconds=None, files=None,
     if r.returncode != 0:
         kind = ("killed by signal %d" % -r.returncode if r.returncode < 0
                 else "exit %d" % r.returncode)
-        raise procs.SuiteError("cairn-loadgen %s at %d clients failed (%s): %s"
-                               % (profile, clients, kind, r.stderr.strip()[-400:]))
+        raise procs.SuiteError("cairn-loadgen %s at %d clients over %s failed (%s): %s"
+                               % (profile, clients, transport, kind, r.stderr.strip()[-400:]))
     with open(json_path) as f:
         data = json.load(f)
     if data.get("schema") != "cairn-loadgen/1":
         raise procs.SuiteError("cairn-loadgen wrote an unknown schema: %r" % data.get("schema"))
+    if data.get("transport", "ipc") != transport:
+        raise procs.SuiteError("cairn-loadgen ran over %r, not %s" % (data.get("transport"),
+                                                                    transport))
     return data
 
 
@@ -84,6 +92,18 @@ def run(ctx, result, log):
             procs.remove_tree(daemon.dir)
             runs[(profile, clients)] = data
 
+    mcp_runs = {}
+    for profile in PROFILES:
+        for clients in s["mc_mcp_clients"]:
+            log("multiclient: %s at %d clients over mcp" % (profile, clients))
+            with procs.Cairnd(ctx, "mc") as daemon:
+                data = _loadgen(ctx, daemon, profile, clients,
+                                os.path.join(daemon.dir, "loadgen.json"), transport="mcp")
+                data["cairnd_peak_rss_kib"] = daemon.peak_rss_kib()
+                daemon.check_alive()
+            procs.remove_tree(daemon.dir)
+            mcp_runs[(profile, clients)] = data
+
     redis = {}
     if ctx.have("redis-server") and ctx.have("redis-benchmark"):
         with procs.Redis(ctx) as server:
@@ -112,6 +132,7 @@ def run(ctx, result, log):
                     "search requests of every profile count as failures")
 
     _report(ctx, result, runs, redis)
+    _report_mcp(ctx, result, runs, mcp_runs)
     _report_s3(ctx, result, _run_s3(ctx, result, log))
 
 
@@ -222,6 +243,38 @@ def _report(ctx, result, runs, redis):
     common.chart(result, ctx, "multiclient-p95.svg", charts.line_chart,
                  "multiclient: p95 latency by clients", "clients", "ms", p95, logx=True,
                  logy=True)
+
+
+def _report_mcp(ctx, result, runs, mcp_runs):
+    t = result.table(
+        "ipc vs mcp (same profiles, same run)",
+        ["profile", "clients", "ipc ops/s", "mcp ops/s", "mcp ÷ ipc", "ipc p50", "mcp p50",
+         "ipc p95", "mcp p95", "mcp failed", "connect p50 ipc / mcp"],
+        "The same loadgen runs over native IPC and over MCP: each mcp client drives its own "
+        "`cairn mcp` process (spawned with --socket, initialize, then one tools/call per "
+        "request; seeding goes over IPC). Latencies in ms over every request of the run "
+        "(connects excluded). Under external_agent_churn each session of the mcp run is a new "
+        "`cairn mcp` process: its connect is spawn to the initialize answer, and the process "
+        "connects to cairnd at its first tool call.")
+    for (profile, clients), m in sorted(mcp_runs.items(),
+                                        key=lambda kv: (PROFILES.index(kv[0][0]), kv[0][1])):
+        i = runs.get((profile, clients))
+        il, ml = (i or {}).get("latency_ms", {}), m.get("latency_ms", {})
+        connect = "-"
+        if "connect" in m["op_types"]:
+            ic = (i or {}).get("op_types", {}).get("connect")
+            connect = "%s / %s" % (report.fmt(ic and ic["latency_ms"]["p50"]),
+                                   report.fmt(m["op_types"]["connect"]["latency_ms"]["p50"]))
+        t.add(profile, clients, i and i["ops_per_s"], m["ops_per_s"],
+              report.fmt_ratio(report.ratio(m["ops_per_s"], i and i["ops_per_s"])),
+              il.get("p50"), ml.get("p50"), il.get("p95"), ml.get("p95"), m["failures"], connect)
+    bad = [(p, c, d["failures"]) for (p, c), d in mcp_runs.items() if d["failures"]]
+    result.target("multiclient: 0 failures over mcp in every profile",
+                  "%d of %d mcp runs had failures%s" % (
+                      len(bad), len(mcp_runs),
+                      (": " + ", ".join("%s@%d: %d" % b for b in sorted(bad)[:6])) if bad else ""),
+                  not bad)
+    result.data["mcp_runs"] = {"%s@%d" % k: v for k, v in mcp_runs.items()}
 
 
 # --- s3 -----------------------------------------------------------------------

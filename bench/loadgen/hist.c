@@ -66,6 +66,20 @@ uint64_t lg_hist_quantile(const struct lg_hist *h, double q)
     return h->max;
 }
 
+void lg_hist_merge(struct lg_hist *into, const struct lg_hist *from)
+{
+    if (from->count == 0)
+        return;
+    if (into->count == 0 || from->min < into->min)
+        into->min = from->min;
+    if (from->max > into->max)
+        into->max = from->max;
+    into->count += from->count;
+    into->sum += from->sum;
+    for (unsigned i = 0; i < LG_HIST_BUCKETS; i++)
+        into->buckets[i] += from->buckets[i];
+}
+
 static const char *const op_names[LG_OP_COUNT_] = {
     [LG_OP_GET] = "get",       [LG_OP_SEARCH] = "search",   [LG_OP_ADD] = "add",
     [LG_OP_DELETE] = "delete", [LG_OP_CONNECT] = "connect",
@@ -98,6 +112,11 @@ int lg_profile_parse(const char *s, enum lg_profile *out)
     return -1;
 }
 
+const char *lg_transport_name(enum lg_transport t)
+{
+    return t == LG_TRANSPORT_MCP ? "mcp" : "ipc";
+}
+
 const char *lg_error_name(unsigned code)
 {
     switch (code) {
@@ -109,6 +128,10 @@ const char *lg_error_name(unsigned code)
         return "bad_reply";
     case LG_ERR_LOCAL:
         return "loadgen_error";
+    case LG_ERR_TOOL:
+        return "tool_error";
+    case LG_ERR_RPC:
+        return "rpc_error";
     default:
         return proto_error_name((enum proto_error)code);
     }

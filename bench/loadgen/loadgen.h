@@ -5,9 +5,11 @@
  * libuv loop, N logical clients; each keeps up to `pipeline` requests in
  * flight on its own connection and sends the next request the moment one
  * finishes. The workload (which op next, what content, which query) lives in
- * workload.c, the connections in session.c, latency histograms in hist.c and
- * the text and JSON reports in report.c. Request frames and reply splitting
- * come from the client library's codec, the same wire code as `cairn`'s.
+ * workload.c, the clients and their daemon connections in session.c, the
+ * MCP transport (one `cairn mcp` process per client) in mcp.c, latency
+ * histograms in hist.c and the text and JSON reports in report.c. Request
+ * frames and reply splitting come from the client library's codec, the same
+ * wire code as `cairn`'s.
  */
 
 #include <stdbool.h>
@@ -17,6 +19,7 @@
 #include <uv.h>
 
 #include "client/client.h"
+#include "proto/proto.h"
 
 /* The request kinds measured, plus the connect of a short-lived session. */
 enum lg_op { LG_OP_GET, LG_OP_SEARCH, LG_OP_ADD, LG_OP_DELETE, LG_OP_CONNECT, LG_OP_COUNT_ };
@@ -30,6 +33,12 @@ enum lg_profile {
     LG_PROFILE_COUNT_
 };
 
+/* How the measured requests reach cairnd (seeding always uses ipc). */
+enum lg_transport {
+    LG_TRANSPORT_IPC, /* the daemon's socket, msgpack frames */
+    LG_TRANSPORT_MCP, /* tools/call to a `cairn mcp` process per client */
+};
+
 enum lg_content {
     LG_CONTENT_TEXT,   /* words: compressible, searchable */
     LG_CONTENT_RANDOM, /* incompressible bytes */
@@ -41,6 +50,8 @@ enum {
     LG_ERR_CONNECT,                       /* the connection could not be made */
     LG_ERR_BAD_REPLY,                     /* a reply that breaks the protocol */
     LG_ERR_LOCAL,                         /* the load generator itself failed (memory) */
+    LG_ERR_TOOL, /* mcp: a tool result with isError and no daemon error code in its text */
+    LG_ERR_RPC,  /* mcp: a JSON-RPC error answered the request */
     LG_ERR_COUNT_
 };
 
@@ -49,6 +60,8 @@ enum {
 #define LG_MAX_PIPELINE 64 /* the daemon reads no further than 64 requests in flight */
 #define LG_MAX_FILE_SIZE ((size_t)64 * 1024 * 1024)
 #define LG_MAX_FILES 10000000u
+/* mcp: a get returns at most 1 MiB (MCP_MAX_READ), so documents are no larger. */
+#define LG_MCP_MAX_FILE_SIZE ((size_t)1024 * 1024)
 
 struct lg_config {
     char socket[108];
@@ -64,6 +77,8 @@ struct lg_config {
     unsigned session_ops; /* external_agent_churn: requests per connection */
     uint64_t seed;
     bool quiet;
+    enum lg_transport transport;
+    const char *cairn; /* mcp: the cairn binary, a path or a name looked up in PATH */
 };
 
 /* --- latency histograms (hist.c) --- */
@@ -84,6 +99,8 @@ struct lg_hist {
 };
 
 void lg_hist_record(struct lg_hist *h, uint64_t ns);
+/* Adds every value of `from` to `into`. */
+void lg_hist_merge(struct lg_hist *into, const struct lg_hist *from);
 /* The value at quantile q (0..1), in nanoseconds; 0 for an empty histogram. */
 uint64_t lg_hist_quantile(const struct lg_hist *h, double q);
 
@@ -100,6 +117,7 @@ const char *lg_op_name(enum lg_op op);
 const char *lg_profile_name(enum lg_profile p);
 int lg_profile_parse(const char *s, enum lg_profile *out);
 const char *lg_error_name(unsigned code);
+const char *lg_transport_name(enum lg_transport t);
 
 /* --- the workload (workload.c) --- */
 
@@ -120,6 +138,12 @@ void lg_workload_mix(enum lg_profile p, double mix[LG_OP_COUNT_]);
 /* Appends the frames of `req` to `sbuf`; `seed` marks a seeding add. 0 or negative errno. */
 int lg_workload_encode(struct lg_workload *wl, msgpack_sbuffer *sbuf, uint64_t id,
                        const struct lg_request *req, bool seed);
+/*
+ * The document of add number `unique` (or seeding document `unique`) and its
+ * name; both stay valid until the next call into the workload.
+ */
+const uint8_t *lg_workload_document(struct lg_workload *wl, uint64_t unique, bool seed,
+                                    const char **name, size_t *len);
 /* Seeded documents, whose hashes the gets use. */
 void lg_workload_set_seeded(struct lg_workload *wl, unsigned index, const char *hash);
 unsigned lg_workload_seeded(const struct lg_workload *wl);
@@ -166,6 +190,71 @@ struct lg_run {
  */
 int lg_run_phase(struct lg_run *run, enum lg_phase phase, unsigned nclients, uint64_t quota,
                  unsigned pipeline);
+
+/*
+ * A client: one closed loop on one transport session at a time (a daemon
+ * connection, or a `cairn mcp` process in the measured phase of an mcp run).
+ * session.c owns the loop; a transport reports back through lg_client_*.
+ */
+struct lg_client {
+    struct lg_run *run;
+    unsigned index;
+    uint64_t rng;
+    uint64_t quota, issued;
+    unsigned pipeline;
+    struct lg_conn *conn; /* ipc session */
+    struct lg_mcp *mcp;   /* mcp session */
+    bool reconnect;       /* a session before this one was lost */
+    uv_timer_t retry;     /* waits a little before connecting again after a failed connect */
+    bool finished;
+    /* Documents this client added and may delete (mixed and churn profiles). */
+    char (*pool)[PROTO_HASH_HEX + 1];
+    size_t npool, cappool;
+    /* Seeding: the next document index this client adds. */
+    unsigned seed_next;
+};
+
+static inline bool lg_measuring(const struct lg_run *run)
+{
+    return run->phase == LG_PHASE_MEASURE;
+}
+
+static inline bool lg_churn(const struct lg_run *run)
+{
+    return lg_measuring(run) && run->cfg->profile == LG_PROFILE_CHURN;
+}
+
+/* Counts a finished op in the measured phase's statistics (error 0: it succeeded). */
+void lg_record(struct lg_run *run, enum lg_op op, uint64_t start_ns, unsigned error);
+/* Whether the client may send another request (quota, deadline, no fatal error). */
+bool lg_client_may_issue(const struct lg_client *c);
+/* The client's next request of its profile; a delete takes its document from the pool. */
+void lg_client_pick(struct lg_client *c, struct lg_request *req);
+/* Remembers a document the client added, for its deletes. */
+void lg_client_remember(struct lg_client *c, const char *hash, size_t len);
+/* The requests one session may send: cfg->session_ops under churn, else unbounded. */
+unsigned lg_client_session_ops(const struct lg_client *c);
+/*
+ * The session is up (connected, or handshake done), begun at connect_ns.
+ * Returns true when the clock runs and the transport should send now; false
+ * while the phase waits for the other clients.
+ */
+bool lg_client_connected(struct lg_client *c, uint64_t connect_ns);
+/* The session could not be set up; the transport has let go of it. */
+void lg_client_connect_failed(struct lg_client *c, uint64_t connect_ns, int status);
+/* The session ended (error 0: as planned); the transport has let go of it. */
+void lg_client_session_ended(struct lg_client *c, unsigned error);
+
+/* --- the mcp transport (mcp.c) --- */
+
+/* Spawns the client's `cairn mcp` and starts its handshake; sets c->mcp. */
+void lg_mcp_open(struct lg_client *c);
+/* Whether the handshake is done (the session can send requests). */
+bool lg_mcp_ready(const struct lg_mcp *m);
+/* Sends requests until the pipeline is full, or ends the session when it has no more to do. */
+void lg_mcp_fill(struct lg_mcp *m);
+/* Checks up front that `cairn` can be executed: 0, or negative errno. */
+int lg_mcp_check_binary(const char *cairn);
 
 /* --- reports (report.c) --- */
 

@@ -21,13 +21,15 @@ static void usage(FILE *out)
             "usage: cairn-loadgen [--socket PATH] --clients N --ops-per-client K --profile P\n"
             "                     [--files F] [--file-size BYTES] [--pipeline D] [--duration S]\n"
             "                     [--content text|random] [--session-ops M] [--seed X]\n"
-            "                     [--json FILE] [--quiet]\n"
+            "                     [--transport ipc|mcp] [--cairn PATH] [--json FILE] [--quiet]\n"
             "\n"
             "Profiles: mixed (50%% get, 25%% search, 15%% add, 10%% delete), get, add, search,\n"
             "external_agent_churn (connections that connect, do --session-ops requests of\n"
             "the mixed mix, and hang up). --files documents of --file-size bytes are added\n"
             "before the clock starts. --duration stops sending after S seconds; without\n"
-            "--ops-per-client it alone ends the run.\n");
+            "--ops-per-client it alone ends the run. --transport mcp sends the measured\n"
+            "requests as tools/call to a `cairn mcp` per client (--cairn names the cairn\n"
+            "binary, default: cairn in PATH); seeding always uses the daemon's socket.\n");
 }
 
 /* Parses an unsigned number with an optional K/M/G (binary) suffix. */
@@ -71,7 +73,7 @@ static int parse_size(const char *s, uint64_t max, uint64_t *out)
 
 static int parse_args(int argc, char **argv, struct lg_config *cfg)
 {
-    enum { OPT_CONTENT = 256, OPT_SESSION_OPS, OPT_SEED, OPT_QUIET };
+    enum { OPT_CONTENT = 256, OPT_SESSION_OPS, OPT_SEED, OPT_QUIET, OPT_TRANSPORT, OPT_CAIRN };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"clients", required_argument, NULL, 'c'},
@@ -86,6 +88,8 @@ static int parse_args(int argc, char **argv, struct lg_config *cfg)
         {"session-ops", required_argument, NULL, OPT_SESSION_OPS},
         {"seed", required_argument, NULL, OPT_SEED},
         {"quiet", no_argument, NULL, OPT_QUIET},
+        {"transport", required_argument, NULL, OPT_TRANSPORT},
+        {"cairn", required_argument, NULL, OPT_CAIRN},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -167,6 +171,19 @@ static int parse_args(int argc, char **argv, struct lg_config *cfg)
         case OPT_QUIET:
             cfg->quiet = true;
             break;
+        case OPT_TRANSPORT:
+            if (strcmp(optarg, "ipc") == 0)
+                cfg->transport = LG_TRANSPORT_IPC;
+            else if (strcmp(optarg, "mcp") == 0)
+                cfg->transport = LG_TRANSPORT_MCP;
+            else
+                goto bad;
+            break;
+        case OPT_CAIRN:
+            if (!optarg[0])
+                goto bad;
+            cfg->cairn = optarg;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -207,6 +224,17 @@ static int parse_args(int argc, char **argv, struct lg_config *cfg)
                 lg_profile_name(cfg->profile));
         return -1;
     }
+    if (cfg->transport == LG_TRANSPORT_MCP && cfg->content != LG_CONTENT_TEXT) {
+        /* The add tool takes text (a JSON string); random bytes are not valid UTF-8. */
+        fprintf(stderr, "cairn-loadgen: --transport mcp adds text: --content random is "
+                        "not possible\n");
+        return -1;
+    }
+    if (cfg->transport == LG_TRANSPORT_MCP && cfg->file_size > LG_MCP_MAX_FILE_SIZE) {
+        fprintf(stderr, "cairn-loadgen: --transport mcp: --file-size is at most 1 MiB (what "
+                        "one get of `cairn mcp` returns)\n");
+        return -1;
+    }
     if (!cfg->socket[0] && client_socket_path(cfg->socket, sizeof(cfg->socket)) < 0) {
         fprintf(stderr, "cairn-loadgen: the default socket path is too long\n");
         return -1;
@@ -223,6 +251,7 @@ int main(int argc, char **argv)
         .content = LG_CONTENT_TEXT,
         .session_ops = 4,
         .seed = 1,
+        .cairn = "cairn",
     };
     struct lg_seed_report seed = {0};
     struct lg_run run = {.cfg = &cfg};
@@ -231,6 +260,11 @@ int main(int argc, char **argv)
 
     if (parse_args(argc, argv, &cfg) < 0)
         return 2;
+    if (cfg.transport == LG_TRANSPORT_MCP && (r = lg_mcp_check_binary(cfg.cairn)) < 0) {
+        fprintf(stderr, "cairn-loadgen: cannot run %s: %s (--cairn PATH names the cairn binary)\n",
+                cfg.cairn, strerror(-r));
+        return 1;
+    }
     /* A daemon that hangs up is a failed request to count, not a reason to die. */
     signal(SIGPIPE, SIG_IGN);
     r = uv_loop_init(&run.loop);
@@ -273,7 +307,11 @@ int main(int argc, char **argv)
     } else if (run.stats[LG_OP_CONNECT].failures == run.stats[LG_OP_CONNECT].count &&
                run.stats[LG_OP_CONNECT].count > 0) {
         /* Not one connection: there was nothing to measure. */
-        fprintf(stderr, "cairn-loadgen: cannot connect to %s\n", cfg.socket);
+        if (cfg.transport == LG_TRANSPORT_MCP)
+            fprintf(stderr, "cairn-loadgen: no `%s --socket %s mcp` answered initialize\n",
+                    cfg.cairn, cfg.socket);
+        else
+            fprintf(stderr, "cairn-loadgen: cannot connect to %s\n", cfg.socket);
         status = 1;
     }
     if (!cfg.quiet)

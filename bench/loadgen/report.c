@@ -54,8 +54,8 @@ void lg_report_text(const struct lg_run *run, const struct lg_seed_report *seed)
 
     lg_workload_mix(cfg->profile, mix);
     totals(run, &ops, &failures);
-    printf("profile %s, %u clients, pipeline %u, ", lg_profile_name(cfg->profile), cfg->clients,
-           cfg->pipeline);
+    printf("profile %s, transport %s, %u clients, pipeline %u, ", lg_profile_name(cfg->profile),
+           lg_transport_name(cfg->transport), cfg->clients, cfg->pipeline);
     if (cfg->ops_per_client)
         printf("%" PRIu64 " ops per client", cfg->ops_per_client);
     else
@@ -87,10 +87,17 @@ void lg_report_text(const struct lg_run *run, const struct lg_seed_report *seed)
     }
 }
 
+static json_t *latency_json(const struct lg_hist *h)
+{
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "mean",
+                     h->count ? ms((uint64_t)(h->sum / (double)h->count)) : 0.0, "min", ms(h->min),
+                     "p50", ms(lg_hist_quantile(h, 0.50)), "p95", ms(lg_hist_quantile(h, 0.95)),
+                     "p99", ms(lg_hist_quantile(h, 0.99)), "max", ms(h->max));
+}
+
 static json_t *op_json(const struct lg_run *run, unsigned op, double secs, double share)
 {
     const struct lg_op_stats *st = &run->stats[op];
-    const struct lg_hist *h = &st->latency;
     json_t *errors = json_object(), *lat;
     json_t *obj;
 
@@ -98,10 +105,7 @@ static json_t *op_json(const struct lg_run *run, unsigned op, double secs, doubl
         if (st->errors[e])
             json_object_set_new(errors, lg_error_name(e), json_integer((json_int_t)st->errors[e]));
     }
-    lat = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "mean",
-                    h->count ? ms((uint64_t)(h->sum / (double)h->count)) : 0.0, "min", ms(h->min),
-                    "p50", ms(lg_hist_quantile(h, 0.50)), "p95", ms(lg_hist_quantile(h, 0.95)),
-                    "p99", ms(lg_hist_quantile(h, 0.99)), "max", ms(h->max));
+    lat = latency_json(&st->latency);
     obj = json_pack("{s:I, s:I, s:f, s:f, s:o, s:o}", "count", (json_int_t)st->count, "failures",
                     (json_int_t)st->failures, "ops_per_s", (double)st->count / secs, "share", share,
                     "latency_ms", lat, "errors", errors);
@@ -140,6 +144,15 @@ int lg_report_json(const struct lg_run *run, const struct lg_seed_report *seed, 
                   "ops_per_s", (double)ops / secs, "op_types", op_types);
     if (!root)
         return -ENOMEM;
+    json_object_set_new(root, "transport", json_string(lg_transport_name(cfg->transport)));
+    /* Every request's latency, whatever its op; a session's connect is not a request. */
+    struct lg_hist requests = {0};
+
+    for (unsigned op = 0; op < LG_OP_COUNT_; op++) {
+        if (op != LG_OP_CONNECT)
+            lg_hist_merge(&requests, &run->stats[op].latency);
+    }
+    json_object_set_new(root, "latency_ms", latency_json(&requests));
     r = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(root);
     return r < 0 ? -EIO : 0;

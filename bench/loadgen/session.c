@@ -1,9 +1,10 @@
 /*
- * Clients and their connections on the libuv loop. A client is one closed
- * loop: it keeps up to `pipeline` requests in flight on its connection and
- * sends the next one as soon as one finishes. In the external_agent_churn
+ * Clients and their daemon connections on the libuv loop. A client is one
+ * closed loop: it keeps up to `pipeline` requests in flight on its connection
+ * and sends the next one as soon as one finishes. In the external_agent_churn
  * profile a client hangs up after a few requests and connects again, and each
- * connect is measured as an op of its own.
+ * connect is measured as an op of its own. The client loop here also drives
+ * the mcp transport (mcp.c) through lg_mcp_open() and lg_mcp_fill().
  *
  * Latency is measured from the moment a request is handed to the socket to
  * the reply frame that finishes it (the last frame of a get's stream).
@@ -38,23 +39,6 @@ struct lg_conn {
     bool connected;
 };
 
-struct lg_client {
-    struct lg_run *run;
-    unsigned index;
-    uint64_t rng;
-    uint64_t quota, issued;
-    unsigned pipeline;
-    struct lg_conn *conn;
-    bool reconnect;   /* a connection before this one was lost */
-    uv_timer_t retry; /* waits a little before connecting again after a failed connect */
-    bool finished;
-    /* Documents this client added and may delete (mixed and churn profiles). */
-    char (*pool)[PROTO_HASH_HEX + 1];
-    size_t npool, cappool;
-    /* Seeding: the next document index this client adds. */
-    unsigned seed_next;
-};
-
 #define CONNECT_RETRY_MS 10
 
 struct write_buf {
@@ -66,18 +50,7 @@ static void client_next(struct lg_client *c);
 static void conn_fill(struct lg_conn *conn);
 static void count_hits(struct lg_run *run, const msgpack_object *reply);
 
-static bool churn(const struct lg_run *run)
-{
-    return run->phase == LG_PHASE_MEASURE && run->cfg->profile == LG_PROFILE_CHURN;
-}
-
-static bool measuring(const struct lg_run *run)
-{
-    return run->phase == LG_PHASE_MEASURE;
-}
-
-static void record(struct lg_run *run, enum lg_op op, uint64_t start_ns, unsigned error,
-                   const msgpack_object *reply)
+void lg_record(struct lg_run *run, enum lg_op op, uint64_t start_ns, unsigned error)
 {
     struct lg_op_stats *st = &run->stats[op];
 
@@ -86,9 +59,14 @@ static void record(struct lg_run *run, enum lg_op op, uint64_t start_ns, unsigne
     if (error) {
         st->failures++;
         st->errors[error < LG_ERR_COUNT_ ? error : PROTO_E_INTERNAL]++;
-        return;
     }
-    if (op == LG_OP_SEARCH)
+}
+
+static void record(struct lg_run *run, enum lg_op op, uint64_t start_ns, unsigned error,
+                   const msgpack_object *reply)
+{
+    lg_record(run, op, start_ns, error);
+    if (!error && op == LG_OP_SEARCH)
         count_hits(run, reply);
 }
 
@@ -100,6 +78,12 @@ static void on_deadline_closed(uv_handle_t *h)
 
 static void start_clients(struct lg_run *run);
 
+/* Whether the client's session is up: connected, or (mcp) past its handshake. */
+static bool client_ready(const struct lg_client *c)
+{
+    return (c->conn && c->conn->connected) || (c->mcp && lg_mcp_ready(c->mcp));
+}
+
 /*
  * Clients of a steady profile all connect before the clock starts, so the
  * measured phase has every client busy from its first request on.
@@ -110,7 +94,7 @@ static void maybe_start(struct lg_run *run)
         return;
     for (unsigned i = 0; i < run->nclients; i++) {
         const struct lg_client *c = &run->clients[i];
-        if (!c->finished && (!c->conn || !c->conn->connected))
+        if (!c->finished && !client_ready(c))
             return;
     }
     start_clients(run);
@@ -137,7 +121,7 @@ static void client_finish(struct lg_client *c)
     maybe_start(run);
 }
 
-static bool may_issue(const struct lg_client *c)
+bool lg_client_may_issue(const struct lg_client *c)
 {
     const struct lg_run *run = c->run;
 
@@ -167,7 +151,7 @@ static void conn_close(struct lg_conn *conn, unsigned error)
     struct lg_client *c = conn->client;
 
     for (struct lg_pending *p = conn->pending; p; p = p->next) {
-        if (c && measuring(c->run))
+        if (c && lg_measuring(c->run))
             record(c->run, p->op, p->start_ns, error ? error : LG_ERR_DISCONNECTED, NULL);
     }
     conn->outstanding = 0;
@@ -187,7 +171,7 @@ static void on_write(uv_write_t *req, int status)
     free(wb);
 }
 
-static void add_to_pool(struct lg_client *c, const char *hash, size_t len)
+void lg_client_remember(struct lg_client *c, const char *hash, size_t len)
 {
     if (len != PROTO_HASH_HEX)
         return;
@@ -215,10 +199,10 @@ static void complete(struct lg_conn *conn, struct lg_pending *p, const struct cl
     if (reply->ok && p->op == LG_OP_ADD &&
         (proto_get_str(reply->map, "hash", &hash, &hash_len) != 0 || hash_len != PROTO_HASH_HEX))
         error = LG_ERR_BAD_REPLY;
-    if (measuring(run)) {
+    if (lg_measuring(run)) {
         record(run, p->op, p->start_ns, error, reply->map);
         if (!error && p->op == LG_OP_ADD && run->cfg->profile != LG_PROFILE_ADD)
-            add_to_pool(c, hash, hash_len);
+            lg_client_remember(c, hash, hash_len);
     } else {
         record(run, p->op, p->start_ns, error, reply->map);
         if (!error) {
@@ -255,8 +239,17 @@ static void count_hits(struct lg_run *run, const msgpack_object *reply)
 {
     const msgpack_object *hits = proto_map_get(reply, "hits");
 
-    if (measuring(run) && hits && hits->type == MSGPACK_OBJECT_ARRAY)
+    if (lg_measuring(run) && hits && hits->type == MSGPACK_OBJECT_ARRAY)
         run->stats[LG_OP_SEARCH].search_hits += hits->via.array.size;
+}
+
+void lg_client_session_ended(struct lg_client *c, unsigned error)
+{
+    if (error)
+        c->reconnect = true;
+    if (!lg_measuring(c->run) && error && !c->run->fatal)
+        c->run->fatal = -EPIPE; /* seeding needs every document */
+    client_next(c);
 }
 
 /* The connection is finished with: hang up, then go on with the client's next step. */
@@ -265,11 +258,7 @@ static void conn_done(struct lg_conn *conn, unsigned error)
     struct lg_client *c = conn->client;
 
     conn_close(conn, error);
-    if (error)
-        c->reconnect = true;
-    if (!measuring(c->run) && error && !c->run->fatal)
-        c->run->fatal = -EPIPE; /* seeding needs every document */
-    client_next(c);
+    lg_client_session_ended(c, error);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -332,21 +321,20 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         conn_done(conn, LG_ERR_BAD_REPLY);
         return;
     }
-    if (conn->outstanding == 0 && (conn->session_left == 0 || !may_issue(conn->client))) {
+    if (conn->outstanding == 0 && (conn->session_left == 0 || !lg_client_may_issue(conn->client))) {
         conn_done(conn, 0);
         return;
     }
     conn_fill(conn);
 }
 
-/* Picks the next request of the client's profile. */
-static void next_request(struct lg_client *c, struct lg_request *req)
+void lg_client_pick(struct lg_client *c, struct lg_request *req)
 {
     struct lg_run *run = c->run;
     double mix[LG_OP_COUNT_], u, acc = 0;
 
     memset(req, 0, sizeof(*req));
-    if (!measuring(run)) {
+    if (!lg_measuring(run)) {
         req->op = LG_OP_ADD;
         return;
     }
@@ -394,7 +382,7 @@ static void conn_fill(struct lg_conn *conn)
     struct write_buf *wb = NULL;
     int r;
 
-    while (conn->outstanding < c->pipeline && conn->session_left > 0 && may_issue(c)) {
+    while (conn->outstanding < c->pipeline && conn->session_left > 0 && lg_client_may_issue(c)) {
         struct lg_request req;
         struct lg_pending *p = calloc(1, sizeof(*p));
 
@@ -405,22 +393,22 @@ static void conn_fill(struct lg_conn *conn)
             run->fatal = -ENOMEM;
             break;
         }
-        next_request(c, &req);
+        lg_client_pick(c, &req);
         p->id = ++conn->next_id;
         p->op = req.op;
         if (req.op == LG_OP_ADD)
             req.unique = run->next_unique++;
-        if (!measuring(run)) {
+        if (!lg_measuring(run)) {
             p->seed_index = c->seed_next;
             req.unique = c->seed_next;
             c->seed_next += run->nclients;
         }
-        r = lg_workload_encode(run->wl, &wb->sbuf, p->id, &req, !measuring(run));
+        r = lg_workload_encode(run->wl, &wb->sbuf, p->id, &req, !lg_measuring(run));
         p->start_ns = uv_hrtime();
         c->issued++;
         conn->session_left--;
         if (r < 0) {
-            if (measuring(run))
+            if (lg_measuring(run))
                 record(run, p->op, p->start_ns, LG_ERR_LOCAL, NULL);
             else
                 run->fatal = r;
@@ -462,41 +450,62 @@ static void on_retry(uv_timer_t *t)
     client_next(container_of(t, struct lg_client, retry));
 }
 
+unsigned lg_client_session_ops(const struct lg_client *c)
+{
+    return lg_churn(c->run) ? c->run->cfg->session_ops : UINT_MAX;
+}
+
+void lg_client_connect_failed(struct lg_client *c, uint64_t connect_ns, int status)
+{
+    struct lg_run *run = c->run;
+
+    /* Every failed connect uses up one request of the quota, so a dead daemon ends the run. */
+    if (lg_measuring(run)) {
+        lg_record(run, LG_OP_CONNECT, connect_ns, LG_ERR_CONNECT);
+        c->issued++;
+    } else if (!run->fatal) {
+        run->fatal = status < 0 ? status : -ECONNREFUSED;
+    }
+    c->reconnect = true;
+    /* A daemon that is gone would otherwise be hammered with connects. */
+    if (lg_client_may_issue(c) && uv_timer_start(&c->retry, on_retry, CONNECT_RETRY_MS, 0) == 0)
+        return;
+    client_next(c);
+}
+
+bool lg_client_connected(struct lg_client *c, uint64_t connect_ns)
+{
+    struct lg_run *run = c->run;
+
+    if (lg_churn(run) || (lg_measuring(run) && c->reconnect))
+        lg_record(run, LG_OP_CONNECT, connect_ns, 0);
+    if (run->start_ns == 0) {
+        maybe_start(run); /* which sends on every client once the last one is up */
+        return false;
+    }
+    return true;
+}
+
 static void on_connect(uv_connect_t *req, int status)
 {
     struct lg_conn *conn = container_of(req, struct lg_conn, connect_req);
     struct lg_client *c = conn->client;
-    struct lg_run *run = c->run;
     int r;
 
-    if (status == 0 && !run->fatal) {
+    if (status == 0 && !c->run->fatal) {
         conn->connected = true;
         r = uv_read_start((uv_stream_t *)&conn->pipe, on_alloc, on_read);
         if (r < 0)
             status = r;
     }
-    if (status < 0 || run->fatal) {
-        /* Every failed connect uses up one request of the quota, so a dead daemon ends the run. */
-        if (measuring(run)) {
-            record(run, LG_OP_CONNECT, conn->connect_ns, LG_ERR_CONNECT, NULL);
-            c->issued++;
-        } else if (!run->fatal) {
-            run->fatal = status;
-        }
+    if (status < 0 || c->run->fatal) {
+        uint64_t connect_ns = conn->connect_ns;
         conn_close(conn, LG_ERR_CONNECT);
-        c->reconnect = true;
-        /* A daemon that is gone would otherwise be hammered with connects. */
-        if (may_issue(c) && uv_timer_start(&c->retry, on_retry, CONNECT_RETRY_MS, 0) == 0)
-            return;
-        client_next(c);
+        lg_client_connect_failed(c, connect_ns, status);
         return;
     }
-    if (churn(run) || (measuring(run) && c->reconnect))
-        record(run, LG_OP_CONNECT, conn->connect_ns, 0, NULL);
-    conn->session_left = churn(run) ? run->cfg->session_ops : UINT_MAX;
-    if (run->start_ns == 0)
-        maybe_start(run);
-    else
+    conn->session_left = lg_client_session_ops(c);
+    if (lg_client_connected(c, conn->connect_ns))
         conn_fill(conn);
 }
 
@@ -522,12 +531,14 @@ static void conn_open(struct lg_client *c)
 /* After a connection ends: connect again if there is more to do, else finish. */
 static void client_next(struct lg_client *c)
 {
-    if (c->conn)
+    if (c->conn || c->mcp)
         return;
-    if (may_issue(c))
-        conn_open(c);
-    else
+    if (!lg_client_may_issue(c))
         client_finish(c);
+    else if (lg_measuring(c->run) && c->run->cfg->transport == LG_TRANSPORT_MCP)
+        lg_mcp_open(c);
+    else
+        conn_open(c);
 }
 
 static void on_deadline(uv_timer_t *t)
@@ -540,12 +551,14 @@ static void on_deadline(uv_timer_t *t)
 static void start_clients(struct lg_run *run)
 {
     run->start_ns = uv_hrtime();
-    if (measuring(run) && run->cfg->duration > 0)
+    if (lg_measuring(run) && run->cfg->duration > 0)
         uv_timer_start(&run->deadline, on_deadline, (uint64_t)(run->cfg->duration * 1000), 0);
     for (unsigned i = 0; i < run->nclients; i++) {
         struct lg_client *c = &run->clients[i];
         if (c->conn && c->conn->connected)
             conn_fill(c->conn);
+        else if (c->mcp && lg_mcp_ready(c->mcp))
+            lg_mcp_fill(c->mcp);
     }
 }
 
@@ -584,11 +597,11 @@ int lg_run_phase(struct lg_run *run, enum lg_phase phase, unsigned nclients, uin
         c->quota = phase == LG_PHASE_SEED ? files / nclients + (i < files % nclients) : quota;
     }
     begin_ns = uv_hrtime();
-    if (churn(run))
+    if (lg_churn(run))
         run->start_ns = begin_ns;
     for (unsigned i = 0; i < nclients; i++)
         client_next(&run->clients[i]);
-    if (churn(run) && run->cfg->duration > 0)
+    if (lg_churn(run) && run->cfg->duration > 0)
         uv_timer_start(&run->deadline, on_deadline, (uint64_t)(run->cfg->duration * 1000), 0);
     uv_run(&run->loop, UV_RUN_DEFAULT);
     if (run->end_ns == 0)

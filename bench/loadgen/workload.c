@@ -224,28 +224,38 @@ static size_t make_document(struct lg_workload *wl, uint64_t unique, bool seed)
     return size;
 }
 
+const uint8_t *lg_workload_document(struct lg_workload *wl, uint64_t unique, bool seed,
+                                    const char **name, size_t *len)
+{
+    *len = make_document(wl, unique, seed);
+    snprintf(wl->name_buf, sizeof(wl->name_buf), "%s/%016" PRIx64 "/%" PRIu64,
+             seed ? "seed" : "add", wl->nonce, unique);
+    *name = wl->name_buf;
+    return wl->doc;
+}
+
 static int encode_add(struct lg_workload *wl, msgpack_sbuffer *sbuf, uint64_t id, uint64_t unique,
                       bool seed)
 {
     static const char *const seed_tags[] = {"loadgen-seed"};
     static const char *const add_tags[] = {"loadgen"};
     struct client_add_req req = {
-        .name = wl->name_buf,
         .mime = wl->cfg->content == LG_CONTENT_TEXT ? "text/plain" : "application/octet-stream",
         .tags = seed ? seed_tags : add_tags,
         .n_tags = 1,
     };
-    size_t size = make_document(wl, unique, seed), first, off;
+    const char *name;
+    size_t size, first, off;
     size_t restore = sbuf->size;
+    const uint8_t *doc = lg_workload_document(wl, unique, seed, &name, &size);
     int r;
 
-    snprintf(wl->name_buf, sizeof(wl->name_buf), "%s/%016" PRIx64 "/%" PRIu64,
-             seed ? "seed" : "add", wl->nonce, unique);
+    req.name = name;
     first = size < PROTO_MAX_DATA ? size : PROTO_MAX_DATA;
-    r = client_encode_add(sbuf, id, &req, (int64_t)size, wl->doc, first, first < size);
+    r = client_encode_add(sbuf, id, &req, (int64_t)size, doc, first, first < size);
     for (off = first; r == 0 && off < size;) {
         size_t n = size - off < PROTO_MAX_DATA ? size - off : PROTO_MAX_DATA;
-        r = client_encode_data(sbuf, id, wl->doc + off, n, off + n < size);
+        r = client_encode_data(sbuf, id, doc + off, n, off + n < size);
         off += n;
     }
     if (r < 0)
