@@ -78,31 +78,25 @@ def _redis_benchmark(redis, test, clients, requests, keys):
     raise RuntimeError("redis-benchmark printed no %s row: %r" % (test, r.stdout[:200]))
 
 
+def _measure(ctx, log, profile, clients, transport):
+    """One loadgen run against a fresh cairnd; its JSON with cairnd's peak RSS."""
+    log("multiclient: %s at %d clients%s" % (profile, clients,
+                                             " over mcp" if transport == "mcp" else ""))
+    with procs.Cairnd(ctx, "mc") as daemon:
+        data = _loadgen(ctx, daemon, profile, clients, os.path.join(daemon.dir, "loadgen.json"),
+                        transport=transport)
+        data["cairnd_peak_rss_kib"] = daemon.peak_rss_kib()
+        daemon.check_alive()
+    procs.remove_tree(daemon.dir)
+    return data
+
+
 def run(ctx, result, log):
     s = ctx.sizes
-    runs = {}
-    for profile in PROFILES:
-        for clients in s["mc_clients"]:
-            log("multiclient: %s at %d clients" % (profile, clients))
-            with procs.Cairnd(ctx, "mc") as daemon:
-                data = _loadgen(ctx, daemon, profile, clients,
-                                os.path.join(daemon.dir, "loadgen.json"))
-                data["cairnd_peak_rss_kib"] = daemon.peak_rss_kib()
-                daemon.check_alive()
-            procs.remove_tree(daemon.dir)
-            runs[(profile, clients)] = data
-
-    mcp_runs = {}
-    for profile in PROFILES:
-        for clients in s["mc_mcp_clients"]:
-            log("multiclient: %s at %d clients over mcp" % (profile, clients))
-            with procs.Cairnd(ctx, "mc") as daemon:
-                data = _loadgen(ctx, daemon, profile, clients,
-                                os.path.join(daemon.dir, "loadgen.json"), transport="mcp")
-                data["cairnd_peak_rss_kib"] = daemon.peak_rss_kib()
-                daemon.check_alive()
-            procs.remove_tree(daemon.dir)
-            mcp_runs[(profile, clients)] = data
+    runs = {(profile, clients): _measure(ctx, log, profile, clients, "ipc")
+            for profile in PROFILES for clients in s["mc_clients"]}
+    mcp_runs = {(profile, clients): _measure(ctx, log, profile, clients, "mcp")
+                for profile in PROFILES for clients in s["mc_mcp_clients"]}
 
     redis = {}
     if ctx.have("redis-server") and ctx.have("redis-benchmark"):
