@@ -93,8 +93,8 @@ static const struct command {
      "                      or @UNIXSECONDS)\n"
      "      --fuzzy         tolerate typos: indexed words one or two edits away, and words\n"
      "                      that contain the query word\n"
-     "      --all           only documents with every word (by default, when fewer have\n"
-     "                      them all than the page holds, those with some follow)\n"},
+     "      --all           only documents with every word (by default any word makes a\n"
+     "                      hit; those with more of the words, and rarer ones, rank higher)\n"},
     {"gc", cli_cmd_gc,
      "cairn gc\n\n"
      "Removes chunks no document uses any more and rewrites mostly-dead packs; prints\n"

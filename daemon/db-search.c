@@ -130,23 +130,17 @@ static int fuzzy_expand_query(struct db *db, struct db_conn *c, struct search_qu
     return r;
 }
 
-/* The parameter of the query as typed, when fuzzy widening gave it alternatives. */
-#define EXACT_PARAM 300
-/* The parameter of the query with all its words, for the hits with only some of them. */
-#define ALL_PARAM 301
+/* The parameter of the documents a tier leaves to the ones before it. */
+#define EXCEPT_PARAM 300
 
 /*
  * Builds the SQL of a search: the ranked FTS5 query, or a filter-only
- * listing. With `exact_first` (a fuzzy search whose words got alternatives),
- * the documents the query as typed matches come first, in its order and
- * with its scores, then those only the alternatives find: a fuzzy search
- * never ranks a correctly spelled query's answers lower. With `except_all`,
- * only documents the query with all its words (ALL_PARAM) does not match.
- * Equal scores are ordered by hash, so the same corpus always gives the same
- * order.
+ * listing. With `except`, only documents the expression EXCEPT_PARAM does
+ * not match. Equal scores are ordered by hash, so the same corpus always
+ * gives the same order.
  */
 static char *search_sql(const struct db_search_params *p, const struct search_query *q, bool match,
-                        bool exact_first, bool except_all)
+                        bool except)
 {
     char *sql = NULL;
     size_t len = 0;
@@ -156,17 +150,7 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
         return NULL;
     /* Snippets are made afterwards (db_search): FTS5's snippet() is quadratic in a document's
      * matches. */
-    if (match && exact_first)
-        fprintf(f,
-                "SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
-                " LIMIT 1), -COALESCE(e.erank, rank), d.size, d.id, d.text, d.depth, d.manifest"
-                " FROM idx.search JOIN documents d ON d.id = search.rowid"
-                " LEFT JOIN (SELECT rowid AS erow, rank AS erank FROM idx.search"
-                " WHERE search MATCH ?%d AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)') e"
-                " ON e.erow = d.id"
-                " WHERE search MATCH ?1 AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)'",
-                EXACT_PARAM);
-    else if (match)
+    if (match)
         fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
               " LIMIT 1), -rank, d.size, d.id, d.text, d.depth, d.manifest"
               " FROM idx.search JOIN documents d ON d.id = search.rowid"
@@ -187,12 +171,11 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
         fputs(" AND EXISTS (SELECT 1 FROM names n WHERE n.doc = d.id AND n.name GLOB ?5)", f);
     for (size_t i = 0; i < p->ntags + q->ntags; i++)
         fprintf(f, " AND EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?%zu)", 8 + i);
-    if (except_all)
+    if (except)
         fprintf(f, " AND d.id NOT IN (SELECT rowid FROM idx.search WHERE search MATCH ?%d)",
-                ALL_PARAM);
-    fputs(match && exact_first ? " ORDER BY e.erank IS NULL, e.erank, rank, d.hash LIMIT ?6 OFFSET ?7"
-          : match              ? " ORDER BY rank, d.hash LIMIT ?6 OFFSET ?7"
-                               : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
+                EXCEPT_PARAM);
+    fputs(match ? " ORDER BY rank, d.hash LIMIT ?6 OFFSET ?7"
+                : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
           f);
     if (fclose(f) != 0) {
         free(sql);
@@ -239,11 +222,11 @@ static int hit_details(struct db_conn *c, sqlite3_stmt *s, struct db_hit *h)
 }
 
 /*
- * One step of a search's ranking: the documents `expr` matches, those `first`
- * matches ahead (NULL: none), without those `except` matches (NULL: none).
+ * One step of a search's ranking: the documents `expr` matches, without
+ * those `except` matches (NULL: none).
  */
 struct search_tier {
-    const char *expr, *first, *except;
+    const char *expr, *except;
 };
 
 /* One ranked query of a search, its rows appended to the hits. */
@@ -256,16 +239,15 @@ struct search_run {
 };
 
 /*
- * Runs one shape of the search with `limit` and `offset`: match is the main
- * expression; exact (fuzzy) ranks its matches first; all (for the second
- * phase) excludes what the query with every word matches. Appends the rows.
+ * Runs one tier of the search with `limit` and `offset` (a filter-only
+ * listing when there is nothing to match). Appends the rows.
  */
-static int run_query(struct search_run *sr, bool match, const char *expr, const char *exact,
-                     const char *all, uint64_t limit, uint64_t offset)
+static int run_query(struct search_run *sr, bool match, const struct search_tier *t,
+                     uint64_t limit, uint64_t offset)
 {
     const struct db_search_params *p = sr->p;
     const struct search_query *q = sr->q;
-    char *sql = search_sql(p, q, match, exact != NULL, all != NULL);
+    char *sql = search_sql(p, q, match, t->except != NULL);
     sqlite3_stmt *s;
     int rc, r = 0;
 
@@ -275,11 +257,9 @@ static int run_query(struct search_run *sr, bool match, const char *expr, const 
     free(sql);
     if (!s)
         return -EIO;
-    sqlite3_bind_text(s, 1, expr, -1, SQLITE_STATIC);
-    if (exact)
-        sqlite3_bind_text(s, EXACT_PARAM, exact, -1, SQLITE_STATIC);
-    if (all)
-        sqlite3_bind_text(s, ALL_PARAM, all, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 1, t->expr, -1, SQLITE_STATIC);
+    if (t->except)
+        sqlite3_bind_text(s, EXCEPT_PARAM, t->except, -1, SQLITE_STATIC);
     if (p->mime)
         sqlite3_bind_text(s, 2, p->mime, -1, SQLITE_STATIC);
     if (p->has_after)
@@ -334,7 +314,7 @@ static int count_tier(struct search_run *sr, const struct search_tier *t, uint64
                       uint64_t *count)
 {
     size_t before = sr->n;
-    int r = run_query(sr, true, t->expr, t->first, t->except, upto, 0);
+    int r = run_query(sr, true, t, upto, 0);
 
     *count = sr->n - before;
     for (size_t i = before; i < sr->n; i++) {
@@ -347,44 +327,28 @@ static int count_tier(struct search_run *sr, const struct search_tier *t, uint64
 
 /*
  * The order of the hits, as tiers each filling what the ones before left of
- * the page. The query as typed comes first, in its own order and with its
- * own scores; when fewer documents have every word than the page holds,
- * those with some of the words follow, ranked by how well they match (a
- * question in words rarely has all its words in the page that answers it).
- * With fuzzy alternatives: a query whose every word is in the index is taken
- * as spelled right, and the alternatives come after everything its own
- * words find; one with a word no document has is a typo, and the
- * alternatives stand in for it from the start.
+ * the page. The documents are ranked by BM25 over the query's words: those
+ * with more of the words, and with rarer ones, first; with `all`, only the
+ * documents with every word. With fuzzy alternatives, the query as typed
+ * comes first, in its own order, then the documents only the alternatives
+ * find. A word no document has is a typo: its alternatives stand in for it
+ * from the first tier on.
  */
-static size_t search_tiers(const struct search_query *q, const char *all, const char *any,
-                           const char *exact_all, const char *exact_any,
-                           struct search_tier tiers[3])
+static size_t search_tiers(const char *typed, const char *widened, struct search_tier tiers[2])
 {
-    size_t n = 0;
-
-    if (!exact_all) { /* no alternatives */
-        tiers[n++] = (struct search_tier){all, NULL, NULL};
-        if (any)
-            tiers[n++] = (struct search_tier){any, NULL, all};
-    } else if (!search_has_unknown(q)) {
-        tiers[n++] = (struct search_tier){exact_all, NULL, NULL};
-        if (exact_any)
-            tiers[n++] = (struct search_tier){exact_any, NULL, exact_all};
-        tiers[n++] = (struct search_tier){any ? any : all, all, exact_any ? exact_any : exact_all};
-    } else {
-        tiers[n++] = (struct search_tier){all, exact_all, NULL};
-        if (any)
-            tiers[n++] = (struct search_tier){any, NULL, all};
-    }
-    return n;
+    tiers[0] = (struct search_tier){typed, NULL};
+    if (!widened)
+        return 1;
+    tiers[1] = (struct search_tier){widened, typed};
+    return 2;
 }
 
 int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
               struct search_query *q, struct db_hit **hits, size_t *nhits)
 {
     struct search_run sr = {.p = p, .q = q};
-    char *all = NULL, *any = NULL, *exact_all = NULL, *exact_any = NULL;
-    struct search_tier tiers[3];
+    char *typed = NULL, *widened = NULL;
+    struct search_tier tiers[2];
     size_t ntiers = 1;
     uint64_t skip = p->offset;
     int r = 0;
@@ -397,24 +361,22 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
     }
     if ((r = attach_index(sr.c, index_path)) < 0)
         goto out;
-    bool match = search_has_match(q), alts = false;
-    bool several = match && q->ngroups > 1 && !p->all_words;
+    bool match = search_has_match(q);
     if (match && p->fuzzy && (r = fuzzy_expand_query(db, sr.c, q)) < 0)
         goto out;
-    alts = match && search_has_alts(q);
-    if ((match && (r = search_fts_expr(q, true, &all)) < 0) ||
-        (several && (r = search_fts_expr_any(q, true, &any)) < 0) ||
-        (alts && (r = search_fts_expr(q, false, &exact_all)) < 0) ||
-        (alts && several && (r = search_fts_expr_any(q, false, &exact_any)) < 0))
+    /* The words joined by OR and ranked, or (all) every one of them required. */
+    int (*expr)(const struct search_query *, enum search_alts, char **) =
+        p->all_words || q->all_words ? search_fts_expr : search_fts_expr_any;
+    if ((match && (r = expr(q, SEARCH_ALTS_UNKNOWN, &typed)) < 0) ||
+        (match && search_has_alts(q) && (r = expr(q, SEARCH_ALTS_ALL, &widened)) < 0))
         goto out;
     if (match)
-        ntiers = search_tiers(q, all, any, exact_all, exact_any, tiers);
+        ntiers = search_tiers(typed, widened, tiers);
     else
-        tiers[0] = (struct search_tier){NULL, NULL, NULL};
+        tiers[0] = (struct search_tier){NULL, NULL};
     for (size_t t = 0; t < ntiers && sr.n < p->limit; t++) {
         size_t before = sr.n;
-        if ((r = run_query(&sr, match, tiers[t].expr, tiers[t].first, tiers[t].except,
-                           p->limit - sr.n, skip)) < 0)
+        if ((r = run_query(&sr, match, &tiers[t], p->limit - sr.n, skip)) < 0)
             goto out;
         if (sr.n > before || skip == 0) {
             skip = 0;
@@ -434,9 +396,7 @@ out:
     if (sr.c)
         db_reader_release(db, sr.c);
     db_hits_free(sr.hits, sr.n);
-    free(all);
-    free(any);
-    free(exact_all);
-    free(exact_any);
+    free(typed);
+    free(widened);
     return r;
 }

@@ -300,8 +300,10 @@ static int add_word(struct parser *p, const char *s, size_t len, const char **ms
         p->pending_not = true;
         return 0;
     }
-    if (len == 3 && memcmp(s, "AND", 3) == 0)
-        return 0; /* words are joined by AND anyway */
+    if (len == 3 && memcmp(s, "AND", 3) == 0) {
+        p->q->all_words = true; /* as the all option: every word required */
+        return 0;
+    }
     if (s[0] == '-' && len > 1) {
         negative = true;
         s++;
@@ -506,9 +508,10 @@ static void ident_forms(const char *s, char split[IDENT_MAX], char joined[IDENT_
         joined[0] = '\0';
 }
 
-static void sb_term(struct sbuf *b, const struct search_term *t, bool with_alts)
+static void sb_term(struct sbuf *b, const struct search_term *t, enum search_alts alts)
 {
-    size_t nalts = with_alts ? t->nalts : 0;
+    bool widen = alts == SEARCH_ALTS_ALL || (alts == SEARCH_ALTS_UNKNOWN && t->unknown);
+    size_t nalts = widen ? t->nalts : 0;
     char split[IDENT_MAX], joined[IDENT_MAX];
 
     if (t->kind == SEARCH_PREFIX)
@@ -536,7 +539,8 @@ static void sb_term(struct sbuf *b, const struct search_term *t, bool with_alts)
         sb_cstr(b, ")");
 }
 
-static int fts_expr(const struct search_query *q, bool with_alts, const char *join, char **out)
+static int fts_expr(const struct search_query *q, enum search_alts alts, const char *join,
+                    char **out)
 {
     struct sbuf b = {0};
 
@@ -548,7 +552,7 @@ static int fts_expr(const struct search_query *q, bool with_alts, const char *jo
         for (size_t i = 0; i < q->groups[g].nterms; i++) {
             if (i > 0)
                 sb_cstr(&b, " OR ");
-            sb_term(&b, &q->groups[g].terms[i], with_alts);
+            sb_term(&b, &q->groups[g].terms[i], alts);
         }
         sb_cstr(&b, ")");
     }
@@ -558,7 +562,7 @@ static int fts_expr(const struct search_query *q, bool with_alts, const char *jo
         for (size_t i = 0; i < q->nnegatives; i++) {
             if (i > 0)
                 sb_cstr(&b, " OR ");
-            sb_term(&b, &q->negatives[i], with_alts);
+            sb_term(&b, &q->negatives[i], alts);
         }
         sb_cstr(&b, ")");
     }
@@ -570,14 +574,14 @@ static int fts_expr(const struct search_query *q, bool with_alts, const char *jo
     return 0;
 }
 
-int search_fts_expr(const struct search_query *q, bool with_alts, char **out)
+int search_fts_expr(const struct search_query *q, enum search_alts alts, char **out)
 {
-    return fts_expr(q, with_alts, " AND ", out);
+    return fts_expr(q, alts, " AND ", out);
 }
 
-int search_fts_expr_any(const struct search_query *q, bool with_alts, char **out)
+int search_fts_expr_any(const struct search_query *q, enum search_alts alts, char **out)
 {
-    return fts_expr(q, with_alts, " OR ", out);
+    return fts_expr(q, alts, " OR ", out);
 }
 
 unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen, unsigned max)

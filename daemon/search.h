@@ -54,6 +54,7 @@ struct search_query {
     size_t nnegatives;
     char **tags; /* tag:value filters; all must match */
     size_t ntags;
+    bool all_words; /* AND was written: every group required, as the `all` option */
 };
 
 /* Parses `text`; on SEARCH_E_INVALID *msg says what is wrong. 0, SEARCH_E_INVALID or -ENOMEM. */
@@ -65,17 +66,20 @@ bool search_has_match(const struct search_query *q);
 /* Fuzzy search: a positive word as typed is in no document (see search_term.unknown). */
 bool search_has_unknown(const struct search_query *q);
 
+/* Which words of a query an FTS5 expression widens with their fuzzy alternatives. */
+enum search_alts {
+    SEARCH_ALTS_NONE,    /* the query as typed */
+    SEARCH_ALTS_UNKNOWN, /* only the words in no document (typos) */
+    SEARCH_ALTS_ALL,     /* every word */
+};
+
 /*
- * Builds the FTS5 match expression (malloc'd) for a query with words: with
- * the fuzzy alternatives of its words (with_alts), or as typed.
+ * Builds the FTS5 match expression (malloc'd) for a query with words, its
+ * groups required (search_fts_expr) or any of them (search_fts_expr_any,
+ * for ranking: negated words are still excluded).
  */
-int search_fts_expr(const struct search_query *q, bool with_alts, char **out);
-/*
- * The same with its groups joined by OR instead of AND: the documents with
- * any of the query's words (negated ones still excluded). For the hits that
- * follow those with every word.
- */
-int search_fts_expr_any(const struct search_query *q, bool with_alts, char **out);
+int search_fts_expr(const struct search_query *q, enum search_alts alts, char **out);
+int search_fts_expr_any(const struct search_query *q, enum search_alts alts, char **out);
 /* True when fuzzy widening gave some word of the query alternatives. */
 bool search_has_alts(const struct search_query *q);
 

@@ -201,7 +201,8 @@ static void test_search_ranked(void **state)
 
     /* With all_words every word must match; OR; NOT; phrases; prefixes; the name column. */
     expect_hits(&s, "fox fence", (struct db_search_params){.all_words = true}, (const int[]){0}, 1);
-    /* Without, the documents with some of the words follow those with all. */
+    expect_hits(&s, "fox AND fence", (struct db_search_params){0}, (const int[]){0}, 1);
+    /* Without, any word makes a hit; the document with both ranks first. */
     n = run_search(&s, "fox fence", &(struct db_search_params){0}, got, NULL);
     assert_true(n >= 2);
     assert_int_equal(got[0], 0);

@@ -19,7 +19,7 @@ static char *compile(const char *q)
 
     assert_int_equal(search_parse(q, strlen(q), &sq, &msg), 0);
     if (search_has_match(&sq))
-        assert_int_equal(search_fts_expr(&sq, true, &expr), 0);
+        assert_int_equal(search_fts_expr(&sq, SEARCH_ALTS_ALL, &expr), 0);
     search_query_clear(&sq);
     return expr;
 }

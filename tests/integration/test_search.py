@@ -307,13 +307,14 @@ class Corpus(SearchCase):
                           ["postgres-tuning.txt", "sqlite-wal.txt", "omelette.txt"])
         # lower-case "or" is an ordinary word, not the operator
         self.assert_names(["--all", "jupiter or neptune"], [])
-        # AND may be written and changes nothing
+        # AND written in the query requires every word, as --all does
         self.assert_names(["--all", "eggs AND flour"], ["pancakes.txt"])
-        self.assert_names(["eggs AND flour"], ["pancakes.txt", "omelette.txt"], ordered=True)
+        self.assert_names(["eggs AND flour"], ["pancakes.txt"])
+        self.assert_names(["eggs flour"], ["pancakes.txt", "omelette.txt"], ordered=True)
 
     def test_some_words_after_all_words_and_paging(self):
-        """Documents with every word first, then those with some; paging goes
-        on through both without a gap or a repeat."""
+        """Any word makes a hit, the document with every word ranking first;
+        paging goes on through them without a gap or a repeat."""
         full = self.names("-l", "20", "eggs", "flour")
         self.assertEqual(full, ["pancakes.txt", "omelette.txt"])
         self.assertEqual(self.names("-l", "1", "eggs", "flour"), full[:1])
