@@ -92,6 +92,8 @@ enum db_stmt_id {
     DB_S_PACK_ROWS_LEFT,
     /* db-search.c */
     DB_S_VOCAB,
+    DB_S_INDEX_ROWS,
+    DB_S_MATCH_UPTO,
     /* db-names.c */
     DB_S_NAME_DOCS,
     DB_S_NAME_UNLINK,
@@ -147,6 +149,10 @@ struct db {
     pthread_mutex_t vocab_lock;
     struct vocab *vocab;        /* vocab.h; NULL until the first fuzzy search */
     uint64_t vocab_gen;         /* index_gen the copy was made at */
+    /* The number of indexed documents, for weak words (db_search), at index_gen rows_gen. */
+    pthread_mutex_t rows_lock;
+    uint64_t index_rows, index_rows_gen;
+    bool index_rows_known;
     _Atomic uint64_t index_gen; /* bumped by every commit that changed the index */
 };
 

@@ -23,6 +23,8 @@
 
 const char *const db_search_sql[DB_S_COUNT_] = {
     [DB_S_VOCAB] = "SELECT term, doc FROM idx.search_vocab",
+    [DB_S_INDEX_ROWS] = "SELECT count(*) FROM idx.search_docsize",
+    [DB_S_MATCH_UPTO] = "SELECT count(*) FROM (SELECT 1 FROM idx.search WHERE search MATCH ?1 LIMIT ?2)",
 };
 
 /* ---- searches ---- */
@@ -128,6 +130,85 @@ static int fuzzy_expand_query(struct db *db, struct db_conn *c, struct search_qu
     }
     pthread_mutex_unlock(&db->vocab_lock);
     return r;
+}
+
+/* The first column of the one row `s` gives, as a count; the statement is reset. */
+static int step_count(struct db_conn *c, sqlite3_stmt *s, uint64_t *out)
+{
+    int rc = sqlite3_step(s);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW) {
+        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+        return -EIO;
+    }
+    *out = v > 0 ? (uint64_t)v : 0;
+    return 0;
+}
+
+/* The number of documents in the index, counted again when the index changed. */
+static int index_rows(struct db *db, struct db_conn *c, uint64_t *out)
+{
+    uint64_t gen = atomic_load(&db->index_gen);
+    sqlite3_stmt *s;
+    int r = 0;
+
+    pthread_mutex_lock(&db->rows_lock);
+    if (!db->index_rows_known || db->index_rows_gen != gen) {
+        if (!(s = db_stmt(c, DB_S_INDEX_ROWS)))
+            r = -EIO;
+        else if ((r = step_count(c, s, &db->index_rows)) == 0) {
+            db->index_rows_gen = gen;
+            db->index_rows_known = true;
+        }
+    }
+    *out = db->index_rows;
+    pthread_mutex_unlock(&db->rows_lock);
+    return r;
+}
+
+/*
+ * Marks the groups of a ranked (any word) query that are in at least half
+ * the indexed documents. FTS5's BM25 gives such a word no weight (its IDF,
+ * log((N - n + 0.5) / (n + 0.5)), is not above 0), so the only documents it
+ * adds to the hits are those with none of the other words, at a score of
+ * about 0, and ranking them costs the most: a query with "the" in it would
+ * rank nearly every document. Left out unless every group is weak. Each
+ * count stops at half the index.
+ */
+static int mark_weak_groups(struct db *db, struct db_conn *c, struct search_query *q)
+{
+    uint64_t rows, n;
+    size_t weak = 0;
+    char *expr;
+    int r;
+
+    if (q->ngroups < 2)
+        return 0;
+    if ((r = index_rows(db, c, &rows)) < 0)
+        return r;
+    for (size_t g = 0; g < q->ngroups; g++) {
+        sqlite3_stmt *s = db_stmt(c, DB_S_MATCH_UPTO);
+        if (!s)
+            return -EIO;
+        if ((r = search_fts_group(q, g, &expr)) < 0)
+            return r;
+        sqlite3_bind_text(s, 1, expr, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, (int64_t)((rows + 1) / 2));
+        r = step_count(c, s, &n);
+        sqlite3_clear_bindings(s);
+        free(expr);
+        if (r < 0)
+            return r;
+        q->groups[g].weak = rows > 0 && 2 * n >= rows;
+        weak += q->groups[g].weak;
+    }
+    if (weak == q->ngroups) {
+        for (size_t g = 0; g < q->ngroups; g++)
+            q->groups[g].weak = false;
+    }
+    return 0;
 }
 
 /* The parameter of the documents a tier leaves to the ones before it. */
@@ -365,8 +446,11 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
     if (match && p->fuzzy && (r = fuzzy_expand_query(db, sr.c, q)) < 0)
         goto out;
     /* The words joined by OR and ranked, or (all) every one of them required. */
+    bool any = !p->all_words && !q->all_words;
     int (*expr)(const struct search_query *, enum search_alts, char **) =
-        p->all_words || q->all_words ? search_fts_expr : search_fts_expr_any;
+        any ? search_fts_expr_any : search_fts_expr;
+    if (match && any && (r = mark_weak_groups(db, sr.c, q)) < 0)
+        goto out;
     if ((match && (r = expr(q, SEARCH_ALTS_UNKNOWN, &typed)) < 0) ||
         (match && search_has_alts(q) && (r = expr(q, SEARCH_ALTS_ALL, &widened)) < 0))
         goto out;

@@ -298,6 +298,7 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
     db->path = strdup(path);
     pthread_mutex_init(&db->pool_lock, NULL);
     pthread_mutex_init(&db->vocab_lock, NULL);
+    pthread_mutex_init(&db->rows_lock, NULL);
     if (!db->path) {
         db_free(db);
         return -ENOMEM;
@@ -357,6 +358,7 @@ struct db *db_free(struct db *db)
     pthread_mutex_destroy(&db->pool_lock);
     db_vocab_clear(db);
     pthread_mutex_destroy(&db->vocab_lock);
+    pthread_mutex_destroy(&db->rows_lock);
     free(db->path);
     free(db);
     return NULL;

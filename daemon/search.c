@@ -266,7 +266,7 @@ static int add_term(struct parser *p, enum search_term_kind kind, bool negative,
         r = push((void **)&g->terms, &g->nterms, sizeof(t), &t);
         p->pending_or = false;
     } else {
-        struct search_group g = {NULL, 0};
+        struct search_group g = {0};
         r = push((void **)&g.terms, &g.nterms, sizeof(t), &t);
         if (r == 0) {
             r = push((void **)&p->q->groups, &p->q->ngroups, sizeof(g), &g);
@@ -539,22 +539,41 @@ static void sb_term(struct sbuf *b, const struct search_term *t, enum search_alt
         sb_cstr(b, ")");
 }
 
-static int fts_expr(const struct search_query *q, enum search_alts alts, const char *join,
-                    char **out)
+static void sb_group(struct sbuf *b, const struct search_group *g, enum search_alts alts)
+{
+    sb_cstr(b, "(");
+    for (size_t i = 0; i < g->nterms; i++) {
+        if (i > 0)
+            sb_cstr(b, " OR ");
+        sb_term(b, &g->terms[i], alts);
+    }
+    sb_cstr(b, ")");
+}
+
+static int sb_done(struct sbuf *b, char **out)
+{
+    if (b->failed) {
+        free(b->s);
+        return -ENOMEM;
+    }
+    *out = b->s;
+    return 0;
+}
+
+/* The groups joined by AND (every one required), or by OR (any: weak groups left out). */
+static int fts_expr(const struct search_query *q, enum search_alts alts, bool any, char **out)
 {
     struct sbuf b = {0};
+    bool first = true;
 
     sb_cstr(&b, "(");
     for (size_t g = 0; g < q->ngroups; g++) {
-        if (g > 0)
-            sb_cstr(&b, join);
-        sb_cstr(&b, "(");
-        for (size_t i = 0; i < q->groups[g].nterms; i++) {
-            if (i > 0)
-                sb_cstr(&b, " OR ");
-            sb_term(&b, &q->groups[g].terms[i], alts);
-        }
-        sb_cstr(&b, ")");
+        if (any && q->groups[g].weak)
+            continue;
+        if (!first)
+            sb_cstr(&b, any ? " OR " : " AND ");
+        first = false;
+        sb_group(&b, &q->groups[g], alts);
     }
     sb_cstr(&b, ")");
     if (q->nnegatives > 0) {
@@ -566,22 +585,25 @@ static int fts_expr(const struct search_query *q, enum search_alts alts, const c
         }
         sb_cstr(&b, ")");
     }
-    if (b.failed) {
-        free(b.s);
-        return -ENOMEM;
-    }
-    *out = b.s;
-    return 0;
+    return sb_done(&b, out);
 }
 
 int search_fts_expr(const struct search_query *q, enum search_alts alts, char **out)
 {
-    return fts_expr(q, alts, " AND ", out);
+    return fts_expr(q, alts, false, out);
 }
 
 int search_fts_expr_any(const struct search_query *q, enum search_alts alts, char **out)
 {
-    return fts_expr(q, alts, " OR ", out);
+    return fts_expr(q, alts, true, out);
+}
+
+int search_fts_group(const struct search_query *q, size_t g, char **out)
+{
+    struct sbuf b = {0};
+
+    sb_group(&b, &q->groups[g], SEARCH_ALTS_NONE);
+    return sb_done(&b, out);
 }
 
 unsigned search_distance(const char *a, size_t alen, const char *b, size_t blen, unsigned max)

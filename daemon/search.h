@@ -45,6 +45,11 @@ struct search_term {
 struct search_group {
     struct search_term *terms;
     size_t nterms;
+    /*
+     * In at least half the indexed documents: BM25 gives it no weight, so in
+     * a ranked (any word) query it makes no hit on its own (db_search).
+     */
+    bool weak;
 };
 
 struct search_query {
@@ -79,7 +84,10 @@ enum search_alts {
  * for ranking: negated words are still excluded).
  */
 int search_fts_expr(const struct search_query *q, enum search_alts alts, char **out);
+/* Groups marked weak are left out of it (at least one group must not be). */
 int search_fts_expr_any(const struct search_query *q, enum search_alts alts, char **out);
+/* The expression of group `g` alone, as typed. */
+int search_fts_group(const struct search_query *q, size_t g, char **out);
 /* True when fuzzy widening gave some word of the query alternatives. */
 bool search_has_alts(const struct search_query *q);
 
