@@ -19,6 +19,7 @@ timed.
 """
 
 import os
+import statistics
 
 from . import quality
 from .procs import check_ok, run_timed
@@ -51,11 +52,13 @@ class _Tools:
     def __init__(self, daemon, root, xdb, result):
         self.daemon, self.root, self.xdb, self.result = daemon, root, xdb, result
         self.corrections = {}  # query -> what quest suggested
+        self.cairn_ms = {False: [], True: []}  # fuzzy -> whole-command times
 
     def cairn(self, q, fuzzy):
         argv = self.daemon.cli("--json", "search", *(["--fuzzy"] if fuzzy else []), q)
         r = check_ok(run_timed(argv, capture=True),
                      "cairn search%s %s" % (" --fuzzy" if fuzzy else "", q))
+        self.cairn_ms[fuzzy].append(r.seconds * 1000)
         return quality.cairn_ranking(r.stdout, self.root)
 
     def _quest(self, q, flags=None):
@@ -141,13 +144,18 @@ def run(ctx, result, daemon, corpus_dir, have_cairn, xdb, have_rg, log):
                 record(TYPO, RG, q, tools.rg(t))
     daemon.check_alive()
     return {"queries": queries, "left_out": left_out, "typos": typos, "runs": runs,
-            "corrections": tools.corrections}
+            "corrections": tools.corrections, "cairn_ms": tools.cairn_ms}
 
 
 def _scores(queries, runs, mode, tool):
     """{query: metrics} for the queries that row ran."""
     got = runs.get((mode, tool), {})
     return {q["q"]: quality.metrics(got[q["q"]], q["docs"]) for q in queries if q["q"] in got}
+
+
+def _p95(values):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(0.95 * len(v)))]
 
 
 def _pct(x):
@@ -257,6 +265,16 @@ def report(result, state):
         result.target(name, "worse on %d of %d queries%s" % (
             len(worse), len(scores[(EXACT, CAIRN)]),
             (": " + ", ".join(worse[:10])) if worse else ""), not worse)
+    else:
+        result.target(name, "not measured (cairn search did not run)", None)
+
+    name = ("search: `cairn search --fuzzy` within 2x of `cairn search` (median over the judged "
+            "queries and their typo variants, whole commands)")
+    exact_ms, fuzzy_ms = state["cairn_ms"][False], state["cairn_ms"][True]
+    if exact_ms and fuzzy_ms:
+        e, f = statistics.median(exact_ms), statistics.median(fuzzy_ms)
+        result.target(name, "%.2fx (%.2f vs %.2f ms; p95 %.2f vs %.2f ms)"
+                      % (f / e, f, e, _p95(fuzzy_ms), _p95(exact_ms)), f <= 2 * e)
     else:
         result.target(name, "not measured (cairn search did not run)", None)
 
