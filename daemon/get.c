@@ -163,11 +163,9 @@ static void job_done(uv_work_t *work, int status);
 static void ahead_work(uv_work_t *work)
 {
     struct get_ahead *a = container_of(work, struct get_ahead, work);
-    const struct cache_buf *b;
 
     /* Failures are the get's to report when it gets there itself. */
-    if (store_load_chunk(a->get->st, a->chunk.hash, a->chunk.bytes, &b) == 0)
-        store_chunk_release(a->get->st, b);
+    (void)store_prefetch_chunk(a->get->st, a->chunk.hash, a->chunk.bytes);
 }
 
 static void read_ahead(struct store_get *get);

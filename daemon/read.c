@@ -254,10 +254,11 @@ static bool chunk_ok(const struct cache_buf *b, const uint8_t *hash, uint64_t si
 /*
  * Decodes the block at `loc` and caches every chunk in it; keeps a
  * reference to the one wanted. A block holds neighbouring chunks of one
- * document, so the others are usually read next.
+ * document, so the others are usually read next. With `check_all`, the
+ * others are checked (and marked so) here too.
  */
 static int load_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
-                      const struct cache_buf **out)
+                      bool check_all, const struct cache_buf **out)
 {
     struct block_buffers *bb = block_buffers();
     struct pack_block_chunk *chunks = NULL;
@@ -287,17 +288,23 @@ static int load_block(struct store *st, const struct db_loc *loc, const uint8_t 
     for (uint32_t i = 0; i < count; i++) {
         bool wanted = !*out && chunks[i].sub_off == loc->sub &&
                       memcmp(chunks[i].id, hash, PROTO_HASH_LEN) == 0;
-        const struct cache_buf *b =
-            cache_insert(st->cache, chunks[i].id, raw + chunks[i].sub_off, chunks[i].size, wanted);
-        if (wanted)
+        const struct cache_buf *b = cache_insert(st->cache, chunks[i].id, raw + chunks[i].sub_off,
+                                                 chunks[i].size, wanted || check_all);
+        if (wanted) {
             *out = b;
+        } else if (b) {
+            /* A chunk that fails its check is dropped; whoever wants it reads it again. */
+            if (!cached_ok(b, chunks[i].id))
+                cache_forget(st->cache, chunks[i].id);
+            cache_release(st->cache, b);
+        }
     }
     free(chunks);
     return *out ? 0 : RECORD_E_BAD;
 }
 
-int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
-                     const struct cache_buf **out)
+static int load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
+                      bool check_all, const struct cache_buf **out)
 {
     char hex[PROTO_HASH_HEX + 1];
     struct db_loc loc, again;
@@ -314,7 +321,7 @@ int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint6
     }
     r = db_chunk_find(st->db, hash, &loc);
     for (int attempt = 0; r == 0 && attempt < 2; attempt++) {
-        r = load_block(st, &loc, hash, &b);
+        r = load_block(st, &loc, hash, check_all, &b);
         if (r != RECORD_E_BAD)
             break;
         /* A repack may have moved it between the lookup and the read: look once more. */
@@ -344,6 +351,22 @@ int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint6
     }
     *out = b;
     return 0;
+}
+
+int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
+                     const struct cache_buf **out)
+{
+    return load_chunk(st, hash, size, false, out);
+}
+
+int store_prefetch_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size)
+{
+    const struct cache_buf *b;
+    int r = load_chunk(st, hash, size, true, &b);
+
+    if (r == 0)
+        cache_release(st->cache, b);
+    return r;
 }
 
 int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,

@@ -130,6 +130,13 @@ int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, siz
 int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
                      const struct cache_buf **out);
 void store_chunk_release(struct store *st, const struct cache_buf *buf);
+/*
+ * Read-ahead: store_load_chunk without the reference, and when the block is
+ * read, every chunk of it checked (and marked so) on this worker, so the
+ * loop thread hands them out without hashing them. Only for sequential
+ * reads: a ranged read wants one chunk of a block, not all of them hashed.
+ */
+int store_prefetch_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size);
 /* A manifest segment's raw bytes, checked against its id: same outcomes. */
 int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,
                        const struct cache_buf **out);
