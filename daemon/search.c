@@ -188,15 +188,6 @@ bool search_has_match(const struct search_query *q)
     return q->ngroups > 0;
 }
 
-bool search_has_unknown(const struct search_query *q)
-{
-    for (size_t g = 0; g < q->ngroups; g++)
-        for (size_t i = 0; i < q->groups[g].nterms; i++)
-            if (q->groups[g].terms[i].unknown)
-                return true;
-    return false;
-}
-
 bool search_has_alts(const struct search_query *q)
 {
     for (size_t g = 0; g < q->ngroups; g++) {

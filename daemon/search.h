@@ -68,8 +68,6 @@ void search_query_clear(struct search_query *q);
 
 /* True when the query has words to match (a filter-only query has none). */
 bool search_has_match(const struct search_query *q);
-/* Fuzzy search: a positive word as typed is in no document (see search_term.unknown). */
-bool search_has_unknown(const struct search_query *q);
 
 /* Which words of a query an FTS5 expression widens with their fuzzy alternatives. */
 enum search_alts {
