@@ -169,41 +169,51 @@ int store_read_record(struct store *st, const struct db_loc *loc, bool cached, u
 }
 
 /*
- * Each worker thread keeps the buffers of the last block it read: a block
- * and its decoded bytes are about 1 MiB each, which malloc maps afresh every
- * time (see daemon_new), and the page faults of a fresh mapping cost more
- * than reading and decoding into it. At most two blocks a worker thread.
+ * The buffers of a block read: a block and its decoded bytes are about 1 MiB
+ * each, which malloc maps afresh every time (see daemon_new), and the page
+ * faults of a fresh mapping cost more than reading and decoding into it. So
+ * a few sets are kept for the next reads, from any thread: as many as a
+ * large get and its read-ahead use at once. Reads beyond that many at once
+ * get a set of their own, given back when done.
  */
 #define BLOCK_KEEP_MAX (RECORD_BLOCK_MAX + 64 * 1024)
+#define BLOCK_POOL_KEEP 3
 
 struct block_buffers {
+    struct block_buffers *next;
     uint8_t bytes[BLOCK_KEEP_MAX];
     uint8_t raw[RECORD_BLOCK_MAX];
 };
 
-static pthread_key_t block_key;
-static pthread_once_t block_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t block_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct block_buffers *block_pool;
+static unsigned block_pool_n;
 
-static void block_key_init(void)
-{
-    /* Freed when the thread ends (libuv ends its pool's threads at exit). */
-    if (pthread_key_create(&block_key, free) != 0)
-        abort();
-}
-
-/* This thread's buffers, or NULL when out of memory. */
-static struct block_buffers *block_buffers(void)
+/* A set of buffers, or NULL when out of memory. */
+static struct block_buffers *block_buffers_take(void)
 {
     struct block_buffers *b;
 
-    pthread_once(&block_once, block_key_init);
-    if ((b = pthread_getspecific(block_key)))
-        return b;
-    if ((b = malloc(sizeof(*b))) && pthread_setspecific(block_key, b) != 0) {
-        free(b);
+    pthread_mutex_lock(&block_pool_lock);
+    if ((b = block_pool)) {
+        block_pool = b->next;
+        block_pool_n--;
+    }
+    pthread_mutex_unlock(&block_pool_lock);
+    return b ? b : malloc(sizeof(*b));
+}
+
+static void block_buffers_give(struct block_buffers *b)
+{
+    pthread_mutex_lock(&block_pool_lock);
+    if (block_pool_n < BLOCK_POOL_KEEP) {
+        b->next = block_pool;
+        block_pool = b;
+        block_pool_n++;
         b = NULL;
     }
-    return b;
+    pthread_mutex_unlock(&block_pool_lock);
+    free(b);
 }
 
 /*
@@ -257,18 +267,15 @@ static bool chunk_ok(const struct cache_buf *b, const uint8_t *hash, uint64_t si
  * document, so the others are usually read next. With `check_all`, the
  * others are checked (and marked so) here too.
  */
-static int load_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
-                      bool check_all, const struct cache_buf **out)
+static int decode_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
+                        bool check_all, struct block_buffers *bb, const struct cache_buf **out)
 {
-    struct block_buffers *bb = block_buffers();
     struct pack_block_chunk *chunks = NULL;
     uint8_t *own = NULL, *bytes, *raw = NULL;
     size_t raw_len;
     uint32_t count;
     int r;
 
-    if (!bb)
-        return -ENOMEM;
     /* A block larger than any the store writes: read it anyway, for the checks to judge. */
     bytes = loc->len <= BLOCK_KEEP_MAX ? bb->bytes : (own = malloc(loc->len));
     if (!bytes)
@@ -301,6 +308,19 @@ static int load_block(struct store *st, const struct db_loc *loc, const uint8_t 
     }
     free(chunks);
     return *out ? 0 : RECORD_E_BAD;
+}
+
+static int load_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
+                      bool check_all, const struct cache_buf **out)
+{
+    struct block_buffers *bb = block_buffers_take();
+    int r;
+
+    if (!bb)
+        return -ENOMEM;
+    r = decode_block(st, loc, hash, check_all, bb, out);
+    block_buffers_give(bb);
+    return r;
 }
 
 static int load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
