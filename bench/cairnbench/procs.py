@@ -4,6 +4,7 @@ an exception, on Ctrl-C or SIGTERM, and (through PR_SET_PDEATHSIG) even when
 the runner itself is killed."""
 
 import ctypes
+import importlib.util
 import os
 import shutil
 import signal
@@ -11,6 +12,21 @@ import socket
 import subprocess
 import tempfile
 import time
+
+_fixture_modules = {}
+
+
+def fixture_module(path):
+    """A helper module of tests/integration (a fixture), loaded once from its
+    path, without a change to sys.path."""
+    if path not in _fixture_modules:
+        name = "cairn_" + os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _fixture_modules[path] = module
+    return _fixture_modules[path]
+
 
 _servers = []  # every server started and not yet stopped
 

@@ -27,7 +27,6 @@ temporary credentials from the same API (outside the timing) and use them
 the same way (x-amz-security-token).
 """
 
-import importlib.util
 import json
 import os
 import unittest
@@ -53,18 +52,10 @@ RCLONE_REMOTE = "cbs3"
 FAULT_STALL_TIMEOUT = 2
 FAULT_TIMEOUT = 30
 
-_module = None
-
 
 def _fixture():
     """tests/integration/s3fixture.py, loaded from its path (no sys.path change)."""
-    global _module
-    if _module is None:
-        spec = importlib.util.spec_from_file_location("cairn_s3fixture", FIXTURE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _module = module
-    return _module
+    return procs.fixture_module(FIXTURE)
 
 
 def unavailable():

@@ -8,7 +8,6 @@ listener and per-connection processes alike - at the end of the suite, on an
 error, on Ctrl-C or SIGTERM.
 """
 
-import importlib.util
 import os
 import unittest
 
@@ -17,8 +16,6 @@ from . import procs
 SSHD = "/usr/sbin/sshd"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(REPO, "tests", "integration", "sshfixture.py")
-
-_module = None
 
 
 def unavailable():
@@ -32,13 +29,7 @@ def unavailable():
 
 def _fixture():
     """tests/integration/sshfixture.py, loaded from its path (no sys.path change)."""
-    global _module
-    if _module is None:
-        spec = importlib.util.spec_from_file_location("cairn_sshfixture", FIXTURE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _module = module
-    return _module
+    return procs.fixture_module(FIXTURE)
 
 
 class Sshd(procs.Server):

@@ -27,7 +27,6 @@ Last, `cairn get` of a large document of random bytes from the s3 backend
 /dev/null` of the same bytes from local disk, also read once before.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -50,18 +49,10 @@ COLD_PROFILE = "rtt50"
 GET_TARGET_GBS = 1.0
 QUERY_TIMEOUT = 1800
 
-_dbfixture = None
-
 
 def _db():
     """tests/integration/dbfixture.py, loaded from its path (no sys.path change)."""
-    global _dbfixture
-    if _dbfixture is None:
-        spec = importlib.util.spec_from_file_location("cairn_dbfixture", DBFIXTURE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _dbfixture = module
-    return _dbfixture
+    return procs.fixture_module(DBFIXTURE)
 
 
 def fuse_missing(ctx):

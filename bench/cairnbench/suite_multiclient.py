@@ -134,6 +134,15 @@ def _op(data, op):
     return data["op_types"].get(op)
 
 
+def _no_failures_target(result, name, runs, what):
+    """The target that no run of `runs` ({(profile, clients): data}) had a failure."""
+    bad = [(p, c, d["failures"]) for (p, c), d in runs.items() if d["failures"]]
+    result.target(name, "%d of %d %s had failures%s" % (
+                      len(bad), len(runs), what,
+                      (": " + ", ".join("%s@%d: %d" % b for b in sorted(bad)[:6])) if bad else ""),
+                  not bad)
+
+
 def _report(ctx, result, runs, redis):
     s = ctx.sizes
     clients_list = s["mc_clients"]
@@ -179,12 +188,8 @@ def _report(ctx, result, runs, redis):
                                                     rs and rs["rps"])))
 
     # Targets.
-    bad = [(p, c, d["failures"]) for (p, c), d in runs.items() if d["failures"]]
-    result.target("multiclient: 0 failures in every profile at every client count",
-                  "%d of %d runs had failures%s" % (
-                      len(bad), len(runs),
-                      (": " + ", ".join("%s@%d: %d" % b for b in sorted(bad)[:6])) if bad else ""),
-                  not bad)
+    _no_failures_target(result, "multiclient: 0 failures in every profile at every client count",
+                        runs, "runs")
     at = 8 if 8 in clients_list else None
     if at is None:
         for name in ("`get` at 8 clients ≥ 0.5x redis GET",
@@ -269,12 +274,8 @@ def _report_mcp(ctx, result, runs, mcp_runs):
         t.add(profile, clients, i and i["ops_per_s"], m["ops_per_s"],
               report.fmt_ratio(report.ratio(m["ops_per_s"], i and i["ops_per_s"])),
               il.get("p50"), ml.get("p50"), il.get("p95"), ml.get("p95"), m["failures"], connect)
-    bad = [(p, c, d["failures"]) for (p, c), d in mcp_runs.items() if d["failures"]]
-    result.target("multiclient: 0 failures over mcp in every profile",
-                  "%d of %d mcp runs had failures%s" % (
-                      len(bad), len(mcp_runs),
-                      (": " + ", ".join("%s@%d: %d" % b for b in sorted(bad)[:6])) if bad else ""),
-                  not bad)
+    _no_failures_target(result, "multiclient: 0 failures over mcp in every profile", mcp_runs,
+                        "mcp runs")
     result.data["mcp_runs"] = {"%s@%d" % k: v for k, v in mcp_runs.items()}
 
 
