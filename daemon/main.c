@@ -4,9 +4,9 @@
 
 #include <sqlite3.h>
 
-#include "daemon/config.h"
-#include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "daemon/app/config.h"
+#include "daemon/app/daemon.h"
+#include "daemon/base/log.h"
 
 int main(int argc, char **argv)
 {

@@ -40,8 +40,8 @@
  *                      concatenated in table order (so the raw size is the
  *                      sum of the sizes). The record id is the SHA-256 of
  *                      the table (count and entries), computed by the caller.
- *   PACK_REC_MANIFEST  a manifest segment (daemon/manifest.h), in the envelope.
- *   PACK_REC_ENTRY     a journal entry (daemon/objects.h), in the envelope.
+ *   PACK_REC_MANIFEST  a manifest segment (daemon/format/manifest.h), in the envelope.
+ *   PACK_REC_ENTRY     a journal entry (daemon/format/objects.h), in the envelope.
  *
  * Index entry types: PACK_IDX_CHUNK (one per chunk of a block: record_off
  * and record_len locate the block record, sub_off and raw_size the chunk

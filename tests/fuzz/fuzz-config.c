@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/config.h"
+#include "daemon/app/config.h"
 #include "tests/fuzz/fuzz.h"
 
 static int fd = -1;

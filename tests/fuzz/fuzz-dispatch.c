@@ -58,10 +58,10 @@
 
 #include <uv.h>
 
-#include "daemon/config.h"
-#include "daemon/daemon.h"
-#include "daemon/log.h"
-#include "daemon/store.h"
+#include "daemon/app/config.h"
+#include "daemon/app/daemon.h"
+#include "daemon/base/log.h"
+#include "daemon/store/store.h"
 #include "proto/proto.h"
 #include "proto/util.h"
 #include "tests/fuzz/fuzz.h"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/record.h"
+#include "daemon/format/record.h"
 #include "storage/pack.h"
 #include "tests/fuzz/fuzz.h"
 

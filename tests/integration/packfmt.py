@@ -471,7 +471,7 @@ def parse_segment(raw):
 
 
 def parse_entry(rec):
-    """A journal entry record's msgpack map (daemon/objects.h)."""
+    """A journal entry record's msgpack map (daemon/format/objects.h)."""
     import cairntest  # the msgpack decoder
 
     return cairntest.unpackb(seal_raw(rec))

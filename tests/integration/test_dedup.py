@@ -36,7 +36,7 @@ CDC_MIN = 16 * KiB
 CDC_AVG = 64 * KiB
 CDC_MAX = 256 * KiB
 HEADER = pf.ENVELOPE_HEADER  # "cRnO", version, algorithm, 2 reserved, raw size u64 BE
-BLOCK_RAW_MAX = MiB  # daemon/record.h RECORD_BLOCK_MAX
+BLOCK_RAW_MAX = MiB  # daemon/format/record.h RECORD_BLOCK_MAX
 # A block record's bytes beyond its chunks': record header, count, envelope header.
 BLOCK_OVERHEAD = pf.RECORD_HEADER + 4 + HEADER
 

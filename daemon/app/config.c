@@ -1,0 +1,595 @@
+#include "daemon/app/config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <ini.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "compress/compress.h"
+#include "compress/cdc.h"
+#include "daemon/store/store.h"
+
+static const char usage_text[] =
+    "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
+    "              [--config FILE] [--rebuild-index | --upgrade | --print-config]\n"
+    "       cairnd --help | --version\n"
+    "\n"
+    "Runs the cairn storage daemon in the foreground.\n"
+    "\n"
+    "  --socket PATH      Unix socket to listen on\n"
+    "                     (default $XDG_RUNTIME_DIR/cairn/cairnd.sock or "
+    "/tmp/cairn-$UID/cairnd.sock)\n"
+    "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn);\n"
+    "                     a relative DIR is taken from the working directory\n"
+    "  --backend URL      object backend: local (default), local:/PATH,\n"
+    "                     sftp://USER@HOST[:PORT]/PATH[?key=FILE&known_hosts=FILE&...],\n"
+    "                     s3://BUCKET[/PREFIX][?endpoint=URL&region=NAME&...] or\n"
+    "                     r2://BUCKET[/PREFIX]?account=ID[&...]\n"
+    "  --log-level LEVEL  error, warn, info (default) or debug\n"
+    "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n"
+    "  --rebuild-index    recreate the metadata database from the packs, then exit\n"
+    "  --upgrade          convert a data directory of format 1 to packs, then exit\n"
+    "  --print-config     print the effective settings and where each came from, then exit\n";
+
+/* Flag values, kept apart so they can be applied after the file and the environment. */
+struct flags {
+    const char *socket, *data_dir, *backend, *log_level, *config;
+    bool rebuild_index, upgrade, print_config;
+};
+
+struct ini_state {
+    struct config *cfg;
+    FILE *file;
+    int lineno; /* counted by read_line: Debian's inih does not pass line numbers */
+    const char *path;
+    char *err;
+    size_t err_len;
+    bool failed;
+    mode_t mode; /* of the open file, for secrets_exposed() */
+};
+
+bool config_is_secret(const char *section, const char *key)
+{
+    return strcmp(section, "backend") == 0 &&
+           (strcmp(key, "secret_access_key") == 0 || strcmp(key, "session_token") == 0 ||
+            strcmp(key, "api_token") == 0);
+}
+
+/*
+ * A secret may only sit in a file that nobody but its owner can read or
+ * change: otherwise every local user has the bucket. Refused rather than
+ * warned about, as ssh does for a private key.
+ */
+static const char *secrets_exposed(const struct ini_state *st, const char *section,
+                                   const char *key)
+{
+    if (!config_is_secret(section, key) || !(st->mode & 077))
+        return NULL;
+    return "this file holds a secret but group or others may read or write it; "
+           "chmod 600 it (or chmod go= it)";
+}
+
+/* Appends "&key=value" to a URL query, the value percent-encoded; unchanged and -1 when it does not fit. */
+static int append_param(char *dst, size_t dst_len, const char *key, const char *value)
+{
+    size_t start = strlen(dst), n = start;
+    int w = snprintf(dst + n, dst_len - n, "&%s=", key);
+
+    if (w < 0 || (size_t)w >= dst_len - n) {
+        dst[start] = '\0';
+        return -1;
+    }
+    n += (size_t)w;
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
+        bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                     (*p >= '0' && *p <= '9') || strchr("-._~/", *p);
+        if (n + (plain ? 1 : 3) >= dst_len) {
+            dst[start] = '\0';
+            return -1;
+        }
+        if (plain)
+            dst[n++] = (char)*p;
+        else
+            n += (size_t)snprintf(dst + n, 4, "%%%02X", *p);
+    }
+    dst[n] = '\0';
+    return 0;
+}
+
+static int copy_str(char *dst, size_t dst_len, const char *src)
+{
+    size_t n = strlen(src);
+    if (n == 0 || n >= dst_len)
+        return -EINVAL;
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+/* Parses a byte size with an optional K or M suffix (powers of 1024). */
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        return -EINVAL;
+    unsigned long long unit = 1;
+    if (*end == 'K' || *end == 'k')
+        unit = 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        unit = 1024 * 1024, end++;
+    else if (*end == 'G' || *end == 'g')
+        unit = 1024ull * 1024 * 1024, end++;
+    if (*end != '\0' || v > SIZE_MAX / unit)
+        return -EINVAL;
+    v *= unit;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v < min || v > max)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+/*
+ * Applies one setting. Returns NULL on success or a description of what is
+ * wrong. Shared by the INI file and the flags so both validate the same way.
+ */
+static const char *apply(struct config *cfg, const char *section, const char *key,
+                         const char *value)
+{
+    unsigned u;
+    size_t sz;
+
+    if (strcmp(section, "daemon") == 0) {
+        if (strcmp(key, "socket") == 0)
+            return copy_str(cfg->socket_path, sizeof(cfg->socket_path), value)
+                       ? "socket path is empty or too long (max 107 bytes)"
+                       : NULL;
+        if (strcmp(key, "log_level") == 0)
+            return log_level_parse(value, &cfg->log_level)
+                       ? "log_level must be error, warn, info or debug"
+                       : NULL;
+        if (strcmp(key, "max_connections") == 0) {
+            if (parse_uint(value, 1, 1000000, &u))
+                return "max_connections must be between 1 and 1000000";
+            cfg->max_connections = u;
+            return NULL;
+        }
+        if (strcmp(key, "threads") == 0) {
+            if (parse_uint(value, 0, 128, &u))
+                return "threads must be between 0 (automatic) and 128";
+            cfg->threads = u;
+            return NULL;
+        }
+    } else if (strcmp(section, "store") == 0) {
+        if (strcmp(key, "data_dir") == 0)
+            return copy_str(cfg->data_dir, sizeof(cfg->data_dir), value)
+                       ? "data_dir is empty or too long"
+                       : NULL;
+        if (strcmp(key, "compression_level") == 0) {
+            if (parse_uint(value, 1, 19, &u))
+                return "compression_level must be between 1 and 19";
+            cfg->compression_level = (int)u;
+            return NULL;
+        }
+        if (strcmp(key, "pack_size") == 0) {
+            if (parse_size(value, &sz) || sz < 1024u * 1024 || sz > 1024u * 1024 * 1024)
+                return "pack_size must be between 1M and 1024M";
+            cfg->pack_size = sz;
+            return NULL;
+        }
+        if (strcmp(key, "repack_threshold") == 0) {
+            if (parse_uint(value, 1, 100, &u))
+                return "repack_threshold must be a percentage from 1 to 100";
+            cfg->repack_threshold = u;
+            return NULL;
+        }
+        if (strcmp(key, "cache_size") == 0) {
+            /* A read decodes a whole block (up to 1 MiB): the cache must hold a few. */
+            if (parse_size(value, &sz) || sz < 4u * 1024 * 1024 || sz > 64ull * 1024 * 1024 * 1024)
+                return "cache_size must be between 4M and 65536M";
+            cfg->cache_size = sz;
+            return NULL;
+        }
+        if (strcmp(key, "read_cache_dir") == 0)
+            return copy_str(cfg->read_cache_dir, sizeof(cfg->read_cache_dir), value)
+                       ? "read_cache_dir is empty or too long"
+                       : NULL;
+        if (strcmp(key, "read_cache_size") == 0) {
+            if (strcmp(value, "auto") == 0) {
+                cfg->read_cache_auto = true;
+                return NULL;
+            }
+            if (parse_size(value, &sz) || (sz != 0 && sz < 8u * 1024 * 1024) ||
+                sz > 1024ull * 1024 * 1024 * 1024)
+                return "read_cache_size must be auto, 0 (no read cache), or between 8M and 1024G";
+            cfg->read_cache_auto = false;
+            cfg->read_cache_size = sz;
+            return NULL;
+        }
+        if (strcmp(key, "chunk_min") == 0 || strcmp(key, "chunk_avg") == 0 ||
+            strcmp(key, "chunk_max") == 0) {
+            if (parse_size(value, &sz) || sz < STORE_MIN_CHUNK || sz > STORE_MAX_CHUNK)
+                return "chunk sizes must be between 64 and 1M";
+            if (key[6] == 'm' && key[7] == 'i')
+                cfg->chunk_min = sz;
+            else if (key[6] == 'a')
+                cfg->chunk_avg = sz;
+            else
+                cfg->chunk_max = sz;
+            return NULL;
+        }
+    } else if (strcmp(section, "search") == 0) {
+        if (strcmp(key, "max_text") == 0) {
+            if (parse_size(value, &sz) || sz > 1024u * 1024 * 1024)
+                return "max_text must be between 0 and 1024M";
+            cfg->max_text = sz;
+            return NULL;
+        }
+    } else if (strcmp(section, "backend") == 0) {
+        /* sftp's, then s3's and r2's (storage/sftp-url.c, storage/s3-url.h). */
+        static const char *const remote_keys[] = {
+            "key",           "known_hosts",     "accept_new_host",   "connections",
+            "timeout",       "keepalive",       "endpoint",          "region",
+            "path_style",    "allow_http",      "connect_timeout",   "stall_timeout",
+            "storage_class", "profile",         "access_key_id",     "secret_access_key",
+            "session_token", "account",         "api_base",          "api_token",
+            "temp_ttl",
+        };
+        if (strcmp(key, "url") == 0)
+            return copy_str(cfg->backend_url, sizeof(cfg->backend_url), value)
+                       ? "backend url is empty or too long"
+                       : NULL;
+        for (size_t i = 0; i < sizeof(remote_keys) / sizeof(remote_keys[0]); i++) {
+            if (strcmp(key, remote_keys[i]) == 0)
+                return append_param(cfg->backend_params, sizeof(cfg->backend_params), key, value)
+                           ? "too many or too long [backend] options"
+                           : NULL;
+        }
+    } else {
+        return "unknown section";
+    }
+    return "unknown key";
+}
+
+/*
+ * Feeds inih one line at a time, counting lines (Debian's inih does not pass
+ * line numbers) and refusing what inih would silently misread: lines longer
+ * than its buffer, which it would split, and leading whitespace, which it
+ * would take as the continuation of the previous value.
+ */
+static char *read_line(char *str, int num, void *stream)
+{
+    struct ini_state *st = stream;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+
+    if (st->failed)
+        return NULL;
+    len = getline(&line, &cap, st->file);
+    if (len < 0) {
+        free(line);
+        return NULL;
+    }
+    st->lineno++;
+    const char *text = line + strspn(line, " \t");
+    if ((ssize_t)strlen(text) >= num) {
+        snprintf(st->err, st->err_len, "%s:%d: line longer than %d bytes", st->path, st->lineno,
+                 num - 2);
+        st->failed = true;
+        free(line);
+        return NULL;
+    }
+    memcpy(str, text, strlen(text) + 1);
+    free(line);
+    return str;
+}
+
+static int on_ini_entry(void *user, const char *section, const char *key, const char *value)
+{
+    struct ini_state *st = user;
+    int lineno = st->lineno;
+    const char *problem;
+
+    if (st->failed)
+        return 0;
+    if (!key) /* a section header alone */
+        problem = (strcmp(section, "daemon") && strcmp(section, "store") &&
+                   strcmp(section, "search") && strcmp(section, "backend"))
+                      ? "unknown section"
+                      : NULL;
+    else if (!(problem = secrets_exposed(st, section, key)))
+        problem = apply(st->cfg, section, key, value);
+    if (problem) {
+        snprintf(st->err, st->err_len, "%s:%d: [%s] %s%s%s", st->path, lineno, section,
+                 key ? key : "", key ? ": " : "", problem);
+        st->failed = true;
+        return 0;
+    }
+    if (key) {
+        char from[sizeof(st->cfg->origins[0].from)];
+        snprintf(from, sizeof(from), "%s:%d", st->path, lineno);
+        config_note_origin(st->cfg, section, key, from);
+    }
+    return 1;
+}
+
+static void set_defaults(struct config *cfg)
+{
+    const char *xdg_runtime = getenv("XDG_RUNTIME_DIR");
+    const char *xdg_data = getenv("XDG_DATA_HOME");
+    const char *xdg_config = getenv("XDG_CONFIG_HOME");
+    const char *home = getenv("HOME");
+
+    memset(cfg, 0, sizeof(*cfg));
+    if (xdg_runtime && xdg_runtime[0] == '/')
+        snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/cairn/cairnd.sock", xdg_runtime);
+    else
+        snprintf(cfg->socket_path, sizeof(cfg->socket_path), "/tmp/cairn-%u/cairnd.sock",
+                 (unsigned)getuid());
+    if (xdg_data && xdg_data[0] == '/')
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/cairn", xdg_data);
+    else
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/.local/share/cairn",
+                 home ? home : "/tmp");
+    if (xdg_config && xdg_config[0] == '/')
+        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/cairn/cairn.conf", xdg_config);
+    else
+        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/.config/cairn/cairn.conf",
+                 home ? home : "/tmp");
+    snprintf(cfg->backend_url, sizeof(cfg->backend_url), "local");
+    cfg->log_level = LOG_LEVEL_INFO;
+    cfg->compression_level = COMPRESS_DEFAULT_LEVEL;
+    cfg->chunk_min = CDC_DEFAULT_MIN;
+    cfg->chunk_avg = CDC_DEFAULT_AVG;
+    cfg->chunk_max = CDC_DEFAULT_MAX;
+    cfg->max_text = 16 * 1024 * 1024;
+    cfg->pack_size = 16 * 1024 * 1024;
+    cfg->repack_threshold = 50;
+    cfg->cache_size = 64 * 1024 * 1024;
+    cfg->read_cache_auto = true;
+    cfg->max_connections = 4096;
+    cfg->threads = 0;
+}
+
+static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_t err_len)
+{
+    /* One option a line, which clang-format would pack into columns. */
+    /* clang-format off */
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'},  {"data-dir", required_argument, NULL, 'd'},
+        {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
+        {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
+        {"upgrade", no_argument, NULL, 'U'},       {"print-config", no_argument, NULL, 'P'},
+        {NULL, 0, NULL, 0},
+    };
+    /* clang-format on */
+    int c;
+
+    memset(fl, 0, sizeof(*fl));
+    opterr = 0;
+    optind = 0; /* 0, not 1: glibc then also forgets a half-read "-xy" cluster */
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            fl->socket = optarg;
+            break;
+        case 'd':
+            fl->data_dir = optarg;
+            break;
+        case 'b':
+            fl->backend = optarg;
+            break;
+        case 'l':
+            fl->log_level = optarg;
+            break;
+        case 'c':
+            fl->config = optarg;
+            break;
+        case 'R':
+            fl->rebuild_index = true;
+            break;
+        case 'U':
+            fl->upgrade = true;
+            break;
+        case 'P':
+            fl->print_config = true;
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            return CONFIG_E_EXIT;
+        case 'V':
+            printf("cairnd %s\n", CAIRN_VERSION);
+            return CONFIG_E_EXIT;
+        case ':':
+            snprintf(err, err_len, "option %s needs a value", argv[optind - 1]);
+            return CONFIG_E_USAGE;
+        default:
+            if (optopt)
+                snprintf(err, err_len, "unknown option -%c", optopt);
+            else
+                snprintf(err, err_len, "unknown option %s", argv[optind - 1]);
+            return CONFIG_E_USAGE;
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, err_len, "unexpected argument '%s'", argv[optind]);
+        return CONFIG_E_USAGE;
+    }
+    if (fl->rebuild_index + fl->upgrade + fl->print_config > 1) {
+        snprintf(err, err_len, "--rebuild-index, --upgrade and --print-config do not go together");
+        return CONFIG_E_USAGE;
+    }
+    return 0;
+}
+
+/*
+ * A relative data directory (from a flag, the environment or the file) is
+ * below the working directory cairnd was started in, as in format 1. It is
+ * made absolute here, once, before anything else: the local backend only
+ * takes absolute paths, and no later step may depend on the working
+ * directory.
+ */
+static int absolute_data_dir(struct config *cfg, char *err, size_t err_len)
+{
+    char cwd[PATH_MAX], joined[sizeof(cfg->data_dir)];
+    const char *rel = cfg->data_dir;
+    int n;
+
+    if (rel[0] == '/')
+        return 0;
+    if (!getcwd(cwd, sizeof(cwd))) {
+        snprintf(err, err_len, "data dir %s is relative, but the working directory is unknown: %s",
+                 rel, strerror(errno));
+        return CONFIG_E_INVALID;
+    }
+    /* "./x" and "." name the same as "x" and the working directory. */
+    while (rel[0] == '.' && rel[1] == '/')
+        rel += 2 + strspn(rel + 2, "/");
+    if (strcmp(rel, ".") == 0)
+        rel = "";
+    n = snprintf(joined, sizeof(joined), "%s%s%s", cwd, rel[0] && strcmp(cwd, "/") ? "/" : "", rel);
+    if (n < 0 || (size_t)n >= sizeof(joined)) {
+        snprintf(err, err_len, "data dir too long below the working directory %s: %s", cwd,
+                 cfg->data_dir);
+        return CONFIG_E_INVALID;
+    }
+    memcpy(cfg->data_dir, joined, (size_t)n + 1);
+    return 0;
+}
+
+/* The read cache's directory: DATA_DIR/read-cache, or a path of its own (a relative one below DATA_DIR). */
+static int read_cache_path(struct config *cfg, char *err, size_t err_len)
+{
+    char joined[sizeof(cfg->read_cache_dir)];
+    int n;
+
+    if (cfg->read_cache_dir[0] == '/')
+        return 0;
+    n = snprintf(joined, sizeof(joined), "%s/%s", cfg->data_dir,
+                 cfg->read_cache_dir[0] ? cfg->read_cache_dir : "read-cache");
+    if (n < 0 || (size_t)n >= sizeof(joined)) {
+        snprintf(err, err_len, "read_cache_dir too long below the data dir %s", cfg->data_dir);
+        return CONFIG_E_INVALID;
+    }
+    memcpy(cfg->read_cache_dir, joined, (size_t)n + 1);
+    return 0;
+}
+
+static int apply_checked(struct config *cfg, const char *section, const char *key,
+                         const char *value, const char *origin, char *err, size_t err_len)
+{
+    const char *problem = apply(cfg, section, key, value);
+    if (problem) {
+        snprintf(err, err_len, "%s: %s", origin, problem);
+        return CONFIG_E_INVALID;
+    }
+    config_note_origin(cfg, section, key, origin);
+    return 0;
+}
+
+void config_note_origin(struct config *cfg, const char *section, const char *key, const char *from)
+{
+    char name[sizeof(cfg->origins[0].key)];
+    unsigned i;
+
+    snprintf(name, sizeof(name), "%s.%s", section, key);
+    for (i = 0; i < cfg->norigins; i++) {
+        if (strcmp(cfg->origins[i].key, name) == 0)
+            break;
+    }
+    if (i == CONFIG_ORIGINS)
+        return;
+    if (i == cfg->norigins)
+        cfg->norigins++;
+    snprintf(cfg->origins[i].key, sizeof(cfg->origins[i].key), "%s", name);
+    snprintf(cfg->origins[i].from, sizeof(cfg->origins[i].from), "%s", from);
+}
+
+int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len)
+{
+    struct flags fl;
+    const char *env;
+    int r;
+
+    set_defaults(cfg);
+    r = parse_flags(&fl, argc, argv, err, err_len);
+    if (r)
+        return r;
+    cfg->rebuild_index = fl.rebuild_index;
+    cfg->upgrade = fl.upgrade;
+    cfg->print_config = fl.print_config;
+
+    if (fl.config && copy_str(cfg->config_path, sizeof(cfg->config_path), fl.config)) {
+        snprintf(err, err_len, "--config: path is empty or too long");
+        return CONFIG_E_USAGE;
+    }
+    FILE *f = fopen(cfg->config_path, "re");
+    if (!f && (fl.config || errno != ENOENT)) {
+        snprintf(err, err_len, "%s: %s", cfg->config_path, strerror(errno));
+        return CONFIG_E_INVALID;
+    }
+    if (f) {
+        struct stat sb;
+        if (fstat(fileno(f), &sb) < 0) {
+            snprintf(err, err_len, "%s: %s", cfg->config_path, strerror(errno));
+            fclose(f);
+            return CONFIG_E_INVALID;
+        }
+        struct ini_state st = {cfg, f, 0, cfg->config_path, err, err_len, false, sb.st_mode};
+        r = ini_parse_stream(read_line, &st, on_ini_entry, &st);
+        fclose(f);
+        if (st.failed)
+            return CONFIG_E_INVALID;
+        if (r != 0) {
+            snprintf(err, err_len, "%s:%d: syntax error", cfg->config_path, r);
+            return CONFIG_E_INVALID;
+        }
+    }
+
+    if ((env = getenv("CAIRN_SOCKET")) && *env &&
+        (r = apply_checked(cfg, "daemon", "socket", env, "CAIRN_SOCKET", err, err_len)))
+        return r;
+    if ((env = getenv("CAIRN_DATA_DIR")) && *env &&
+        (r = apply_checked(cfg, "store", "data_dir", env, "CAIRN_DATA_DIR", err, err_len)))
+        return r;
+
+    if (fl.socket &&
+        (r = apply_checked(cfg, "daemon", "socket", fl.socket, "--socket", err, err_len)))
+        return r;
+    if (fl.data_dir &&
+        (r = apply_checked(cfg, "store", "data_dir", fl.data_dir, "--data-dir", err, err_len)))
+        return r;
+    if (fl.backend &&
+        (r = apply_checked(cfg, "backend", "url", fl.backend, "--backend", err, err_len)))
+        return r;
+    if (fl.log_level &&
+        (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
+        return r;
+    if ((r = absolute_data_dir(cfg, err, err_len)) || (r = read_cache_path(cfg, err, err_len)))
+        return r;
+    struct cdc probe;
+    if (cdc_init(&probe, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max) < 0) {
+        snprintf(err, err_len,
+                 "%s: chunk sizes must satisfy chunk_min < chunk_avg < chunk_max, with "
+                 "chunk_avg a power of two",
+                 cfg->config_path);
+        return CONFIG_E_INVALID;
+    }
+    return 0;
+}

@@ -1,0 +1,730 @@
+#include "daemon/app/daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/net/conn.h"
+#include "daemon/base/crash.h"
+#include "daemon/meta/db.h"
+#include "daemon/base/log.h"
+#include "daemon/readcache/readcache.h"
+#include "daemon/store/store.h"
+#include "daemon/app/systemd.h"
+#include "daemon/recovery/upgrade.h"
+#include "proto/util.h"
+#include "storage/backend.h"
+
+/* How long a stop waits for requests in progress before dropping their clients. */
+#define DAEMON_STOP_GRACE_MS 30000
+/* How often STATUS= is brought up to date (only sent when it changed). */
+#define DAEMON_STATUS_MS 1000
+/* Before READY=1: the start-up time asked for (EXTEND_TIMEOUT_USEC) every ..._EVERY status ticks. */
+#define DAEMON_EXTEND_EVERY 10
+#define DAEMON_EXTEND_USEC 30000000ull
+
+/*
+ * Makes the data directory's own entry in its parent durable. The local
+ * backend syncs the entries in the data directory (the objects directory's
+ * among them) but not the data directory itself: after a power cut that
+ * followed its creation, everything acknowledged in it was gone with it.
+ * Every start, not only the one that creates it: an earlier run may have
+ * created it and crashed before any sync. Directories above it are taken
+ * as they are.
+ */
+static int sync_data_dir_entry(const char *data_dir)
+{
+    char parent[PATH_MAX];
+    char *slash;
+    int fd, r = 0;
+
+    if (backend_sync_disabled())
+        return 0;
+    snprintf(parent, sizeof(parent), "%s", data_dir);
+    for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--)
+        parent[n - 1] = '\0';
+    slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof(parent), ".");
+    else
+        slash[slash == parent ? 1 : 0] = '\0';
+    fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
+static int take_lock(struct daemon *d, const char *data_dir, char *err, size_t err_len)
+{
+    char path[PATH_MAX + 16], pid[32];
+    int fd, n;
+
+    snprintf(path, sizeof(path), "%s/cairnd.lock", data_dir);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        return DAEMON_E_SETUP;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK) {
+            snprintf(err, err_len, "another cairnd%s%s%s is already running on data dir %s",
+                     pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", data_dir);
+            return DAEMON_E_LOCKED;
+        }
+        snprintf(err, err_len, "%s: %s", path, strerror(e));
+        return DAEMON_E_SETUP;
+    }
+    n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        close(fd);
+        return DAEMON_E_SETUP;
+    }
+    d->lock_fd = fd;
+    return 0;
+}
+
+/* True when something accepts connections on `path`. */
+static bool socket_alive(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool alive;
+
+    if (fd < 0)
+        return false;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    alive = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return alive;
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    struct daemon *d = container_of((uv_pipe_t *)listener, struct daemon, listener);
+
+    if (status < 0) {
+        log_warn("accept failed: %s", uv_strerror(status));
+        return;
+    }
+    if (d->stopping)
+        return;
+    conn_accept(d, listener);
+}
+
+/* ---- systemd notifications ---- */
+
+static void on_watchdog(uv_timer_t *t)
+{
+    sysd_notify("WATCHDOG=1");
+}
+
+static void send_status(struct daemon *d)
+{
+    if (d->stopping)
+        sysd_notify("STATUS=stopping: %u connection%s left", d->nconns, d->nconns == 1 ? "" : "s");
+    else
+        sysd_notify("STATUS=serving %u connection%s", d->nconns, d->nconns == 1 ? "" : "s");
+    d->status_conns = d->nconns;
+}
+
+static void on_status_tick(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+
+    d->status_ticks++;
+    if (!d->ready_sent) {
+        /* Start-up (replaying packs, an upgrade) is still making progress: ask for more time. */
+        if (d->status_ticks % DAEMON_EXTEND_EVERY == 0)
+            sysd_notify("EXTEND_TIMEOUT_USEC=%llu", DAEMON_EXTEND_USEC);
+        return;
+    }
+    if (d->nconns != d->status_conns)
+        send_status(d);
+}
+
+/*
+ * With NOTIFY_SOCKET: the watchdog, when systemd asked for one, and the
+ * status timer. Both are unreferenced: they never keep the loop alive.
+ */
+static void notify_start(struct daemon *d)
+{
+    uint64_t wd;
+
+    d->notify = sysd_notify_enabled();
+    if (!d->notify)
+        return;
+    sysd_notify("STATUS=starting");
+    wd = sysd_watchdog_usec();
+    if (wd) {
+        uint64_t ms = wd / 2000 ? wd / 2000 : 1;
+        uv_timer_start(&d->watchdog_timer, on_watchdog, ms, ms);
+        uv_unref((uv_handle_t *)&d->watchdog_timer);
+        log_debug("watchdog: WATCHDOG=1 every %llu ms", (unsigned long long)ms);
+    }
+    uv_timer_start(&d->status_timer, on_status_tick, DAEMON_STATUS_MS, DAEMON_STATUS_MS);
+    uv_unref((uv_handle_t *)&d->status_timer);
+}
+
+static void notify_ready(struct daemon *d)
+{
+    if (!d->notify)
+        return;
+    d->ready_sent = true;
+    d->status_conns = d->nconns;
+    sysd_notify("READY=1\nSTATUS=serving %u connection%s", d->nconns, d->nconns == 1 ? "" : "s");
+}
+
+/* ---- the listening socket ---- */
+
+/* Serves on the socket systemd passed: its path, mode and owner are the socket unit's. */
+static int setup_activated_socket(struct daemon *d, char *err, size_t err_len)
+{
+    size_t len = sizeof(d->socket_path);
+    int fd = d->listen_fd, r;
+
+    d->listen_fd = -1;
+    uv_pipe_init(&d->loop, &d->listener, 0);
+    r = uv_pipe_open(&d->listener, fd);
+    if (r == 0) {
+        d->activated = true;
+        r = uv_listen((uv_stream_t *)&d->listener, SOMAXCONN, on_connection);
+    } else {
+        close(fd);
+    }
+    if (r < 0) {
+        snprintf(err, err_len, "cannot listen on the socket systemd passed: %s", uv_strerror(r));
+        uv_close((uv_handle_t *)&d->listener, NULL);
+        return DAEMON_E_SETUP;
+    }
+    if (uv_pipe_getsockname(&d->listener, d->socket_path, &len) < 0 || len == 0)
+        snprintf(d->socket_path, sizeof(d->socket_path), "(fd %d from systemd)", fd);
+    else if (d->socket_path[0] == '\0')
+        d->socket_path[0] = '@'; /* abstract namespace, as systemd writes it */
+    d->listening = true;
+    return 0;
+}
+
+static int setup_socket(struct daemon *d, const char *path, char *err, size_t err_len)
+{
+    char dir[sizeof(d->socket_path)];
+    char *slash;
+    struct stat st;
+    mode_t old_mask;
+    int r;
+
+    if (d->listen_fd >= 0)
+        return setup_activated_socket(d, err, err_len);
+    snprintf(d->socket_path, sizeof(d->socket_path), "%s", path);
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        bool existed = stat(dir, &st) == 0;
+        r = util_mkdir_p(dir, 0700);
+        if (r < 0 || stat(dir, &st) < 0) {
+            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(r < 0 ? -r : errno));
+            return DAEMON_E_SETUP;
+        }
+        /*
+         * A directory made here is the owner's alone (the umask may have
+         * widened nothing, but may have been odd). One that was there already
+         * is left as it is: it may be /tmp or a shared runtime directory, and
+         * the socket's own mode and the peer check guard the daemon anyway.
+         */
+        if (!existed && st.st_uid != getuid()) {
+            snprintf(err, err_len, "socket directory %s belongs to another user", dir);
+            return DAEMON_E_SETUP;
+        }
+        if (!existed && (st.st_mode & 077) && chmod(dir, 0700) < 0) {
+            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+    }
+    if (lstat(path, &st) == 0) {
+        if (socket_alive(path)) {
+            snprintf(err, err_len, "a daemon is already listening on %s", path);
+            return DAEMON_E_LOCKED;
+        }
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, err_len, "%s exists and is not a socket", path);
+            return DAEMON_E_SETUP;
+        }
+        unlink(path); /* stale, left by a daemon that died */
+    }
+    uv_pipe_init(&d->loop, &d->listener, 0);
+    old_mask = umask(0177);
+    r = uv_pipe_bind(&d->listener, path);
+    umask(old_mask);
+    if (r == 0)
+        r = chmod(path, 0600) < 0 ? -errno : 0;
+    if (r == 0)
+        r = uv_listen((uv_stream_t *)&d->listener, SOMAXCONN, on_connection);
+    if (r < 0) {
+        snprintf(err, err_len, "cannot listen on %s: %s", path, uv_strerror(r));
+        uv_close((uv_handle_t *)&d->listener, NULL);
+        return DAEMON_E_SETUP;
+    }
+    d->listening = true;
+    return 0;
+}
+
+static void close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static void stop_listening(struct daemon *d)
+{
+    if (!d->listening)
+        return;
+    d->listening = false;
+    uv_close((uv_handle_t *)&d->listener, NULL);
+    /* An activated socket's path belongs to the socket unit, which keeps listening. */
+    if (!d->activated)
+        unlink(d->socket_path);
+}
+
+void daemon_check_stopped(struct daemon *d)
+{
+    if (!d->stopping || d->nconns > 0)
+        return;
+    /*
+     * No client is left. Closing the daemon's own handles lets uv_run return
+     * once the work still queued (commits of abandoned requests) is done.
+     */
+    close_handle((uv_handle_t *)&d->sig_term);
+    close_handle((uv_handle_t *)&d->sig_int);
+    close_handle((uv_handle_t *)&d->pending_idle);
+    close_handle((uv_handle_t *)&d->stop_timer);
+}
+
+static void close_all(struct daemon *d, bool idle_only)
+{
+    struct conn *c = d->conns, *next;
+    for (; c; c = next) {
+        next = c->next;
+        if (!idle_only || c->inflight == 0)
+            conn_close_after_flush(c);
+    }
+}
+
+static void on_stop_timeout(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    log_warn("requests still running after %d s; closing their connections",
+             DAEMON_STOP_GRACE_MS / 1000);
+    for (struct conn *c = d->conns, *next; c; c = next) {
+        next = c->next;
+        conn_close(c);
+    }
+    daemon_check_stopped(d);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    struct daemon *d = s->data;
+
+    if (d->stopping) {
+        log_warn("second stop signal: closing every connection now");
+        on_stop_timeout(&d->stop_timer);
+        return;
+    }
+    log_info("received %s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    d->stopping = true;
+    if (d->notify) {
+        sysd_notify("STOPPING=1\nSTATUS=stopping: %u connection%s left", d->nconns,
+                    d->nconns == 1 ? "" : "s");
+        d->status_conns = d->nconns;
+    }
+    stop_listening(d);
+    close_all(d, true);
+    uv_timer_start(&d->stop_timer, on_stop_timeout, DAEMON_STOP_GRACE_MS, 0);
+    uv_unref((uv_handle_t *)&d->stop_timer);
+    daemon_check_stopped(d);
+}
+
+/*
+ * A rebuild starts from an empty database. The old one is kept beside it
+ * (cairn.db.before-rebuild.<time>), never deleted: it may hold what the
+ * backend lacks. The search index is derived: it is simply made anew.
+ */
+static const char *const db_suffixes[] = {"", "-wal", "-shm"};
+
+static int set_aside_db(const char *db_path, const char *index_path, long now, char *err,
+                        size_t err_len)
+{
+    const char *const *suffixes = db_suffixes;
+    char from[PATH_MAX + 32], to[PATH_MAX + 64];
+
+    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
+        snprintf(from, sizeof(from), "%s%s", db_path, suffixes[i]);
+        snprintf(to, sizeof(to), "%s.before-rebuild.%ld%s", db_path, now, suffixes[i]);
+        if (rename(from, to) < 0 && errno != ENOENT) {
+            snprintf(err, err_len, "cannot move %s aside: %s", from, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+        snprintf(from, sizeof(from), "%s%s", index_path, suffixes[i]);
+        if (unlink(from) < 0 && errno != ENOENT) {
+            snprintf(err, err_len, "cannot remove %s: %s", from, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+    }
+    return 0;
+}
+
+/*
+ * A rebuild that failed - most often because the backend could not be read -
+ * must not leave its partial database where the next start would open it:
+ * that database holds less than the one set aside, and would be taken as
+ * the truth. What the rebuild wrote goes to cairn.db.failed-rebuild.<time>
+ * and the old database comes back. The search index, derived, is removed and
+ * made anew at the next start. Called with the database closed.
+ */
+static void undo_rebuild(const struct daemon *d)
+{
+    char from[sizeof(d->db_path) + 64], to[sizeof(d->db_path) + 64];
+    bool restored = false;
+
+    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
+        snprintf(from, sizeof(from), "%s%s", d->db_path, db_suffixes[i]);
+        snprintf(to, sizeof(to), "%s.failed-rebuild.%ld%s", d->db_path, d->aside_stamp,
+                 db_suffixes[i]);
+        if (rename(from, to) < 0 && errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be moved aside: %s", from, strerror(errno));
+        snprintf(from, sizeof(from), "%s.before-rebuild.%ld%s", d->db_path, d->aside_stamp,
+                 db_suffixes[i]);
+        snprintf(to, sizeof(to), "%s%s", d->db_path, db_suffixes[i]);
+        if (rename(from, to) == 0)
+            restored = restored || i == 0;
+        else if (errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be put back: %s", from, strerror(errno));
+        snprintf(from, sizeof(from), "%s%s", d->index_path, db_suffixes[i]);
+        if (unlink(from) < 0 && errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be removed: %s", from, strerror(errno));
+    }
+    if (restored)
+        log_error("rebuild failed: the database from before it is back in place as %s, "
+                  "what the rebuild wrote is in %s.failed-rebuild.%ld",
+                  d->db_path, d->db_path, d->aside_stamp);
+    else
+        log_error("rebuild failed: what it wrote is in %s.failed-rebuild.%ld, "
+                  "no database is in place",
+                  d->db_path, d->aside_stamp);
+}
+
+/*
+ * "local" means the data directory's objects/; the backend itself only takes
+ * full URLs. The [backend] options of a remote backend go after the URL's own
+ * parameters, which therefore win (the backend keeps a parameter's first value).
+ */
+static int backend_url(const struct config *cfg, char *out, size_t len, char *err, size_t err_len)
+{
+    bool local = strcmp(cfg->backend_url, "local") == 0 ||
+                 strncmp(cfg->backend_url, "local:", 6) == 0 ||
+                 strncmp(cfg->backend_url, "file:", 5) == 0;
+    int n;
+
+    if (local && cfg->backend_params[0]) {
+        snprintf(err, err_len, "[backend] options other than url apply to remote (sftp, s3, r2) backends only");
+        return -EINVAL;
+    }
+    if (strcmp(cfg->backend_url, "local") == 0)
+        n = snprintf(out, len, "local:%s/objects", cfg->data_dir);
+    else if (cfg->backend_params[0])
+        n = snprintf(out, len, "%s%c%s", cfg->backend_url, strchr(cfg->backend_url, '?') ? '&' : '?',
+                     cfg->backend_params + 1);
+    else
+        n = snprintf(out, len, "%s", cfg->backend_url);
+    if (n < 0 || (size_t)n >= len) {
+        snprintf(err, err_len, "backend URL too long");
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+static void log_backend(enum backend_log_level level, const char *msg)
+{
+    switch (level) {
+    case BACKEND_LOG_ERROR:
+        log_error("%s", msg);
+        break;
+    case BACKEND_LOG_WARN:
+        log_warn("%s", msg);
+        break;
+    default:
+        log_info("%s", msg);
+        break;
+    }
+}
+
+/*
+ * Opens the metadata database; one of format 1 is converted first (on the
+ * first start that finds it, or with --upgrade), and the store then rebuilds
+ * the database from the new packs.
+ */
+static int open_db(struct daemon *d, const struct config *cfg, const char *url, const char *db_path,
+                   char *err, size_t err_len)
+{
+    int r = db_new(&d->db, &d->loop, db_path);
+
+    if (r == DB_E_OLD_FORMAT) {
+        if (d->notify)
+            sysd_notify("STATUS=upgrading a format 1 data directory");
+        r = upgrade_run(&d->loop, d->be, url, db_path, cfg->pack_size, cfg->compression_level,
+                        cfg->max_text, err, err_len);
+        if (r < 0)
+            return DAEMON_E_SETUP;
+        d->upgraded = true;
+        r = db_new(&d->db, &d->loop, db_path);
+    }
+    if (r != 0) {
+        snprintf(err, err_len, "metadata database %s: %s", db_path,
+                 r == DB_E_OLD_FORMAT ? "still format 1" : strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    return 0;
+}
+
+static int read_cache_pack_size(void *ctx, uint64_t pack, uint64_t *size)
+{
+    int r = db_pack_size(ctx, pack, size);
+
+    return r == DB_E_NOT_FOUND ? -ENOENT : r > 0 ? -EIO : r;
+}
+
+/*
+ * A remote backend gets a read cache (the local backend reads its own files,
+ * and the page cache keeps them). Not for --rebuild-index or --upgrade, which
+ * read every pack once.
+ */
+static int open_read_cache(struct daemon *d, const struct config *cfg,
+                           struct store_config *scfg, char *err, size_t err_len)
+{
+    uint64_t size = cfg->read_cache_auto ? readcache_default_size(cfg->read_cache_dir)
+                                         : cfg->read_cache_size;
+    const char *msg;
+    int r;
+
+    if (backend_has(d->be, BACKEND_CAP_READ_SYNC) || size == 0 || cfg->rebuild_index ||
+        cfg->upgrade)
+        return 0;
+    r = readcache_new(&scfg->read_cache, &d->loop, d->be, cfg->read_cache_dir, size,
+                      read_cache_pack_size, d->db, &msg);
+    if (r < 0) {
+        snprintf(err, err_len, "read cache %s: %s: %s", cfg->read_cache_dir,
+                 msg ? msg : "cannot open", strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    log_info("read cache in %s, up to %llu MiB", cfg->read_cache_dir,
+             (unsigned long long)(size >> 20));
+    return 0;
+}
+
+/* Lets a daemon serving a thousand clients have the descriptors for them. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t err_len)
+{
+    struct daemon *d = calloc(1, sizeof(*d));
+    struct store_config scfg = {
+        .compression_level = cfg->compression_level,
+        .chunk_min = cfg->chunk_min,
+        .chunk_avg = cfg->chunk_avg,
+        .chunk_max = cfg->chunk_max,
+        .max_text = cfg->max_text,
+        .pack_size = cfg->pack_size,
+        .repack_below = cfg->repack_threshold,
+        .cache_size = cfg->cache_size,
+        .rebuild = cfg->rebuild_index,
+    };
+    char db_path[PATH_MAX + 16], index_path[PATH_MAX + 16], threads[16], url[PATH_MAX + 16];
+    const char *msg;
+    int r;
+
+    if (!d) {
+        snprintf(err, err_len, "out of memory");
+        return DAEMON_E_SETUP;
+    }
+    d->lock_fd = -1;
+    d->listen_fd = -1;
+    d->max_connections = cfg->max_connections;
+    /* The threadpool size is read once, at the first queued job. */
+    snprintf(threads, sizeof(threads), "%u", cfg->threads ? cfg->threads : 8);
+    setenv("UV_THREADPOOL_SIZE", threads, 1);
+    signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+    /*
+     * Small buffers (chunk lists, records, segments' pieces) come and go on
+     * many threads: they stay in the heap, where freed memory is reused
+     * without new page faults (mapping every buffer over 128 KiB anew cost a
+     * sixth of an ingest's CPU). Segments and blocks, 1 MiB and more, are
+     * mapped and given back when freed, and two arenas keep freed memory of
+     * one thread usable by the others: peak memory follows what is in use.
+     */
+    mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
+    mallopt(M_ARENA_MAX, 2);
+    crash_init();
+
+    uv_loop_init(&d->loop);
+    uv_idle_init(&d->loop, &d->pending_idle);
+    uv_timer_init(&d->loop, &d->stop_timer);
+    d->stop_timer.data = d;
+    uv_signal_init(&d->loop, &d->sig_term);
+    uv_signal_init(&d->loop, &d->sig_int);
+    d->sig_term.data = d->sig_int.data = d;
+    uv_timer_init(&d->loop, &d->watchdog_timer);
+    uv_timer_init(&d->loop, &d->status_timer);
+    d->watchdog_timer.data = d->status_timer.data = d;
+    *out = d;
+    notify_start(d);
+    /* A socket from systemd is checked first: a wrong one fails at once. */
+    if (!cfg->rebuild_index && !cfg->upgrade &&
+        sysd_listen_fd(&d->listen_fd, err, err_len) < 0)
+        return DAEMON_E_SETUP;
+
+    r = util_mkdir_p(cfg->data_dir, 0700);
+    if (r == 0)
+        r = sync_data_dir_entry(cfg->data_dir);
+    if (r < 0) {
+        snprintf(err, err_len, "data dir %s: %s", cfg->data_dir, strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    r = take_lock(d, cfg->data_dir, err, err_len);
+    if (r)
+        return r;
+    reserve_init(&d->reserve, cfg->data_dir);
+    d->reserve_set = true;
+    scfg.reserve = &d->reserve;
+    if (backend_url(cfg, url, sizeof(url), err, err_len) < 0)
+        return DAEMON_E_SETUP;
+    backend_set_log(log_backend);
+    r = backend_new(&d->be, &d->loop, url, &msg);
+    if (r < 0) {
+        /* The URL without its parameters: they may name key files, and msg says enough. */
+        snprintf(err, err_len, "backend %.*s: %s (%s)", (int)strcspn(url, "?"), url,
+                 msg ? msg : "cannot open", strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    d->be->ops->describe(d->be, d->backend_desc, sizeof(d->backend_desc));
+    snprintf(db_path, sizeof(db_path), "%s/cairn.db", cfg->data_dir);
+    snprintf(index_path, sizeof(index_path), "%s/search.db", cfg->data_dir);
+    if (cfg->rebuild_index) {
+        /* From here on daemon_free() puts the old database back unless the rebuild succeeds. */
+        d->rebuilding = true;
+        d->aside_stamp = (long)time(NULL);
+        snprintf(d->db_path, sizeof(d->db_path), "%s", db_path);
+        snprintf(d->index_path, sizeof(d->index_path), "%s", index_path);
+        r = set_aside_db(db_path, index_path, d->aside_stamp, err, err_len);
+        if (r)
+            return r;
+    }
+    if ((r = open_db(d, cfg, url, db_path, err, err_len)) != 0)
+        return r;
+    if ((r = open_read_cache(d, cfg, &scfg, err, err_len)) != 0)
+        return r;
+    if (d->notify)
+        sysd_notify("STATUS=replaying packs");
+    /* Recovery from the packs happens in here, before anyone is served. */
+    r = store_new(&d->store, &d->loop, d->be, d->db, index_path, &scfg);
+    if (r < 0) {
+        snprintf(err, err_len, "%s: %s",
+                 cfg->rebuild_index ? "rebuild: reading the packs from the backend failed" : "store",
+                 strerror(-r));
+        return DAEMON_E_SETUP;
+    }
+    if (store_replay_summary(d->store)[0])
+        log_info("recovered from the packs: %s", store_replay_summary(d->store));
+    /* Format 1 objects left by an upgrade go once the new database stands. */
+    upgrade_cleanup(url);
+    if (cfg->rebuild_index || cfg->upgrade)
+        return 0;
+    r = setup_socket(d, cfg->socket_path, err, err_len);
+    if (r)
+        return r;
+    uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&d->sig_int, on_signal, SIGINT);
+    d->started_ms = uv_now(&d->loop);
+    log_info("cairnd %s listening on %s%s, data in %s, backend %s", CAIRN_VERSION, d->socket_path,
+             d->activated ? " (socket from systemd)" : "", cfg->data_dir, d->backend_desc);
+    return 0;
+}
+
+int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len)
+{
+    /* The replay in store_new did the work; the index catches up before the exit. */
+    int r = store_drain(d->store);
+
+    d->rebuilt = r == 0;
+
+    snprintf(summary, summary_len, "%s",
+             store_replay_summary(d->store)[0] ? store_replay_summary(d->store)
+                                               : "the packs hold nothing");
+    return r;
+}
+
+int daemon_run(struct daemon *d)
+{
+    notify_ready(d);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    log_info("stopped");
+    return 0;
+}
+
+struct daemon *daemon_free(struct daemon *d)
+{
+    if (!d)
+        return NULL;
+    stop_listening(d);
+    close_handle((uv_handle_t *)&d->sig_term);
+    close_handle((uv_handle_t *)&d->sig_int);
+    close_handle((uv_handle_t *)&d->pending_idle);
+    close_handle((uv_handle_t *)&d->stop_timer);
+    close_handle((uv_handle_t *)&d->watchdog_timer);
+    close_handle((uv_handle_t *)&d->status_timer);
+    /* Let close callbacks and any queued work finish before freeing what they use. */
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    d->store = store_free(d->store);
+    d->db = db_free(d->db);
+    d->be = backend_free(d->be);
+    uv_run(&d->loop, UV_RUN_DEFAULT); /* the backend's handles close asynchronously */
+    if (uv_loop_close(&d->loop) != 0)
+        log_error("event loop still has open handles at exit");
+    if (d->rebuilding && !d->rebuilt)
+        undo_rebuild(d); /* before the lock goes */
+    if (d->reserve_set)
+        reserve_destroy(&d->reserve);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+    if (d->listen_fd >= 0)
+        close(d->listen_fd);
+    free(d);
+    return NULL;
+}

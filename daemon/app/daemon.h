@@ -1,0 +1,82 @@
+#pragma once
+
+/*
+ * The daemon object: owns the loop, the listening socket, the lock on the
+ * data directory, the backend, the metadata database and the store, and runs
+ * until SIGTERM or SIGINT. On a signal it stops accepting, answers new
+ * requests with `shutting_down`, lets requests in progress finish, closes
+ * every connection and returns.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "daemon/app/config.h"
+#include "daemon/base/reserve.h"
+
+struct backend;
+struct conn;
+struct db;
+struct store;
+
+/* Expected outcomes of daemon_new (positive); the message is in `err`. */
+enum {
+    DAEMON_E_LOCKED = 1, /* another cairnd uses the data directory */
+    DAEMON_E_SETUP,      /* socket, directories, database or backend setup failed */
+};
+
+struct daemon {
+    uv_loop_t loop;
+    uv_pipe_t listener;
+    uv_signal_t sig_term, sig_int;
+    uv_idle_t pending_idle;
+    uv_timer_t stop_timer;
+    uv_timer_t watchdog_timer; /* WATCHDOG=1 at half of WATCHDOG_USEC */
+    uv_timer_t status_timer;   /* STATUS= when the connection count changed */
+    struct backend *be;
+    struct db *db;
+    struct store *store;
+    struct conn *conns;
+    struct conn *pending; /* connections with frames to process */
+    unsigned nconns, max_connections;
+    uint64_t started_ms;
+    bool stopping, listening;
+    bool activated;      /* the listener came from systemd (socket activation) */
+    bool notify;         /* NOTIFY_SOCKET is set */
+    bool ready_sent;     /* READY=1 went out */
+    unsigned status_ticks;
+    unsigned status_conns; /* the count in the last STATUS= */
+    int listen_fd;       /* the socket from systemd until it is opened, else -1 */
+    bool upgraded; /* the data directory was converted from format 1 at this start */
+    int lock_fd;
+    struct reserve reserve; /* room for deletes and gc on a full disk */
+    bool reserve_set;
+    char socket_path[sizeof(((struct config *)0)->socket_path)];
+    char backend_desc[256];
+    /*
+     * --rebuild-index: the old database is set aside as
+     * cairn.db.before-rebuild.<aside_stamp> and put back by daemon_free()
+     * unless the rebuild succeeded, so that a rebuild cut short by a backend
+     * that fails to read never leaves an emptier database in place.
+     */
+    bool rebuilding, rebuilt;
+    long aside_stamp;
+    char db_path[sizeof(((struct config *)0)->data_dir) + 16];
+    char index_path[sizeof(((struct config *)0)->data_dir) + 16];
+};
+
+/*
+ * With cfg->rebuild_index or cfg->upgrade the daemon does not listen: call
+ * daemon_rebuild() instead of run.
+ */
+int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t err_len);
+/* After a rebuild or upgrade: waits for the index, and says what came back from the packs. */
+int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len);
+/* Runs until a stop signal; returns 0 after a clean stop. */
+int daemon_run(struct daemon *d);
+struct daemon *daemon_free(struct daemon *d);
+
+/* Checks whether the daemon has finished stopping; called when connections go away. */
+void daemon_check_stopped(struct daemon *d);

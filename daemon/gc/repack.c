@@ -1,0 +1,655 @@
+/*
+ * Reclaiming space by rewriting packs (gc's last phase, gc.c).
+ *
+ * A pack less than repack_below percent alive is read whole; its live
+ * records are copied into the open pack through the pack writer (a block
+ * with dead chunks is rebuilt from its live ones), and in the same synced
+ * transaction the database moves their rows over, drops the dead rows, and
+ * marks the old pack for deletion. The old pack's object is deleted only
+ * after that commit, and only once no running operation can still read it
+ * (store_reap). A pack with nothing alive is just marked and deleted.
+ *
+ * Every step is safe to cut by a crash: before the commit the old pack is
+ * intact and the copies are dead weight in the open pack; after it, replay
+ * finds the pack marked for deletion and finishes the job.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/compress.h"
+#include "daemon/base/crash.h"
+#include "daemon/base/log.h"
+#include "daemon/pack/packer.h"
+#include "daemon/readcache/readcache.h"
+#include "daemon/format/record.h"
+#include "daemon/store/store-int.h"
+#include "proto/util.h"
+#include "storage/backend.h"
+
+/* A pack larger than this many times the configured size is left alone (not ours to read whole). */
+#define REPACK_MAX_FACTOR 4
+
+struct store_reap {
+    uint64_t seq;
+    uint64_t barrier; /* operations older than this may still read the pack */
+    bool running;
+    struct backend_del del;
+    struct db_write dbw;
+    struct store *st;
+    struct store_reap *next;
+};
+
+/* Where a live row's record went among the new records. */
+struct repack_move {
+    size_t row, rec;
+    uint32_t sub, stored;
+};
+
+struct repack_pack {
+    struct repack_run *run;
+    uint64_t seq, size;
+    bool delete_only;
+    uv_work_t work;
+    int status;
+    struct db_pack_row *rows;
+    size_t nrows;
+    struct packer_rec *recs;
+    size_t nrecs;
+    struct repack_move *moves;
+    size_t nmoves;
+    uint64_t copied, dropped_chunks;
+    struct packer_group g;
+    struct db_write dbw;
+};
+
+struct repack_run {
+    struct store *st;
+    uint64_t safe_gen;
+    struct store_gc_result *res;
+    store_repack_cb *cb;
+    void *ctx;
+    uv_work_t work;
+    int status;
+    bool rotated; /* the open pack was sealed to be looked at too */
+    struct db_pack_use *use;
+    size_t nuse, next;
+};
+
+/* ---- deleting packs once nobody reads them ---- */
+
+static void reap_dropped(struct db_write *w)
+{
+    struct store_reap *rp = container_of(w, struct store_reap, dbw);
+    struct store *st = rp->st;
+    struct store_reap **pp = &st->reaping;
+
+    while (*pp != rp)
+        pp = &(*pp)->next;
+    *pp = rp->next;
+    free(rp);
+    store_reap(st);
+}
+
+static int reap_apply(struct db_txn *txn, struct db_write *w)
+{
+    struct store_reap *rp = container_of(w, struct store_reap, dbw);
+    return db_txn_pack_drop(txn, rp->seq);
+}
+
+static void reap_deleted(struct backend_req *req)
+{
+    struct store_reap *rp = container_of(req, struct store_reap, del.req);
+
+    /* The old pack is gone; its row still says it is being deleted. */
+    crash_point("repack-deleted");
+    if (rp->st->rcache)
+        readcache_forget_pack(rp->st->rcache, rp->seq);
+    if (req->status != 0 && req->status != BACKEND_E_NOT_FOUND) {
+        /* The row stays marked: the next start (replay) tries again. */
+        log_warn("gc: deleting %s failed: %s", req->key,
+                 req->status < 0 ? strerror(-req->status) : "backend unavailable");
+        rp->dbw.apply = NULL;
+    }
+    if (!rp->dbw.apply) {
+        struct store *st = rp->st;
+        struct store_reap **pp = &st->reaping;
+        while (*pp != rp)
+            pp = &(*pp)->next;
+        *pp = rp->next;
+        free(rp);
+        return;
+    }
+    db_write(rp->st->db, &rp->dbw);
+}
+
+void store_reap(struct store *st)
+{
+    uint64_t oldest = store_oldest_op(st);
+
+    for (struct store_reap *rp = st->reaping; rp; rp = rp->next) {
+        if (rp->running || rp->barrier > oldest)
+            continue;
+        rp->running = true;
+        packer_pack_key(rp->del.req.key, sizeof(rp->del.req.key), rp->seq);
+        rp->del.req.cb = reap_deleted;
+        rp->dbw.apply = reap_apply;
+        rp->dbw.done = reap_dropped;
+        if (backend_del(st->be, &rp->del) < 0)
+            rp->running = false; /* tried again when the next operation ends */
+    }
+}
+
+static int reap_later(struct store *st, uint64_t seq)
+{
+    struct store_reap *rp = calloc(1, sizeof(*rp));
+
+    if (!rp)
+        return -ENOMEM;
+    rp->st = st;
+    rp->seq = seq;
+    /* Operations that started before the commit may hold the old locations. */
+    rp->barrier = st->next_op_seq;
+    rp->next = st->reaping;
+    st->reaping = rp;
+    store_reap(st);
+    return 0;
+}
+
+/* ---- one pack (worker side) ---- */
+
+static int push_rec(struct repack_pack *p, struct packer_rec *rec)
+{
+    struct packer_rec *grown = realloc(p->recs, (p->nrecs + 1) * sizeof(*grown));
+
+    if (!grown)
+        return -ENOMEM;
+    p->recs = grown;
+    p->recs[p->nrecs++] = *rec;
+    p->copied += rec->len;
+    return 0;
+}
+
+static int push_move(struct repack_pack *p, size_t row, uint32_t sub, uint32_t stored)
+{
+    struct repack_move *grown = realloc(p->moves, (p->nmoves + 1) * sizeof(*grown));
+
+    if (!grown)
+        return -ENOMEM;
+    p->moves = grown;
+    p->moves[p->nmoves++] = (struct repack_move){row, p->nrecs, sub, stored};
+    return 0;
+}
+
+/* A copy of a record as it is, with its index entries. */
+static int copy_record(const uint8_t *bytes, const struct pack_record *rec, uint32_t len,
+                       struct packer_rec *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->type = rec->type;
+    memcpy(out->id, rec->id, PROTO_HASH_LEN);
+    if (!(out->bytes = malloc(len)))
+        return -ENOMEM;
+    memcpy(out->bytes, bytes, len);
+    out->len = len;
+    if (rec->type == PACK_REC_BLOCK) {
+        struct pack_block_chunk *chunks;
+        uint32_t count;
+        size_t body;
+        if (pack_block_parse(rec->payload, rec->length, &chunks, &count, &body) != 0)
+            return RECORD_E_BAD;
+        out->idx = calloc(count, sizeof(*out->idx));
+        if (!out->idx) {
+            free(chunks);
+            return -ENOMEM;
+        }
+        for (uint32_t i = 0; i < count; i++) {
+            out->idx[i].type = PACK_IDX_CHUNK;
+            memcpy(out->idx[i].id, chunks[i].id, PROTO_HASH_LEN);
+            out->idx[i].sub_off = chunks[i].sub_off;
+            out->idx[i].raw_size = chunks[i].size;
+        }
+        out->nidx = count;
+        free(chunks);
+        return 0;
+    }
+    struct compress_header hdr;
+    if (compress_header_parse(rec->payload, rec->length, &hdr) != 0 || hdr.raw_size > UINT32_MAX)
+        return RECORD_E_BAD;
+    if (!(out->idx = calloc(1, sizeof(*out->idx))))
+        return -ENOMEM;
+    out->idx[0].type = rec->type == PACK_REC_MANIFEST ? PACK_IDX_MANIFEST : PACK_IDX_ENTRY;
+    memcpy(out->idx[0].id, rec->id, PROTO_HASH_LEN);
+    out->idx[0].raw_size = (uint32_t)hdr.raw_size;
+    out->nidx = 1;
+    return 0;
+}
+
+/* A block with dead chunks: its live ones, compressed anew. */
+static int rebuild_block(struct repack_pack *p, const uint8_t *bytes, uint32_t len, size_t first,
+                         size_t end, int level)
+{
+    struct pack_block_chunk *chunks = NULL;
+    struct record_piece *pieces = NULL;
+    struct packer_rec rec = {.type = PACK_REC_BLOCK};
+    uint8_t *raw = NULL;
+    size_t raw_len, n = 0;
+    uint32_t count;
+    int r = record_block_open(bytes, len, &chunks, &count, &raw, &raw_len);
+
+    if (r != 0)
+        return r;
+    if (!(pieces = calloc(end - first, sizeof(*pieces)))) {
+        r = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = first; i < end; i++) {
+        const struct db_pack_row *row = &p->rows[i];
+        if (!row->live || row->kind != DB_ROW_CHUNK)
+            continue;
+        if ((uint64_t)row->loc.sub + row->loc.size > raw_len) {
+            r = RECORD_E_BAD;
+            goto out;
+        }
+        pieces[n].data = raw + row->loc.sub;
+        pieces[n].len = row->loc.size;
+        memcpy(pieces[n].hash, row->hash, PROTO_HASH_LEN);
+        /* Never copy what does not hash to its id: damage is not carried along. */
+        if (!record_hash_ok(pieces[n].data, pieces[n].len, pieces[n].hash)) {
+            r = RECORD_E_BAD;
+            goto out;
+        }
+        n++;
+    }
+    r = record_block_build(pieces, n, level, &rec.bytes, &rec.len, rec.id, &rec.idx);
+    if (r != 0)
+        goto out;
+    rec.nidx = n;
+    uint64_t total = 0;
+    for (size_t k = 0; k < n; k++)
+        total += pieces[k].len;
+    size_t k = 0;
+    for (size_t i = first; r == 0 && i < end; i++) {
+        const struct db_pack_row *row = &p->rows[i];
+        if (!row->live || row->kind != DB_ROW_CHUNK)
+            continue;
+        r = push_move(p, i, rec.idx[k].sub_off, record_share(rec.len, rec.idx[k].raw_size, total));
+        k++;
+    }
+    if (r == 0)
+        r = push_rec(p, &rec);
+    if (r != 0) {
+        free(rec.bytes);
+        free(rec.idx);
+    }
+out:
+    free(chunks);
+    free(pieces);
+    free(raw);
+    return r;
+}
+
+/* The rows [first, end) all point at the record at rows[first].loc.off. */
+static int one_record(struct repack_pack *p, const uint8_t *buf, size_t first, size_t end,
+                      int level)
+{
+    const struct db_pack_row *head = &p->rows[first];
+    struct pack_record rec;
+    size_t live = 0;
+    int r;
+
+    for (size_t i = first; i < end; i++)
+        live += p->rows[i].live;
+    if (live == 0)
+        return 0; /* dropped with its rows */
+    if (head->loc.off + head->loc.len > p->size ||
+        pack_record_parse(buf + head->loc.off, head->loc.len, &rec) != 0 ||
+        PACK_RECORD_HEADER + rec.length != head->loc.len)
+        return RECORD_E_BAD;
+    if (rec.type == PACK_REC_BLOCK) {
+        struct pack_block_chunk *chunks;
+        uint32_t count;
+        size_t body;
+        if (pack_block_parse(rec.payload, rec.length, &chunks, &count, &body) != 0)
+            return RECORD_E_BAD;
+        free(chunks);
+        /* Every chunk of the block still wanted: the record is copied as it is. */
+        if (live != count)
+            return rebuild_block(p, buf + head->loc.off, head->loc.len, first, end, level);
+    }
+    struct packer_rec copy;
+    if ((r = copy_record(buf + head->loc.off, &rec, head->loc.len, &copy)) != 0) {
+        free(copy.bytes);
+        free(copy.idx);
+        return r;
+    }
+    for (size_t i = first; r == 0 && i < end; i++) {
+        if (p->rows[i].live)
+            r = push_move(p, i, p->rows[i].loc.sub, p->rows[i].loc.stored);
+    }
+    if (r == 0)
+        r = push_rec(p, &copy);
+    if (r != 0) {
+        free(copy.bytes);
+        free(copy.idx);
+    }
+    return r;
+}
+
+static void pack_work(uv_work_t *work)
+{
+    struct repack_pack *p = container_of(work, struct repack_pack, work);
+    struct store *st = p->run->st;
+    uint8_t *buf = NULL;
+    size_t got;
+    int r;
+
+    r = db_pack_rows(st->db, p->seq, p->run->safe_gen, &p->rows, &p->nrows);
+    if (r != 0 || p->delete_only) {
+        p->status = r;
+        return;
+    }
+    if (!(buf = malloc(p->size))) {
+        p->status = -ENOMEM;
+        return;
+    }
+    r = store_read_pack(st, p->seq, 0, buf, p->size, &got, false);
+    if (r == 0 && got != p->size)
+        r = RECORD_E_BAD;
+    for (size_t first = 0; r == 0 && first < p->nrows;) {
+        size_t end = first + 1;
+        while (end < p->nrows && p->rows[end].loc.off == p->rows[first].loc.off)
+            end++;
+        r = one_record(p, buf, first, end, st->cfg.compression_level);
+        first = end;
+    }
+    free(buf);
+    p->status = r;
+}
+
+/* ---- one pack (loop and writer side) ---- */
+
+static int pack_apply_rows(struct db_txn *txn, struct repack_pack *p)
+{
+    bool *moved = calloc(p->nrows ? p->nrows : 1, sizeof(bool));
+    uint64_t left;
+    int r = 0;
+
+    if (!moved)
+        return -ENOMEM;
+    for (size_t i = 0; r == 0 && i < p->nmoves; i++) {
+        const struct repack_move *m = &p->moves[i];
+        const struct packer_rec *rec = &p->recs[m->rec];
+        struct db_loc to = {.pack = rec->pack,
+                            .off = rec->offset,
+                            .len = (uint32_t)rec->len,
+                            .sub = m->sub,
+                            .stored = m->stored};
+        r = db_txn_row_move(txn, &p->rows[m->row], &to);
+        moved[m->row] = true;
+    }
+    for (size_t i = 0; r == 0 && i < p->nrows; i++) {
+        if (moved[i])
+            continue;
+        if (p->rows[i].live) {
+            /* Alive but not copied (the pack was taken for dead): it must stay. */
+            r = -EAGAIN;
+            break;
+        }
+        r = db_txn_row_drop(txn, &p->rows[i]);
+        p->dropped_chunks += p->rows[i].kind == DB_ROW_CHUNK;
+    }
+    free(moved);
+    /* Nothing may point into the old pack any more, or it must stay. */
+    if (r == 0 && (r = db_txn_pack_rows_left(txn, p->seq, &left)) == 0 && left > 0) {
+        log_warn("gc: pack %016" PRIx64 " still has %" PRIu64 " rows; it stays", p->seq, left);
+        r = -EAGAIN;
+    }
+    if (r == 0)
+        r = db_txn_pack_set(txn, p->seq, p->size, DB_PACK_DELETING);
+    return r;
+}
+
+static int group_apply(struct db_txn *txn, struct packer_group *g)
+{
+    /* The copies are durable in the open pack; the database does not know them yet. */
+    crash_point("repack-copied");
+    return pack_apply_rows(txn, container_of(g, struct repack_pack, g));
+}
+
+static int write_apply(struct db_txn *txn, struct db_write *w)
+{
+    return pack_apply_rows(txn, container_of(w, struct repack_pack, dbw));
+}
+
+static void run_next(struct repack_run *run);
+
+static void pack_end(struct repack_pack *p, int status)
+{
+    struct repack_run *run = p->run;
+    struct store_gc_result *res = run->res;
+
+    if (status == 0) {
+        /* The database has moved over, synced; the old pack is still there. */
+        crash_point("repack-committed");
+        res->bytes_reclaimed += p->size > p->copied ? p->size - p->copied : 0;
+        res->chunks_removed += p->dropped_chunks;
+        if (p->delete_only)
+            res->packs_deleted++;
+        else
+            res->packs_rewritten++;
+        if (reap_later(run->st, p->seq) < 0)
+            log_warn("gc: pack %016" PRIx64 " goes at the next start", p->seq);
+    } else if (status != -EAGAIN) {
+        const char *why = status < 0                      ? strerror(-status)
+                          : status == STORE_E_UNAVAILABLE ? "backend unavailable"
+                                                          : "a record in it is damaged";
+        log_error("gc: rewriting pack %016" PRIx64 " failed: %s; gc goes on with the others",
+                  p->seq, why);
+        if (res->packs_failed++ == 0)
+            snprintf(res->failure, sizeof(res->failure), "pack %016" PRIx64 ": %s", p->seq, why);
+        res->bytes_dead += p->size;
+    }
+    for (size_t i = 0; i < p->nrecs; i++) {
+        free(p->recs[i].bytes);
+        free(p->recs[i].idx);
+    }
+    free(p->recs);
+    free(p->moves);
+    free(p->rows);
+    free(p);
+    run_next(run);
+}
+
+static void group_done(struct packer_group *g, int status)
+{
+    pack_end(container_of(g, struct repack_pack, g), status);
+}
+
+static void write_done(struct db_write *w)
+{
+    pack_end(container_of(w, struct repack_pack, dbw), w->status);
+}
+
+static void pack_done(uv_work_t *work, int status)
+{
+    struct repack_pack *p = container_of(work, struct repack_pack, work);
+    struct repack_run *run = p->run;
+
+    if (status < 0)
+        p->status = status;
+    if (p->status != 0) {
+        pack_end(p, p->status);
+        return;
+    }
+    if (p->nrecs == 0) {
+        /* Nothing to copy: drop the rows and mark the pack, synced, in one write. */
+        p->dbw = (struct db_write){.apply = write_apply, .done = write_done, .durable = true};
+        db_write(run->st->db, &p->dbw);
+        return;
+    }
+    p->g.recs = p->recs;
+    p->g.nrecs = p->nrecs;
+    p->g.own_locations = true;
+    p->g.durable = true;
+    p->g.apply = group_apply;
+    p->g.done = group_done;
+    packer_submit(run->st->packer, &p->g);
+}
+
+/* ---- choosing the packs ---- */
+
+/*
+ * Dead bytes: what is neither alive nor the pack's own framing (its header,
+ * and once sealed its index, an entry per row, and trailer). Records no row
+ * points at, like those of an add that failed, are dead.
+ */
+static uint64_t dead_bytes(const struct db_pack_use *u)
+{
+    uint64_t framing = PACK_HEADER_SIZE;
+
+    if (u->state != DB_PACK_OPEN)
+        framing += PACK_TRAILER_SIZE + u->rows * PACK_INDEX_ENTRY;
+    return u->size > u->live + framing ? u->size - u->live - framing : 0;
+}
+
+/*
+ * Less than repack_below percent of its records alive. The framing counts
+ * for neither side: a pack with nothing dead is never rewritten, whatever
+ * the threshold.
+ */
+static bool worth_rewriting(const struct store *st, const struct db_pack_use *u)
+{
+    uint64_t dead = dead_bytes(u);
+    return dead > 0 && u->live * 100 < (u->live + dead) * st->cfg.repack_below;
+}
+
+static void run_finish(struct repack_run *run)
+{
+    run->cb(run->ctx, run->status);
+    free(run->use);
+    free(run);
+}
+
+static void run_next(struct repack_run *run)
+{
+    struct store *st = run->st;
+    uint64_t open_seq = packer_open_seq(st->packer);
+
+    while (run->next < run->nuse) {
+        struct db_pack_use *u = &run->use[run->next++];
+        /* Written to now, or leaving already: not for rewriting. */
+        if (u->state != DB_PACK_SEALED || u->seq == open_seq || u->size == 0)
+            continue;
+        bool dead = u->live_rows == 0;
+        if (!dead && !worth_rewriting(st, u)) {
+            run->res->bytes_dead += dead_bytes(u);
+            continue;
+        }
+        if (!dead && u->size > REPACK_MAX_FACTOR * st->cfg.pack_size + (64u << 20)) {
+            log_warn("gc: pack %016" PRIx64 " is too large to rewrite (%" PRIu64 " bytes)", u->seq,
+                     u->size);
+            run->res->bytes_dead += dead_bytes(u);
+            continue;
+        }
+        struct repack_pack *p = calloc(1, sizeof(*p));
+        if (!p) {
+            run->status = -ENOMEM;
+            break;
+        }
+        p->run = run;
+        p->seq = u->seq;
+        p->size = u->size;
+        p->delete_only = dead;
+        if (uv_queue_work(st->loop, &p->work, pack_work, pack_done) < 0) {
+            free(p);
+            run->status = -ENOMEM;
+            break;
+        }
+        return; /* one pack at a time: memory holds one pack and its copy */
+    }
+    run_finish(run);
+}
+
+static void usage_work(uv_work_t *work)
+{
+    struct repack_run *run = container_of(work, struct repack_run, work);
+    run->status = db_pack_usage(run->st->db, run->safe_gen, &run->use, &run->nuse);
+}
+
+static void usage_done(uv_work_t *work, int status);
+
+static void rotated(void *ctx)
+{
+    struct repack_run *run = ctx;
+
+    free(run->use);
+    run->use = NULL;
+    run->nuse = 0;
+    if (uv_queue_work(run->st->loop, &run->work, usage_work, usage_done) < 0) {
+        run->status = -ENOMEM;
+        run_finish(run);
+    }
+}
+
+/*
+ * Packs with nothing alive first (deleting one needs no room), then by
+ * sequence: on a nearly full disk the space they give back is what a
+ * rewrite of the others needs for the live records it copies.
+ */
+static int use_cmp(const void *a, const void *b)
+{
+    const struct db_pack_use *x = a, *y = b;
+
+    if ((x->live_rows == 0) != (y->live_rows == 0))
+        return x->live_rows == 0 ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void usage_done(uv_work_t *work, int status)
+{
+    struct repack_run *run = container_of(work, struct repack_run, work);
+    struct store *st = run->st;
+    uint64_t open_seq = packer_open_seq(st->packer);
+
+    if (status < 0)
+        run->status = status;
+    if (run->status != 0) {
+        run_finish(run);
+        return;
+    }
+    if (run->nuse > 1)
+        qsort(run->use, run->nuse, sizeof(*run->use), use_cmp);
+    /* The pack being written holds dead records too: sealed now, it can be rewritten. */
+    for (size_t i = 0; !run->rotated && i < run->nuse; i++) {
+        struct db_pack_use *u = &run->use[i];
+        if (u->seq == open_seq && u->state == DB_PACK_OPEN && u->size > 0 &&
+            worth_rewriting(st, u)) {
+            run->rotated = true;
+            if (packer_rotate(st->packer, rotated, run) == 0)
+                return;
+        }
+    }
+    run_next(run);
+}
+
+void store_repack(struct store *st, uint64_t safe_gen, struct store_gc_result *res,
+                  store_repack_cb *cb, void *ctx)
+{
+    struct repack_run *run = calloc(1, sizeof(*run));
+
+    if (!run) {
+        cb(ctx, -ENOMEM);
+        return;
+    }
+    run->st = st;
+    run->safe_gen = safe_gen;
+    run->res = res;
+    run->cb = cb;
+    run->ctx = ctx;
+    if (uv_queue_work(st->loop, &run->work, usage_work, usage_done) < 0) {
+        free(run);
+        cb(ctx, -ENOMEM);
+    }
+}

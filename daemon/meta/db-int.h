@@ -1,0 +1,195 @@
+#pragma once
+
+/*
+ * What the database's files share: db.c (schema, connections, the reader
+ * pool, the group-committing writer), db-docs.c (documents, names, tags,
+ * metadata, and the search index's queue of work), db-store.c (packs and
+ * the rows that locate records in them), db-gc.c (gc's queries) and
+ * db-search.c (searches). Not for use outside these files.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sqlite3.h>
+#include <uv.h>
+
+#include "daemon/meta/db.h"
+
+/*
+ * The prepared statements of every file, numbered together so that each
+ * connection keeps all of them in one cache. A file defines the SQL of its
+ * own statements in its table below; the other files may still run them.
+ */
+enum db_stmt_id {
+    /* db-docs.c */
+    DB_S_DOC_BY_HASH,
+    DB_S_DOC_BY_PREFIX,
+    DB_S_DOC_BY_NAME,
+    DB_S_DOC_BY_ID,
+    DB_S_NEWEST_NAME,
+    DB_S_NAMES_OF_DOC,
+    DB_S_TAGS_OF_DOC,
+    DB_S_META_OF_DOC,
+    DB_S_META_GET,
+    DB_S_DOC_INSERT,
+    DB_S_DOC_DELETE,
+    DB_S_DOC_INDEX_BUMP,
+    DB_S_NAME_INSERT,
+    DB_S_TAG_INSERT,
+    DB_S_META_UPSERT,
+    DB_S_LIST_ALL,
+    DB_S_LIST_TAG,
+    DB_S_TOTALS,
+    DB_S_CHUNK_TOTALS,
+    DB_S_PACK_TOTALS,
+    DB_S_REMOVAL_INSERT,
+    DB_S_REMOVALS,
+    DB_S_REMOVAL_DELETE,
+    /* db-store.c */
+    DB_S_CHUNK_FIND,
+    DB_S_CHUNK_LOOKUP,
+    DB_S_CHUNK_PUT,
+    DB_S_SEGMENT_FIND,
+    DB_S_SEGMENT_PUT,
+    DB_S_JOURNAL_PUT,
+    DB_S_JOURNAL_PENDING,
+    DB_S_JOURNAL_APPLIED,
+    DB_S_JOURNAL_REFUSED,
+    DB_S_JOURNAL_NEWEST,
+    DB_S_PACK_SET,
+    DB_S_PACK_DROP,
+    DB_S_PACKS,
+    DB_S_PACK_SIZE,
+    /* db-gc.c */
+    DB_S_STATE_GET,
+    DB_S_STATE_SET,
+    DB_S_MANIFESTS,
+    DB_S_REMOVAL_MANIFESTS,
+    DB_S_CHUNK_PAGE,
+    DB_S_SEGMENT_PAGE,
+    DB_S_CHUNK_CONDEMN,
+    DB_S_SEGMENT_CONDEMN,
+    DB_S_PACK_CHUNKS_LIVE,
+    DB_S_PACK_SEGMENTS_LIVE,
+    DB_S_PACK_JOURNAL_LIVE,
+    DB_S_PACK_CHUNKS_ROWS,
+    DB_S_PACK_SEGMENTS_ROWS,
+    DB_S_PACK_JOURNAL_ROWS,
+    DB_S_PACK_LIST,
+    DB_S_ROWS_CHUNKS,
+    DB_S_ROWS_SEGMENTS,
+    DB_S_ROWS_JOURNAL,
+    DB_S_CHUNK_MOVE,
+    DB_S_SEGMENT_MOVE,
+    DB_S_JOURNAL_MOVE,
+    DB_S_CHUNK_DROP,
+    DB_S_SEGMENT_DROP,
+    DB_S_JOURNAL_DROP,
+    DB_S_PACK_ROWS_LEFT,
+    /* db-search.c */
+    DB_S_VOCAB,
+    DB_S_INDEX_ROWS,
+    DB_S_MATCH_UPTO,
+    /* db-names.c */
+    DB_S_NAME_DOCS,
+    DB_S_NAME_UNLINK,
+    DB_S_DOC_NAMED,
+    DB_S_LIST_NAMES,
+    DB_S_LIST_UNNAMED,
+    DB_S_DU_NAMES,
+    DB_S_DU_DOCS,
+    DB_S_COUNT_,
+};
+
+/* Each table holds SQL only at its own file's ids; the rest are NULL. */
+extern const char *const db_docs_sql[DB_S_COUNT_];
+extern const char *const db_search_sql[DB_S_COUNT_];
+extern const char *const db_store_sql[DB_S_COUNT_];
+extern const char *const db_gc_sql[DB_S_COUNT_];
+extern const char *const db_names_sql[DB_S_COUNT_];
+
+/* Searches build their SQL from the filters given; the few shapes in use stay prepared. */
+#define DB_SEARCH_SHAPES 8
+
+struct db_conn {
+    sqlite3 *sql;
+    sqlite3_stmt *stmts[DB_S_COUNT_];
+    sqlite3_stmt *search_stmts[DB_SEARCH_SHAPES];
+    unsigned search_next; /* round-robin eviction */
+    bool index_attached;  /* the search index database is attached as "idx" */
+    struct db_conn *next_free;
+};
+
+struct db_txn {
+    struct db_conn *conn;
+    unsigned depth; /* nested savepoints open */
+};
+
+struct vocab;
+
+struct db {
+    uv_loop_t *loop;
+    char *path;
+    /* Reader pool, shared by worker threads. */
+    pthread_mutex_t pool_lock;
+    struct db_conn *pool_free;
+    struct db_conn **pool_all;
+    size_t pool_n, pool_cap;
+    /* The writer: loop-thread queue, and the batch the worker owns while it runs. */
+    struct db_conn *writer;
+    struct db_write *queue_head, *queue_tail;
+    struct db_write *batch;
+    bool batch_running;
+    uv_work_t batch_work;
+    /* Fuzzy search's copy of the index vocabulary, rebuilt when the index changed. */
+    pthread_mutex_t vocab_lock;
+    struct vocab *vocab;        /* vocab.h; NULL until the first fuzzy search */
+    uint64_t vocab_gen;         /* index_gen the copy was made at */
+    /* The number of indexed documents, for weak words (db_search), at index_gen rows_gen. */
+    pthread_mutex_t rows_lock;
+    uint64_t index_rows, index_rows_gen;
+    bool index_rows_known;
+    _Atomic uint64_t index_gen; /* bumped by every commit that changed the index */
+};
+
+/* ---- db.c ---- */
+
+/* The connection's prepared statement `id`, reset and unbound; NULL (logged) on failure. */
+sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id);
+/* A reader connection from the pool; NULL when none can be opened. */
+struct db_conn *db_reader_acquire(struct db *db);
+void db_reader_release(struct db *db, struct db_conn *c);
+/* A reader inside a read transaction: several queries see one snapshot. NULL on failure. */
+struct db_conn *db_snapshot_begin(struct db *db);
+void db_snapshot_end(struct db *db, struct db_conn *c);
+
+/* Runs a statement for its effect (one step): 0, or -EIO after logging the error. */
+int db_step_done(struct db_conn *c, sqlite3_stmt *s);
+/* A failed SQLite result as a negative errno: -ENOSPC for a full disk, -ENOMEM, else -EIO. */
+int db_errno(int rc);
+/* Runs a statement that yields at most one integer; DB_E_NOT_FOUND if no row. */
+int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out);
+/* The row id of the document with this hash (64 lowercase hex): 0, DB_E_NOT_FOUND or -EIO. */
+int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id);
+/* A copy of a text column, "" for NULL; NULL only when out of memory. */
+char *db_column_strdup(sqlite3_stmt *s, int col);
+
+/* ---- db-docs.c ---- */
+
+/* Loads a document row and what `want` asks for (DB_WANT_*). */
+int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc);
+/*
+ * Joins column `col` (and, when `col2` >= 0, a space and column `col2`) of
+ * every row of a per-document statement, one row per line.
+ */
+int db_query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col, int col2,
+                    char **out);
+
+/* ---- db-search.c ---- */
+
+/* Drops fuzzy search's copy of the vocabulary. */
+void db_vocab_clear(struct db *db);

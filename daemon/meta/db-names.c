@@ -1,0 +1,347 @@
+/*
+ * Names as paths (PROTOCOL.md `delete`): a name can be taken off the
+ * documents it points to, and a document then goes only when no name is
+ * left pointing to it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "daemon/meta/db-int.h"
+
+/* A name in the path ?5 (NULL: any): ?5 itself, or under it (?7 is ?5 and '/', ?6 bytes). */
+#define NAME_IN_PATH                                                                               \
+    " AND (?5 IS NULL OR n.name = ?5 OR substr(CAST(n.name AS BLOB), 1, ?6) = CAST(?7 AS BLOB))"
+
+const char *const db_names_sql[DB_S_COUNT_] = {
+    /* Every document the name points to, its newest version first. */
+    [DB_S_NAME_DOCS] = "SELECT d.hash, NOT EXISTS (SELECT 1 FROM names m WHERE m.doc = d.id"
+                       " AND m.name != ?1) FROM names n JOIN documents d ON d.id = n.doc"
+                       " WHERE n.name = ?1 GROUP BY d.id ORDER BY MAX(n.seq) DESC",
+    [DB_S_NAME_UNLINK] = "DELETE FROM names WHERE name = ?1 AND doc = ?2",
+    [DB_S_DOC_NAMED] = "SELECT doc FROM names WHERE doc = ?1 LIMIT 1",
+    /*
+     * Each name's newest version, in name order, after ?1, from the prefix ?4
+     * on; with the tag ?3 (NULL: any); with a path ?5 (NULL: none), only the
+     * name ?5 and those that start with ?7 (?5 and '/', ?6 bytes). The
+     * caller stops at the first name without the prefix.
+     */
+    [DB_S_LIST_NAMES] = "SELECT n.doc, n.name, n.added FROM names n WHERE n.name > ?1"
+                        " AND n.name >= ?4 AND n.seq = (SELECT MAX(x.seq) FROM names x"
+                        " WHERE x.name = n.name) AND (?3 IS NULL OR EXISTS (SELECT 1 FROM"
+                        " tags t WHERE t.doc = n.doc AND t.tag = ?3))" NAME_IN_PATH
+                        " ORDER BY n.name LIMIT ?2",
+    /* du: the names from ?1 up to ?2 (NULL: no bound), in the path ?5 as above. */
+    [DB_S_DU_NAMES] = "SELECT COUNT(*), COALESCE(SUM(d.size), 0) FROM names n JOIN documents d"
+                      " ON d.id = n.doc WHERE n.name >= ?1 AND (?2 IS NULL OR n.name < ?2)"
+                      " AND n.seq = (SELECT MAX(x.seq) FROM names x WHERE x.name = n.name)"
+                      NAME_IN_PATH,
+    [DB_S_DU_DOCS] = "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored_size), 0)"
+                     " FROM documents WHERE id IN (SELECT n.doc FROM names n WHERE n.name >= ?1"
+                     " AND (?2 IS NULL OR n.name < ?2) AND n.seq = (SELECT MAX(x.seq)"
+                     " FROM names x WHERE x.name = n.name)" NAME_IN_PATH ")",
+    /* Documents no name points to, in hash order after ?1, with the tag ?3 (NULL: any). */
+    [DB_S_LIST_UNNAMED] = "SELECT d.id FROM documents d WHERE d.hash > ?1 AND NOT EXISTS"
+                          " (SELECT 1 FROM names n WHERE n.doc = d.id) AND (?3 IS NULL OR"
+                          " EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?3))"
+                          " ORDER BY d.hash LIMIT ?2",
+};
+
+int db_name_docs(struct db *db, const char *name, struct db_name_doc **out, size_t *n)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    struct db_name_doc *v = NULL;
+    size_t cap = 0;
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *out = NULL;
+    *n = 0;
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_NAME_DOCS))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const unsigned char *hash = sqlite3_column_text(s, 0);
+        if (*n == cap) {
+            struct db_name_doc *grown = realloc(v, (cap = cap ? cap * 2 : 8) * sizeof(*v));
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            v = grown;
+        }
+        if (!hash || strlen((const char *)hash) != PROTO_HASH_HEX) {
+            r = -EIO;
+            break;
+        }
+        memcpy(v[*n].hash, hash, PROTO_HASH_HEX + 1);
+        v[*n].orphan = sqlite3_column_int(s, 1) != 0;
+        (*n)++;
+    }
+    sqlite3_reset(s);
+    db_reader_release(db, c);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r == 0 && *n == 0)
+        r = DB_E_NOT_FOUND;
+    if (r != 0) {
+        free(v);
+        *n = 0;
+        return r;
+    }
+    *out = v;
+    return 0;
+}
+
+int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, int64_t *rowid)
+{
+    struct db_conn *c = txn->conn;
+    sqlite3_stmt *s;
+    int64_t id;
+    int r;
+
+    *rowid = 0;
+    if ((r = db_doc_id(c, hash_hex, &id)) != 0)
+        return r == DB_E_NOT_FOUND ? 0 : r;
+    if (!(s = db_stmt(c, DB_S_NAME_UNLINK)))
+        return -EIO;
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, id);
+    if ((r = db_step_done(c, s)) < 0 || sqlite3_changes(c->sql) == 0)
+        return r;
+    *rowid = id;
+    /* Names are indexed for search: the document's entry is stale now. */
+    if (!(s = db_stmt(c, DB_S_DOC_INDEX_BUMP)))
+        return -EIO;
+    sqlite3_bind_int64(s, 1, id);
+    return db_step_done(c, s);
+}
+
+int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *deleted)
+{
+    struct db_conn *c = txn->conn;
+    sqlite3_stmt *s;
+    int64_t id, named;
+    int r;
+
+    *deleted = false;
+    if ((r = db_doc_id(c, hash_hex, &id)) != 0)
+        return r == DB_E_NOT_FOUND ? 0 : r;
+    if (!(s = db_stmt(c, DB_S_DOC_NAMED)))
+        return -EIO;
+    sqlite3_bind_int64(s, 1, id);
+    r = db_query_id(c, s, &named);
+    if (r != DB_E_NOT_FOUND)
+        return r; /* 0: a name still points to it */
+    if ((r = db_txn_delete(txn, hash_hex)) == 0)
+        *deleted = true;
+    return r;
+}
+
+/* Loads the documents of `ids` (with the names in `names`, when given) in the snapshot c. */
+static int load_rows(struct db_conn *c, const int64_t *ids, char **names, const int64_t *added,
+                     size_t n, struct db_doc **docs)
+{
+    struct db_doc *out = calloc(n ? n : 1, sizeof(*out));
+    int r = out ? 0 : -ENOMEM;
+
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        if (names) {
+            out[i].name = names[i]; /* handed over; db_load_doc keeps a name it is given */
+            names[i] = NULL;
+            out[i].named = added[i];
+        }
+        r = db_load_doc(c, ids[i], DB_WANT_TAGS, &out[i]);
+    }
+    if (r < 0) {
+        db_docs_free(out, n);
+        return r;
+    }
+    *docs = out;
+    return 0;
+}
+
+struct rows {
+    int64_t *ids, *added;
+    char **names;
+    size_t n, cap;
+};
+
+static int rows_push(struct rows *rw, int64_t id, char *name, int64_t added)
+{
+    if (rw->n == rw->cap) {
+        size_t cap = rw->cap ? rw->cap * 2 : 64;
+        int64_t *ids = realloc(rw->ids, cap * sizeof(*ids));
+        if (ids)
+            rw->ids = ids;
+        int64_t *at = realloc(rw->added, cap * sizeof(*at));
+        if (at)
+            rw->added = at;
+        char **names = realloc(rw->names, cap * sizeof(*names));
+        if (names)
+            rw->names = names;
+        if (!ids || !at || !names) {
+            free(name);
+            return -ENOMEM;
+        }
+        rw->cap = cap;
+    }
+    rw->ids[rw->n] = id;
+    rw->added[rw->n] = added;
+    rw->names[rw->n] = name;
+    rw->n++;
+    return 0;
+}
+
+static void rows_free(struct rows *rw)
+{
+    for (size_t i = 0; i < rw->n; i++)
+        free(rw->names[i]);
+    free(rw->names);
+    free(rw->ids);
+    free(rw->added);
+}
+
+/* Binds ?5, ?6 and ?7 of NAME_IN_PATH: the path, or NULL for any name. */
+static int bind_path(sqlite3_stmt *s, const char *path)
+{
+    size_t len = path ? strlen(path) : 0;
+    char *under;
+
+    if (!path || len == 0 || path[len - 1] == '/')
+        return 0; /* "" or "dir/": the prefix alone says it */
+    if (!(under = malloc(len + 2)))
+        return -ENOMEM;
+    memcpy(under, path, len);
+    memcpy(under + len, "/", 2);
+    sqlite3_bind_text(s, 5, path, (int)len, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 6, (int64_t)len + 1);
+    sqlite3_bind_text(s, 7, under, (int)len + 1, SQLITE_TRANSIENT);
+    free(under);
+    return 0;
+}
+
+int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc **docs, size_t *n)
+{
+    /* One snapshot, as db_list: a name removed meanwhile is listed whole or not at all. */
+    struct db_conn *c = db_snapshot_begin(db);
+    size_t plen = q->prefix ? strlen(q->prefix) : 0;
+    struct rows rw = {0};
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *docs = NULL;
+    *n = 0;
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, q->unnamed ? DB_S_LIST_UNNAMED : DB_S_LIST_NAMES))) {
+        db_snapshot_end(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_text(s, 1, q->after ? q->after : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, (int64_t)q->limit);
+    if (q->tag)
+        sqlite3_bind_text(s, 3, q->tag, -1, SQLITE_TRANSIENT);
+    if (!q->unnamed) {
+        sqlite3_bind_text(s, 4, q->prefix ? q->prefix : "", -1, SQLITE_TRANSIENT);
+        if ((r = bind_path(s, q->path ? q->prefix : NULL)) < 0) {
+            db_snapshot_end(db, c);
+            return r;
+        }
+    }
+    /* Collect first: db_load_doc reuses statements, so the cursor must be finished. */
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        char *name = NULL;
+        if (!q->unnamed) {
+            const char *v = (const char *)sqlite3_column_text(s, 1);
+            /* Names sort bytewise: past the first that lacks the prefix, none has it. */
+            if (!v || strncmp(v, q->prefix ? q->prefix : "", plen) != 0) {
+                rc = SQLITE_DONE;
+                break;
+            }
+            if (!(name = strdup(v))) {
+                r = -ENOMEM;
+                break;
+            }
+        }
+        if ((r = rows_push(&rw, sqlite3_column_int64(s, 0), name,
+                           q->unnamed ? 0 : sqlite3_column_int64(s, 2))) < 0)
+            break;
+    }
+    sqlite3_reset(s);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r == 0)
+        r = load_rows(c, rw.ids, q->unnamed ? NULL : rw.names, rw.added, rw.n, docs);
+    db_snapshot_end(db, c);
+    if (r == 0)
+        *n = rw.n;
+    rows_free(&rw);
+    return r;
+}
+
+/*
+ * The least string above every string that starts with `prefix`: the
+ * prefix with its last byte below 0xff raised by one (bytes after it
+ * dropped). False when there is none (empty, or all 0xff).
+ */
+static bool prefix_bound(const char *prefix, char *bound, size_t size)
+{
+    size_t len = strlen(prefix);
+
+    if (len >= size)
+        return false;
+    memcpy(bound, prefix, len + 1);
+    while (len > 0 && (unsigned char)bound[len - 1] == 0xff)
+        bound[--len] = '\0';
+    if (len == 0)
+        return false;
+    bound[len - 1] = (char)((unsigned char)bound[len - 1] + 1);
+    return true;
+}
+
+int db_du(struct db *db, const char *prefix, bool path, struct db_du *du)
+{
+    /* One snapshot: both sums see the same names. */
+    struct db_conn *c = db_snapshot_begin(db);
+    char bound[PROTO_MAX_REF + 1];
+    bool bounded = prefix && prefix_bound(prefix, bound, sizeof(bound));
+    sqlite3_stmt *s;
+    int r = 0;
+
+    memset(du, 0, sizeof(*du));
+    if (!c)
+        return -EIO;
+    for (int q = 0; r == 0 && q < 2; q++) {
+        if (!(s = db_stmt(c, q == 0 ? DB_S_DU_NAMES : DB_S_DU_DOCS))) {
+            r = -EIO;
+            break;
+        }
+        sqlite3_bind_text(s, 1, prefix ? prefix : "", -1, SQLITE_TRANSIENT);
+        if (bounded)
+            sqlite3_bind_text(s, 2, bound, -1, SQLITE_TRANSIENT);
+        if ((r = bind_path(s, path ? prefix : NULL)) < 0) {
+            sqlite3_reset(s);
+            break;
+        }
+        if (sqlite3_step(s) != SQLITE_ROW) {
+            r = -EIO;
+        } else if (q == 0) {
+            du->names = (uint64_t)sqlite3_column_int64(s, 0);
+            du->logical_bytes = (uint64_t)sqlite3_column_int64(s, 1);
+        } else {
+            du->documents = (uint64_t)sqlite3_column_int64(s, 0);
+            du->unique_bytes = (uint64_t)sqlite3_column_int64(s, 1);
+            du->stored_bytes = (uint64_t)sqlite3_column_int64(s, 2);
+        }
+        sqlite3_reset(s);
+    }
+    db_snapshot_end(db, c);
+    return r;
+}

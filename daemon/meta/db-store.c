@@ -1,0 +1,322 @@
+/*
+ * Where records live: the packs, and the rows that locate chunks (inside
+ * their blocks), manifest segments and journal entries in them.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "daemon/meta/db-int.h"
+#include "daemon/base/log.h"
+
+const char *const db_store_sql[DB_S_COUNT_] = {
+    [DB_S_CHUNK_FIND] = "SELECT pack, off, len, sub, size, stored FROM chunks WHERE hash = ?1",
+    [DB_S_CHUNK_LOOKUP] = "SELECT stored FROM chunks WHERE hash = ?1 AND condemned = 0",
+    /*
+     * A new copy replaces the location only of a condemned row: a live row
+     * keeps pointing where it did, and the new copy is dead weight for gc.
+     */
+    [DB_S_CHUNK_PUT] = "INSERT INTO chunks(hash, pack, off, len, sub, size, stored, condemned)"
+                       " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)"
+                       " ON CONFLICT(hash) DO UPDATE SET pack = excluded.pack,"
+                       " off = excluded.off, len = excluded.len, sub = excluded.sub,"
+                       " size = excluded.size, stored = excluded.stored, condemned = 0"
+                       " WHERE chunks.condemned != 0",
+    [DB_S_SEGMENT_FIND] = "SELECT pack, off, len, 0, size, len FROM segments WHERE hash = ?1",
+    [DB_S_SEGMENT_PUT] = "INSERT INTO segments(hash, pack, off, len, size, condemned)"
+                         " VALUES(?1, ?2, ?3, ?4, ?5, 0)"
+                         " ON CONFLICT(hash) DO UPDATE SET pack = excluded.pack,"
+                         " off = excluded.off, len = excluded.len, size = excluded.size,"
+                         " condemned = 0 WHERE segments.condemned != 0",
+    [DB_S_JOURNAL_PUT] = "INSERT OR IGNORE INTO journal(hash, pack, off, len, doc, time, op,"
+                         " applied) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [DB_S_JOURNAL_PENDING] = "SELECT hash, pack, off, len FROM journal WHERE applied = 0"
+                             /* One `rm NAME` writes its unnames and deletes at one time. */
+                             " ORDER BY time, op DESC LIMIT ?1",
+    [DB_S_JOURNAL_APPLIED] = "UPDATE journal SET applied = 1 WHERE hash = ?1",
+    [DB_S_JOURNAL_REFUSED] = "DELETE FROM journal WHERE hash = ?1",
+    [DB_S_JOURNAL_NEWEST] = "SELECT COALESCE(MAX(time), 0) FROM journal",
+    [DB_S_PACK_SET] = "INSERT INTO packs(seq, size, state) VALUES(?1, ?2, ?3)"
+                      " ON CONFLICT(seq) DO UPDATE SET size = excluded.size,"
+                      " state = excluded.state",
+    [DB_S_PACK_DROP] = "DELETE FROM packs WHERE seq = ?1",
+    [DB_S_PACKS] = "SELECT seq, size, state FROM packs ORDER BY seq",
+    [DB_S_PACK_SIZE] = "SELECT size FROM packs WHERE seq = ?1",
+};
+
+/* Runs a lookup by hash on a reader connection and reads a location from its row. */
+static int find(struct db *db, enum db_stmt_id id, const uint8_t hash[PROTO_HASH_LEN],
+                struct db_loc *loc)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int rc, r = DB_E_NOT_FOUND;
+
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, id))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        loc->pack = (uint64_t)sqlite3_column_int64(s, 0);
+        loc->off = (uint64_t)sqlite3_column_int64(s, 1);
+        loc->len = (uint32_t)sqlite3_column_int64(s, 2);
+        loc->sub = (uint32_t)sqlite3_column_int64(s, 3);
+        loc->size = (uint32_t)sqlite3_column_int64(s, 4);
+        loc->stored = (uint32_t)sqlite3_column_int64(s, 5);
+        r = 0;
+    } else if (rc != SQLITE_DONE) {
+        log_error("database: %s", sqlite3_errmsg(c->sql));
+        r = -EIO;
+    }
+    sqlite3_reset(s);
+    db_reader_release(db, c);
+    return r;
+}
+
+int db_chunk_find(struct db *db, const uint8_t hash[PROTO_HASH_LEN], struct db_loc *loc)
+{
+    return find(db, DB_S_CHUNK_FIND, hash, loc);
+}
+
+int db_segment_find(struct db *db, const uint8_t hash[PROTO_HASH_LEN], struct db_loc *loc)
+{
+    return find(db, DB_S_SEGMENT_FIND, hash, loc);
+}
+
+int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t v;
+    int r;
+
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_CHUNK_LOOKUP))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    r = db_query_id(c, s, &v);
+    if (r == 0)
+        *stored = (uint32_t)v;
+    db_reader_release(db, c);
+    return r;
+}
+
+int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                     const struct db_loc *loc)
+{
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_CHUNK_PUT);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)loc->pack);
+    sqlite3_bind_int64(s, 3, (int64_t)loc->off);
+    sqlite3_bind_int64(s, 4, loc->len);
+    sqlite3_bind_int64(s, 5, loc->sub);
+    sqlite3_bind_int64(s, 6, loc->size);
+    sqlite3_bind_int64(s, 7, loc->stored);
+    return db_step_done(txn->conn, s);
+}
+
+int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                       const struct db_loc *loc)
+{
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_SEGMENT_PUT);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)loc->pack);
+    sqlite3_bind_int64(s, 3, (int64_t)loc->off);
+    sqlite3_bind_int64(s, 4, loc->len);
+    sqlite3_bind_int64(s, 5, loc->size);
+    return db_step_done(txn->conn, s);
+}
+
+int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
+                       const struct db_loc *loc, const uint8_t doc[PROTO_HASH_LEN],
+                       uint64_t time_ns, int op, bool applied)
+{
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_JOURNAL_PUT);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)loc->pack);
+    sqlite3_bind_int64(s, 3, (int64_t)loc->off);
+    sqlite3_bind_int64(s, 4, loc->len);
+    sqlite3_bind_blob(s, 5, doc, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 6, (int64_t)time_ns);
+    sqlite3_bind_int(s, 7, op);
+    sqlite3_bind_int(s, 8, applied);
+    return db_step_done(txn->conn, s);
+}
+
+int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out, size_t *n)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    struct db_pending_entry *v;
+    sqlite3_stmt *s;
+    size_t count = 0;
+    int rc;
+
+    *out = NULL;
+    *n = 0;
+    if (!c)
+        return -EIO;
+    if (!(v = calloc(max ? max : 1, sizeof(*v)))) {
+        db_reader_release(db, c);
+        return -ENOMEM;
+    }
+    if (!(s = db_stmt(c, DB_S_JOURNAL_PENDING))) {
+        db_reader_release(db, c);
+        free(v);
+        return -EIO;
+    }
+    sqlite3_bind_int64(s, 1, (int64_t)max);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW && count < max) {
+        if (sqlite3_column_bytes(s, 0) != PROTO_HASH_LEN)
+            continue;
+        memcpy(v[count].id, sqlite3_column_blob(s, 0), PROTO_HASH_LEN);
+        v[count].loc.pack = (uint64_t)sqlite3_column_int64(s, 1);
+        v[count].loc.off = (uint64_t)sqlite3_column_int64(s, 2);
+        v[count].loc.len = (uint32_t)sqlite3_column_int64(s, 3);
+        count++;
+    }
+    sqlite3_reset(s);
+    db_reader_release(db, c);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        free(v);
+        return -EIO;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
+int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool drop)
+{
+    sqlite3_stmt *s = db_stmt(txn->conn, drop ? DB_S_JOURNAL_REFUSED : DB_S_JOURNAL_APPLIED);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
+    return db_step_done(txn->conn, s);
+}
+
+int db_journal_newest(struct db *db, uint64_t *time_ns)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t v = 0;
+    int r;
+
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_JOURNAL_NEWEST))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    r = db_query_id(c, s, &v);
+    db_reader_release(db, c);
+    if (r < 0)
+        return r;
+    *time_ns = (uint64_t)v;
+    return 0;
+}
+
+int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pack_state state)
+{
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_SET);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, (int64_t)seq);
+    sqlite3_bind_int64(s, 2, (int64_t)size);
+    sqlite3_bind_int(s, 3, (int)state);
+    return db_step_done(txn->conn, s);
+}
+
+int db_txn_pack_drop(struct db_txn *txn, uint64_t seq)
+{
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_DROP);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, (int64_t)seq);
+    return db_step_done(txn->conn, s);
+}
+
+int db_pack_size(struct db *db, uint64_t seq, uint64_t *size)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t v;
+    int r;
+
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_PACK_SIZE))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_int64(s, 1, (int64_t)seq);
+    r = db_query_id(c, s, &v);
+    if (r == 0)
+        *size = v > 0 ? (uint64_t)v : 0;
+    db_reader_release(db, c);
+    return r;
+}
+
+int db_packs(struct db *db, struct db_pack **packs, size_t *n)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    struct db_pack *v = NULL;
+    size_t count = 0, cap = 0;
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *packs = NULL;
+    *n = 0;
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_PACKS))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct db_pack *grown = realloc(v, cap * sizeof(*grown));
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            v = grown;
+        }
+        v[count].seq = (uint64_t)sqlite3_column_int64(s, 0);
+        v[count].size = (uint64_t)sqlite3_column_int64(s, 1);
+        v[count].state = (enum db_pack_state)sqlite3_column_int(s, 2);
+        count++;
+    }
+    sqlite3_reset(s);
+    db_reader_release(db, c);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r < 0) {
+        free(v);
+        return r;
+    }
+    *packs = v;
+    *n = count;
+    return 0;
+}

@@ -1,0 +1,503 @@
+/*
+ * The database's core: the schema, connections and their statement cache,
+ * the reader pool and the group-committing writer. The queries are in
+ * db-docs.c, db-search.c and db-maint.c; db-int.h is what they share.
+ */
+#include "daemon/meta/db.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdatomic.h>
+
+#include <sqlite3.h>
+
+#include "daemon/meta/db-int.h"
+#include "daemon/base/log.h"
+#include "proto/util.h"
+#include "storage/backend.h"
+
+static const char schema_sql[] =
+    /*
+     * id is never reused (AUTOINCREMENT): the search index keys on it and may
+     * still hold a deleted document's entry for a moment.
+     */
+    "CREATE TABLE IF NOT EXISTS documents("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " hash TEXT NOT NULL UNIQUE,"
+    " size INTEGER NOT NULL,"
+    " stored_size INTEGER NOT NULL,"
+    " chunks INTEGER NOT NULL,"
+    " mime TEXT NOT NULL,"
+    " created INTEGER NOT NULL,"
+    " text INTEGER NOT NULL,"
+    " depth INTEGER NOT NULL,"
+    " manifest BLOB NOT NULL,"
+    " index_gen INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS names("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " name TEXT NOT NULL,"
+    " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
+    " added INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS names_by_name ON names(name, seq);"
+    "CREATE INDEX IF NOT EXISTS names_by_doc ON names(doc, seq);"
+    "CREATE TABLE IF NOT EXISTS tags("
+    " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
+    " tag TEXT NOT NULL,"
+    " PRIMARY KEY(doc, tag)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS tags_by_tag ON tags(tag, doc);"
+    "CREATE TABLE IF NOT EXISTS meta("
+    " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
+    " key TEXT NOT NULL,"
+    " value TEXT NOT NULL,"
+    " PRIMARY KEY(doc, key)) WITHOUT ROWID;"
+    /* Where the records are: packs, and the rows that point into them. */
+    "CREATE TABLE IF NOT EXISTS packs("
+    " seq INTEGER PRIMARY KEY,"
+    " size INTEGER NOT NULL,"
+    " state INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS chunks("
+    " hash BLOB PRIMARY KEY,"
+    " pack INTEGER NOT NULL,"
+    " off INTEGER NOT NULL,"
+    " len INTEGER NOT NULL,"
+    " sub INTEGER NOT NULL,"
+    " size INTEGER NOT NULL,"
+    " stored INTEGER NOT NULL,"
+    " condemned INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS chunks_by_pack ON chunks(pack, off);"
+    "CREATE TABLE IF NOT EXISTS segments("
+    " hash BLOB PRIMARY KEY,"
+    " pack INTEGER NOT NULL,"
+    " off INTEGER NOT NULL,"
+    " len INTEGER NOT NULL,"
+    " size INTEGER NOT NULL,"
+    " condemned INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS segments_by_pack ON segments(pack, off);"
+    "CREATE TABLE IF NOT EXISTS journal("
+    " hash BLOB PRIMARY KEY,"
+    " pack INTEGER NOT NULL,"
+    " off INTEGER NOT NULL,"
+    " len INTEGER NOT NULL,"
+    " doc BLOB NOT NULL,"
+    " time INTEGER NOT NULL,"
+    " op INTEGER NOT NULL,"
+    /* 0: found in a pack by replay, its event not applied yet (replay.c) */
+    " applied INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS journal_by_doc ON journal(doc, time);"
+    "CREATE INDEX IF NOT EXISTS journal_pending ON journal(time) WHERE applied = 0;"
+    "CREATE INDEX IF NOT EXISTS journal_by_pack ON journal(pack, off);"
+    /* Deleted documents the search index still has to drop (indexer.c). */
+    "CREATE TABLE IF NOT EXISTS search_removals("
+    " doc INTEGER PRIMARY KEY,"
+    " depth INTEGER NOT NULL,"
+    " manifest BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS state("
+    " key TEXT PRIMARY KEY,"
+    " value INTEGER NOT NULL) WITHOUT ROWID;";
+
+/* The SQL of a statement, from the table of the file that owns it. */
+static const char *stmt_sql(enum db_stmt_id id)
+{
+    if (db_docs_sql[id])
+        return db_docs_sql[id];
+    if (db_search_sql[id])
+        return db_search_sql[id];
+    if (db_store_sql[id])
+        return db_store_sql[id];
+    if (db_names_sql[id])
+        return db_names_sql[id];
+    return db_gc_sql[id];
+}
+
+sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id)
+{
+    sqlite3_stmt *s = c->stmts[id];
+    if (s) {
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+        return s;
+    }
+    if (sqlite3_prepare_v3(c->sql, stmt_sql(id), -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) !=
+        SQLITE_OK) {
+        log_error("database: cannot prepare statement: %s", sqlite3_errmsg(c->sql));
+        return NULL;
+    }
+    c->stmts[id] = s;
+    return s;
+}
+
+static void conn_close(struct db_conn *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < DB_S_COUNT_; i++)
+        sqlite3_finalize(c->stmts[i]);
+    for (int i = 0; i < DB_SEARCH_SHAPES; i++)
+        sqlite3_finalize(c->search_stmts[i]);
+    sqlite3_close(c->sql);
+    free(c);
+}
+
+int db_errno(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+        return -ENOSPC; /* a full disk says so, as a failed pack write does */
+    case SQLITE_NOMEM:
+        return -ENOMEM;
+    default:
+        return -EIO;
+    }
+}
+
+static int exec(struct db_conn *c, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(c->sql, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        log_error("database: %s: %s", sql, msg ? msg : "error");
+        sqlite3_free(msg);
+        return db_errno(rc);
+    }
+    return 0;
+}
+
+static int conn_open(const char *path, bool writer, struct db_conn **out)
+{
+    struct db_conn *c = calloc(1, sizeof(*c));
+    int flags = SQLITE_OPEN_NOMUTEX |
+                (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY);
+
+    if (!c)
+        return -ENOMEM;
+    if (sqlite3_open_v2(path, &c->sql, flags, NULL) != SQLITE_OK) {
+        log_error("database %s: %s", path, c->sql ? sqlite3_errmsg(c->sql) : "cannot open");
+        conn_close(c);
+        return -EIO;
+    }
+    sqlite3_busy_timeout(c->sql, 10000);
+    sqlite3_extended_result_codes(c->sql, 1);
+    if (writer) {
+        /*
+         * NORMAL: a commit is not synced, because what it records is durable in
+         * a pack already and is replayed from there after a crash. Writes that
+         * must stand on their own ask for a durable commit (db_write.durable).
+         */
+        if (exec(c, "PRAGMA page_size=1024") || exec(c, "PRAGMA journal_mode=WAL") ||
+            exec(c, backend_sync_disabled() ? "PRAGMA synchronous=OFF"
+                                            : "PRAGMA synchronous=NORMAL") ||
+            exec(c, "PRAGMA foreign_keys=ON") || exec(c, "PRAGMA temp_store=MEMORY")) {
+            conn_close(c);
+            return -EIO;
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+struct db_conn *db_reader_acquire(struct db *db)
+{
+    struct db_conn *c = NULL;
+
+    pthread_mutex_lock(&db->pool_lock);
+    if (db->pool_free) {
+        c = db->pool_free;
+        db->pool_free = c->next_free;
+    }
+    pthread_mutex_unlock(&db->pool_lock);
+    if (c)
+        return c;
+    if (conn_open(db->path, false, &c) < 0)
+        return NULL;
+    pthread_mutex_lock(&db->pool_lock);
+    if (db->pool_n == db->pool_cap) {
+        size_t ncap = db->pool_cap ? db->pool_cap * 2 : 8;
+        struct db_conn **all = realloc(db->pool_all, ncap * sizeof(*all));
+        if (!all) {
+            pthread_mutex_unlock(&db->pool_lock);
+            conn_close(c);
+            return NULL;
+        }
+        db->pool_all = all;
+        db->pool_cap = ncap;
+    }
+    db->pool_all[db->pool_n++] = c;
+    pthread_mutex_unlock(&db->pool_lock);
+    return c;
+}
+
+void db_reader_release(struct db *db, struct db_conn *c)
+{
+    /* Leave no statement holding a read transaction open between uses. */
+    for (int i = 0; i < DB_S_COUNT_; i++) {
+        if (c->stmts[i])
+            sqlite3_reset(c->stmts[i]);
+    }
+    pthread_mutex_lock(&db->pool_lock);
+    c->next_free = db->pool_free;
+    db->pool_free = c;
+    pthread_mutex_unlock(&db->pool_lock);
+}
+
+struct db_conn *db_snapshot_begin(struct db *db)
+{
+    struct db_conn *c = db_reader_acquire(db);
+
+    if (c && sqlite3_exec(c->sql, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        db_reader_release(db, c);
+        return NULL;
+    }
+    return c;
+}
+
+void db_snapshot_end(struct db *db, struct db_conn *c)
+{
+    sqlite3_exec(c->sql, "COMMIT", NULL, NULL, NULL);
+    db_reader_release(db, c);
+}
+
+/*
+ * Format 1 (one object per chunk, reference counts) is converted by
+ * upgrade.c; a newer format than this build knows is refused.
+ */
+static int check_format(struct db_conn *c)
+{
+    sqlite3_stmt *s;
+    int version = -1;
+
+    if (sqlite3_prepare_v2(c->sql, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK)
+        return -EIO;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        version = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    if (version < 0)
+        return -EIO;
+    if (version == 1)
+        return DB_E_OLD_FORMAT;
+    if (version > DB_FORMAT) {
+        log_error("database: format %d is newer than this cairnd (format %d)", version, DB_FORMAT);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+int db_new(struct db **out, uv_loop_t *loop, const char *path)
+{
+    struct db *db = calloc(1, sizeof(*db));
+    int r;
+
+    if (!db)
+        return -ENOMEM;
+    db->loop = loop;
+    db->path = strdup(path);
+    pthread_mutex_init(&db->pool_lock, NULL);
+    pthread_mutex_init(&db->vocab_lock, NULL);
+    pthread_mutex_init(&db->rows_lock, NULL);
+    if (!db->path) {
+        db_free(db);
+        return -ENOMEM;
+    }
+    r = conn_open(path, true, &db->writer);
+    if (r < 0) {
+        db_free(db);
+        return r;
+    }
+    r = check_format(db->writer);
+    if (r != 0) {
+        db_free(db);
+        return r;
+    }
+    if (exec(db->writer, schema_sql) || exec(db->writer, "PRAGMA user_version=2")) {
+        db_free(db);
+        return -EIO;
+    }
+    *out = db;
+    return 0;
+}
+
+const char *db_path(const struct db *db)
+{
+    return db->path;
+}
+
+int db_sync_log(struct db *db)
+{
+    char path[PATH_MAX + 8];
+    int fd, r = 0;
+
+    if (backend_sync_disabled())
+        return 0;
+    snprintf(path, sizeof(path), "%s-wal", db->path);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno; /* no log: everything is in the database file */
+    if (fdatasync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
+struct db *db_free(struct db *db)
+{
+    if (!db)
+        return NULL;
+    for (size_t i = 0; i < db->pool_n; i++)
+        conn_close(db->pool_all[i]);
+    free(db->pool_all);
+    if (db->writer) {
+        /* Fold the WAL back so the database file alone is complete. */
+        sqlite3_wal_checkpoint_v2(db->writer->sql, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        conn_close(db->writer);
+    }
+    pthread_mutex_destroy(&db->pool_lock);
+    db_vocab_clear(db);
+    pthread_mutex_destroy(&db->vocab_lock);
+    pthread_mutex_destroy(&db->rows_lock);
+    free(db->path);
+    free(db);
+    return NULL;
+}
+
+/* ---- group-committed writes ---- */
+
+static void batch_work(uv_work_t *work)
+{
+    struct db *db = container_of(work, struct db, batch_work);
+    struct db_txn txn = {db->writer, 0};
+    bool durable = false;
+    int r;
+
+    for (struct db_write *w = db->batch; w; w = w->next_)
+        durable |= w->durable;
+    durable = durable && !backend_sync_disabled();
+    /* The setting is read at commit; it may only change outside a transaction. */
+    if (durable)
+        exec(db->writer, "PRAGMA synchronous=FULL");
+    r = exec(db->writer, "BEGIN IMMEDIATE");
+    for (struct db_write *w = db->batch; w; w = w->next_) {
+        if (r < 0) {
+            w->status = r;
+            continue;
+        }
+        if ((w->status = exec(db->writer, "SAVEPOINT item")) < 0)
+            continue;
+        w->status = w->apply(&txn, w);
+        if (w->status != 0)
+            exec(db->writer, "ROLLBACK TO item");
+        exec(db->writer, "RELEASE item");
+    }
+    if (r == 0 && (r = exec(db->writer, "COMMIT")) < 0) {
+        exec(db->writer, "ROLLBACK");
+        for (struct db_write *w = db->batch; w; w = w->next_) {
+            if (w->status == 0)
+                w->status = r; /* -ENOSPC for a full disk */
+        }
+    }
+    if (durable)
+        exec(db->writer, "PRAGMA synchronous=NORMAL");
+}
+
+int db_txn_savepoint(struct db_txn *txn)
+{
+    txn->depth++;
+    return exec(txn->conn, "SAVEPOINT nested");
+}
+
+int db_txn_savepoint_end(struct db_txn *txn, bool rollback)
+{
+    int r = 0;
+
+    if (rollback)
+        r = exec(txn->conn, "ROLLBACK TO nested");
+    if (exec(txn->conn, "RELEASE nested") < 0)
+        r = -EIO;
+    txn->depth--;
+    return r;
+}
+
+static void batch_start(struct db *db);
+
+static void batch_done(uv_work_t *work, int status)
+{
+    struct db *db = container_of(work, struct db, batch_work);
+    struct db_write *w = db->batch, *next;
+
+    db->batch = NULL;
+    db->batch_running = false;
+    for (; w; w = next) {
+        next = w->next_;
+        if (status < 0)
+            w->status = status;
+        w->done(w);
+    }
+    batch_start(db);
+}
+
+static void batch_start(struct db *db)
+{
+    if (db->batch_running || !db->queue_head)
+        return;
+    db->batch = db->queue_head;
+    db->queue_head = db->queue_tail = NULL;
+    db->batch_running = true;
+    int r = uv_queue_work(db->loop, &db->batch_work, batch_work, batch_done);
+    if (r < 0)
+        batch_done(&db->batch_work, r);
+}
+
+void db_write(struct db *db, struct db_write *w)
+{
+    w->next_ = NULL;
+    w->status = 0;
+    if (db->queue_tail)
+        db->queue_tail->next_ = w;
+    else
+        db->queue_head = w;
+    db->queue_tail = w;
+    batch_start(db);
+}
+
+bool db_busy(struct db *db)
+{
+    return db->batch_running || db->queue_head;
+}
+
+/* ---- helpers shared by reads and writes ---- */
+
+int db_step_done(struct db_conn *c, sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE || rc == SQLITE_ROW)
+        return 0;
+    log_error("database: %s", sqlite3_errmsg(c->sql));
+    return db_errno(rc);
+}
+
+int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out)
+{
+    int rc = sqlite3_step(s);
+    int r = 0;
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(s, 0);
+    else if (rc == SQLITE_DONE)
+        r = DB_E_NOT_FOUND;
+    else {
+        log_error("database: %s", sqlite3_errmsg(c->sql));
+        r = -EIO;
+    }
+    sqlite3_reset(s);
+    return r;
+}
+
+char *db_column_strdup(sqlite3_stmt *s, int col)
+{
+    const unsigned char *t = sqlite3_column_text(s, col);
+    return strdup(t ? (const char *)t : "");
+}

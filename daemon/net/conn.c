@@ -1,0 +1,499 @@
+#include "daemon/net/conn.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon/app/daemon.h"
+#include "daemon/net/dispatch.h"
+#include "daemon/base/log.h"
+#include "proto/util.h"
+
+#define CONN_READ_SIZE (64u * 1024)
+
+struct write_req {
+    uv_write_t w;
+    struct conn *conn;
+    char *data;
+    size_t len;
+};
+
+void conn_ref(struct conn *c)
+{
+    c->refs++;
+}
+
+static void conn_free(struct conn *c)
+{
+    struct daemon *d = c->d;
+
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        d->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    d->nconns--;
+    free(c->rbuf);
+    free(c);
+    daemon_check_stopped(d);
+}
+
+void conn_unref(struct conn *c)
+{
+    if (--c->refs == 0)
+        conn_free(c);
+}
+
+static void on_close(uv_handle_t *h)
+{
+    struct conn *c = container_of((uv_pipe_t *)h, struct conn, pipe);
+
+    /* Requests still running keep their own reference and drop their replies. */
+    while (c->reqs)
+        dispatch_abandon(c->reqs);
+    conn_unref(c);
+}
+
+void conn_close(struct conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    c->reading = false;
+    /*
+     * The requests in progress are abandoned in on_close, on a later turn of
+     * the loop, not here: conn_close() runs inside a request's completion
+     * when its reply cannot be sent, and that request must not be freed
+     * under the completion still using it. Until then every reply is dropped
+     * (conn_send) and nothing new is read.
+     */
+    uv_close((uv_handle_t *)&c->pipe, on_close);
+}
+
+void conn_close_after_flush(struct conn *c)
+{
+    c->close_after_flush = true;
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->pipe);
+        c->reading = false;
+    }
+    if (c->wqueued == 0)
+        conn_close(c);
+}
+
+static bool can_process(const struct conn *c)
+{
+    return !c->closing && !c->close_after_flush && c->inflight < CONN_MAX_INFLIGHT &&
+           c->wqueued < CONN_MAX_QUEUED && c->full_adds == 0;
+}
+
+static void on_write(uv_write_t *w, int status)
+{
+    struct write_req *wr = container_of(w, struct write_req, w);
+    struct conn *c = wr->conn;
+
+    c->wqueued -= wr->len;
+    free(wr->data);
+    free(wr);
+    if (status < 0 && status != UV_ECANCELED && !c->closing) {
+        log_debug("connection write failed: %s", uv_strerror(status));
+        conn_close(c);
+    }
+    if (!c->closing) {
+        if (c->close_after_flush && c->wqueued == 0) {
+            conn_close(c);
+        } else {
+            /* Wake streams that were waiting for the client to catch up. */
+            while (c->drain_waiters && c->wqueued < CONN_STREAM_WINDOW) {
+                struct request *req = c->drain_waiters;
+                c->drain_waiters = req->drain_next;
+                req->waiting_drain = false;
+                req->drain_next = NULL;
+                dispatch_drained(req);
+                if (c->closing)
+                    break;
+            }
+            conn_kick(c);
+        }
+    }
+    conn_unref(c);
+}
+
+/*
+ * Test-only fault injection: with CAIRN_TEST_FAIL_SEND=N in cairnd's
+ * environment, the Nth reply send of the process fails as an allocation
+ * failure would (tests/integration/test_hostile.py). Loop thread only.
+ */
+static bool send_fault(void)
+{
+    static unsigned long at, sends;
+    static bool read_env;
+
+    if (!read_env) {
+        const char *v = getenv("CAIRN_TEST_FAIL_SEND");
+        at = v ? strtoul(v, NULL, 10) : 0;
+        read_env = true;
+    }
+    return at && ++sends == at;
+}
+
+void conn_send(struct conn *c, msgpack_sbuffer *frames)
+{
+    struct write_req *wr;
+    uv_buf_t buf;
+    int r;
+
+    if (c->closing || frames->size == 0) {
+        msgpack_sbuffer_destroy(frames);
+        return;
+    }
+    wr = send_fault() ? NULL : malloc(sizeof(*wr));
+    if (!wr) {
+        msgpack_sbuffer_destroy(frames);
+        conn_close(c);
+        return;
+    }
+    wr->conn = c;
+    wr->len = frames->size;
+    wr->data = msgpack_sbuffer_release(frames);
+    buf = uv_buf_init(wr->data, (unsigned)wr->len);
+    r = uv_write(&wr->w, (uv_stream_t *)&c->pipe, &buf, 1, on_write);
+    if (r < 0) {
+        free(wr->data);
+        free(wr);
+        conn_close(c);
+        return;
+    }
+    c->wqueued += wr->len;
+    conn_ref(c);
+}
+
+void conn_wait_drain(struct conn *c, struct request *req)
+{
+    if (req->waiting_drain)
+        return;
+    req->waiting_drain = true;
+    req->drain_next = c->drain_waiters;
+    c->drain_waiters = req;
+}
+
+void conn_request_add(struct conn *c, struct request *req)
+{
+    req->conn = c;
+    req->prev = NULL;
+    req->next = c->reqs;
+    if (c->reqs)
+        c->reqs->prev = req;
+    c->reqs = req;
+    c->inflight++;
+    conn_ref(c);
+}
+
+void conn_request_remove(struct conn *c, struct request *req)
+{
+    if (req->waiting_drain) {
+        struct request **p = &c->drain_waiters;
+        while (*p && *p != req)
+            p = &(*p)->drain_next;
+        if (*p)
+            *p = req->drain_next;
+        req->waiting_drain = false;
+    }
+    if (req->prev)
+        req->prev->next = req->next;
+    else
+        c->reqs = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
+    req->prev = req->next = NULL;
+    c->inflight--;
+    if (c->d->stopping && c->inflight == 0 && !c->closing)
+        conn_close_after_flush(c);
+    else
+        conn_kick(c);
+    conn_unref(c);
+}
+
+struct request *conn_request_find(struct conn *c, uint64_t id)
+{
+    for (struct request *r = c->reqs; r; r = r->next) {
+        if (r->id == id)
+            return r;
+    }
+    return NULL;
+}
+
+/* Splits and dispatches the complete frames in the buffer while flow control allows. */
+static void process_frames(struct conn *c)
+{
+    /*
+     * Nothing buffered: a frame dispatched in an earlier pass kicked the
+     * connection while frames were left, and that pass then took them all
+     * and freed the buffer. (c->rbuf + 0 on NULL is undefined behaviour.)
+     */
+    if (!c->rbuf)
+        return;
+    conn_ref(c); /* a dispatched frame may close the connection */
+    while (can_process(c)) {
+        const uint8_t *payload;
+        size_t plen, consumed;
+        int r = proto_frame_split(c->rbuf + c->rpos, c->rlen - c->rpos, PROTO_MAX_FRAME, &payload,
+                                  &plen, &consumed);
+        if (r == PROTO_FRAME_NEED_MORE)
+            break;
+        if (r == PROTO_FRAME_TOO_LARGE) {
+            log_info("closing a connection that sent a %zu-byte frame", plen);
+            reply_error(c, 0, PROTO_E_TOO_LARGE, "frame larger than 1048576 bytes");
+            conn_close_after_flush(c);
+            break;
+        }
+        if (r == PROTO_FRAME_EMPTY) {
+            reply_error(c, 0, PROTO_E_BAD_FRAME, "empty frame");
+            conn_close_after_flush(c);
+            break;
+        }
+        c->rpos += consumed;
+        dispatch_frame(c, payload, plen);
+    }
+    if (!c->closing && c->rbuf) {
+        /* Keep only the partial frame; free the buffer when it is empty. */
+        if (c->rpos == c->rlen) {
+            free(c->rbuf);
+            c->rbuf = NULL;
+            c->rpos = c->rlen = c->rcap = 0;
+        } else if (c->rpos > 0) {
+            memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+            c->rlen -= c->rpos;
+            c->rpos = 0;
+        }
+    }
+    conn_unref(c);
+}
+
+static void set_reading(struct conn *c, bool on);
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *c = container_of((uv_pipe_t *)h, struct conn, pipe);
+    size_t want = CONN_READ_SIZE;
+
+    /* Make room for the whole frame being received, up to the frame limit. */
+    if (c->rlen - c->rpos >= 4) {
+        uint32_t n = proto_be32_read(c->rbuf + c->rpos);
+        if (n <= PROTO_MAX_FRAME && n + 4 > c->rlen - c->rpos + want)
+            want = n + 4 - (c->rlen - c->rpos);
+    }
+    if (c->rcap - c->rlen < want) {
+        size_t ncap = c->rlen + want;
+        uint8_t *grown = realloc(c->rbuf, ncap);
+        if (!grown) {
+            *buf = uv_buf_init(NULL, 0);
+            return;
+        }
+        c->rbuf = grown;
+        c->rcap = ncap;
+    }
+    *buf = uv_buf_init((char *)c->rbuf + c->rlen, (unsigned)(c->rcap - c->rlen));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = container_of((uv_pipe_t *)s, struct conn, pipe);
+
+    if (nread == UV_EOF) {
+        /* Requests already received still get their replies (a half-closed client waits for them).
+         */
+        c->eof = true;
+        set_reading(c, false);
+        conn_kick(c);
+        return;
+    }
+    if (nread < 0) {
+        log_debug("connection read failed: %s", uv_strerror((int)nread));
+        conn_close(c);
+        return;
+    }
+    if (nread == 0)
+        return;
+    c->rlen += (size_t)nread;
+    process_frames(c);
+    if (!c->closing)
+        conn_kick(c);
+}
+
+static void set_reading(struct conn *c, bool on)
+{
+    if (on && c->eof)
+        on = false;
+    if (on == c->reading)
+        return;
+    if (on) {
+        if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0) {
+            conn_close(c);
+            return;
+        }
+    } else {
+        uv_read_stop((uv_stream_t *)&c->pipe);
+    }
+    c->reading = on;
+}
+
+static bool has_frame(const struct conn *c)
+{
+    const uint8_t *payload;
+    size_t plen, consumed;
+    return c->rbuf && proto_frame_split(c->rbuf + c->rpos, c->rlen - c->rpos, PROTO_MAX_FRAME,
+                                        &payload, &plen, &consumed) != PROTO_FRAME_NEED_MORE;
+}
+
+static void on_pending_idle(uv_idle_t *h)
+{
+    conn_run_pending(container_of(h, struct daemon, pending_idle));
+}
+
+void conn_kick(struct conn *c)
+{
+    struct daemon *d = c->d;
+
+    if (c->closing || c->close_after_flush)
+        return;
+    if (!can_process(c)) {
+        set_reading(c, false);
+        return;
+    }
+    if (c->eof && !has_frame(c)) {
+        /* Nothing more can arrive: an add still waiting for data never completes. */
+        if (dispatch_stream_open(c))
+            conn_close(c);
+        else if (c->inflight == 0)
+            conn_close_after_flush(c);
+        return;
+    }
+    if (has_frame(c)) {
+        /* Process on the next loop turn, never from inside someone's callback. */
+        set_reading(c, false);
+        if (!c->pending) {
+            c->pending = true;
+            conn_ref(c);
+            c->pending_next = d->pending;
+            d->pending = c;
+            uv_idle_start(&d->pending_idle, on_pending_idle);
+        }
+        return;
+    }
+    set_reading(c, true);
+}
+
+void conn_run_pending(struct daemon *d)
+{
+    struct conn *list = d->pending;
+
+    d->pending = NULL;
+    while (list) {
+        struct conn *c = list;
+        list = c->pending_next;
+        c->pending = false;
+        c->pending_next = NULL;
+        if (!c->closing) {
+            process_frames(c);
+            conn_kick(c);
+        }
+        conn_unref(c);
+    }
+    if (!d->pending)
+        uv_idle_stop(&d->pending_idle);
+}
+
+static bool peer_allowed(struct conn *c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    uv_os_fd_t fd;
+
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return false;
+    if (cred.uid != getuid()) {
+        log_warn("refused a connection from uid %u (pid %d)", (unsigned)cred.uid, (int)cred.pid);
+        return false;
+    }
+    return true;
+}
+
+void conn_accept(struct daemon *d, uv_stream_t *listener)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+
+    if (!c) {
+        log_error("out of memory accepting a connection");
+        return;
+    }
+    c->d = d;
+    c->refs = 1; /* the handle */
+    if (uv_pipe_init(&d->loop, &c->pipe, 0) < 0) {
+        free(c);
+        return;
+    }
+    c->next = d->conns;
+    if (d->conns)
+        d->conns->prev = c;
+    d->conns = c;
+    d->nconns++;
+    if (uv_accept(listener, (uv_stream_t *)&c->pipe) < 0) {
+        conn_close(c);
+        return;
+    }
+    if (d->nconns > d->max_connections) {
+        log_warn("connection limit (%u) reached; refusing a client", d->max_connections);
+        reply_error(c, 0, PROTO_E_BUSY, "too many connections");
+        conn_close_after_flush(c);
+        return;
+    }
+    if (!peer_allowed(c)) {
+        conn_close(c);
+        return;
+    }
+    conn_kick(c);
+}
+
+void reply_begin(struct reply *r, uint64_t id, bool ok, uint32_t nfields)
+{
+    msgpack_sbuffer_init(&r->sbuf);
+    msgpack_packer_init(&r->pk, &r->sbuf, msgpack_sbuffer_write);
+    reply_next(r, id, ok, nfields);
+}
+
+void reply_next(struct reply *r, uint64_t id, bool ok, uint32_t nfields)
+{
+    proto_frame_begin(&r->sbuf, &r->start);
+    msgpack_pack_map(&r->pk, nfields + 2);
+    proto_pack_cstr(&r->pk, "id");
+    msgpack_pack_uint64(&r->pk, id);
+    proto_pack_cstr(&r->pk, "ok");
+    if (ok)
+        msgpack_pack_true(&r->pk);
+    else
+        msgpack_pack_false(&r->pk);
+}
+
+void reply_end(struct reply *r)
+{
+    proto_frame_end(&r->sbuf, r->start);
+}
+
+void reply_send(struct conn *c, struct reply *r)
+{
+    reply_end(r);
+    conn_send(c, &r->sbuf);
+}
+
+void reply_error(struct conn *c, uint64_t id, enum proto_error code, const char *message)
+{
+    struct reply r;
+    reply_begin(&r, id, false, 1);
+    proto_pack_error(&r.pk, code, message);
+    reply_send(c, &r);
+}

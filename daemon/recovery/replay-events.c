@@ -1,0 +1,243 @@
+/*
+ * Recovery, step 3: the journal entries replay found in the packs and the
+ * database lacked are applied in time order, a page at a time. A worker
+ * reads each entry back and checks that what an add names is there (for a
+ * rebuild: reads every chunk back and checks it); the loop then applies the
+ * page in one transaction. An add that fails its check is refused and
+ * logged, and its record becomes dead weight for gc.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/base/log.h"
+#include "daemon/format/objects.h"
+#include "daemon/format/record.h"
+#include "daemon/recovery/replay.h"
+#include "daemon/store/store-int.h"
+#include "proto/util.h"
+
+/* Journal entries applied per step. */
+#define REPLAY_EVENTS 256
+/*
+ * Workers checking one page at once, at most: with a remote backend each
+ * check waits for round trips, so several in flight make a rebuild from a
+ * bucket take seconds instead of minutes. Bounded by what the backend can
+ * run at once (1 for a local disk, where it changes nothing).
+ */
+#define REPLAY_CHECKERS 8
+
+struct event {
+    struct db_pending_entry pend;
+    struct entry e;
+    int verdict; /* 0 apply, else refused (a STORE_E_* or RECORD_E_BAD) */
+    bool skipped; /* a delete that applies only when unnamed, and did not */
+};
+
+struct event_page {
+    struct replay *rp;
+    struct event *ev;
+    size_t n;
+    int status;
+};
+
+/* The events [from, to) of a page, checked by one worker. */
+struct event_slice {
+    struct event_page *pg;
+    size_t from, to;
+    int status;
+};
+
+struct check_ctx {
+    struct store *st;
+};
+
+static int check_chunk(void *ctx, const struct manifest_entry *chunk)
+{
+    struct check_ctx *c = ctx;
+    struct db_loc loc;
+    const struct cache_buf *b;
+    int r;
+
+    if (!c->st->cfg.rebuild) {
+        r = db_chunk_find(c->st->db, chunk->hash, &loc);
+        return r == DB_E_NOT_FOUND ? STORE_E_INTEGRITY : r;
+    }
+    /* A rebuild reads every chunk back and checks it. */
+    r = store_load_chunk(c->st, chunk->hash, chunk->bytes, &b);
+    if (r == 0)
+        store_chunk_release(c->st, b);
+    return r;
+}
+
+static void slice_work(void *arg)
+{
+    struct event_slice *sl = arg;
+    struct event_page *pg = sl->pg;
+    struct store *st = pg->rp->st;
+
+    for (size_t i = sl->from; sl->status == 0 && i < sl->to; i++) {
+        struct event *ev = &pg->ev[i];
+        uint8_t *bytes = malloc(ev->pend.loc.len ? ev->pend.loc.len : 1), *raw;
+        size_t got = 0, raw_len;
+        int r = bytes ? store_read_pack(st, ev->pend.loc.pack, ev->pend.loc.off, bytes,
+                                        ev->pend.loc.len, &got, false)
+                      : -ENOMEM;
+        if (r == 0 && got != ev->pend.loc.len)
+            r = RECORD_E_BAD;
+        if (r == 0)
+            r = record_seal_open(bytes, got, PACK_REC_ENTRY, ev->pend.id, OBJECTS_MAX_ENTRY, &raw,
+                                 &raw_len);
+        free(bytes);
+        if (r == 0) {
+            r = objects_entry_decode(raw, raw_len, &ev->e);
+            free(raw);
+            if (r == -EBADMSG)
+                r = RECORD_E_BAD;
+        }
+        if (r == 0 && ev->e.op == ENTRY_ADD) {
+            struct check_ctx c = {st};
+            r = store_walk_manifest(st, ev->e.depth, ev->e.root, ev->e.root_len, 0, check_chunk,
+                                    &c);
+        }
+        if (r < 0 && r != -ENOMEM && r != -EIO)
+            r = STORE_E_INTEGRITY; /* unreadable: refused, not fatal */
+        if (r == -ENOMEM || r == -EIO || r == STORE_E_UNAVAILABLE)
+            sl->status = r < 0 ? r : -EIO;
+        else
+            ev->verdict = r;
+    }
+}
+
+/* Checks every event of the page, in up to REPLAY_CHECKERS slices at once. */
+static int page_check(struct event_page *pg)
+{
+    struct event_slice slices[REPLAY_CHECKERS];
+    void *ctxs[REPLAY_CHECKERS];
+    size_t k = pg->rp->st->be->parallel, per;
+    int r;
+
+    if (k > REPLAY_CHECKERS)
+        k = REPLAY_CHECKERS;
+    if (k > pg->n)
+        k = pg->n;
+    if (k == 0)
+        k = 1;
+    per = (pg->n + k - 1) / k;
+    for (size_t i = 0; i < k; i++) {
+        size_t from = i * per, to = from + per < pg->n ? from + per : pg->n;
+        slices[i] = (struct event_slice){pg, from < pg->n ? from : pg->n, to, 0};
+        ctxs[i] = &slices[i];
+    }
+    if ((r = replay_jobs(pg->rp->st, slice_work, ctxs, k)) != 0)
+        return r;
+    for (size_t i = 0; i < k; i++)
+        if (slices[i].status != 0)
+            return slices[i].status;
+    return 0;
+}
+
+static int page_apply(struct db_txn *txn, void *ctx)
+{
+    struct event_page *pg = ctx;
+    char hex[PROTO_HASH_HEX + 1];
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < pg->n; i++) {
+        struct event *ev = &pg->ev[i];
+        struct entry *e = &ev->e;
+        if (ev->verdict != 0) {
+            r = db_txn_journal_applied(txn, ev->pend.id, true);
+            continue;
+        }
+        proto_hex_encode(e->doc, PROTO_HASH_LEN, hex);
+        if (e->op == ENTRY_UNNAME) {
+            int64_t rowid;
+            r = db_txn_unname(txn, e->name, hex, &rowid);
+        } else if (e->op == ENTRY_DELETE && e->if_unnamed) {
+            bool deleted;
+            r = db_txn_delete_if_unnamed(txn, hex, &deleted);
+            /* As when it was written: a delete that did not apply keeps no row. */
+            if (r == 0 && !deleted) {
+                ev->skipped = true;
+                r = db_txn_journal_applied(txn, ev->pend.id, true);
+                continue;
+            }
+        } else if (e->op == ENTRY_DELETE) {
+            r = db_txn_delete(txn, hex);
+            if (r == DB_E_NOT_FOUND)
+                r = 0;
+        } else {
+            struct db_add add = {
+                .size = e->size,
+                .nchunks = e->nchunks,
+                .stored = e->stored,
+                .mime = e->mime,
+                .name = e->name,
+                .tags = (const char *const *)e->tags,
+                .ntags = e->ntags,
+                .meta_keys = (const char *const *)e->meta_keys,
+                .meta_values = (const char *const *)e->meta_values,
+                .nmeta = e->nmeta,
+                .depth = e->depth,
+                .root = e->root,
+                .root_len = e->root_len,
+                .text = e->text,
+                .created_at = (int64_t)(e->time_ns / 1000000000u),
+            };
+            memcpy(add.hash, e->doc, PROTO_HASH_LEN);
+            r = db_txn_add(txn, &add);
+        }
+        if (r == 0)
+            r = db_txn_journal_applied(txn, ev->pend.id, false);
+    }
+    return r;
+}
+
+int replay_events(struct replay *rp)
+{
+    struct store *st = rp->st;
+    char hex[PROTO_HASH_HEX + 1];
+    int r = 0;
+
+    for (;;) {
+        struct db_pending_entry *pend;
+        size_t n;
+        if ((r = db_pending_entries(st->db, REPLAY_EVENTS, &pend, &n)) < 0)
+            return r;
+        if (n == 0) {
+            free(pend);
+            return 0;
+        }
+        struct event_page pg = {rp, calloc(n, sizeof(struct event)), n, 0};
+        if (!pg.ev) {
+            free(pend);
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++)
+            pg.ev[i].pend = pend[i];
+        free(pend);
+        r = page_check(&pg);
+        if (r == 0)
+            r = replay_commit(st, page_apply, &pg);
+        for (size_t i = 0; i < n; i++) {
+            struct event *ev = &pg.ev[i];
+            if (r == 0 && ev->verdict != 0) {
+                proto_hex_encode(ev->e.doc, PROTO_HASH_LEN, hex);
+                log_warn("replay: document %s (%s) not restored: %s", ev->e.mime ? hex : "?",
+                         ev->e.name ? ev->e.name : "no name",
+                         ev->verdict == RECORD_E_BAD ? "its journal entry is damaged"
+                                                     : "a chunk or segment is missing or damaged");
+                rp->refused++;
+            } else if (r == 0) {
+                /* Unname entries are neither: the summary counts adds and deletes. */
+                rp->deleted += ev->e.op == ENTRY_DELETE && !ev->skipped;
+                rp->added += ev->e.op == ENTRY_ADD;
+            }
+            objects_entry_clear(&ev->e);
+        }
+        free(pg.ev);
+        if (r != 0)
+            return r;
+    }
+}

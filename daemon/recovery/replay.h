@@ -1,0 +1,104 @@
+#pragma once
+
+/*
+ * What the files of recovery from the packs share (store_replay, declared in
+ * store-int.h): replay.c runs it and holds the packs on the backend against
+ * the database, replay-pack.c reads one pack (through its index, or record
+ * by record), replay-events.c applies the journal entries found in time
+ * order. Recovery runs before the daemon serves anyone, so it drives the
+ * loop itself: each replay_* call here waits for its request. Not for use
+ * outside these files.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/meta/db.h"
+#include "daemon/format/objects.h"
+#include "storage/backend.h"
+#include "storage/pack.h"
+
+struct packer_resume;
+struct store;
+
+/* Rows written per transaction. */
+#define REPLAY_ROWS 1024
+
+/* A row found in a pack, on its way to the database. */
+struct replay_row {
+    enum db_row_kind kind;
+    uint8_t hash[PROTO_HASH_LEN];
+    struct db_loc loc;
+    uint8_t doc[PROTO_HASH_LEN]; /* entries */
+    uint64_t time_ns;
+    enum entry_op op;
+};
+
+struct replay_prefetch;
+
+/* Packs read ahead at once, and bytes read ahead at each end of one (replay-prefetch.c). */
+#define REPLAY_PREFETCH_WINDOW 64
+#define REPLAY_PREFETCH_SPAN (64u * 1024)
+
+struct replay {
+    struct store *st;
+    struct replay_prefetch *prefetch; /* the window read ahead, or NULL */
+    struct replay_row rows[REPLAY_ROWS];
+    size_t nrows;
+    /* The pack being read. */
+    uint64_t seq;
+    char key[BACKEND_MAX_KEY];
+    struct pack_index_entry *index; /* all its records (to seal it, or to resume it) */
+    size_t nindex, index_cap;
+    /* Totals for the summary. */
+    uint64_t packs_read, records, torn_bytes, damaged, sealed, added, deleted, refused;
+    uint64_t max_time;
+};
+
+/* ---- waiting for the loop (replay.c) ---- */
+
+/* A ranged read: 0 with a malloc'd buffer, BACKEND_E_*, or negative errno. */
+int replay_get(struct replay *rp, const char *key, uint64_t off, uint64_t len, uint8_t **out,
+               size_t *out_len);
+/*
+ * Reads ahead the packs `seqs` (of `sizes` bytes; at most
+ * REPLAY_PREFETCH_WINDOW of them) with all their reads in flight at once,
+ * and waits for them; replay_get() then serves from them what it can. 0 or
+ * -ENOMEM (a failed read is only not served).
+ */
+int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_t *sizes, size_t n);
+/* A malloc'd copy of [off, off + len) of `key` if it was read ahead. */
+bool replay_prefetch_take(struct replay *rp, const char *key, uint64_t off, uint64_t len,
+                          uint8_t **out, size_t *out_len);
+void replay_prefetch_free(struct replay *rp);
+/* An append at `off` (with no iovecs: cut the object there, and make it durable). */
+int replay_append(struct store *st, const char *key, uint64_t off, const struct iovec *iov,
+                  unsigned iovcnt);
+/* A delete; an object already gone is not a failure. */
+int replay_del(struct store *st, const char *key);
+/* One database transaction running `apply`. */
+int replay_commit(struct store *st, int (*apply)(struct db_txn *txn, void *ctx), void *ctx);
+/* Runs fn on a worker (where store reads may block) while the loop keeps turning. */
+int replay_job(struct store *st, void (*fn)(void *ctx), void *ctx);
+/* The same for n (at most REPLAY_JOBS_MAX) contexts at once, on as many workers. */
+#define REPLAY_JOBS_MAX 16
+int replay_jobs(struct store *st, void (*fn)(void *ctx), void *const *ctxs, size_t n);
+
+/* ---- one pack (replay-pack.c) ---- */
+
+/*
+ * Brings the database up to what pack `seq` (`size` bytes on the backend)
+ * holds beyond `known`, the size the database has for it (0: it knows none
+ * of it). *state and *new_size are what its row must say now. The newest
+ * pack, when open, is handed to the pack writer in `resume`; an older one
+ * left open is sealed. 0, 1 when the pack is left alone (not a pack, or
+ * unreadable as one), BACKEND_E_* or negative errno.
+ */
+int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool newest,
+                     struct packer_resume *resume, enum db_pack_state *state, uint64_t *new_size);
+
+/* ---- journal entries (replay-events.c) ---- */
+
+/* Applies every unapplied journal entry, oldest first. */
+int replay_events(struct replay *rp);

@@ -1,0 +1,486 @@
+/*
+ * Searches: ranked FTS5 queries with their filters against the index
+ * database (indexer.h), attached read-only to each reader connection that
+ * searches, and fuzzy search's expansion of words from the index
+ * vocabulary. The index holds no copy of the text; the caller makes
+ * snippets from the text read back from the store.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "daemon/meta/db-int.h"
+#include "daemon/base/log.h"
+#include "daemon/format/manifest.h"
+#include "daemon/search/fuzzy.h"
+#include "daemon/search/search.h"
+#include "daemon/search/vocab.h"
+
+const char *const db_search_sql[DB_S_COUNT_] = {
+    [DB_S_VOCAB] = "SELECT term, doc FROM idx.search_vocab",
+    [DB_S_INDEX_ROWS] = "SELECT count(*) FROM idx.search_docsize",
+    [DB_S_MATCH_UPTO] = "SELECT count(*) FROM (SELECT 1 FROM idx.search WHERE search MATCH ?1 LIMIT ?2)",
+};
+
+/* ---- searches ---- */
+
+void db_hits_free(struct db_hit *hits, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(hits[i].name);
+        free(hits[i].root);
+        free(hits[i].snippet);
+    }
+    free(hits);
+}
+
+void db_index_changed(struct db *db)
+{
+    atomic_fetch_add(&db->index_gen, 1);
+}
+
+int db_doc_names(struct db *db, int64_t rowid, char **out)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    int r;
+
+    if (!c)
+        return -EIO;
+    r = db_query_joined(c, DB_S_NAMES_OF_DOC, rowid, 0, -1, out);
+    db_reader_release(db, c);
+    return r;
+}
+
+/* Attaches the index database to a reader connection, once. */
+static int attach_index(struct db_conn *c, const char *index_path)
+{
+    char *sql;
+    int rc;
+
+    if (c->index_attached)
+        return 0;
+    sql = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS idx", index_path);
+    if (!sql)
+        return -ENOMEM;
+    rc = sqlite3_exec(c->sql, sql, NULL, NULL, NULL);
+    sqlite3_free(sql);
+    if (rc != SQLITE_OK) {
+        log_error("database: cannot attach the search index %s: %s", index_path,
+                  sqlite3_errmsg(c->sql));
+        return -EIO;
+    }
+    c->index_attached = true;
+    return 0;
+}
+
+void db_vocab_clear(struct db *db)
+{
+    db->vocab = vocab_free(db->vocab);
+}
+
+/* Refreshes the in-memory vocabulary when the index changed since it was read. */
+static int vocab_refresh(struct db *db, struct db_conn *c)
+{
+    uint64_t gen = atomic_load(&db->index_gen);
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    if (db->vocab && db->vocab_gen == gen)
+        return 0;
+    db_vocab_clear(db);
+    if (!(s = db_stmt(c, DB_S_VOCAB)))
+        return -EIO;
+    if (!(db->vocab = vocab_new())) {
+        sqlite3_reset(s);
+        return -ENOMEM;
+    }
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = vocab_add(db->vocab, (const char *)sqlite3_column_text(s, 0),
+                      (size_t)sqlite3_column_bytes(s, 0), sqlite3_column_int64(s, 1));
+    sqlite3_reset(s);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r == 0)
+        r = vocab_seal(db->vocab);
+    if (r < 0) {
+        db_vocab_clear(db);
+        return r;
+    }
+    db->vocab_gen = gen;
+    return 0;
+}
+
+static int fuzzy_expand_query(struct db *db, struct db_conn *c, struct search_query *q)
+{
+    int r;
+
+    pthread_mutex_lock(&db->vocab_lock);
+    r = vocab_refresh(db, c);
+    for (size_t g = 0; r == 0 && g < q->ngroups; g++) {
+        for (size_t i = 0; r == 0 && i < q->groups[g].nterms; i++) {
+            struct search_term *t = &q->groups[g].terms[i];
+            if (t->kind == SEARCH_WORD || t->kind == SEARCH_NAME)
+                r = fuzzy_widen(db->vocab, t);
+        }
+    }
+    pthread_mutex_unlock(&db->vocab_lock);
+    return r;
+}
+
+/* The first column of the one row `s` gives, as a count; the statement is reset. */
+static int step_count(struct db_conn *c, sqlite3_stmt *s, uint64_t *out)
+{
+    int rc = sqlite3_step(s);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW) {
+        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+        return -EIO;
+    }
+    *out = v > 0 ? (uint64_t)v : 0;
+    return 0;
+}
+
+/* The number of documents in the index, counted again when the index changed. */
+static int index_rows(struct db *db, struct db_conn *c, uint64_t *out)
+{
+    uint64_t gen = atomic_load(&db->index_gen);
+    sqlite3_stmt *s;
+    int r = 0;
+
+    pthread_mutex_lock(&db->rows_lock);
+    if (!db->index_rows_known || db->index_rows_gen != gen) {
+        if (!(s = db_stmt(c, DB_S_INDEX_ROWS)))
+            r = -EIO;
+        else if ((r = step_count(c, s, &db->index_rows)) == 0) {
+            db->index_rows_gen = gen;
+            db->index_rows_known = true;
+        }
+    }
+    *out = db->index_rows;
+    pthread_mutex_unlock(&db->rows_lock);
+    return r;
+}
+
+/*
+ * Marks the groups of a ranked (any word) query that are in at least half
+ * the indexed documents. FTS5's BM25 gives such a word no weight (its IDF,
+ * log((N - n + 0.5) / (n + 0.5)), is not above 0), so the only documents it
+ * adds to the hits are those with none of the other words, at a score of
+ * about 0, and ranking them costs the most: a query with "the" in it would
+ * rank nearly every document. Left out unless every group is weak. Each
+ * count stops at half the index.
+ */
+static int mark_weak_groups(struct db *db, struct db_conn *c, struct search_query *q)
+{
+    uint64_t rows, n;
+    size_t weak = 0;
+    char *expr;
+    int r;
+
+    if (q->ngroups < 2)
+        return 0;
+    if ((r = index_rows(db, c, &rows)) < 0)
+        return r;
+    for (size_t g = 0; g < q->ngroups; g++) {
+        sqlite3_stmt *s = db_stmt(c, DB_S_MATCH_UPTO);
+        if (!s)
+            return -EIO;
+        if ((r = search_fts_group(q, g, &expr)) < 0)
+            return r;
+        sqlite3_bind_text(s, 1, expr, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, (int64_t)((rows + 1) / 2));
+        r = step_count(c, s, &n);
+        sqlite3_clear_bindings(s);
+        free(expr);
+        if (r < 0)
+            return r;
+        q->groups[g].weak = rows > 0 && 2 * n >= rows;
+        weak += q->groups[g].weak;
+    }
+    if (weak == q->ngroups) {
+        for (size_t g = 0; g < q->ngroups; g++)
+            q->groups[g].weak = false;
+    }
+    return 0;
+}
+
+/* The parameter of the documents a tier leaves to the ones before it. */
+#define EXCEPT_PARAM 300
+
+/*
+ * Builds the SQL of a search: the ranked FTS5 query, or a filter-only
+ * listing. With `except`, only documents the expression EXCEPT_PARAM does
+ * not match. Equal scores are ordered by hash, so the same corpus always
+ * gives the same order.
+ */
+static char *search_sql(const struct db_search_params *p, const struct search_query *q, bool match,
+                        bool except)
+{
+    char *sql = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&sql, &len);
+
+    if (!f)
+        return NULL;
+    /* Snippets are made afterwards (db_search): FTS5's snippet() is quadratic in a document's
+     * matches. */
+    if (match)
+        fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
+              " LIMIT 1), -rank, d.size, d.id, d.text, d.depth, d.manifest"
+              " FROM idx.search JOIN documents d ON d.id = search.rowid"
+              " WHERE search MATCH ?1 AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)'",
+              f);
+    else
+        fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
+              " LIMIT 1), 0.0, d.size, d.id, d.text, d.depth, d.manifest FROM documents d"
+              " WHERE ?1 IS NULL",
+              f);
+    if (p->mime)
+        fputs(" AND d.mime = ?2", f);
+    if (p->has_after)
+        fputs(" AND d.created >= ?3", f);
+    if (p->has_before)
+        fputs(" AND d.created < ?4", f);
+    if (p->name_glob)
+        fputs(" AND EXISTS (SELECT 1 FROM names n WHERE n.doc = d.id AND n.name GLOB ?5)", f);
+    for (size_t i = 0; i < p->ntags + q->ntags; i++)
+        fprintf(f, " AND EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?%zu)", 8 + i);
+    if (except)
+        fprintf(f, " AND d.id NOT IN (SELECT rowid FROM idx.search WHERE search MATCH ?%d)",
+                EXCEPT_PARAM);
+    fputs(match ? " ORDER BY rank, d.hash LIMIT ?6 OFFSET ?7"
+                : " ORDER BY d.created DESC, d.hash LIMIT ?6 OFFSET ?7",
+          f);
+    if (fclose(f) != 0) {
+        free(sql);
+        return NULL;
+    }
+    return sql;
+}
+
+/* The prepared statement for a search's SQL, kept per connection by its text. */
+static sqlite3_stmt *search_stmt(struct db_conn *c, const char *sql)
+{
+    sqlite3_stmt *st;
+
+    for (int i = 0; i < DB_SEARCH_SHAPES; i++) {
+        if (c->search_stmts[i] && strcmp(sqlite3_sql(c->search_stmts[i]), sql) == 0)
+            return c->search_stmts[i];
+    }
+    if (sqlite3_prepare_v3(c->sql, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+        return NULL;
+    }
+    unsigned slot = c->search_next++ % DB_SEARCH_SHAPES;
+    sqlite3_finalize(c->search_stmts[slot]);
+    c->search_stmts[slot] = st;
+    return st;
+}
+
+/* Fills in what the caller needs to make a hit's snippet: its names and manifest. */
+static int hit_details(struct db_conn *c, sqlite3_stmt *s, struct db_hit *h)
+{
+    size_t len = (size_t)sqlite3_column_bytes(s, 7);
+    const void *root = sqlite3_column_blob(s, 7);
+
+    h->text = sqlite3_column_int(s, 5) != 0;
+    h->depth = (unsigned)sqlite3_column_int(s, 6);
+    if (!manifest_root_valid(root, len, h->depth))
+        return -EIO;
+    if (!(h->root = malloc(len ? len : 1)))
+        return -ENOMEM;
+    if (len)
+        memcpy(h->root, root, len);
+    h->root_len = len;
+    return 0;
+}
+
+/*
+ * One step of a search's ranking: the documents `expr` matches, without
+ * those `except` matches (NULL: none).
+ */
+struct search_tier {
+    const char *expr, *except;
+};
+
+/* One ranked query of a search, its rows appended to the hits. */
+struct search_run {
+    struct db_conn *c;
+    const struct db_search_params *p;
+    const struct search_query *q;
+    struct db_hit *hits;
+    size_t n, cap;
+};
+
+/*
+ * Runs one tier of the search with `limit` and `offset` (a filter-only
+ * listing when there is nothing to match). Appends the rows.
+ */
+static int run_query(struct search_run *sr, bool match, const struct search_tier *t,
+                     uint64_t limit, uint64_t offset)
+{
+    const struct db_search_params *p = sr->p;
+    const struct search_query *q = sr->q;
+    char *sql = search_sql(p, q, match, t->except != NULL);
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    if (!sql)
+        return -ENOMEM;
+    s = search_stmt(sr->c, sql);
+    free(sql);
+    if (!s)
+        return -EIO;
+    sqlite3_bind_text(s, 1, t->expr, -1, SQLITE_STATIC);
+    if (t->except)
+        sqlite3_bind_text(s, EXCEPT_PARAM, t->except, -1, SQLITE_STATIC);
+    if (p->mime)
+        sqlite3_bind_text(s, 2, p->mime, -1, SQLITE_STATIC);
+    if (p->has_after)
+        sqlite3_bind_int64(s, 3, p->after);
+    if (p->has_before)
+        sqlite3_bind_int64(s, 4, p->before);
+    if (p->name_glob)
+        sqlite3_bind_text(s, 5, p->name_glob, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 6, limit > INT64_MAX ? INT64_MAX : (int64_t)limit);
+    sqlite3_bind_int64(s, 7, offset > INT64_MAX ? INT64_MAX : (int64_t)offset);
+    for (size_t i = 0; i < p->ntags; i++)
+        sqlite3_bind_text(s, (int)(8 + i), p->tags[i], -1, SQLITE_STATIC);
+    for (size_t i = 0; i < q->ntags; i++)
+        sqlite3_bind_text(s, (int)(8 + p->ntags + i), q->tags[i], -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (sr->n == sr->cap) {
+            size_t cap = sr->cap ? sr->cap * 2 : 16;
+            struct db_hit *grown = realloc(sr->hits, cap * sizeof(*grown));
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            sr->hits = grown;
+            sr->cap = cap;
+        }
+        struct db_hit *h = &sr->hits[sr->n++];
+        memset(h, 0, sizeof(*h));
+        snprintf(h->hash, sizeof(h->hash), "%s", (const char *)sqlite3_column_text(s, 0));
+        h->name = db_column_strdup(s, 1);
+        h->score = sqlite3_column_double(s, 2);
+        h->size = (uint64_t)sqlite3_column_int64(s, 3);
+        h->rowid = sqlite3_column_int64(s, 4);
+        if (!h->name) {
+            r = -ENOMEM;
+            break;
+        }
+        if ((r = hit_details(sr->c, s, h)) < 0)
+            break;
+    }
+    if (r == 0 && rc != SQLITE_DONE) {
+        /* Every word reaches FTS5 quoted, so this is not the user's syntax. */
+        log_error("database: search: %s", sqlite3_errmsg(sr->c->sql));
+        r = -EIO;
+    }
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return r;
+}
+
+/* How many documents a tier has, when that is at most `upto` (to skip past it): read and counted. */
+static int count_tier(struct search_run *sr, const struct search_tier *t, uint64_t upto,
+                      uint64_t *count)
+{
+    size_t before = sr->n;
+    int r = run_query(sr, true, t, upto, 0);
+
+    *count = sr->n - before;
+    for (size_t i = before; i < sr->n; i++) {
+        free(sr->hits[i].name);
+        free(sr->hits[i].root);
+    }
+    sr->n = before;
+    return r;
+}
+
+/*
+ * The order of the hits, as tiers each filling what the ones before left of
+ * the page. The documents are ranked by BM25 over the query's words: those
+ * with more of the words, and with rarer ones, first; with `all`, only the
+ * documents with every word. With fuzzy alternatives, the query as typed
+ * comes first, in its own order, then the documents only the alternatives
+ * find. A word no document has is a typo: its alternatives stand in for it
+ * from the first tier on.
+ */
+static size_t search_tiers(const char *typed, const char *widened, struct search_tier tiers[2])
+{
+    tiers[0] = (struct search_tier){typed, NULL};
+    if (!widened)
+        return 1;
+    tiers[1] = (struct search_tier){widened, typed};
+    return 2;
+}
+
+int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
+              struct search_query *q, struct db_hit **hits, size_t *nhits)
+{
+    struct search_run sr = {.p = p, .q = q};
+    char *typed = NULL, *widened = NULL;
+    struct search_tier tiers[2];
+    size_t ntiers = 1;
+    uint64_t skip = p->offset;
+    int r = 0;
+
+    *hits = NULL;
+    *nhits = 0;
+    if (!(sr.c = db_reader_acquire(db))) {
+        r = -EIO;
+        goto out;
+    }
+    if ((r = attach_index(sr.c, index_path)) < 0)
+        goto out;
+    bool match = search_has_match(q);
+    if (match && p->fuzzy && (r = fuzzy_expand_query(db, sr.c, q)) < 0)
+        goto out;
+    /* The words joined by OR and ranked, or (all) every one of them required. */
+    bool any = !p->all_words && !q->all_words;
+    int (*expr)(const struct search_query *, enum search_alts, char **) =
+        any ? search_fts_expr_any : search_fts_expr;
+    if (match && any && (r = mark_weak_groups(db, sr.c, q)) < 0)
+        goto out;
+    if ((match && (r = expr(q, SEARCH_ALTS_UNKNOWN, &typed)) < 0) ||
+        (match && search_has_alts(q) && (r = expr(q, SEARCH_ALTS_ALL, &widened)) < 0))
+        goto out;
+    if (match)
+        ntiers = search_tiers(typed, widened, tiers);
+    else
+        tiers[0] = (struct search_tier){NULL, NULL};
+    for (size_t t = 0; t < ntiers && sr.n < p->limit; t++) {
+        size_t before = sr.n;
+        if ((r = run_query(&sr, match, &tiers[t], p->limit - sr.n, skip)) < 0)
+            goto out;
+        if (sr.n > before || skip == 0) {
+            skip = 0;
+            continue;
+        }
+        /* The page starts past this tier: skip as many as it has. */
+        uint64_t count;
+        if ((r = count_tier(&sr, &tiers[t], skip, &count)) < 0)
+            goto out;
+        skip -= count < skip ? count : skip;
+    }
+    *hits = sr.hits;
+    *nhits = sr.n;
+    sr.hits = NULL;
+    sr.n = 0;
+out:
+    if (sr.c)
+        db_reader_release(db, sr.c);
+    db_hits_free(sr.hits, sr.n);
+    free(typed);
+    free(widened);
+    return r;
+}

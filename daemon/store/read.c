@@ -1,0 +1,558 @@
+/*
+ * Reading records back: the bytes of a chunk or a manifest segment, by id,
+ * wherever its pack is. Worker threads locate the record in the database,
+ * read it with one positioned read (one ranged GET on a remote backend),
+ * open and check it, and leave what they decoded in the cache, where the
+ * loop thread finds hot chunks without any job at all.
+ *
+ * Backends that cannot read from a worker thread (remote ones) are reached
+ * through the bridge: the worker hands the read to the loop and waits.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/store/cache.h"
+#include "daemon/base/log.h"
+#include "daemon/pack/packer.h"
+#include "daemon/readcache/readcache.h"
+#include "daemon/format/record.h"
+#include "daemon/store/store-int.h"
+#include "proto/util.h"
+#include "storage/backend.h"
+
+/* Chunks up to this size are checked on the loop thread when served from the cache. */
+#define STORE_LOOP_CHECK_MAX (64u * 1024)
+
+/* ---- the bridge: blocking reads for workers through the loop ---- */
+
+struct store_bridge_req {
+    struct backend_get get;
+    void *buf;
+    size_t len, got;
+    int status;
+    bool done;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct store_bridge_req *next;
+};
+
+static void bridge_done(struct backend_req *req)
+{
+    struct store_bridge_req *br = container_of(req, struct store_bridge_req, get.req);
+
+    br->status = req->status;
+    if (req->status == 0) {
+        br->got = br->get.out_len < br->len ? br->get.out_len : br->len;
+        memcpy(br->buf, br->get.out, br->got);
+    }
+    backend_get_reset(&br->get);
+    pthread_mutex_lock(&br->lock);
+    br->done = true;
+    pthread_cond_signal(&br->cond);
+    pthread_mutex_unlock(&br->lock);
+}
+
+static void on_bridge(uv_async_t *h)
+{
+    struct store *st = container_of(h, struct store, bridge_async);
+    struct store_bridge_req *q;
+
+    pthread_mutex_lock(&st->bridge_lock);
+    q = st->bridge_queue;
+    st->bridge_queue = NULL;
+    pthread_mutex_unlock(&st->bridge_lock);
+    while (q) {
+        struct store_bridge_req *br = q;
+        q = q->next;
+        int r = backend_get(st->be, &br->get);
+        if (r < 0) {
+            br->get.req.status = r;
+            bridge_done(&br->get.req);
+        }
+    }
+}
+
+int store_bridge_init(struct store *st)
+{
+    int r = uv_async_init(st->loop, &st->bridge_async, on_bridge);
+    if (r == 0) {
+        pthread_mutex_init(&st->bridge_lock, NULL);
+        st->bridge_open = true;
+        /* Only the jobs that use it keep the loop running, not the handle itself. */
+        uv_unref((uv_handle_t *)&st->bridge_async);
+    }
+    return r;
+}
+
+bool store_bridge_close(struct store *st, uv_close_cb closed)
+{
+    if (!st->bridge_open)
+        return false;
+    st->bridge_open = false;
+    pthread_mutex_destroy(&st->bridge_lock);
+    uv_close((uv_handle_t *)&st->bridge_async, closed);
+    return true;
+}
+
+static int bridge_read(struct store *st, const char *key, uint64_t off, void *buf, size_t len,
+                       size_t *got)
+{
+    struct store_bridge_req br = {.buf = buf, .len = len};
+
+    snprintf(br.get.req.key, sizeof(br.get.req.key), "%s", key);
+    br.get.req.cb = bridge_done;
+    br.get.offset = off;
+    br.get.length = len;
+    br.get.max_len = len;
+    pthread_mutex_init(&br.lock, NULL);
+    pthread_cond_init(&br.cond, NULL);
+    pthread_mutex_lock(&st->bridge_lock);
+    br.next = st->bridge_queue;
+    st->bridge_queue = &br;
+    pthread_mutex_unlock(&st->bridge_lock);
+    uv_async_send(&st->bridge_async);
+    pthread_mutex_lock(&br.lock);
+    while (!br.done)
+        pthread_cond_wait(&br.cond, &br.lock);
+    pthread_mutex_unlock(&br.lock);
+    pthread_cond_destroy(&br.cond);
+    pthread_mutex_destroy(&br.lock);
+    *got = br.got;
+    return br.status;
+}
+
+int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, size_t len,
+                    size_t *got, bool cached)
+{
+    char key[BACKEND_MAX_KEY];
+
+    packer_pack_key(key, sizeof(key), seq);
+    if (backend_has(st->be, BACKEND_CAP_READ_SYNC))
+        return backend_read_sync(st->be, key, off, buf, len, got);
+    if (cached && st->rcache)
+        return readcache_read(st->rcache, seq, off, buf, len, got);
+    return bridge_read(st, key, off, buf, len, got);
+}
+
+/* ---- records ---- */
+
+/* Reads a whole record into buf (loc->len bytes): 0, RECORD_E_BAD, STORE_E_UNAVAILABLE or -errno. */
+static int read_record_into(struct store *st, const struct db_loc *loc, bool cached, uint8_t *buf)
+{
+    size_t got = 0;
+    int r = store_read_pack(st, loc->pack, loc->off, buf, loc->len, &got, cached);
+
+    if (r == 0 && got != loc->len)
+        r = RECORD_E_BAD;
+    else if (r == BACKEND_E_NOT_FOUND || r == BACKEND_E_TOO_LARGE)
+        r = RECORD_E_BAD;
+    else if (r == BACKEND_E_UNAVAILABLE)
+        r = STORE_E_UNAVAILABLE;
+    return r;
+}
+
+int store_read_record(struct store *st, const struct db_loc *loc, bool cached, uint8_t **out)
+{
+    uint8_t *buf = malloc(loc->len ? loc->len : 1);
+    int r;
+
+    if (!buf)
+        return -ENOMEM;
+    if ((r = read_record_into(st, loc, cached, buf)) != 0) {
+        free(buf);
+        return r;
+    }
+    *out = buf;
+    return 0;
+}
+
+/*
+ * The buffers of a block read: a block and its decoded bytes are about 1 MiB
+ * each, which malloc maps afresh every time (see daemon_new), and the page
+ * faults of a fresh mapping cost more than reading and decoding into it. So
+ * a few sets are kept for the next reads, from any thread: as many as a
+ * large get and its read-ahead use at once. Reads beyond that many at once
+ * get a set of their own, given back when done.
+ */
+#define BLOCK_KEEP_MAX (RECORD_BLOCK_MAX + 64 * 1024)
+#define BLOCK_POOL_KEEP 3
+
+struct block_buffers {
+    struct block_buffers *next;
+    uint8_t bytes[BLOCK_KEEP_MAX];
+    uint8_t raw[RECORD_BLOCK_MAX];
+};
+
+static pthread_mutex_t block_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct block_buffers *block_pool;
+static unsigned block_pool_n;
+
+/* A set of buffers, or NULL when out of memory. */
+static struct block_buffers *block_buffers_take(void)
+{
+    struct block_buffers *b;
+
+    pthread_mutex_lock(&block_pool_lock);
+    if ((b = block_pool)) {
+        block_pool = b->next;
+        block_pool_n--;
+    }
+    pthread_mutex_unlock(&block_pool_lock);
+    return b ? b : malloc(sizeof(*b));
+}
+
+static void block_buffers_give(struct block_buffers *b)
+{
+    pthread_mutex_lock(&block_pool_lock);
+    if (block_pool_n < BLOCK_POOL_KEEP) {
+        b->next = block_pool;
+        block_pool = b;
+        block_pool_n++;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&block_pool_lock);
+    free(b);
+}
+
+/*
+ * A record read through the read cache failed its check: the cached copy may
+ * be damaged in a way the page checks missed, or stale (a pack number used
+ * again after a deletion). It goes, and the read is tried once more.
+ */
+static void drop_cached_copy(struct store *st, const struct db_loc *loc)
+{
+    log_warn("read cache: the cached copy of pack %016llx offset %llu fails its check; "
+             "fetching it again",
+             (unsigned long long)loc->pack, (unsigned long long)loc->off);
+    readcache_drop(st->rcache, loc->pack, loc->off, loc->len);
+}
+
+static bool loc_equal(const struct db_loc *a, const struct db_loc *b)
+{
+    return a->pack == b->pack && a->off == b->off && a->len == b->len && a->sub == b->sub;
+}
+
+void store_chunk_release(struct store *st, const struct cache_buf *buf)
+{
+    cache_release(st->cache, buf);
+}
+
+/*
+ * Whether cached bytes are the record `hash`: hashed the first time they are
+ * handed out, then marked, so a chunk read again from memory is not hashed
+ * again (cache.h).
+ */
+static bool cached_ok(const struct cache_buf *b, const uint8_t *hash)
+{
+    if (memcmp(b->hash, hash, PROTO_HASH_LEN) != 0)
+        return false;
+    if (cache_is_checked(b))
+        return true;
+    if (!record_hash_ok(b->data, b->len, hash))
+        return false;
+    cache_set_checked(b);
+    return true;
+}
+
+static bool chunk_ok(const struct cache_buf *b, const uint8_t *hash, uint64_t size)
+{
+    return b->len == size && cached_ok(b, hash);
+}
+
+/*
+ * Decodes the block at `loc` and caches every chunk in it; keeps a
+ * reference to the one wanted. A block holds neighbouring chunks of one
+ * document, so the others are usually read next. With `check_all`, the
+ * others are checked (and marked so) here too.
+ */
+static int decode_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
+                        bool check_all, struct block_buffers *bb, const struct cache_buf **out)
+{
+    struct pack_block_chunk *chunks = NULL;
+    uint8_t *own = NULL, *bytes, *raw = NULL;
+    size_t raw_len;
+    uint32_t count;
+    int r;
+
+    /* A block larger than any the store writes: read it anyway, for the checks to judge. */
+    bytes = loc->len <= BLOCK_KEEP_MAX ? bb->bytes : (own = malloc(loc->len));
+    if (!bytes)
+        return -ENOMEM;
+    for (bool again = st->rcache != NULL;; again = false) {
+        if ((r = read_record_into(st, loc, true, bytes)) != 0)
+            break;
+        r = record_block_open_into(bytes, loc->len, &chunks, &count, bb->raw, &raw, &raw_len);
+        if (r != RECORD_E_BAD || !again)
+            break;
+        drop_cached_copy(st, loc);
+    }
+    free(own);
+    if (r != 0)
+        return r;
+    *out = NULL;
+    for (uint32_t i = 0; i < count; i++) {
+        bool wanted = !*out && chunks[i].sub_off == loc->sub &&
+                      memcmp(chunks[i].id, hash, PROTO_HASH_LEN) == 0;
+        const struct cache_buf *b = cache_insert(st->cache, chunks[i].id, raw + chunks[i].sub_off,
+                                                 chunks[i].size, wanted || check_all);
+        if (wanted) {
+            *out = b;
+        } else if (b) {
+            /* A chunk that fails its check is dropped; whoever wants it reads it again. */
+            if (!cached_ok(b, chunks[i].id))
+                cache_forget(st->cache, chunks[i].id);
+            cache_release(st->cache, b);
+        }
+    }
+    free(chunks);
+    return *out ? 0 : RECORD_E_BAD;
+}
+
+static int load_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
+                      bool check_all, const struct cache_buf **out)
+{
+    struct block_buffers *bb = block_buffers_take();
+    int r;
+
+    if (!bb)
+        return -ENOMEM;
+    r = decode_block(st, loc, hash, check_all, bb, out);
+    block_buffers_give(bb);
+    return r;
+}
+
+static int load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
+                      bool check_all, const struct cache_buf **out)
+{
+    char hex[PROTO_HASH_HEX + 1];
+    struct db_loc loc, again;
+    const struct cache_buf *b = cache_lookup(st->cache, hash);
+    int r;
+
+    if (b) {
+        if (chunk_ok(b, hash, size)) {
+            *out = b;
+            return 0;
+        }
+        cache_release(st->cache, b);
+        cache_forget(st->cache, hash);
+    }
+    r = db_chunk_find(st->db, hash, &loc);
+    for (int attempt = 0; r == 0 && attempt < 2; attempt++) {
+        r = load_block(st, &loc, hash, check_all, &b);
+        if (r != RECORD_E_BAD)
+            break;
+        /* A repack may have moved it between the lookup and the read: look once more. */
+        if (attempt == 0 && db_chunk_find(st->db, hash, &again) == 0 && !loc_equal(&loc, &again)) {
+            loc = again;
+            r = 0;
+            continue;
+        }
+    }
+    proto_hex_encode(hash, PROTO_HASH_LEN, hex);
+    if (r == DB_E_NOT_FOUND) {
+        log_error("integrity: chunk %s is missing", hex);
+        return STORE_E_INTEGRITY;
+    }
+    if (r == RECORD_E_BAD) {
+        log_error("integrity: the record of chunk %s (pack %016llx offset %llu) is damaged", hex,
+                  (unsigned long long)loc.pack, (unsigned long long)loc.off);
+        return STORE_E_INTEGRITY;
+    }
+    if (r != 0)
+        return r;
+    if (!chunk_ok(b, hash, size)) {
+        log_error("integrity: chunk %s fails its check", hex);
+        cache_release(st->cache, b);
+        cache_forget(st->cache, hash);
+        return STORE_E_INTEGRITY;
+    }
+    *out = b;
+    return 0;
+}
+
+int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
+                     const struct cache_buf **out)
+{
+    return load_chunk(st, hash, size, false, out);
+}
+
+int store_prefetch_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size)
+{
+    const struct cache_buf *b;
+    int r = load_chunk(st, hash, size, true, &b);
+
+    if (r == 0)
+        cache_release(st->cache, b);
+    return r;
+}
+
+int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,
+                       const struct cache_buf **out)
+{
+    char hex[PROTO_HASH_HEX + 1];
+    const struct cache_buf *b = from_disk ? NULL : cache_lookup(st->cache, hash);
+    struct db_loc loc;
+    uint8_t *bytes, *raw;
+    size_t raw_len;
+    int r;
+
+    if (b) {
+        if (cached_ok(b, hash)) {
+            *out = b;
+            return 0;
+        }
+        cache_release(st->cache, b);
+        cache_forget(st->cache, hash);
+    }
+    proto_hex_encode(hash, PROTO_HASH_LEN, hex);
+    r = db_segment_find(st->db, hash, &loc);
+    for (bool again = st->rcache != NULL && !from_disk; r == 0; again = false) {
+        if ((r = store_read_record(st, &loc, !from_disk, &bytes)) != 0)
+            break;
+        r = record_seal_open(bytes, loc.len, PACK_REC_MANIFEST, hash, MANIFEST_MAX_SEGMENT, &raw,
+                             &raw_len);
+        free(bytes);
+        if (r != RECORD_E_BAD || !again)
+            break;
+        drop_cached_copy(st, &loc);
+        r = 0;
+    }
+    if (r == DB_E_NOT_FOUND || r == RECORD_E_BAD) {
+        log_error("integrity: manifest segment %s is %s", hex,
+                  r == DB_E_NOT_FOUND ? "missing" : "damaged");
+        return STORE_E_INTEGRITY;
+    }
+    if (r != 0)
+        return r;
+    b = cache_insert(st->cache, hash, raw, raw_len, true);
+    free(raw);
+    if (!b)
+        return -ENOMEM;
+    *out = b;
+    return 0;
+}
+
+const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN],
+                                           uint64_t size)
+{
+    const struct cache_buf *b;
+
+    if (size > STORE_LOOP_CHECK_MAX || !(b = cache_lookup(st->cache, hash)))
+        return NULL;
+    /* A cache entry is a claim until checked: checked before anything is sent. */
+    if (chunk_ok(b, hash, size))
+        return b;
+    cache_release(st->cache, b);
+    cache_forget(st->cache, hash);
+    return NULL;
+}
+
+/* ---- walking manifests from workers ---- */
+
+int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
+                        unsigned flags, store_chunk_fn *fn, void *ctx)
+{
+    struct manifest_cursor cur;
+    struct manifest_entry e;
+    uint8_t want[PROTO_HASH_LEN];
+    int r = manifest_cursor_init(&cur, depth, root, root_len);
+
+    if (r != 0)
+        return r == MANIFEST_E_CORRUPT ? STORE_E_INTEGRITY : r;
+    for (;;) {
+        r = manifest_cursor_next(&cur, &e, want);
+        if (r == MANIFEST_E_END) {
+            r = 0;
+            break;
+        }
+        if (r == MANIFEST_E_NEED) {
+            const struct cache_buf *seg;
+            if (flags & STORE_WALK_SEGMENTS) {
+                struct manifest_entry s = {.bytes = 0};
+                memcpy(s.hash, want, PROTO_HASH_LEN);
+                if ((r = fn(ctx, &s)) != 0)
+                    break;
+            }
+            if ((r = store_load_segment(st, want, flags & STORE_WALK_DISK, &seg)) != 0)
+                break;
+            r = manifest_cursor_feed(&cur, seg->data, seg->len);
+            cache_release(st->cache, seg);
+            if (r != 0) {
+                r = r == MANIFEST_E_CORRUPT ? STORE_E_INTEGRITY : r;
+                break;
+            }
+            continue;
+        }
+        if ((r = fn(ctx, &e)) != 0)
+            break;
+    }
+    manifest_cursor_clear(&cur);
+    return r;
+}
+
+struct prefix_ctx {
+    struct store *st;
+    char *buf;
+    size_t len, max, cap;
+};
+
+static int prefix_chunk(void *ctx, const struct manifest_entry *chunk)
+{
+    struct prefix_ctx *p = ctx;
+    const struct cache_buf *b;
+    int r;
+
+    if (p->len >= p->max)
+        return 1; /* enough */
+    if ((r = store_load_chunk(p->st, chunk->hash, chunk->bytes, &b)) != 0)
+        return r;
+    size_t n = b->len < p->max - p->len ? b->len : p->max - p->len;
+    /*
+     * The buffer grows with what is read, never to `max` at once: the
+     * indexer asks for up to 16 MiB of every document, and most are small
+     * (a 16 MiB allocation per document cost a rebuild minutes of page
+     * faults with MALLOC_PERTURB_).
+     */
+    if (p->len + n + 1 > p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 4096;
+        if (cap < p->len + n + 1)
+            cap = p->len + n + 1;
+        if (cap > p->max + 1)
+            cap = p->max + 1;
+        char *grown = realloc(p->buf, cap);
+        if (!grown) {
+            cache_release(p->st->cache, b);
+            return -ENOMEM;
+        }
+        p->buf = grown;
+        p->cap = cap;
+    }
+    memcpy(p->buf + p->len, b->data, n);
+    p->len += n;
+    cache_release(p->st->cache, b);
+    return 0;
+}
+
+int store_read_prefix(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
+                      size_t max, char **out, size_t *len)
+{
+    struct prefix_ctx p = {st, NULL, 0, max, 0};
+    int r;
+
+    if (max == SIZE_MAX)
+        return -EINVAL;
+    r = store_walk_manifest(st, depth, root, root_len, 0, prefix_chunk, &p);
+    if (r < 0 || (r > 0 && r != 1)) {
+        free(p.buf);
+        return r;
+    }
+    if (!p.buf && !(p.buf = malloc(1)))
+        return -ENOMEM;
+    p.buf[p.len] = '\0';
+    *out = p.buf;
+    *len = p.len;
+    return 0;
+}

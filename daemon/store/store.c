@@ -1,0 +1,235 @@
+/*
+ * The store object: what it is made of (the pack writer, the caches, the
+ * indexer), opening it (recovery from the packs first), the registry of
+ * running operations that gc's barriers rely on, and small shared helpers.
+ */
+#include "daemon/store/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/store/cache.h"
+#include "daemon/search/indexer.h"
+#include "daemon/base/log.h"
+#include "daemon/format/objects.h"
+#include "daemon/pack/packer.h"
+#include "daemon/readcache/readcache.h"
+#include "daemon/format/record.h"
+#include "daemon/store/refcache.h"
+#include "daemon/store/store-int.h"
+#include "proto/util.h"
+#include "storage/backend.h"
+
+/* Resolved references kept on the loop thread. */
+#define STORE_REFCACHE_BYTES (4u * 1024 * 1024)
+
+int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db *db,
+              const char *index_path, const struct store_config *cfg)
+{
+    struct store *st = calloc(1, sizeof(*st));
+    struct packer_resume resume = {0};
+    struct packer_config pcfg = {cfg->pack_size, cfg->compression_level};
+    int r;
+
+    if (!st)
+        return -ENOMEM;
+    st->loop = loop;
+    st->be = be;
+    st->db = db;
+    st->cfg = *cfg;
+    st->rcache = cfg->read_cache;
+    st->cfg.read_cache = NULL; /* the store's now: st->rcache */
+    st->next_op_seq = 1;
+    *out = st;
+    if ((r = cdc_init(&st->cdc, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max)) < 0 ||
+        (r = cache_new(&st->cache, cfg->cache_size)) < 0 ||
+        (r = refcache_new(&st->refs, STORE_REFCACHE_BYTES)) < 0 ||
+        (r = store_bridge_init(st)) < 0 || (r = db_gc_generation(db, &st->gc_safe_gen)) < 0)
+        return r;
+    /* The database may lack the last commits before a crash: the packs have them. */
+    r = store_replay(st, &resume, st->replay_summary, sizeof(st->replay_summary));
+    if (r == 0)
+        r = packer_new(&st->packer, loop, be, db, &pcfg, &resume);
+    free(resume.index);
+    if (r == 0)
+        r = indexer_new(&st->indexer, loop, st, db, index_path, cfg->max_text);
+    return r;
+}
+
+static void on_bridge_closed(uv_handle_t *h)
+{
+    free(container_of((uv_async_t *)h, struct store, bridge_async));
+}
+
+struct store *store_free(struct store *st)
+{
+    if (!st)
+        return NULL;
+    st->indexer = indexer_free(st->indexer);
+    st->packer = packer_free(st->packer);
+    st->refs = refcache_free(st->refs);
+    st->cache = cache_free(st->cache);
+    st->rcache = readcache_free(st->rcache);
+    free(st->gc_barriers);
+    st->gc_barriers = NULL;
+    /*
+     * The bridge's handle is part of the store, and libuv uses a closing
+     * handle until its close callback has run: the memory goes there.
+     */
+    if (!store_bridge_close(st, on_bridge_closed))
+        free(st);
+    return NULL;
+}
+
+unsigned store_active(struct store *st)
+{
+    return st->active;
+}
+
+bool store_busy(struct store *st)
+{
+    return (st->packer && packer_busy(st->packer)) || (st->indexer && indexer_busy(st->indexer)) ||
+           st->reaping || readcache_busy(st->rcache);
+}
+
+static void drained(void *ctx, int status)
+{
+    *(bool *)ctx = true;
+}
+
+int store_drain(struct store *st)
+{
+    bool caught_up = false;
+    int r = indexer_wait(st->indexer, drained, &caught_up);
+
+    if (r < 0)
+        return r;
+    while (!caught_up || store_busy(st))
+        uv_run(st->loop, UV_RUN_ONCE);
+    return 0;
+}
+
+const char *store_replay_summary(const struct store *st)
+{
+    return st->replay_summary;
+}
+
+void store_get_stats(struct store *st, struct store_stats *out)
+{
+    struct cache_stats cs;
+    struct indexer_stats is;
+
+    cache_get_stats(st->cache, &cs);
+    indexer_get_stats(st->indexer, &is);
+    memset(out, 0, sizeof(*out));
+    out->cache_bytes = cs.bytes;
+    out->cache_max = cs.max_bytes;
+    out->cache_hits = cs.hits;
+    out->cache_misses = cs.misses;
+    if (st->rcache) {
+        struct readcache_stats rs;
+        readcache_get_stats(st->rcache, &rs);
+        out->read_cache = true;
+        out->rc_bytes = rs.bytes;
+        out->rc_max = rs.max_bytes;
+        out->rc_hits = rs.hits;
+        out->rc_misses = rs.misses;
+        out->rc_fetched = rs.fetched;
+        out->rc_damaged = rs.damaged;
+    }
+    out->index_pending = is.pending;
+    out->open_pack = packer_open_seq(st->packer);
+}
+
+/* ---- running operations ---- */
+
+void store_op_begin(struct store *st, struct store_op *op)
+{
+    op->seq = st->next_op_seq++;
+    op->next = NULL;
+    op->prev = st->ops_tail;
+    if (st->ops_tail)
+        st->ops_tail->next = op;
+    else
+        st->ops_head = op;
+    st->ops_tail = op;
+}
+
+void store_op_end(struct store *st, struct store_op *op)
+{
+    bool was_oldest = st->ops_head == op;
+
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        st->ops_head = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        st->ops_tail = op->prev;
+    op->prev = op->next = NULL;
+    /* gc may be waiting for the oldest operations to end. */
+    if (was_oldest)
+        store_gc_ops_ended(st);
+}
+
+uint64_t store_oldest_op(const struct store *st)
+{
+    return st->ops_head ? st->ops_head->seq : st->next_op_seq;
+}
+
+/* ---- helpers ---- */
+
+uint64_t store_entry_time(struct store *st)
+{
+    struct timespec ts;
+    uint64_t now;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    /* The journal must stay ordered even if the wall clock steps back. */
+    st->last_entry_ns = now > st->last_entry_ns ? now : st->last_entry_ns + 1;
+    return st->last_entry_ns;
+}
+
+int store_entry_record(struct store *st, const struct entry *e, struct packer_rec *rec)
+{
+    uint8_t *raw;
+    size_t len;
+    int r;
+
+    if ((r = objects_entry_encode(e, &raw, &len)) < 0)
+        return r;
+    r = record_seal_build(PACK_REC_ENTRY, raw, len, st->cfg.compression_level, &rec->bytes,
+                          &rec->len, rec->id, &rec->idx);
+    free(raw);
+    if (r < 0)
+        return r;
+    rec->type = PACK_REC_ENTRY;
+    rec->nidx = 1;
+    memcpy(rec->doc, e->doc, PROTO_HASH_LEN);
+    rec->time_ns = e->time_ns;
+    rec->op = e->op;
+    return 0;
+}
+
+int store_status_from_db(int status)
+{
+    if (status == DB_E_NOT_FOUND)
+        return STORE_E_NOT_FOUND;
+    if (status == DB_E_AMBIGUOUS)
+        return STORE_E_AMBIGUOUS;
+    return status;
+}
+
+int store_map_read_status(int status)
+{
+    if (status == BACKEND_E_UNAVAILABLE)
+        return STORE_E_UNAVAILABLE;
+    if (status == BACKEND_E_NOT_FOUND || status == BACKEND_E_TOO_LARGE)
+        return STORE_E_INTEGRITY; /* a record the metadata promises is missing or mangled */
+    return status;
+}
