@@ -15,14 +15,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/net/conn.h"
-#include "daemon/base/crash.h"
-#include "daemon/meta/db.h"
-#include "daemon/base/log.h"
-#include "daemon/readcache/readcache.h"
-#include "daemon/store/store.h"
 #include "daemon/app/systemd.h"
-#include "daemon/recovery/upgrade.h"
+#include "daemon/base/crash.h"
+#include "daemon/base/log.h"
+#include "daemon/gc/gc.h"
+#include "daemon/meta/db.h"
+#include "daemon/net/net.h"
+#include "daemon/pack/packer.h"
+#include "daemon/readcache/readcache.h"
+#include "daemon/recovery/recovery.h"
+#include "daemon/search/search.h"
+#include "daemon/store/store.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
@@ -128,7 +131,7 @@ static void on_connection(uv_stream_t *listener, int status)
     }
     if (d->stopping)
         return;
-    conn_accept(d, listener);
+    server_accept(d->srv, listener);
 }
 
 /* ---- systemd notifications ---- */
@@ -138,13 +141,20 @@ static void on_watchdog(uv_timer_t *t)
     sysd_notify("WATCHDOG=1");
 }
 
+static unsigned connections(const struct daemon *d)
+{
+    return d->srv ? server_connections(d->srv) : 0;
+}
+
 static void send_status(struct daemon *d)
 {
+    unsigned n = connections(d);
+
     if (d->stopping)
-        sysd_notify("STATUS=stopping: %u connection%s left", d->nconns, d->nconns == 1 ? "" : "s");
+        sysd_notify("STATUS=stopping: %u connection%s left", n, n == 1 ? "" : "s");
     else
-        sysd_notify("STATUS=serving %u connection%s", d->nconns, d->nconns == 1 ? "" : "s");
-    d->status_conns = d->nconns;
+        sysd_notify("STATUS=serving %u connection%s", n, n == 1 ? "" : "s");
+    d->status_conns = n;
 }
 
 static void on_status_tick(uv_timer_t *t)
@@ -158,7 +168,7 @@ static void on_status_tick(uv_timer_t *t)
             sysd_notify("EXTEND_TIMEOUT_USEC=%llu", DAEMON_EXTEND_USEC);
         return;
     }
-    if (d->nconns != d->status_conns)
+    if (connections(d) != d->status_conns)
         send_status(d);
 }
 
@@ -190,8 +200,9 @@ static void notify_ready(struct daemon *d)
     if (!d->notify)
         return;
     d->ready_sent = true;
-    d->status_conns = d->nconns;
-    sysd_notify("READY=1\nSTATUS=serving %u connection%s", d->nconns, d->nconns == 1 ? "" : "s");
+    d->status_conns = connections(d);
+    sysd_notify("READY=1\nSTATUS=serving %u connection%s", d->status_conns,
+                d->status_conns == 1 ? "" : "s");
 }
 
 /* ---- the listening socket ---- */
@@ -305,28 +316,17 @@ static void stop_listening(struct daemon *d)
         unlink(d->socket_path);
 }
 
-void daemon_check_stopped(struct daemon *d)
+/*
+ * No client is left. Closing the daemon's own handles lets uv_run return
+ * once the work still queued (commits of abandoned requests) is done.
+ */
+static void on_clients_gone(void *ctx)
 {
-    if (!d->stopping || d->nconns > 0)
-        return;
-    /*
-     * No client is left. Closing the daemon's own handles lets uv_run return
-     * once the work still queued (commits of abandoned requests) is done.
-     */
+    struct daemon *d = ctx;
+
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
-    close_handle((uv_handle_t *)&d->pending_idle);
     close_handle((uv_handle_t *)&d->stop_timer);
-}
-
-static void close_all(struct daemon *d, bool idle_only)
-{
-    struct conn *c = d->conns, *next;
-    for (; c; c = next) {
-        next = c->next;
-        if (!idle_only || c->inflight == 0)
-            conn_close_after_flush(c);
-    }
 }
 
 static void on_stop_timeout(uv_timer_t *t)
@@ -334,11 +334,7 @@ static void on_stop_timeout(uv_timer_t *t)
     struct daemon *d = t->data;
     log_warn("requests still running after %d s; closing their connections",
              DAEMON_STOP_GRACE_MS / 1000);
-    for (struct conn *c = d->conns, *next; c; c = next) {
-        next = c->next;
-        conn_close(c);
-    }
-    daemon_check_stopped(d);
+    server_close_all(d->srv);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -353,15 +349,14 @@ static void on_signal(uv_signal_t *s, int signum)
     log_info("received %s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
     d->stopping = true;
     if (d->notify) {
-        sysd_notify("STOPPING=1\nSTATUS=stopping: %u connection%s left", d->nconns,
-                    d->nconns == 1 ? "" : "s");
-        d->status_conns = d->nconns;
+        unsigned n = connections(d);
+        sysd_notify("STOPPING=1\nSTATUS=stopping: %u connection%s left", n, n == 1 ? "" : "s");
+        d->status_conns = n;
     }
     stop_listening(d);
-    close_all(d, true);
     uv_timer_start(&d->stop_timer, on_stop_timeout, DAEMON_STOP_GRACE_MS, 0);
     uv_unref((uv_handle_t *)&d->stop_timer);
-    daemon_check_stopped(d);
+    server_stop(d->srv, on_clients_gone, d);
 }
 
 /*
@@ -518,8 +513,7 @@ static int read_cache_pack_size(void *ctx, uint64_t pack, uint64_t *size)
  * and the page cache keeps them). Not for --rebuild-index or --upgrade, which
  * read every pack once.
  */
-static int open_read_cache(struct daemon *d, const struct config *cfg,
-                           struct store_config *scfg, char *err, size_t err_len)
+static int open_read_cache(struct daemon *d, const struct config *cfg, char *err, size_t err_len)
 {
     uint64_t size = cfg->read_cache_auto ? readcache_default_size(cfg->read_cache_dir)
                                          : cfg->read_cache_size;
@@ -529,7 +523,7 @@ static int open_read_cache(struct daemon *d, const struct config *cfg,
     if (backend_has(d->be, BACKEND_CAP_READ_SYNC) || size == 0 || cfg->rebuild_index ||
         cfg->upgrade)
         return 0;
-    r = readcache_new(&scfg->read_cache, &d->loop, d->be, cfg->read_cache_dir, size,
+    r = readcache_new(&d->rc, &d->loop, d->be, cfg->read_cache_dir, size,
                       read_cache_pack_size, d->db, &msg);
     if (r < 0) {
         snprintf(err, err_len, "read cache %s: %s: %s", cfg->read_cache_dir,
@@ -539,6 +533,38 @@ static int open_read_cache(struct daemon *d, const struct config *cfg,
     log_info("read cache in %s, up to %llu MiB", cfg->read_cache_dir,
              (unsigned long long)(size >> 20));
     return 0;
+}
+
+/*
+ * The store and what is built on it, each part given what it uses: the
+ * store reads at once; recovery brings the database up to the packs (a
+ * crash may have lost its last commits) through it; then the pack writer
+ * goes on where the packs end, and the search index and gc join.
+ */
+static int open_store(struct daemon *d, const struct config *cfg, const struct store_config *scfg,
+                      const char *index_path)
+{
+    struct packer_resume resume = {0};
+    struct packer_config pcfg = {cfg->pack_size, cfg->compression_level};
+    struct gc_config gcfg = {cfg->repack_threshold, cfg->pack_size, cfg->compression_level};
+    int r;
+
+    if ((r = store_new(&d->store, &d->loop, d->be, d->db, d->rc, scfg)) < 0)
+        return r;
+    r = recovery_replay(&(struct recovery_parts){&d->loop, d->store, d->be, d->db},
+                        cfg->rebuild_index, &resume, d->replay_summary,
+                        sizeof(d->replay_summary));
+    if (r == 0)
+        r = packer_new(&d->pk, &d->loop, d->be, d->db, &pcfg, &resume);
+    free(resume.index);
+    if (r < 0)
+        return r;
+    store_set_writer(d->store, d->pk);
+    if ((r = search_new(&d->search, &d->loop, d->store, d->db, index_path, cfg->max_text)) < 0)
+        return r;
+    return gc_new(&d->gc, &d->loop,
+                  &(struct gc_parts){d->store, d->search, d->db, d->be, d->pk, d->rc, &d->reserve},
+                  &gcfg);
 }
 
 /* Lets a daemon serving a thousand clients have the descriptors for them. */
@@ -560,10 +586,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         .chunk_avg = cfg->chunk_avg,
         .chunk_max = cfg->chunk_max,
         .max_text = cfg->max_text,
-        .pack_size = cfg->pack_size,
-        .repack_below = cfg->repack_threshold,
         .cache_size = cfg->cache_size,
-        .rebuild = cfg->rebuild_index,
     };
     char db_path[PATH_MAX + 16], index_path[PATH_MAX + 16], threads[16], url[PATH_MAX + 16];
     const char *msg;
@@ -575,7 +598,6 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     }
     d->lock_fd = -1;
     d->listen_fd = -1;
-    d->max_connections = cfg->max_connections;
     /* The threadpool size is read once, at the first queued job. */
     snprintf(threads, sizeof(threads), "%u", cfg->threads ? cfg->threads : 8);
     setenv("UV_THREADPOOL_SIZE", threads, 1);
@@ -594,7 +616,6 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     crash_init();
 
     uv_loop_init(&d->loop);
-    uv_idle_init(&d->loop, &d->pending_idle);
     uv_timer_init(&d->loop, &d->stop_timer);
     d->stop_timer.data = d;
     uv_signal_init(&d->loop, &d->sig_term);
@@ -648,45 +669,78 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     }
     if ((r = open_db(d, cfg, url, db_path, err, err_len)) != 0)
         return r;
-    if ((r = open_read_cache(d, cfg, &scfg, err, err_len)) != 0)
+    if ((r = open_read_cache(d, cfg, err, err_len)) != 0)
         return r;
     if (d->notify)
         sysd_notify("STATUS=replaying packs");
-    /* Recovery from the packs happens in here, before anyone is served. */
-    r = store_new(&d->store, &d->loop, d->be, d->db, index_path, &scfg);
-    if (r < 0) {
+    if ((r = open_store(d, cfg, &scfg, index_path)) < 0) {
         snprintf(err, err_len, "%s: %s",
                  cfg->rebuild_index ? "rebuild: reading the packs from the backend failed" : "store",
                  strerror(-r));
         return DAEMON_E_SETUP;
     }
-    if (store_replay_summary(d->store)[0])
-        log_info("recovered from the packs: %s", store_replay_summary(d->store));
+    if (d->replay_summary[0])
+        log_info("recovered from the packs: %s", d->replay_summary);
     /* Format 1 objects left by an upgrade go once the new database stands. */
     upgrade_cleanup(url);
     if (cfg->rebuild_index || cfg->upgrade)
         return 0;
+    r = server_new(&d->srv, &(struct server_parts){
+                                .loop = &d->loop,
+                                .st = d->store,
+                                .search = d->search,
+                                .gc = d->gc,
+                                .db = d->db,
+                                .backend_desc = d->backend_desc,
+                                .max_connections = cfg->max_connections,
+                            });
+    if (r < 0) {
+        snprintf(err, err_len, "out of memory");
+        return DAEMON_E_SETUP;
+    }
     r = setup_socket(d, cfg->socket_path, err, err_len);
     if (r)
         return r;
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
-    d->started_ms = uv_now(&d->loop);
     log_info("cairnd %s listening on %s%s, data in %s, backend %s", CAIRN_VERSION, d->socket_path,
              d->activated ? " (socket from systemd)" : "", cfg->data_dir, d->backend_desc);
     return 0;
 }
 
+static void drained(void *ctx, int status)
+{
+    *(bool *)ctx = true;
+}
+
+/* Background work still running: pack writes, indexing, fetches, pack deletions. */
+static bool busy(const struct daemon *d)
+{
+    return (d->pk && packer_busy(d->pk)) || (d->search && search_busy(d->search)) ||
+           (d->gc && gc_busy(d->gc)) || (d->rc && readcache_busy(d->rc));
+}
+
+int daemon_drain(struct daemon *d)
+{
+    bool caught_up = false;
+    int r = search_wait(d->search, drained, &caught_up);
+
+    if (r < 0)
+        return r;
+    while (!caught_up || busy(d))
+        uv_run(&d->loop, UV_RUN_ONCE);
+    return 0;
+}
+
 int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len)
 {
-    /* The replay in store_new did the work; the index catches up before the exit. */
-    int r = store_drain(d->store);
+    /* The replay in daemon_new did the work; the index catches up before the exit. */
+    int r = daemon_drain(d);
 
     d->rebuilt = r == 0;
 
     snprintf(summary, summary_len, "%s",
-             store_replay_summary(d->store)[0] ? store_replay_summary(d->store)
-                                               : "the packs hold nothing");
+             d->replay_summary[0] ? d->replay_summary : "the packs hold nothing");
     return r;
 }
 
@@ -705,13 +759,18 @@ struct daemon *daemon_free(struct daemon *d)
     stop_listening(d);
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
-    close_handle((uv_handle_t *)&d->pending_idle);
     close_handle((uv_handle_t *)&d->stop_timer);
     close_handle((uv_handle_t *)&d->watchdog_timer);
     close_handle((uv_handle_t *)&d->status_timer);
     /* Let close callbacks and any queued work finish before freeing what they use. */
     uv_run(&d->loop, UV_RUN_DEFAULT);
+    /* Each part before the parts it uses. */
+    d->srv = server_free(d->srv);
+    d->gc = gc_free(d->gc);
+    d->search = search_free(d->search);
     d->store = store_free(d->store);
+    d->pk = packer_free(d->pk);
+    d->rc = readcache_free(d->rc);
     d->db = db_free(d->db);
     d->be = backend_free(d->be);
     uv_run(&d->loop, UV_RUN_DEFAULT); /* the backend's handles close asynchronously */

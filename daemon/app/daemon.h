@@ -17,8 +17,12 @@
 #include "daemon/base/reserve.h"
 
 struct backend;
-struct conn;
 struct db;
+struct gc;
+struct packer;
+struct readcache;
+struct search;
+struct server;
 struct store;
 
 /* Expected outcomes of daemon_new (positive); the message is in `err`. */
@@ -27,21 +31,26 @@ enum {
     DAEMON_E_SETUP,      /* socket, directories, database or backend setup failed */
 };
 
+/*
+ * The daemon owns every part and hands each the others it uses (the
+ * composition in daemon.c; ARCHITECTURE.md draws it).
+ */
 struct daemon {
     uv_loop_t loop;
     uv_pipe_t listener;
     uv_signal_t sig_term, sig_int;
-    uv_idle_t pending_idle;
     uv_timer_t stop_timer;
     uv_timer_t watchdog_timer; /* WATCHDOG=1 at half of WATCHDOG_USEC */
     uv_timer_t status_timer;   /* STATUS= when the connection count changed */
     struct backend *be;
     struct db *db;
+    struct readcache *rc; /* remote backends only */
+    struct packer *pk;
     struct store *store;
-    struct conn *conns;
-    struct conn *pending; /* connections with frames to process */
-    unsigned nconns, max_connections;
-    uint64_t started_ms;
+    struct search *search;
+    struct gc *gc;
+    struct server *srv;
+    char replay_summary[512]; /* what recovery brought back from the packs */
     bool stopping, listening;
     bool activated;      /* the listener came from systemd (socket activation) */
     bool notify;         /* NOTIFY_SOCKET is set */
@@ -76,7 +85,6 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
 int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len);
 /* Runs until a stop signal; returns 0 after a clean stop. */
 int daemon_run(struct daemon *d);
+/* Runs the loop until the background work is done and the search index has caught up. */
+int daemon_drain(struct daemon *d);
 struct daemon *daemon_free(struct daemon *d);
-
-/* Checks whether the daemon has finished stopping; called when connections go away. */
-void daemon_check_stopped(struct daemon *d);

@@ -7,7 +7,7 @@
  * transaction the database moves their rows over, drops the dead rows, and
  * marks the old pack for deletion. The old pack's object is deleted only
  * after that commit, and only once no running operation can still read it
- * (store_reap). A pack with nothing alive is just marked and deleted.
+ * (gc_reap). A pack with nothing alive is just marked and deleted.
  *
  * Every step is safe to cut by a crash: before the commit the old pack is
  * intact and the copies are dead weight in the open pack; after it, replay
@@ -24,21 +24,23 @@
 #include "daemon/pack/packer.h"
 #include "daemon/readcache/readcache.h"
 #include "daemon/format/record.h"
-#include "daemon/store/store-int.h"
+#include "daemon/gc/gc-int.h"
+#include "daemon/meta/db.h"
+#include "daemon/store/store.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
 /* A pack larger than this many times the configured size is left alone (not ours to read whole). */
 #define REPACK_MAX_FACTOR 4
 
-struct store_reap {
+struct gc_reap {
     uint64_t seq;
     uint64_t barrier; /* operations older than this may still read the pack */
     bool running;
     struct backend_del del;
     struct db_write dbw;
-    struct store *st;
-    struct store_reap *next;
+    struct gc *gc;
+    struct gc_reap *next;
 };
 
 /* Where a live row's record went among the new records. */
@@ -65,10 +67,10 @@ struct repack_pack {
 };
 
 struct repack_run {
-    struct store *st;
+    struct gc *gc;
     uint64_t safe_gen;
-    struct store_gc_result *res;
-    store_repack_cb *cb;
+    struct gc_result *res;
+    gc_repack_cb *cb;
     void *ctx;
     uv_work_t work;
     int status;
@@ -81,31 +83,31 @@ struct repack_run {
 
 static void reap_dropped(struct db_write *w)
 {
-    struct store_reap *rp = container_of(w, struct store_reap, dbw);
-    struct store *st = rp->st;
-    struct store_reap **pp = &st->reaping;
+    struct gc_reap *rp = container_of(w, struct gc_reap, dbw);
+    struct gc *gc = rp->gc;
+    struct gc_reap **pp = &gc->reaping;
 
     while (*pp != rp)
         pp = &(*pp)->next;
     *pp = rp->next;
     free(rp);
-    store_reap(st);
+    gc_reap(gc);
 }
 
 static int reap_apply(struct db_txn *txn, struct db_write *w)
 {
-    struct store_reap *rp = container_of(w, struct store_reap, dbw);
+    struct gc_reap *rp = container_of(w, struct gc_reap, dbw);
     return db_txn_pack_drop(txn, rp->seq);
 }
 
 static void reap_deleted(struct backend_req *req)
 {
-    struct store_reap *rp = container_of(req, struct store_reap, del.req);
+    struct gc_reap *rp = container_of(req, struct gc_reap, del.req);
 
     /* The old pack is gone; its row still says it is being deleted. */
     crash_point("repack-deleted");
-    if (rp->st->rcache)
-        readcache_forget_pack(rp->st->rcache, rp->seq);
+    if (rp->gc->rc)
+        readcache_forget_pack(rp->gc->rc, rp->seq);
     if (req->status != 0 && req->status != BACKEND_E_NOT_FOUND) {
         /* The row stays marked: the next start (replay) tries again. */
         log_warn("gc: deleting %s failed: %s", req->key,
@@ -113,22 +115,22 @@ static void reap_deleted(struct backend_req *req)
         rp->dbw.apply = NULL;
     }
     if (!rp->dbw.apply) {
-        struct store *st = rp->st;
-        struct store_reap **pp = &st->reaping;
+        struct gc *gc = rp->gc;
+        struct gc_reap **pp = &gc->reaping;
         while (*pp != rp)
             pp = &(*pp)->next;
         *pp = rp->next;
         free(rp);
         return;
     }
-    db_write(rp->st->db, &rp->dbw);
+    db_write(rp->gc->db, &rp->dbw);
 }
 
-void store_reap(struct store *st)
+void gc_reap(struct gc *gc)
 {
-    uint64_t oldest = store_oldest_op(st);
+    uint64_t oldest = store_oldest_op(gc->st);
 
-    for (struct store_reap *rp = st->reaping; rp; rp = rp->next) {
+    for (struct gc_reap *rp = gc->reaping; rp; rp = rp->next) {
         if (rp->running || rp->barrier > oldest)
             continue;
         rp->running = true;
@@ -136,24 +138,24 @@ void store_reap(struct store *st)
         rp->del.req.cb = reap_deleted;
         rp->dbw.apply = reap_apply;
         rp->dbw.done = reap_dropped;
-        if (backend_del(st->be, &rp->del) < 0)
+        if (backend_del(gc->be, &rp->del) < 0)
             rp->running = false; /* tried again when the next operation ends */
     }
 }
 
-static int reap_later(struct store *st, uint64_t seq)
+static int reap_later(struct gc *gc, uint64_t seq)
 {
-    struct store_reap *rp = calloc(1, sizeof(*rp));
+    struct gc_reap *rp = calloc(1, sizeof(*rp));
 
     if (!rp)
         return -ENOMEM;
-    rp->st = st;
+    rp->gc = gc;
     rp->seq = seq;
     /* Operations that started before the commit may hold the old locations. */
-    rp->barrier = st->next_op_seq;
-    rp->next = st->reaping;
-    st->reaping = rp;
-    store_reap(st);
+    rp->barrier = store_next_op(gc->st);
+    rp->next = gc->reaping;
+    gc->reaping = rp;
+    gc_reap(gc);
     return 0;
 }
 
@@ -340,12 +342,12 @@ static int one_record(struct repack_pack *p, const uint8_t *buf, size_t first, s
 static void pack_work(uv_work_t *work)
 {
     struct repack_pack *p = container_of(work, struct repack_pack, work);
-    struct store *st = p->run->st;
+    struct gc *gc = p->run->gc;
     uint8_t *buf = NULL;
     size_t got;
     int r;
 
-    r = db_pack_rows(st->db, p->seq, p->run->safe_gen, &p->rows, &p->nrows);
+    r = db_pack_rows(gc->db, p->seq, p->run->safe_gen, &p->rows, &p->nrows);
     if (r != 0 || p->delete_only) {
         p->status = r;
         return;
@@ -354,14 +356,14 @@ static void pack_work(uv_work_t *work)
         p->status = -ENOMEM;
         return;
     }
-    r = store_read_pack(st, p->seq, 0, buf, p->size, &got, false);
+    r = store_read_pack(gc->st, p->seq, 0, buf, p->size, &got, false);
     if (r == 0 && got != p->size)
         r = RECORD_E_BAD;
     for (size_t first = 0; r == 0 && first < p->nrows;) {
         size_t end = first + 1;
         while (end < p->nrows && p->rows[end].loc.off == p->rows[first].loc.off)
             end++;
-        r = one_record(p, buf, first, end, st->cfg.compression_level);
+        r = one_record(p, buf, first, end, gc->cfg.compression_level);
         first = end;
     }
     free(buf);
@@ -428,7 +430,7 @@ static void run_next(struct repack_run *run);
 static void pack_end(struct repack_pack *p, int status)
 {
     struct repack_run *run = p->run;
-    struct store_gc_result *res = run->res;
+    struct gc_result *res = run->res;
 
     if (status == 0) {
         /* The database has moved over, synced; the old pack is still there. */
@@ -439,7 +441,7 @@ static void pack_end(struct repack_pack *p, int status)
             res->packs_deleted++;
         else
             res->packs_rewritten++;
-        if (reap_later(run->st, p->seq) < 0)
+        if (reap_later(run->gc, p->seq) < 0)
             log_warn("gc: pack %016" PRIx64 " goes at the next start", p->seq);
     } else if (status != -EAGAIN) {
         const char *why = status < 0                      ? strerror(-status)
@@ -486,7 +488,7 @@ static void pack_done(uv_work_t *work, int status)
     if (p->nrecs == 0) {
         /* Nothing to copy: drop the rows and mark the pack, synced, in one write. */
         p->dbw = (struct db_write){.apply = write_apply, .done = write_done, .durable = true};
-        db_write(run->st->db, &p->dbw);
+        db_write(run->gc->db, &p->dbw);
         return;
     }
     p->g.recs = p->recs;
@@ -495,7 +497,7 @@ static void pack_done(uv_work_t *work, int status)
     p->g.durable = true;
     p->g.apply = group_apply;
     p->g.done = group_done;
-    packer_submit(run->st->packer, &p->g);
+    packer_submit(run->gc->pk, &p->g);
 }
 
 /* ---- choosing the packs ---- */
@@ -519,10 +521,10 @@ static uint64_t dead_bytes(const struct db_pack_use *u)
  * for neither side: a pack with nothing dead is never rewritten, whatever
  * the threshold.
  */
-static bool worth_rewriting(const struct store *st, const struct db_pack_use *u)
+static bool worth_rewriting(const struct gc *gc, const struct db_pack_use *u)
 {
     uint64_t dead = dead_bytes(u);
-    return dead > 0 && u->live * 100 < (u->live + dead) * st->cfg.repack_below;
+    return dead > 0 && u->live * 100 < (u->live + dead) * gc->cfg.repack_below;
 }
 
 static void run_finish(struct repack_run *run)
@@ -534,8 +536,8 @@ static void run_finish(struct repack_run *run)
 
 static void run_next(struct repack_run *run)
 {
-    struct store *st = run->st;
-    uint64_t open_seq = packer_open_seq(st->packer);
+    struct gc *gc = run->gc;
+    uint64_t open_seq = packer_open_seq(gc->pk);
 
     while (run->next < run->nuse) {
         struct db_pack_use *u = &run->use[run->next++];
@@ -543,11 +545,11 @@ static void run_next(struct repack_run *run)
         if (u->state != DB_PACK_SEALED || u->seq == open_seq || u->size == 0)
             continue;
         bool dead = u->live_rows == 0;
-        if (!dead && !worth_rewriting(st, u)) {
+        if (!dead && !worth_rewriting(gc, u)) {
             run->res->bytes_dead += dead_bytes(u);
             continue;
         }
-        if (!dead && u->size > REPACK_MAX_FACTOR * st->cfg.pack_size + (64u << 20)) {
+        if (!dead && u->size > REPACK_MAX_FACTOR * gc->cfg.pack_size + (64u << 20)) {
             log_warn("gc: pack %016" PRIx64 " is too large to rewrite (%" PRIu64 " bytes)", u->seq,
                      u->size);
             run->res->bytes_dead += dead_bytes(u);
@@ -562,7 +564,7 @@ static void run_next(struct repack_run *run)
         p->seq = u->seq;
         p->size = u->size;
         p->delete_only = dead;
-        if (uv_queue_work(st->loop, &p->work, pack_work, pack_done) < 0) {
+        if (uv_queue_work(gc->loop, &p->work, pack_work, pack_done) < 0) {
             free(p);
             run->status = -ENOMEM;
             break;
@@ -575,7 +577,7 @@ static void run_next(struct repack_run *run)
 static void usage_work(uv_work_t *work)
 {
     struct repack_run *run = container_of(work, struct repack_run, work);
-    run->status = db_pack_usage(run->st->db, run->safe_gen, &run->use, &run->nuse);
+    run->status = db_pack_usage(run->gc->db, run->safe_gen, &run->use, &run->nuse);
 }
 
 static void usage_done(uv_work_t *work, int status);
@@ -587,7 +589,7 @@ static void rotated(void *ctx)
     free(run->use);
     run->use = NULL;
     run->nuse = 0;
-    if (uv_queue_work(run->st->loop, &run->work, usage_work, usage_done) < 0) {
+    if (uv_queue_work(run->gc->loop, &run->work, usage_work, usage_done) < 0) {
         run->status = -ENOMEM;
         run_finish(run);
     }
@@ -610,8 +612,8 @@ static int use_cmp(const void *a, const void *b)
 static void usage_done(uv_work_t *work, int status)
 {
     struct repack_run *run = container_of(work, struct repack_run, work);
-    struct store *st = run->st;
-    uint64_t open_seq = packer_open_seq(st->packer);
+    struct gc *gc = run->gc;
+    uint64_t open_seq = packer_open_seq(gc->pk);
 
     if (status < 0)
         run->status = status;
@@ -625,17 +627,17 @@ static void usage_done(uv_work_t *work, int status)
     for (size_t i = 0; !run->rotated && i < run->nuse; i++) {
         struct db_pack_use *u = &run->use[i];
         if (u->seq == open_seq && u->state == DB_PACK_OPEN && u->size > 0 &&
-            worth_rewriting(st, u)) {
+            worth_rewriting(gc, u)) {
             run->rotated = true;
-            if (packer_rotate(st->packer, rotated, run) == 0)
+            if (packer_rotate(gc->pk, rotated, run) == 0)
                 return;
         }
     }
     run_next(run);
 }
 
-void store_repack(struct store *st, uint64_t safe_gen, struct store_gc_result *res,
-                  store_repack_cb *cb, void *ctx)
+void gc_repack(struct gc *gc, uint64_t safe_gen, struct gc_result *res, gc_repack_cb *cb,
+               void *ctx)
 {
     struct repack_run *run = calloc(1, sizeof(*run));
 
@@ -643,12 +645,12 @@ void store_repack(struct store *st, uint64_t safe_gen, struct store_gc_result *r
         cb(ctx, -ENOMEM);
         return;
     }
-    run->st = st;
+    run->gc = gc;
     run->safe_gen = safe_gen;
     run->res = res;
     run->cb = cb;
     run->ctx = ctx;
-    if (uv_queue_work(st->loop, &run->work, usage_work, usage_done) < 0) {
+    if (uv_queue_work(gc->loop, &run->work, usage_work, usage_done) < 0) {
         free(run);
         cb(ctx, -ENOMEM);
     }

@@ -108,7 +108,7 @@ void db_docs_free(struct db_doc *docs, size_t n)
 
 int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc)
 {
-    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_ID);
+    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_ID, db_docs_sql);
     int rc, r = 0;
 
     if (!s)
@@ -147,7 +147,7 @@ int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc
         return r;
 
     if (!doc->name) {
-        s = db_stmt(c, DB_S_NEWEST_NAME);
+        s = db_stmt(c, DB_S_NEWEST_NAME, db_docs_sql);
         if (!s)
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
@@ -158,7 +158,7 @@ int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc
             return r;
     }
     if (want & (DB_WANT_TAGS | DB_WANT_DETAILS)) {
-        if (!(s = db_stmt(c, DB_S_TAGS_OF_DOC)))
+        if (!(s = db_stmt(c, DB_S_TAGS_OF_DOC, db_docs_sql)))
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
         if ((r = query_strings(c, s, 0, &doc->tags, &doc->ntags)) < 0)
@@ -166,12 +166,12 @@ int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc
     }
     if (want & DB_WANT_DETAILS) {
         size_t nvalues;
-        if (!(s = db_stmt(c, DB_S_NAMES_OF_DOC)))
+        if (!(s = db_stmt(c, DB_S_NAMES_OF_DOC, db_docs_sql)))
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
         if ((r = query_strings(c, s, 0, &doc->names, &doc->nnames)) < 0)
             return r;
-        if (!(s = db_stmt(c, DB_S_META_OF_DOC)))
+        if (!(s = db_stmt(c, DB_S_META_OF_DOC, db_docs_sql)))
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
         if ((r = query_strings(c, s, 0, &doc->meta_keys, &doc->nmeta)) < 0)
@@ -205,7 +205,7 @@ static int resolve_id(struct db_conn *c, const char *ref, size_t len, int64_t *i
         for (size_t i = 0; i <= len; i++)
             lower[i] = (char)(key[i] >= 'A' && key[i] <= 'F' ? key[i] + 32 : key[i]);
         if (len == PROTO_HASH_HEX) {
-            if (!(s = db_stmt(c, DB_S_DOC_BY_HASH)))
+            if (!(s = db_stmt(c, DB_S_DOC_BY_HASH, db_docs_sql)))
                 return -EIO;
             sqlite3_bind_text(s, 1, lower, (int)len, SQLITE_TRANSIENT);
             r = db_query_id(c, s, id);
@@ -214,7 +214,7 @@ static int resolve_id(struct db_conn *c, const char *ref, size_t len, int64_t *i
         } else {
             int64_t first = 0;
             int rows = 0, rc;
-            if (!(s = db_stmt(c, DB_S_DOC_BY_PREFIX)))
+            if (!(s = db_stmt(c, DB_S_DOC_BY_PREFIX, db_docs_sql)))
                 return -EIO;
             sqlite3_bind_text(s, 1, lower, (int)len, SQLITE_TRANSIENT);
             while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -232,7 +232,7 @@ static int resolve_id(struct db_conn *c, const char *ref, size_t len, int64_t *i
             }
         }
     }
-    if (!(s = db_stmt(c, DB_S_DOC_BY_NAME)))
+    if (!(s = db_stmt(c, DB_S_DOC_BY_NAME, db_docs_sql)))
         return -EIO;
     sqlite3_bind_text(s, 1, key, (int)len, SQLITE_TRANSIENT);
     r = db_query_id(c, s, id);
@@ -288,7 +288,7 @@ int db_name_current(struct db *db, const char *name, int64_t doc, bool *current)
     *current = false;
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_DOC_BY_NAME))) {
+    if (!(s = db_stmt(c, DB_S_DOC_BY_NAME, db_docs_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
@@ -316,7 +316,7 @@ int db_list(struct db *db, const char *tag, const char *after, size_t limit, str
     *ndocs = 0;
     if (!c)
         return -EIO;
-    s = db_stmt(c, tag ? DB_S_LIST_TAG : DB_S_LIST_ALL);
+    s = db_stmt(c, tag ? DB_S_LIST_TAG : DB_S_LIST_ALL, db_docs_sql);
     if (!s) {
         db_snapshot_end(db, c);
         return -EIO;
@@ -368,16 +368,16 @@ int db_totals(struct db *db, struct db_totals *t)
     memset(t, 0, sizeof(*t));
     if (!c)
         return -EIO;
-    if ((s = db_stmt(c, DB_S_TOTALS)) && sqlite3_step(s) == SQLITE_ROW) {
+    if ((s = db_stmt(c, DB_S_TOTALS, db_docs_sql)) && sqlite3_step(s) == SQLITE_ROW) {
         t->documents = (uint64_t)sqlite3_column_int64(s, 0);
         t->logical_bytes = (uint64_t)sqlite3_column_int64(s, 1);
         sqlite3_reset(s);
-        if ((s = db_stmt(c, DB_S_CHUNK_TOTALS)) && sqlite3_step(s) == SQLITE_ROW) {
+        if ((s = db_stmt(c, DB_S_CHUNK_TOTALS, db_docs_sql)) && sqlite3_step(s) == SQLITE_ROW) {
             t->chunks = (uint64_t)sqlite3_column_int64(s, 0);
             t->stored_bytes = (uint64_t)sqlite3_column_int64(s, 1);
             t->unique_bytes = (uint64_t)sqlite3_column_int64(s, 2);
             sqlite3_reset(s);
-            if ((s = db_stmt(c, DB_S_PACK_TOTALS)) && sqlite3_step(s) == SQLITE_ROW) {
+            if ((s = db_stmt(c, DB_S_PACK_TOTALS, db_docs_sql)) && sqlite3_step(s) == SQLITE_ROW) {
                 t->packs = (uint64_t)sqlite3_column_int64(s, 0);
                 t->pack_bytes = (uint64_t)sqlite3_column_int64(s, 1);
                 r = 0;
@@ -396,7 +396,7 @@ int db_totals(struct db *db, struct db_totals *t)
 static int insert_doc(struct db_conn *c, const struct db_add *add, const char *hex, int64_t now,
                       int64_t *id)
 {
-    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_INSERT);
+    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_INSERT, db_docs_sql);
     int r;
 
     if (!s)
@@ -421,7 +421,7 @@ static int insert_doc(struct db_conn *c, const struct db_add *add, const char *h
 static int add_name(struct db_conn *c, const char *name, int64_t id, int64_t now, bool *changed)
 {
     int64_t current = -1;
-    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_NAME);
+    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_NAME, db_docs_sql);
     int r;
 
     if (!s)
@@ -431,7 +431,7 @@ static int add_name(struct db_conn *c, const char *name, int64_t id, int64_t now
         return r;
     if (current == id)
         return 0;
-    if (!(s = db_stmt(c, DB_S_NAME_INSERT)))
+    if (!(s = db_stmt(c, DB_S_NAME_INSERT, db_docs_sql)))
         return -EIO;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, id);
@@ -447,7 +447,7 @@ static int add_tags_meta(struct db_conn *c, const struct db_add *add, int64_t id
     int r;
 
     for (size_t i = 0; i < add->ntags; i++) {
-        if (!(s = db_stmt(c, DB_S_TAG_INSERT)))
+        if (!(s = db_stmt(c, DB_S_TAG_INSERT, db_docs_sql)))
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
         sqlite3_bind_text(s, 2, add->tags[i], -1, SQLITE_STATIC);
@@ -457,7 +457,7 @@ static int add_tags_meta(struct db_conn *c, const struct db_add *add, int64_t id
     }
     for (size_t i = 0; i < add->nmeta; i++) {
         bool same = false;
-        if (!(s = db_stmt(c, DB_S_META_GET)))
+        if (!(s = db_stmt(c, DB_S_META_GET, db_docs_sql)))
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
         sqlite3_bind_text(s, 2, add->meta_keys[i], -1, SQLITE_STATIC);
@@ -468,7 +468,7 @@ static int add_tags_meta(struct db_conn *c, const struct db_add *add, int64_t id
         sqlite3_reset(s);
         if (same)
             continue;
-        if (!(s = db_stmt(c, DB_S_META_UPSERT)))
+        if (!(s = db_stmt(c, DB_S_META_UPSERT, db_docs_sql)))
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
         sqlite3_bind_text(s, 2, add->meta_keys[i], -1, SQLITE_STATIC);
@@ -482,7 +482,7 @@ static int add_tags_meta(struct db_conn *c, const struct db_add *add, int64_t id
 
 int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id)
 {
-    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_HASH);
+    sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_HASH, db_docs_sql);
 
     if (!s)
         return -EIO;
@@ -512,7 +512,7 @@ int db_txn_add(struct db_txn *txn, struct db_add *add)
         return r;
     /* What the index holds of it changed: a new generation for the indexer to catch up to. */
     if (!add->created && changed) {
-        if (!(s = db_stmt(c, DB_S_DOC_INDEX_BUMP)))
+        if (!(s = db_stmt(c, DB_S_DOC_INDEX_BUMP, db_docs_sql)))
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
         if ((r = db_step_done(c, s)) < 0)
@@ -544,7 +544,7 @@ int db_txn_delete(struct db_txn *txn, const char *hash_hex)
     if (r != 0)
         goto out;
     /* The index drops its entry later, reading the text back through this manifest. */
-    if (!(s = db_stmt(c, DB_S_REMOVAL_INSERT))) {
+    if (!(s = db_stmt(c, DB_S_REMOVAL_INSERT, db_docs_sql))) {
         r = -EIO;
         goto out;
     }
@@ -554,7 +554,7 @@ int db_txn_delete(struct db_txn *txn, const char *hash_hex)
                       SQLITE_STATIC);
     if ((r = db_step_done(c, s)) < 0)
         goto out;
-    if (!(s = db_stmt(c, DB_S_DOC_DELETE))) {
+    if (!(s = db_stmt(c, DB_S_DOC_DELETE, db_docs_sql))) {
         r = -EIO;
         goto out;
     }
@@ -570,7 +570,7 @@ out:
 int db_query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col, int col2,
                     char **out)
 {
-    sqlite3_stmt *s = db_stmt(c, id);
+    sqlite3_stmt *s = db_stmt(c, id, db_docs_sql);
     char *buf = NULL;
     size_t len = 0;
     FILE *f;
@@ -601,6 +601,18 @@ int db_query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col,
     return 0;
 }
 
+int db_doc_names(struct db *db, int64_t rowid, char **out)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    int r;
+
+    if (!c)
+        return -EIO;
+    r = db_query_joined(c, DB_S_NAMES_OF_DOC, rowid, 0, -1, out);
+    db_reader_release(db, c);
+    return r;
+}
+
 void db_index_doc_clear(struct db_index_doc *d)
 {
     free(d->names);
@@ -623,7 +635,7 @@ int db_index_doc_load(struct db *db, int64_t rowid, struct db_index_doc *d)
     /* One read transaction: the fields and the generation belong together. */
     doc.name = strdup(""); /* keeps db_load_doc from looking up the newest name */
     r = doc.name ? db_load_doc(c, rowid, DB_WANT_MANIFEST, &doc) : -ENOMEM;
-    if (r == 0 && (s = db_stmt(c, DB_S_DOC_BY_ID))) {
+    if (r == 0 && (s = db_stmt(c, DB_S_DOC_BY_ID, db_docs_sql))) {
         sqlite3_bind_int64(s, 1, rowid);
         if (sqlite3_step(s) == SQLITE_ROW)
             d->gen = (uint64_t)sqlite3_column_int64(s, 9);
@@ -666,7 +678,7 @@ int db_removals(struct db *db, size_t max, struct db_removal **out, size_t *n)
     *n = 0;
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_REMOVALS))) {
+    if (!(s = db_stmt(c, DB_S_REMOVALS, db_docs_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
@@ -702,7 +714,7 @@ int db_removals(struct db *db, size_t max, struct db_removal **out, size_t *n)
 
 int db_txn_removal_done(struct db_txn *txn, int64_t rowid)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_REMOVAL_DELETE);
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_REMOVAL_DELETE, db_docs_sql);
 
     if (!s)
         return -EIO;

@@ -82,7 +82,7 @@ const char *const db_gc_sql[DB_S_COUNT_] = {
 
 static int state_get(struct db_conn *c, const char *key, int64_t *v)
 {
-    sqlite3_stmt *s = db_stmt(c, DB_S_STATE_GET);
+    sqlite3_stmt *s = db_stmt(c, DB_S_STATE_GET, db_gc_sql);
     int r;
 
     if (!s)
@@ -104,7 +104,7 @@ int db_txn_gc_generation(struct db_txn *txn, uint64_t *gen)
 
     if (r < 0)
         return r;
-    if (!(s = db_stmt(txn->conn, DB_S_STATE_SET)))
+    if (!(s = db_stmt(txn->conn, DB_S_STATE_SET, db_gc_sql)))
         return -EIO;
     sqlite3_bind_text(s, 1, "gc_gen", -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, v + 1);
@@ -133,7 +133,7 @@ int db_gc_generation(struct db *db, uint64_t *gen)
 
 static int each_row(struct db_conn *c, enum db_stmt_id id, db_manifest_fn *fn, void *ctx)
 {
-    sqlite3_stmt *s = db_stmt(c, id);
+    sqlite3_stmt *s = db_stmt(c, id, db_gc_sql);
     int rc, r = 0;
 
     if (!s)
@@ -190,7 +190,7 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
 
     if (!rows)
         return -ENOMEM;
-    if (!(s = db_stmt(c, chunks ? DB_S_CHUNK_PAGE : DB_S_SEGMENT_PAGE))) {
+    if (!(s = db_stmt(c, chunks ? DB_S_CHUNK_PAGE : DB_S_SEGMENT_PAGE, db_gc_sql))) {
         free(rows);
         return -EIO;
     }
@@ -218,7 +218,7 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
             to = 0;
         else
             continue;
-        if (!(s = db_stmt(c, chunks ? DB_S_CHUNK_CONDEMN : DB_S_SEGMENT_CONDEMN))) {
+        if (!(s = db_stmt(c, chunks ? DB_S_CHUNK_CONDEMN : DB_S_SEGMENT_CONDEMN, db_gc_sql))) {
             r = -EIO;
             break;
         }
@@ -244,7 +244,7 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
 static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen, bool rows,
                     struct db_pack_use *use, size_t n)
 {
-    sqlite3_stmt *s = db_stmt(c, id);
+    sqlite3_stmt *s = db_stmt(c, id, db_gc_sql);
     int rc;
 
     if (!s)
@@ -284,7 +284,7 @@ int db_pack_usage(struct db *db, uint64_t safe_gen, struct db_pack_use **out, si
     *n = 0;
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_PACKS))) {
+    if (!(s = db_stmt(c, DB_S_PACKS, db_store_sql))) {
         r = -EIO;
         goto out;
     }
@@ -334,7 +334,7 @@ out:
 static int add_rows(struct db_conn *c, enum db_stmt_id id, enum db_row_kind kind, uint64_t seq,
                     uint64_t safe_gen, struct db_pack_row **rows, size_t *n, size_t *cap)
 {
-    sqlite3_stmt *s = db_stmt(c, id);
+    sqlite3_stmt *s = db_stmt(c, id, db_gc_sql);
     int rc;
 
     if (!s)
@@ -413,7 +413,7 @@ int db_pack_rows(struct db *db, uint64_t seq, uint64_t safe_gen, struct db_pack_
 int db_txn_row_move(struct db_txn *txn, const struct db_pack_row *row, const struct db_loc *to)
 {
     static const enum db_stmt_id ids[] = {DB_S_CHUNK_MOVE, DB_S_SEGMENT_MOVE, DB_S_JOURNAL_MOVE};
-    sqlite3_stmt *s = db_stmt(txn->conn, ids[row->kind]);
+    sqlite3_stmt *s = db_stmt(txn->conn, ids[row->kind], db_gc_sql);
 
     if (!s)
         return -EIO;
@@ -433,7 +433,7 @@ int db_txn_row_move(struct db_txn *txn, const struct db_pack_row *row, const str
 int db_txn_row_drop(struct db_txn *txn, const struct db_pack_row *row)
 {
     static const enum db_stmt_id ids[] = {DB_S_CHUNK_DROP, DB_S_SEGMENT_DROP, DB_S_JOURNAL_DROP};
-    sqlite3_stmt *s = db_stmt(txn->conn, ids[row->kind]);
+    sqlite3_stmt *s = db_stmt(txn->conn, ids[row->kind], db_gc_sql);
 
     if (!s)
         return -EIO;
@@ -447,7 +447,7 @@ int db_txn_row_drop(struct db_txn *txn, const struct db_pack_row *row)
 
 int db_txn_pack_rows_left(struct db_txn *txn, uint64_t seq, uint64_t *n)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_ROWS_LEFT);
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_ROWS_LEFT, db_gc_sql);
     int64_t v = 0;
     int r;
 

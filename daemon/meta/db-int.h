@@ -90,10 +90,6 @@ enum db_stmt_id {
     DB_S_SEGMENT_DROP,
     DB_S_JOURNAL_DROP,
     DB_S_PACK_ROWS_LEFT,
-    /* db-search.c */
-    DB_S_VOCAB,
-    DB_S_INDEX_ROWS,
-    DB_S_MATCH_UPTO,
     /* db-names.c */
     DB_S_NAME_DOCS,
     DB_S_NAME_UNLINK,
@@ -107,20 +103,23 @@ enum db_stmt_id {
 
 /* Each table holds SQL only at its own file's ids; the rest are NULL. */
 extern const char *const db_docs_sql[DB_S_COUNT_];
-extern const char *const db_search_sql[DB_S_COUNT_];
 extern const char *const db_store_sql[DB_S_COUNT_];
 extern const char *const db_gc_sql[DB_S_COUNT_];
 extern const char *const db_names_sql[DB_S_COUNT_];
 
-/* Searches build their SQL from the filters given; the few shapes in use stay prepared. */
-#define DB_SEARCH_SHAPES 8
+/*
+ * Statements other parts prepare by their text (db_conn_prepare): searches
+ * build theirs from the filters given, and the few shapes in use stay
+ * prepared.
+ */
+#define DB_CONN_PREPARED 12
 
 struct db_conn {
     sqlite3 *sql;
     sqlite3_stmt *stmts[DB_S_COUNT_];
-    sqlite3_stmt *search_stmts[DB_SEARCH_SHAPES];
-    unsigned search_next; /* round-robin eviction */
-    bool index_attached;  /* the search index database is attached as "idx" */
+    sqlite3_stmt *prepared[DB_CONN_PREPARED];
+    unsigned prepared_next; /* round-robin eviction */
+    char attached[16];      /* the schema db_conn_attach attached, "" for none */
     struct db_conn *next_free;
 };
 
@@ -128,8 +127,6 @@ struct db_txn {
     struct db_conn *conn;
     unsigned depth; /* nested savepoints open */
 };
-
-struct vocab;
 
 struct db {
     uv_loop_t *loop;
@@ -145,24 +142,17 @@ struct db {
     struct db_write *batch;
     bool batch_running;
     uv_work_t batch_work;
-    /* Fuzzy search's copy of the index vocabulary, rebuilt when the index changed. */
-    pthread_mutex_t vocab_lock;
-    struct vocab *vocab;        /* vocab.h; NULL until the first fuzzy search */
-    uint64_t vocab_gen;         /* index_gen the copy was made at */
-    /* The number of indexed documents, for weak words (db_search), at index_gen rows_gen. */
-    pthread_mutex_t rows_lock;
-    uint64_t index_rows, index_rows_gen;
-    bool index_rows_known;
-    _Atomic uint64_t index_gen; /* bumped by every commit that changed the index */
 };
 
 /* ---- db.c ---- */
 
-/* The connection's prepared statement `id`, reset and unbound; NULL (logged) on failure. */
-sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id);
-/* A reader connection from the pool; NULL when none can be opened. */
-struct db_conn *db_reader_acquire(struct db *db);
-void db_reader_release(struct db *db, struct db_conn *c);
+/*
+ * The connection's prepared statement `id`, reset and unbound; NULL (logged)
+ * on failure. `sql` is the table of the file that owns the statement
+ * (db_docs_sql, ...): each file brings its own SQL, and the core here knows
+ * none of it.
+ */
+sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id, const char *const sql[DB_S_COUNT_]);
 /* A reader inside a read transaction: several queries see one snapshot. NULL on failure. */
 struct db_conn *db_snapshot_begin(struct db *db);
 void db_snapshot_end(struct db *db, struct db_conn *c);
@@ -175,8 +165,6 @@ int db_errno(int rc);
 int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out);
 /* The row id of the document with this hash (64 lowercase hex): 0, DB_E_NOT_FOUND or -EIO. */
 int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id);
-/* A copy of a text column, "" for NULL; NULL only when out of memory. */
-char *db_column_strdup(sqlite3_stmt *s, int col);
 
 /* ---- db-docs.c ---- */
 
@@ -189,7 +177,3 @@ int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc
 int db_query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col, int col2,
                     char **out);
 
-/* ---- db-search.c ---- */
-
-/* Drops fuzzy search's copy of the vocabulary. */
-void db_vocab_clear(struct db *db);

@@ -61,7 +61,7 @@ int db_name_docs(struct db *db, const char *name, struct db_name_doc **out, size
     *n = 0;
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_NAME_DOCS))) {
+    if (!(s = db_stmt(c, DB_S_NAME_DOCS, db_names_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
@@ -109,7 +109,7 @@ int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, in
     *rowid = 0;
     if ((r = db_doc_id(c, hash_hex, &id)) != 0)
         return r == DB_E_NOT_FOUND ? 0 : r;
-    if (!(s = db_stmt(c, DB_S_NAME_UNLINK)))
+    if (!(s = db_stmt(c, DB_S_NAME_UNLINK, db_names_sql)))
         return -EIO;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, id);
@@ -117,7 +117,7 @@ int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, in
         return r;
     *rowid = id;
     /* Names are indexed for search: the document's entry is stale now. */
-    if (!(s = db_stmt(c, DB_S_DOC_INDEX_BUMP)))
+    if (!(s = db_stmt(c, DB_S_DOC_INDEX_BUMP, db_docs_sql)))
         return -EIO;
     sqlite3_bind_int64(s, 1, id);
     return db_step_done(c, s);
@@ -133,7 +133,7 @@ int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *del
     *deleted = false;
     if ((r = db_doc_id(c, hash_hex, &id)) != 0)
         return r == DB_E_NOT_FOUND ? 0 : r;
-    if (!(s = db_stmt(c, DB_S_DOC_NAMED)))
+    if (!(s = db_stmt(c, DB_S_DOC_NAMED, db_names_sql)))
         return -EIO;
     sqlite3_bind_int64(s, 1, id);
     r = db_query_id(c, s, &named);
@@ -240,7 +240,7 @@ int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc *
     *n = 0;
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, q->unnamed ? DB_S_LIST_UNNAMED : DB_S_LIST_NAMES))) {
+    if (!(s = db_stmt(c, q->unnamed ? DB_S_LIST_UNNAMED : DB_S_LIST_NAMES, db_names_sql))) {
         db_snapshot_end(db, c);
         return -EIO;
     }
@@ -319,7 +319,7 @@ int db_du(struct db *db, const char *prefix, bool path, struct db_du *du)
     if (!c)
         return -EIO;
     for (int q = 0; r == 0 && q < 2; q++) {
-        if (!(s = db_stmt(c, q == 0 ? DB_S_DU_NAMES : DB_S_DU_DOCS))) {
+        if (!(s = db_stmt(c, q == 0 ? DB_S_DU_NAMES : DB_S_DU_DOCS, db_names_sql))) {
             r = -EIO;
             break;
         }

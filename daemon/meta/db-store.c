@@ -56,7 +56,7 @@ static int find(struct db *db, enum db_stmt_id id, const uint8_t hash[PROTO_HASH
 
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, id))) {
+    if (!(s = db_stmt(c, id, db_store_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
@@ -98,7 +98,7 @@ int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t 
 
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_CHUNK_LOOKUP))) {
+    if (!(s = db_stmt(c, DB_S_CHUNK_LOOKUP, db_store_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
@@ -113,7 +113,7 @@ int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t 
 int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                      const struct db_loc *loc)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_CHUNK_PUT);
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_CHUNK_PUT, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -130,7 +130,7 @@ int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
 int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                        const struct db_loc *loc)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_SEGMENT_PUT);
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_SEGMENT_PUT, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -146,7 +146,7 @@ int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
                        const struct db_loc *loc, const uint8_t doc[PROTO_HASH_LEN],
                        uint64_t time_ns, int op, bool applied)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_JOURNAL_PUT);
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_JOURNAL_PUT, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -177,7 +177,7 @@ int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out,
         db_reader_release(db, c);
         return -ENOMEM;
     }
-    if (!(s = db_stmt(c, DB_S_JOURNAL_PENDING))) {
+    if (!(s = db_stmt(c, DB_S_JOURNAL_PENDING, db_store_sql))) {
         db_reader_release(db, c);
         free(v);
         return -EIO;
@@ -205,7 +205,7 @@ int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out,
 
 int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool drop)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, drop ? DB_S_JOURNAL_REFUSED : DB_S_JOURNAL_APPLIED);
+    sqlite3_stmt *s = db_stmt(txn->conn, drop ? DB_S_JOURNAL_REFUSED : DB_S_JOURNAL_APPLIED, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -222,7 +222,7 @@ int db_journal_newest(struct db *db, uint64_t *time_ns)
 
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_JOURNAL_NEWEST))) {
+    if (!(s = db_stmt(c, DB_S_JOURNAL_NEWEST, db_store_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
@@ -236,7 +236,7 @@ int db_journal_newest(struct db *db, uint64_t *time_ns)
 
 int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pack_state state)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_SET);
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_SET, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -248,7 +248,7 @@ int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pac
 
 int db_txn_pack_drop(struct db_txn *txn, uint64_t seq)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_DROP);
+    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_DROP, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -265,7 +265,7 @@ int db_pack_size(struct db *db, uint64_t seq, uint64_t *size)
 
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_PACK_SIZE))) {
+    if (!(s = db_stmt(c, DB_S_PACK_SIZE, db_store_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
@@ -289,7 +289,7 @@ int db_packs(struct db *db, struct db_pack **packs, size_t *n)
     *n = 0;
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_PACKS))) {
+    if (!(s = db_stmt(c, DB_S_PACKS, db_store_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }

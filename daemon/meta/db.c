@@ -101,21 +101,7 @@ static const char schema_sql[] =
     " key TEXT PRIMARY KEY,"
     " value INTEGER NOT NULL) WITHOUT ROWID;";
 
-/* The SQL of a statement, from the table of the file that owns it. */
-static const char *stmt_sql(enum db_stmt_id id)
-{
-    if (db_docs_sql[id])
-        return db_docs_sql[id];
-    if (db_search_sql[id])
-        return db_search_sql[id];
-    if (db_store_sql[id])
-        return db_store_sql[id];
-    if (db_names_sql[id])
-        return db_names_sql[id];
-    return db_gc_sql[id];
-}
-
-sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id)
+sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id, const char *const sql[DB_S_COUNT_])
 {
     sqlite3_stmt *s = c->stmts[id];
     if (s) {
@@ -123,7 +109,7 @@ sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id)
         sqlite3_clear_bindings(s);
         return s;
     }
-    if (sqlite3_prepare_v3(c->sql, stmt_sql(id), -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) !=
+    if (sqlite3_prepare_v3(c->sql, sql[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) !=
         SQLITE_OK) {
         log_error("database: cannot prepare statement: %s", sqlite3_errmsg(c->sql));
         return NULL;
@@ -138,8 +124,8 @@ static void conn_close(struct db_conn *c)
         return;
     for (int i = 0; i < DB_S_COUNT_; i++)
         sqlite3_finalize(c->stmts[i]);
-    for (int i = 0; i < DB_SEARCH_SHAPES; i++)
-        sqlite3_finalize(c->search_stmts[i]);
+    for (int i = 0; i < DB_CONN_PREPARED; i++)
+        sqlite3_finalize(c->prepared[i]);
     sqlite3_close(c->sql);
     free(c);
 }
@@ -239,10 +225,62 @@ void db_reader_release(struct db *db, struct db_conn *c)
         if (c->stmts[i])
             sqlite3_reset(c->stmts[i]);
     }
+    for (int i = 0; i < DB_CONN_PREPARED; i++) {
+        if (c->prepared[i])
+            sqlite3_reset(c->prepared[i]);
+    }
     pthread_mutex_lock(&db->pool_lock);
     c->next_free = db->pool_free;
     db->pool_free = c;
     pthread_mutex_unlock(&db->pool_lock);
+}
+
+struct sqlite3 *db_conn_sqlite(struct db_conn *c)
+{
+    return c->sql;
+}
+
+struct sqlite3_stmt *db_conn_prepare(struct db_conn *c, const char *sql)
+{
+    sqlite3_stmt *s;
+
+    for (int i = 0; i < DB_CONN_PREPARED; i++) {
+        if (c->prepared[i] && strcmp(sqlite3_sql(c->prepared[i]), sql) == 0) {
+            sqlite3_reset(c->prepared[i]);
+            sqlite3_clear_bindings(c->prepared[i]);
+            return c->prepared[i];
+        }
+    }
+    if (sqlite3_prepare_v3(c->sql, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) != SQLITE_OK) {
+        log_error("database: cannot prepare statement: %s", sqlite3_errmsg(c->sql));
+        return NULL;
+    }
+    unsigned slot = c->prepared_next++ % DB_CONN_PREPARED;
+    sqlite3_finalize(c->prepared[slot]);
+    c->prepared[slot] = s;
+    return s;
+}
+
+int db_conn_attach(struct db_conn *c, const char *schema, const char *path)
+{
+    char *sql;
+    int rc;
+
+    if (strcmp(c->attached, schema) == 0)
+        return 0;
+    if (c->attached[0] || strlen(schema) >= sizeof(c->attached))
+        return -EINVAL;
+    sql = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS %w", path, schema);
+    if (!sql)
+        return -ENOMEM;
+    rc = sqlite3_exec(c->sql, sql, NULL, NULL, NULL);
+    sqlite3_free(sql);
+    if (rc != SQLITE_OK) {
+        log_error("database: cannot attach %s: %s", path, sqlite3_errmsg(c->sql));
+        return -EIO;
+    }
+    snprintf(c->attached, sizeof(c->attached), "%s", schema);
+    return 0;
 }
 
 struct db_conn *db_snapshot_begin(struct db *db)
@@ -297,8 +335,6 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
     db->loop = loop;
     db->path = strdup(path);
     pthread_mutex_init(&db->pool_lock, NULL);
-    pthread_mutex_init(&db->vocab_lock, NULL);
-    pthread_mutex_init(&db->rows_lock, NULL);
     if (!db->path) {
         db_free(db);
         return -ENOMEM;
@@ -356,9 +392,6 @@ struct db *db_free(struct db *db)
         conn_close(db->writer);
     }
     pthread_mutex_destroy(&db->pool_lock);
-    db_vocab_clear(db);
-    pthread_mutex_destroy(&db->vocab_lock);
-    pthread_mutex_destroy(&db->rows_lock);
     free(db->path);
     free(db);
     return NULL;

@@ -5,7 +5,7 @@
  * roots, the name history, tags, key=value metadata, and where every record
  * lives: the packs, and the chunk, manifest segment and journal rows that
  * point into them. The full-text index lives in a database of its own
- * (indexer.h) that searches attach.
+ * (daemon/search) that searches attach to the connections they run on.
  *
  * The packs are the log this database is recovered from: every change it
  * holds is first made durable in a pack (a journal entry, a record), so
@@ -343,47 +343,27 @@ int db_removals(struct db *db, size_t max, struct db_removal **out, size_t *n);
 void db_removals_free(struct db_removal *r, size_t n);
 int db_txn_removal_done(struct db_txn *txn, int64_t rowid);
 
-/* ---- search (db-search.c) ---- */
-
-/* A search request, as the search op carries it (PROTOCOL.md "search"). */
-struct db_search_params {
-    const char *query;
-    size_t query_len;
-    uint64_t limit, offset;
-    const char *const *tags;
-    size_t ntags;
-    const char *name_glob; /* NULL: any */
-    const char *mime;      /* NULL: any */
-    bool has_after, has_before;
-    int64_t after, before; /* Unix seconds: created >= after, created < before */
-    bool fuzzy;
-    bool all_words; /* no hits with only some of the words after those with all */
-};
-
-struct db_hit {
-    int64_t rowid;
-    char hash[PROTO_HASH_HEX + 1];
-    char *name;
-    double score;
-    uint64_t size;
-    bool text;
-    unsigned depth;
-    uint8_t *root;
-    size_t root_len;
-    char *snippet; /* filled in by the caller */
-};
-
-void db_hits_free(struct db_hit *hits, size_t n);
-
-/*
- * Runs a ranked search for the parsed query `q` against the index database
- * at `index_path` (attached read-only): 0 with the hits, or negative errno.
- * A fuzzy search adds alternatives to q's words.
- */
-struct search_query;
-int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
-              struct search_query *q, struct db_hit **hits, size_t *nhits);
-/* Every name of document `rowid`, one per line (a hit's snippet when its text has no match). */
+/* Every name of document `rowid`, one per line (a search hit's snippet when its text has no match). */
 int db_doc_names(struct db *db, int64_t rowid, char **out);
-/* The index changed: fuzzy search re-reads the vocabulary. */
-void db_index_changed(struct db *db);
+
+/* ---- queries of other parts (the search index's: search/fts.c) ---- */
+
+struct db_conn;
+struct sqlite3;
+struct sqlite3_stmt;
+
+/* A reader connection from the pool (worker threads); NULL when none can be opened. */
+struct db_conn *db_reader_acquire(struct db *db);
+void db_reader_release(struct db *db, struct db_conn *c);
+/* Its SQLite handle, for running and explaining the statements below. */
+struct sqlite3 *db_conn_sqlite(struct db_conn *c);
+/*
+ * The statement `sql` prepared on this connection, reset and unbound. It is
+ * kept there by its text, so a query shape in use is prepared once (the last
+ * DB_CONN_PREPARED shapes stay). NULL (logged) on failure.
+ */
+struct sqlite3_stmt *db_conn_prepare(struct db_conn *c, const char *sql);
+/* Attaches the database at `path` read-only as `schema` to this connection, once. */
+int db_conn_attach(struct db_conn *c, const char *schema, const char *path);
+/* A copy of a text column, "" for NULL; NULL only when out of memory. */
+char *db_column_strdup(struct sqlite3_stmt *s, int col);

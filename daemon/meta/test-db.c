@@ -572,6 +572,5 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("database: documents", tests, NULL, NULL);
 
-    return failed + test_db_write_run() + test_db_store_run() + test_db_gc_run() +
-           test_db_search_run();
+    return failed + test_db_write_run() + test_db_store_run() + test_db_gc_run();
 }

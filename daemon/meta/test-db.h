@@ -4,7 +4,7 @@
  * Helpers shared by the database unit tests, one program in five files:
  * test-db.c (documents and references), test-db-write.c (lists, deletes,
  * the search index's queue, the writer), test-db-store.c (packs, record locations and the journal),
- * test-db-gc.c (gc's queries) and test-db-search.c (searches against a search index database). Each
+ * test-db-gc.c (gc's queries). Each
  * test gets a database in a temporary directory on a real libuv loop; changes go through db_write()
  * and its group-committing writer. Every test ends with the database freed, the loop run dry,
  * uv_loop_close() == 0 and the directory removed.
@@ -112,4 +112,3 @@ void test_last_sync(char *path, size_t len);
 int test_db_write_run(void);
 int test_db_store_run(void);
 int test_db_gc_run(void);
-int test_db_search_run(void);

@@ -6,7 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon/app/daemon.h"
+#include "daemon/net/net-int.h"
 #include "daemon/net/dispatch.h"
 #include "daemon/base/log.h"
 #include "proto/util.h"
@@ -27,18 +27,18 @@ void conn_ref(struct conn *c)
 
 static void conn_free(struct conn *c)
 {
-    struct daemon *d = c->d;
+    struct server *srv = c->srv;
 
     if (c->prev)
         c->prev->next = c->next;
     else
-        d->conns = c->next;
+        srv->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    d->nconns--;
+    srv->nconns--;
     free(c->rbuf);
     free(c);
-    daemon_check_stopped(d);
+    server_check_gone(srv);
 }
 
 void conn_unref(struct conn *c)
@@ -210,7 +210,7 @@ void conn_request_remove(struct conn *c, struct request *req)
         req->next->prev = req->prev;
     req->prev = req->next = NULL;
     c->inflight--;
-    if (c->d->stopping && c->inflight == 0 && !c->closing)
+    if (c->srv->stopping && c->inflight == 0 && !c->closing)
         conn_close_after_flush(c);
     else
         conn_kick(c);
@@ -351,12 +351,12 @@ static bool has_frame(const struct conn *c)
 
 static void on_pending_idle(uv_idle_t *h)
 {
-    conn_run_pending(container_of(h, struct daemon, pending_idle));
+    conn_run_pending(container_of(h, struct server, pending_idle));
 }
 
 void conn_kick(struct conn *c)
 {
-    struct daemon *d = c->d;
+    struct server *srv = c->srv;
 
     if (c->closing || c->close_after_flush)
         return;
@@ -378,20 +378,20 @@ void conn_kick(struct conn *c)
         if (!c->pending) {
             c->pending = true;
             conn_ref(c);
-            c->pending_next = d->pending;
-            d->pending = c;
-            uv_idle_start(&d->pending_idle, on_pending_idle);
+            c->pending_next = srv->pending;
+            srv->pending = c;
+            uv_idle_start(&srv->pending_idle, on_pending_idle);
         }
         return;
     }
     set_reading(c, true);
 }
 
-void conn_run_pending(struct daemon *d)
+void conn_run_pending(struct server *srv)
 {
-    struct conn *list = d->pending;
+    struct conn *list = srv->pending;
 
-    d->pending = NULL;
+    srv->pending = NULL;
     while (list) {
         struct conn *c = list;
         list = c->pending_next;
@@ -403,8 +403,8 @@ void conn_run_pending(struct daemon *d)
         }
         conn_unref(c);
     }
-    if (!d->pending)
-        uv_idle_stop(&d->pending_idle);
+    if (!srv->pending)
+        uv_idle_stop(&srv->pending_idle);
 }
 
 static bool peer_allowed(struct conn *c)
@@ -423,7 +423,7 @@ static bool peer_allowed(struct conn *c)
     return true;
 }
 
-void conn_accept(struct daemon *d, uv_stream_t *listener)
+void conn_accept(struct server *srv, uv_stream_t *listener)
 {
     struct conn *c = calloc(1, sizeof(*c));
 
@@ -431,23 +431,23 @@ void conn_accept(struct daemon *d, uv_stream_t *listener)
         log_error("out of memory accepting a connection");
         return;
     }
-    c->d = d;
+    c->srv = srv;
     c->refs = 1; /* the handle */
-    if (uv_pipe_init(&d->loop, &c->pipe, 0) < 0) {
+    if (uv_pipe_init(srv->loop, &c->pipe, 0) < 0) {
         free(c);
         return;
     }
-    c->next = d->conns;
-    if (d->conns)
-        d->conns->prev = c;
-    d->conns = c;
-    d->nconns++;
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->nconns++;
     if (uv_accept(listener, (uv_stream_t *)&c->pipe) < 0) {
         conn_close(c);
         return;
     }
-    if (d->nconns > d->max_connections) {
-        log_warn("connection limit (%u) reached; refusing a client", d->max_connections);
+    if (srv->nconns > srv->max_connections) {
+        log_warn("connection limit (%u) reached; refusing a client", srv->max_connections);
         reply_error(c, 0, PROTO_E_BUSY, "too many connections");
         conn_close_after_flush(c);
         return;

@@ -25,12 +25,12 @@
 /* A get stream reads ahead only while less than this is queued for the client. */
 #define CONN_STREAM_WINDOW (1024u * 1024)
 
-struct daemon;
+struct server;
 struct conn;
 struct request;
 
 struct conn {
-    struct daemon *d;
+    struct server *srv;
     uv_pipe_t pipe;
     struct conn *prev, *next; /* the daemon's list */
     struct conn *pending_next;
@@ -56,7 +56,7 @@ struct request {
 };
 
 /* Accepts a client on the daemon's listener. */
-void conn_accept(struct daemon *d, uv_stream_t *listener);
+void conn_accept(struct server *srv, uv_stream_t *listener);
 
 /* Queues a finished frame buffer (taken over, freed after the write). */
 void conn_send(struct conn *c, msgpack_sbuffer *frames);
@@ -79,7 +79,7 @@ void conn_ref(struct conn *c);
 void conn_unref(struct conn *c);
 
 /* Runs the frame processing of connections that were kicked (from the daemon's idle handle). */
-void conn_run_pending(struct daemon *d);
+void conn_run_pending(struct server *srv);
 
 /* Reply helpers: a reply frame is a map of `nfields` op fields plus id and ok. */
 /*

@@ -22,7 +22,7 @@
 #include "proto/proto.h"
 #include "proto/util.h"
 
-struct daemon;
+struct server;
 
 enum op_kind {
     OP_ADD,
@@ -41,7 +41,7 @@ enum op_kind {
 struct op {
     struct request base;
     enum op_kind kind;
-    struct daemon *d;
+    struct server *srv;
     bool abandoned; /* the connection is gone; a running job frees the op */
     bool job_running;
     /* Frees what the kind's own fields own (not the op itself); NULL when they own nothing. */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "daemon/net/conn.h"
-#include "daemon/app/daemon.h"
+#include "daemon/net/net-int.h"
 #include "daemon/net/dispatch-int.h"
 #include "daemon/base/log.h"
 #include "daemon/store/store.h"
@@ -28,7 +28,7 @@ struct op *dispatch_op_new(struct conn *c, uint64_t id, enum op_kind kind, size_
         return NULL;
     }
     op->kind = kind;
-    op->d = c->d;
+    op->srv = c->srv;
     op->clear = clear;
     op->base.id = id;
     conn_request_add(c, &op->base);
@@ -53,7 +53,7 @@ void dispatch_op_finish(struct op *op)
 
 void dispatch_op_queue(struct op *op, uv_work_t *work, uv_work_cb work_cb, uv_after_work_cb done)
 {
-    int r = uv_queue_work(&op->d->loop, work, work_cb, done);
+    int r = uv_queue_work(op->srv->loop, work, work_cb, done);
     if (r < 0) {
         reply_error(op->base.conn, op->base.id, PROTO_E_INTERNAL, uv_strerror(r));
         dispatch_op_finish(op);
@@ -287,7 +287,7 @@ void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
             reply_error(c, 0, PROTO_E_BAD_REQUEST, why);
             goto out;
         }
-        if (c->d->stopping) {
+        if (c->srv->stopping) {
             reply_error(c, id, PROTO_E_SHUTTING_DOWN, "the daemon is shutting down");
             goto out;
         }

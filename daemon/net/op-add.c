@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "daemon/net/conn.h"
-#include "daemon/app/daemon.h"
+#include "daemon/net/net-int.h"
 #include "daemon/net/dispatch-int.h"
 #include "daemon/store/store.h"
 
@@ -206,7 +206,7 @@ void dispatch_do_add(struct conn *c, uint64_t id, const msgpack_object *map)
         return;
     }
     a = op_add_of(op);
-    r = store_add_begin(c->d->store, &p, &add_ops, a, &a->add);
+    r = store_add_begin(c->srv->st, &p, &add_ops, a, &a->add);
     if (r < 0) {
         dispatch_reply_status_error(op, r);
         dispatch_op_finish(op);

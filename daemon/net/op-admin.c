@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include "daemon/net/conn.h"
-#include "daemon/app/daemon.h"
+#include "daemon/net/net-int.h"
 #include "daemon/meta/db.h"
 #include "daemon/net/dispatch-int.h"
+#include "daemon/gc/gc.h"
+#include "daemon/search/search.h"
 #include "daemon/store/store.h"
 
 /* At most this many bad chunks are listed in a verify reply; `bad_count` has them all. */
@@ -95,7 +97,7 @@ void dispatch_do_delete(struct conn *c, uint64_t id, const msgpack_object *map)
         dispatch_op_finish(op);
         return;
     }
-    r = store_delete(c->d->store, ref, ref_len, dry_run, delete_done, op);
+    r = store_delete(c->srv->st, ref, ref_len, dry_run, delete_done, op);
     if (r < 0) {
         dispatch_reply_status_error(op, r);
         dispatch_op_finish(op);
@@ -124,7 +126,7 @@ static void du_clear(struct op *op)
 static void du_work(uv_work_t *work)
 {
     struct op_du *du = container_of(work, struct op_du, work);
-    du->status = db_du(du->op.d->db, du->prefix, du->path, &du->du);
+    du->status = db_du(du->op.srv->db, du->prefix, du->path, &du->du);
 }
 
 static void du_done(uv_work_t *work, int status)
@@ -180,14 +182,14 @@ void dispatch_do_du(struct conn *c, uint64_t id, const msgpack_object *map)
 static void status_work(uv_work_t *work)
 {
     struct op_status *st = container_of(work, struct op_status, work);
-    st->status = db_totals(st->op.d->db, &st->totals);
+    st->status = db_totals(st->op.srv->db, &st->totals);
 }
 
 static void status_done(uv_work_t *work, int status)
 {
     struct op_status *st = container_of(work, struct op_status, work);
     const struct db_totals *t = &st->totals;
-    struct daemon *d = st->op.d;
+    struct server *srv = st->op.srv;
     struct reply r;
 
     if (!dispatch_op_job_end(&st->op))
@@ -198,7 +200,9 @@ static void status_done(uv_work_t *work, int status)
         return;
     }
     struct store_stats ss;
-    store_get_stats(d->store, &ss);
+    struct search_stats xs;
+    store_get_stats(srv->st, &ss);
+    search_get_stats(srv->search, &xs);
     reply_begin(&r, st->op.base.id, true, 21 + (ss.read_cache ? 6 : 0));
     proto_pack_cstr(&r.pk, "version");
     proto_pack_cstr(&r.pk, CAIRN_VERSION);
@@ -207,9 +211,9 @@ static void status_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "pid");
     msgpack_pack_uint64(&r.pk, (uint64_t)getpid());
     proto_pack_cstr(&r.pk, "uptime");
-    msgpack_pack_uint64(&r.pk, (uv_now(&d->loop) - d->started_ms) / 1000);
+    msgpack_pack_uint64(&r.pk, (uv_now(srv->loop) - srv->started_ms) / 1000);
     proto_pack_cstr(&r.pk, "backend");
-    proto_pack_cstr(&r.pk, d->backend_desc);
+    proto_pack_cstr(&r.pk, srv->backend_desc);
     proto_pack_cstr(&r.pk, "documents");
     msgpack_pack_uint64(&r.pk, t->documents);
     proto_pack_cstr(&r.pk, "logical_bytes");
@@ -251,9 +255,9 @@ static void status_done(uv_work_t *work, int status)
         }
     }
     proto_pack_cstr(&r.pk, "index_pending");
-    msgpack_pack_uint64(&r.pk, ss.index_pending);
+    msgpack_pack_uint64(&r.pk, xs.pending);
     proto_pack_cstr(&r.pk, "connections");
-    msgpack_pack_uint32(&r.pk, d->nconns);
+    msgpack_pack_uint32(&r.pk, srv->nconns);
     reply_send(st->op.base.conn, &r);
     dispatch_op_finish(&st->op);
 }
@@ -312,7 +316,7 @@ static void job_tick(uv_timer_t *t)
     /* A slow reader misses ticks rather than queueing them. */
     if (j->op.abandoned || c->wqueued >= CONN_STREAM_WINDOW)
         return;
-    if (j->op.kind == OP_GC && !store_gc_progress(j->op.d->store, &j->progress))
+    if (j->op.kind == OP_GC && !gc_progress(j->op.srv->gc, &j->progress))
         return;
     phase = atomic_load_explicit(&j->progress.phase, memory_order_relaxed);
     reply_begin(&r, j->op.base.id, true, 2);
@@ -341,7 +345,7 @@ static bool job_begin(struct op_job *j, const msgpack_object *map)
         return false;
     }
     if (want) {
-        uv_timer_init(&j->op.d->loop, &j->timer);
+        uv_timer_init(j->op.srv->loop, &j->timer);
         uv_timer_start(&j->timer, job_tick, progress_interval(), progress_interval());
         j->ticking = true;
     }
@@ -378,7 +382,7 @@ static void job_failed(struct op_job *j, int status)
 
 /* ---- gc ---- */
 
-static void gc_done(void *userdata, int status, const struct store_gc_result *res)
+static void gc_done(void *userdata, int status, const struct gc_result *res)
 {
     struct op_job *j = userdata;
     struct op *op = &j->op;
@@ -424,7 +428,7 @@ void dispatch_do_gc(struct conn *c, uint64_t id, const msgpack_object *map)
     j = container_of(op, struct op_job, op);
     if (!job_begin(j, map))
         return;
-    r = store_gc(c->d->store, gc_done, j);
+    r = gc_run(c->srv->gc, gc_done, j);
     if (r < 0) {
         job_failed(j, r);
         return;
@@ -531,7 +535,7 @@ void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
     j = container_of(op, struct op_job, op);
     if (!job_begin(j, map))
         goto out;
-    r = store_verify(c->d->store, list, n, &j->progress, verify_done, j);
+    r = store_verify(c->srv->st, list, n, &j->progress, verify_done, j);
     if (r < 0)
         job_failed(j, r);
     else

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "daemon/net/conn.h"
-#include "daemon/app/daemon.h"
+#include "daemon/net/net-int.h"
 #include "daemon/meta/db.h"
 #include "daemon/net/dispatch-int.h"
 #include "daemon/store/store.h"
@@ -153,7 +153,7 @@ void dispatch_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
         return;
     }
     to = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
-    r = store_get_start(c->d->store, g->ref, g->ref_len, offset, to, &get_ops, g, &g->get);
+    r = store_get_start(c->srv->st, g->ref, g->ref_len, offset, to, &get_ops, g, &g->get);
     if (r < 0) {
         dispatch_reply_status_error(op, r);
         dispatch_op_finish(op);
@@ -215,10 +215,10 @@ static void list_work(uv_work_t *work)
             .limit = (size_t)page,
             .unnamed = l->unnamed,
         };
-        l->status = db_list_names(l->op.d->db, &q, &l->docs, &l->ndocs);
+        l->status = db_list_names(l->op.srv->db, &q, &l->docs, &l->ndocs);
         return;
     }
-    l->status = db_list(l->op.d->db, l->tag, l->after, (size_t)page, &l->docs, &l->ndocs);
+    l->status = db_list(l->op.srv->db, l->tag, l->after, (size_t)page, &l->docs, &l->ndocs);
 }
 
 static void list_done(uv_work_t *work, int status);
@@ -389,7 +389,7 @@ static void stat_clear(struct op *op)
 static void stat_work(uv_work_t *work)
 {
     struct op_stat *s = container_of(work, struct op_stat, work);
-    s->status = db_resolve(s->op.d->db, s->ref, s->ref_len, DB_WANT_DETAILS, &s->doc);
+    s->status = db_resolve(s->op.srv->db, s->ref, s->ref_len, DB_WANT_DETAILS, &s->doc);
 }
 
 static void stat_done(uv_work_t *work, int status)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "daemon/net/conn.h"
-#include "daemon/app/daemon.h"
+#include "daemon/net/net-int.h"
 #include "daemon/meta/db.h"
 #include "daemon/net/dispatch-int.h"
 #include "daemon/search/search.h"
@@ -20,7 +20,7 @@
 struct op_search {
     struct op op;
     /* The strings the params point into are owned here. */
-    struct db_search_params params;
+    struct search_params params;
     char *query, *name_glob, *mime;
     char **tags;
     size_t ntags;
@@ -42,7 +42,7 @@ static void search_clear(struct op *op)
     dispatch_free_strings(s->tags, s->ntags);
 }
 
-static void search_done(void *userdata, int status, const char *msg, struct db_hit *hits,
+static void search_done(void *userdata, int status, const char *msg, struct search_hit *hits,
                         size_t nhits)
 {
     struct op_search *s = userdata;
@@ -50,7 +50,7 @@ static void search_done(void *userdata, int status, const char *msg, struct db_h
     size_t i = 0;
 
     if (!dispatch_op_job_end(&s->op)) {
-        db_hits_free(hits, nhits);
+        search_hits_free(hits, nhits);
         return;
     }
     if (status == DB_E_INVALID_QUERY) {
@@ -73,7 +73,7 @@ static void search_done(void *userdata, int status, const char *msg, struct db_h
         proto_pack_cstr(&r.pk, "hits");
         msgpack_pack_array(&r.pk, n);
         for (size_t k = i; k < i + n; k++) {
-            const struct db_hit *h = &hits[k];
+            const struct search_hit *h = &hits[k];
             msgpack_pack_map(&r.pk, 5);
             proto_pack_cstr(&r.pk, "hash");
             proto_pack_cstr(&r.pk, h->hash);
@@ -95,7 +95,7 @@ static void search_done(void *userdata, int status, const char *msg, struct db_h
         reply_end(&r);
     } while (i < nhits);
     conn_send(s->op.base.conn, &r.sbuf);
-    db_hits_free(hits, nhits);
+    search_hits_free(hits, nhits);
     dispatch_op_finish(&s->op);
 }
 
@@ -118,7 +118,7 @@ static int get_int(const msgpack_object *map, const char *key, bool *has, int64_
 
 static const char *parse_search(struct op_search *s, const msgpack_object *map)
 {
-    struct db_search_params *sp = &s->params;
+    struct search_params *sp = &s->params;
     const msgpack_object *o;
     const char *q;
     size_t qlen;
@@ -189,7 +189,7 @@ void dispatch_do_search(struct conn *c, uint64_t id, const msgpack_object *map)
         dispatch_op_finish(op);
         return;
     }
-    int r = store_search(c->d->store, &s->params, search_done, s);
+    int r = search_run(c->srv->search, &s->params, search_done, s);
     if (r < 0) {
         dispatch_reply_status_error(op, r);
         dispatch_op_finish(op);

@@ -11,10 +11,11 @@
 #include <string.h>
 
 #include "daemon/base/log.h"
+#include "daemon/format/manifest.h"
 #include "daemon/format/objects.h"
 #include "daemon/format/record.h"
 #include "daemon/recovery/replay.h"
-#include "daemon/store/store-int.h"
+#include "daemon/store/store.h"
 #include "proto/util.h"
 
 /* Journal entries applied per step. */
@@ -48,39 +49,31 @@ struct event_slice {
     int status;
 };
 
-struct check_ctx {
-    struct store *st;
-};
-
 static int check_chunk(void *ctx, const struct manifest_entry *chunk)
 {
-    struct check_ctx *c = ctx;
+    const struct replay *rp = ctx;
     struct db_loc loc;
-    const struct cache_buf *b;
     int r;
 
-    if (!c->st->cfg.rebuild) {
-        r = db_chunk_find(c->st->db, chunk->hash, &loc);
+    if (!rp->rebuild) {
+        r = db_chunk_find(rp->rv.db, chunk->hash, &loc);
         return r == DB_E_NOT_FOUND ? STORE_E_INTEGRITY : r;
     }
     /* A rebuild reads every chunk back and checks it. */
-    r = store_load_chunk(c->st, chunk->hash, chunk->bytes, &b);
-    if (r == 0)
-        store_chunk_release(c->st, b);
-    return r;
+    return store_check_chunk(rp->rv.st, chunk->hash, chunk->bytes);
 }
 
 static void slice_work(void *arg)
 {
     struct event_slice *sl = arg;
     struct event_page *pg = sl->pg;
-    struct store *st = pg->rp->st;
+    const struct recovery_parts *rv = &pg->rp->rv;
 
     for (size_t i = sl->from; sl->status == 0 && i < sl->to; i++) {
         struct event *ev = &pg->ev[i];
         uint8_t *bytes = malloc(ev->pend.loc.len ? ev->pend.loc.len : 1), *raw;
         size_t got = 0, raw_len;
-        int r = bytes ? store_read_pack(st, ev->pend.loc.pack, ev->pend.loc.off, bytes,
+        int r = bytes ? store_read_pack(rv->st, ev->pend.loc.pack, ev->pend.loc.off, bytes,
                                         ev->pend.loc.len, &got, false)
                       : -ENOMEM;
         if (r == 0 && got != ev->pend.loc.len)
@@ -96,9 +89,8 @@ static void slice_work(void *arg)
                 r = RECORD_E_BAD;
         }
         if (r == 0 && ev->e.op == ENTRY_ADD) {
-            struct check_ctx c = {st};
-            r = store_walk_manifest(st, ev->e.depth, ev->e.root, ev->e.root_len, 0, check_chunk,
-                                    &c);
+            r = store_walk_manifest(rv->st, ev->e.depth, ev->e.root, ev->e.root_len, 0, check_chunk,
+                                    pg->rp);
         }
         if (r < 0 && r != -ENOMEM && r != -EIO)
             r = STORE_E_INTEGRITY; /* unreadable: refused, not fatal */
@@ -114,7 +106,7 @@ static int page_check(struct event_page *pg)
 {
     struct event_slice slices[REPLAY_CHECKERS];
     void *ctxs[REPLAY_CHECKERS];
-    size_t k = pg->rp->st->be->parallel, per;
+    size_t k = pg->rp->rv.be->parallel, per;
     int r;
 
     if (k > REPLAY_CHECKERS)
@@ -129,7 +121,7 @@ static int page_check(struct event_page *pg)
         slices[i] = (struct event_slice){pg, from < pg->n ? from : pg->n, to, 0};
         ctxs[i] = &slices[i];
     }
-    if ((r = replay_jobs(pg->rp->st, slice_work, ctxs, k)) != 0)
+    if ((r = replay_jobs(&pg->rp->rv, slice_work, ctxs, k)) != 0)
         return r;
     for (size_t i = 0; i < k; i++)
         if (slices[i].status != 0)
@@ -196,14 +188,14 @@ static int page_apply(struct db_txn *txn, void *ctx)
 
 int replay_events(struct replay *rp)
 {
-    struct store *st = rp->st;
+    const struct recovery_parts *rv = &rp->rv;
     char hex[PROTO_HASH_HEX + 1];
     int r = 0;
 
     for (;;) {
         struct db_pending_entry *pend;
         size_t n;
-        if ((r = db_pending_entries(st->db, REPLAY_EVENTS, &pend, &n)) < 0)
+        if ((r = db_pending_entries(rv->db, REPLAY_EVENTS, &pend, &n)) < 0)
             return r;
         if (n == 0) {
             free(pend);
@@ -219,7 +211,7 @@ int replay_events(struct replay *rp)
         free(pend);
         r = page_check(&pg);
         if (r == 0)
-            r = replay_commit(st, page_apply, &pg);
+            r = replay_commit(rv, page_apply, &pg);
         for (size_t i = 0; i < n; i++) {
             struct event *ev = &pg.ev[i];
             if (r == 0 && ev->verdict != 0) {

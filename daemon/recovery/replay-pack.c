@@ -18,7 +18,7 @@
 #include "daemon/pack/packer.h"
 #include "daemon/format/record.h"
 #include "daemon/recovery/replay.h"
-#include "daemon/store/store-int.h"
+#include "daemon/store/store.h"
 
 /* Bytes of an open pack read at once; more than the largest record. */
 #define REPLAY_WINDOW (8u * 1024 * 1024)
@@ -45,7 +45,7 @@ static int rows_flush(struct replay *rp)
     int r = 0;
 
     if (rp->nrows)
-        r = replay_commit(rp->st, rows_apply, rp);
+        r = replay_commit(&rp->rv, rows_apply, rp);
     rp->nrows = 0;
     return r;
 }
@@ -269,7 +269,7 @@ static int damaged_extent(struct replay *rp, struct known_rows *kr, uint64_t off
     int r;
 
     if (!kr->loaded) {
-        if ((r = db_pack_rows(rp->st->db, rp->seq, 0, &kr->rows, &kr->n)) < 0)
+        if ((r = db_pack_rows(rp->rv.db, rp->seq, 0, &kr->rows, &kr->n)) < 0)
             return r;
         kr->loaded = true;
     }
@@ -460,7 +460,7 @@ static int seal(struct replay *rp, uint64_t valid_end, enum db_pack_state *state
         return -ENOMEM;
     pack_index_encode(ibytes, rp->index, rp->nindex, valid_end, rp->seq);
     struct iovec iov = {ibytes, ilen};
-    r = replay_append(rp->st, rp->key, valid_end, &iov, 1);
+    r = replay_append(&rp->rv, rp->key, valid_end, &iov, 1);
     free(ibytes);
     if (r == 0) {
         *state = DB_PACK_SEALED;
@@ -473,7 +473,7 @@ static int seal(struct replay *rp, uint64_t valid_end, enum db_pack_state *state
 int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool newest,
                      struct packer_resume *resume, enum db_pack_state *state, uint64_t *new_size)
 {
-    struct store *st = rp->st;
+    const struct recovery_parts *rv = &rp->rv;
     struct pack_trailer t;
     struct pack_index_entry *idx;
     uint8_t *hdr = NULL;
@@ -504,7 +504,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
         *new_size = size;
         return r < 0 ? r : rows_flush(rp);
     }
-    if (!backend_has(st->be, BACKEND_CAP_APPEND)) {
+    if (!backend_has(rv->be, BACKEND_CAP_APPEND)) {
         log_error("replay: %s has no valid index; left alone", rp->key);
         return 1;
     }
@@ -513,7 +513,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
      * kill, appended bytes may be in the page cache and not on disk, and the
      * database must never name what a power loss could still take away.
      */
-    if ((r = replay_append(st, rp->key, size, NULL, 0)) != 0)
+    if ((r = replay_append(rv, rp->key, size, NULL, 0)) != 0)
         return r;
     if ((r = scan_open(rp, size, known, &valid_end)) != 0 || (r = rows_flush(rp)) != 0)
         return r;
@@ -522,7 +522,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
         rp->torn_bytes += size - valid_end;
     }
     /* Cut the tail (a torn write past what the database knows). */
-    if (valid_end < size && (r = replay_append(st, rp->key, valid_end, NULL, 0)) != 0)
+    if (valid_end < size && (r = replay_append(rv, rp->key, valid_end, NULL, 0)) != 0)
         return r;
     *new_size = valid_end;
     *state = DB_PACK_OPEN;

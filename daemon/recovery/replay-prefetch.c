@@ -20,7 +20,7 @@
 
 #include "daemon/pack/packer.h"
 #include "daemon/recovery/replay.h"
-#include "daemon/store/store-int.h"
+#include "daemon/store/store.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
@@ -50,14 +50,14 @@ static void on_read(struct backend_req *req)
     rd->pf->pending--;
 }
 
-static void start_read(struct store *st, struct replay_prefetch *pf, struct prefetch_pack *p,
+static void start_read(const struct recovery_parts *rv, struct replay_prefetch *pf, struct prefetch_pack *p,
                        struct prefetch_read *rd, uint64_t off, uint64_t len)
 {
     rd->pf = pf;
     rd->get = (struct backend_get){.offset = off, .length = len, .max_len = (size_t)len};
     memcpy(rd->get.req.key, p->key, sizeof(p->key));
     rd->get.req.cb = on_read;
-    if (backend_get(st->be, &rd->get) == 0)
+    if (backend_get(rv->be, &rd->get) == 0)
         pf->pending++;
     else
         rd->get.req.status = -EIO; /* not started: replay reads for itself */
@@ -80,7 +80,7 @@ void replay_prefetch_free(struct replay *rp)
 
 int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_t *sizes, size_t n)
 {
-    struct store *st = rp->st;
+    const struct recovery_parts *rv = &rp->rv;
     struct replay_prefetch *pf;
 
     replay_prefetch_free(rp);
@@ -99,15 +99,15 @@ int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_
         packer_pack_key(p->key, sizeof(p->key), p->seq);
         p->head.get.req.status = p->tail.get.req.status = -ENOENT;
         if (head)
-            start_read(st, pf, p, &p->head, 0, head);
+            start_read(rv, pf, p, &p->head, 0, head);
         /* The tail only where it is not inside the head already. */
         if (size > head)
-            start_read(st, pf, p, &p->tail,
+            start_read(rv, pf, p, &p->tail,
                        size - (size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN),
                        size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN);
     }
     while (pf->pending)
-        uv_run(st->loop, UV_RUN_ONCE);
+        uv_run(rv->loop, UV_RUN_ONCE);
     rp->prefetch = pf;
     return 0;
 }

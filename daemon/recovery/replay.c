@@ -34,7 +34,8 @@
 #include "daemon/base/log.h"
 #include "daemon/pack/packer.h"
 #include "daemon/recovery/replay.h"
-#include "daemon/store/store-int.h"
+#include "daemon/meta/db.h"
+#include "daemon/store/store.h"
 #include "daemon/base/tty-progress.h"
 #include "proto/util.h"
 #include "storage/backend.h"
@@ -46,16 +47,16 @@ static void req_done(struct backend_req *req)
     *(bool *)req->userdata = true;
 }
 
-static void run_until(struct store *st, const bool *done)
+static void run_until(const struct recovery_parts *rv, const bool *done)
 {
     while (!*done)
-        uv_run(st->loop, UV_RUN_ONCE);
+        uv_run(rv->loop, UV_RUN_ONCE);
 }
 
 int replay_get(struct replay *rp, const char *key, uint64_t off, uint64_t len, uint8_t **out,
                size_t *out_len)
 {
-    struct store *st = rp->st;
+    const struct recovery_parts *rv = &rp->rv;
     struct backend_get get = {.offset = off, .length = len, .max_len = (size_t)len};
     bool done = false;
     int r;
@@ -65,9 +66,9 @@ int replay_get(struct replay *rp, const char *key, uint64_t off, uint64_t len, u
     snprintf(get.req.key, sizeof(get.req.key), "%s", key);
     get.req.cb = req_done;
     get.req.userdata = &done;
-    if ((r = backend_get(st->be, &get)) < 0)
+    if ((r = backend_get(rv->be, &get)) < 0)
         return r;
-    run_until(st, &done);
+    run_until(rv, &done);
     if (get.req.status != 0) {
         backend_get_reset(&get);
         return get.req.status;
@@ -77,7 +78,7 @@ int replay_get(struct replay *rp, const char *key, uint64_t off, uint64_t len, u
     return 0;
 }
 
-int replay_append(struct store *st, const char *key, uint64_t off, const struct iovec *iov,
+int replay_append(const struct recovery_parts *rv, const char *key, uint64_t off, const struct iovec *iov,
                   unsigned iovcnt)
 {
     struct backend_append app = {.offset = off, .iov = iov, .iovcnt = iovcnt};
@@ -87,13 +88,13 @@ int replay_append(struct store *st, const char *key, uint64_t off, const struct 
     snprintf(app.req.key, sizeof(app.req.key), "%s", key);
     app.req.cb = req_done;
     app.req.userdata = &done;
-    if ((r = backend_append(st->be, &app)) < 0)
+    if ((r = backend_append(rv->be, &app)) < 0)
         return r;
-    run_until(st, &done);
+    run_until(rv, &done);
     return app.req.status;
 }
 
-int replay_del(struct store *st, const char *key)
+int replay_del(const struct recovery_parts *rv, const char *key)
 {
     struct backend_del del = {0};
     bool done = false;
@@ -102,9 +103,9 @@ int replay_del(struct store *st, const char *key)
     snprintf(del.req.key, sizeof(del.req.key), "%s", key);
     del.req.cb = req_done;
     del.req.userdata = &done;
-    if ((r = backend_del(st->be, &del)) < 0)
+    if ((r = backend_del(rv->be, &del)) < 0)
         return r;
-    run_until(st, &done);
+    run_until(rv, &done);
     return del.req.status == BACKEND_E_NOT_FOUND ? 0 : del.req.status;
 }
 
@@ -126,13 +127,13 @@ static int sync_write_apply(struct db_txn *txn, struct db_write *w)
     return sw->apply(txn, sw->ctx);
 }
 
-int replay_commit(struct store *st, int (*apply)(struct db_txn *, void *), void *ctx)
+int replay_commit(const struct recovery_parts *rv, int (*apply)(struct db_txn *, void *), void *ctx)
 {
     struct sync_write sw = {
         .w = {.apply = sync_write_apply, .done = sync_write_done}, .apply = apply, .ctx = ctx};
 
-    db_write(st->db, &sw.w);
-    run_until(st, &sw.done);
+    db_write(rv->db, &sw.w);
+    run_until(rv, &sw.done);
     return sw.w.status;
 }
 
@@ -155,12 +156,12 @@ static void sync_job_done(uv_work_t *w, int status)
 }
 
 /* Runs fn on a worker (where store reads may block) while the loop keeps turning. */
-int replay_job(struct store *st, void (*fn)(void *ctx), void *ctx)
+int replay_job(const struct recovery_parts *rv, void (*fn)(void *ctx), void *ctx)
 {
-    return replay_jobs(st, fn, &ctx, 1);
+    return replay_jobs(rv, fn, &ctx, 1);
 }
 
-int replay_jobs(struct store *st, void (*fn)(void *ctx), void *const *ctxs, size_t n)
+int replay_jobs(const struct recovery_parts *rv, void (*fn)(void *ctx), void *const *ctxs, size_t n)
 {
     struct sync_job jobs[REPLAY_JOBS_MAX];
     int r = 0;
@@ -170,12 +171,12 @@ int replay_jobs(struct store *st, void (*fn)(void *ctx), void *const *ctxs, size
         return -EINVAL;
     for (; started < n; started++) {
         jobs[started] = (struct sync_job){.fn = fn, .ctx = ctxs[started]};
-        if ((r = uv_queue_work(st->loop, &jobs[started].work, sync_job_work, sync_job_done)) < 0)
+        if ((r = uv_queue_work(rv->loop, &jobs[started].work, sync_job_work, sync_job_done)) < 0)
             break;
     }
     /* The jobs that started run to their end, whatever became of the others. */
     for (size_t i = 0; i < started; i++)
-        run_until(st, &jobs[i].done);
+        run_until(rv, &jobs[i].done);
     return r;
 }
 
@@ -185,7 +186,7 @@ struct listed {
     uint64_t seq, size;
 };
 
-static int list_packs(struct store *st, struct listed **out, size_t *n)
+static int list_packs(const struct recovery_parts *rv, struct listed **out, size_t *n)
 {
     struct backend_list list = {0};
     struct listed *v = NULL;
@@ -199,9 +200,9 @@ static int list_packs(struct store *st, struct listed **out, size_t *n)
         snprintf(list.req.key, sizeof(list.req.key), "packs/");
         list.req.cb = req_done;
         list.req.userdata = &done;
-        if ((r = backend_list(st->be, &list)) < 0)
+        if ((r = backend_list(rv->be, &list)) < 0)
             break;
-        run_until(st, &done);
+        run_until(rv, &done);
         if ((r = list.req.status) != 0)
             break;
         for (size_t i = 0; i < list.nentries; i++) {
@@ -250,10 +251,10 @@ static int pack_update_apply(struct db_txn *txn, void *ctx)
 }
 
 /* The pack's row goes: the pack itself is gone. */
-static int drop_row(struct store *st, uint64_t seq)
+static int drop_row(const struct recovery_parts *rv, uint64_t seq)
 {
     struct pack_update u = {.seq = seq, .drop = true};
-    return replay_commit(st, pack_update_apply, &u);
+    return replay_commit(rv, pack_update_apply, &u);
 }
 
 /*
@@ -264,10 +265,10 @@ static int drop_row(struct store *st, uint64_t seq)
  * now, whatever the pack's number. Any other missing pack is data lost: its
  * row stays, so status and verify go on showing it.
  */
-static int pack_missing(struct store *st, const struct db_pack *p)
+static int pack_missing(const struct recovery_parts *rv, const struct db_pack *p)
 {
     if (p->state == DB_PACK_DELETING)
-        return drop_row(st, p->seq);
+        return drop_row(rv, p->seq);
     log_error("replay: pack %016" PRIx64 " is missing from the backend; what it held is lost",
               p->seq);
     return 0;
@@ -277,7 +278,7 @@ static int pack_missing(struct store *st, const struct db_pack *p)
 static int pack_listed(struct replay *rp, const struct listed *l, const struct db_pack *p,
                        bool newest, struct packer_resume *resume)
 {
-    struct store *st = rp->st;
+    const struct recovery_parts *rv = &rp->rv;
     struct pack_update u = {.seq = l->seq};
     int r;
 
@@ -285,16 +286,16 @@ static int pack_listed(struct replay *rp, const struct listed *l, const struct d
         /* A repack's deletion that a crash interrupted: finish it (nobody reads it yet). */
         char key[BACKEND_MAX_KEY];
         packer_pack_key(key, sizeof(key), p->seq);
-        if ((r = replay_del(st, key)) != 0)
+        if ((r = replay_del(rv, key)) != 0)
             return r;
-        return drop_row(st, p->seq);
+        return drop_row(rv, p->seq);
     }
     if (p && p->state == DB_PACK_SEALED && p->size == l->size)
         return 0;
     r = replay_read_pack(rp, l->seq, l->size, p ? p->size : 0, newest, resume, &u.state, &u.size);
     if (r == 1)
         return 0; /* left alone, and said why */
-    return r != 0 ? r : replay_commit(st, pack_update_apply, &u);
+    return r != 0 ? r : replay_commit(rv, pack_update_apply, &u);
 }
 
 /* Whether pack_listed() reads a listed pack: unknown, or known otherwise than as it is. */
@@ -319,7 +320,7 @@ static size_t prefetch_window(struct replay *rp, const struct listed *listed, si
     uint64_t seqs[REPLAY_PREFETCH_WINDOW], sizes[REPLAY_PREFETCH_WINDOW];
     size_t n = 0, k = 0, i = from;
 
-    if (backend_has(rp->st->be, BACKEND_CAP_APPEND))
+    if (backend_has(rp->rv.be, BACKEND_CAP_APPEND))
         return nlisted;
     for (; i < nlisted && n < REPLAY_PREFETCH_WINDOW; i++) {
         if (!will_read(&listed[i], known, nknown, &k))
@@ -336,16 +337,16 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
 {
     struct tty_progress progress;
     uint64_t read_bytes = 0, total_bytes = 0;
-    struct store *st = rp->st;
+    const struct recovery_parts *rv = &rp->rv;
     struct listed *listed;
     struct db_pack *known;
     size_t nlisted, nknown, i = 0, k = 0, window_end = 0;
     uint64_t newest_open = 0;
     int r;
 
-    if ((r = list_packs(st, &listed, &nlisted)) != 0)
+    if ((r = list_packs(rv, &listed, &nlisted)) != 0)
         return r;
-    if ((r = db_packs(st->db, &known, &nknown)) < 0) {
+    if ((r = db_packs(rv->db, &known, &nknown)) < 0) {
         free(listed);
         return r;
     }
@@ -363,12 +364,12 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
         if (known[j].seq >= resume->next_seq)
             resume->next_seq = known[j].seq + 1;
     }
-    tty_progress_init(&progress, st->cfg.rebuild);
+    tty_progress_init(&progress, rp->rebuild);
     for (size_t j = 0; j < nlisted; j++)
         total_bytes += listed[j].size;
     while (r == 0 && (i < nlisted || k < nknown)) {
         if (k < nknown && (i == nlisted || known[k].seq < listed[i].seq)) {
-            r = pack_missing(st, &known[k++]);
+            r = pack_missing(rv, &known[k++]);
             continue;
         }
         if (i == window_end)
@@ -387,7 +388,8 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
     return r;
 }
 
-int store_replay(struct store *st, struct packer_resume *resume, char *summary, size_t summary_len)
+int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct packer_resume *resume,
+                    char *summary, size_t summary_len)
 {
     struct replay *rp = calloc(1, sizeof(*rp));
     uint64_t newest;
@@ -396,14 +398,15 @@ int store_replay(struct store *st, struct packer_resume *resume, char *summary, 
     summary[0] = '\0';
     if (!rp)
         return -ENOMEM;
-    rp->st = st;
+    rp->rv = *parts;
+    rp->rebuild = rebuild;
     resume->next_seq = 1;
     r = replay_packs(rp, resume);
     if (r == 0)
         r = replay_events(rp);
-    if (r == 0 && (r = db_journal_newest(st->db, &newest)) == 0 && newest > rp->max_time)
+    if (r == 0 && (r = db_journal_newest(parts->db, &newest)) == 0 && newest > rp->max_time)
         rp->max_time = newest;
-    st->last_entry_ns = rp->max_time;
+    store_set_entry_floor(parts->st, rp->max_time);
     if (r == 0 && (rp->records || rp->torn_bytes || rp->damaged || rp->refused))
         snprintf(summary, summary_len,
                  "%" PRIu64 " records recovered from %" PRIu64 " packs (%" PRIu64

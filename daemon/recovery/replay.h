@@ -1,8 +1,8 @@
 #pragma once
 
 /*
- * What the files of recovery from the packs share (store_replay, declared in
- * store-int.h): replay.c runs it and holds the packs on the backend against
+ * What the files of recovery from the packs share (recovery_replay, declared
+ * in recovery.h): replay.c runs it and holds the packs on the backend against
  * the database, replay-pack.c reads one pack (through its index, or record
  * by record), replay-events.c applies the journal entries found in time
  * order. Recovery runs before the daemon serves anyone, so it drives the
@@ -15,12 +15,12 @@
 #include <stdint.h>
 
 #include "daemon/meta/db.h"
+#include "daemon/recovery/recovery.h"
 #include "daemon/format/objects.h"
 #include "storage/backend.h"
 #include "storage/pack.h"
 
 struct packer_resume;
-struct store;
 
 /* Rows written per transaction. */
 #define REPLAY_ROWS 1024
@@ -42,7 +42,8 @@ struct replay_prefetch;
 #define REPLAY_PREFETCH_SPAN (64u * 1024)
 
 struct replay {
-    struct store *st;
+    struct recovery_parts rv;
+    bool rebuild; /* the database started empty: every chunk is read back and checked */
     struct replay_prefetch *prefetch; /* the window read ahead, or NULL */
     struct replay_row rows[REPLAY_ROWS];
     size_t nrows;
@@ -73,17 +74,17 @@ bool replay_prefetch_take(struct replay *rp, const char *key, uint64_t off, uint
                           uint8_t **out, size_t *out_len);
 void replay_prefetch_free(struct replay *rp);
 /* An append at `off` (with no iovecs: cut the object there, and make it durable). */
-int replay_append(struct store *st, const char *key, uint64_t off, const struct iovec *iov,
+int replay_append(const struct recovery_parts *rv, const char *key, uint64_t off, const struct iovec *iov,
                   unsigned iovcnt);
 /* A delete; an object already gone is not a failure. */
-int replay_del(struct store *st, const char *key);
+int replay_del(const struct recovery_parts *rv, const char *key);
 /* One database transaction running `apply`. */
-int replay_commit(struct store *st, int (*apply)(struct db_txn *txn, void *ctx), void *ctx);
+int replay_commit(const struct recovery_parts *rv, int (*apply)(struct db_txn *txn, void *ctx), void *ctx);
 /* Runs fn on a worker (where store reads may block) while the loop keeps turning. */
-int replay_job(struct store *st, void (*fn)(void *ctx), void *ctx);
+int replay_job(const struct recovery_parts *rv, void (*fn)(void *ctx), void *ctx);
 /* The same for n (at most REPLAY_JOBS_MAX) contexts at once, on as many workers. */
 #define REPLAY_JOBS_MAX 16
-int replay_jobs(struct store *st, void (*fn)(void *ctx), void *const *ctxs, size_t n);
+int replay_jobs(const struct recovery_parts *rv, void (*fn)(void *ctx), void *const *ctxs, size_t n);
 
 /* ---- one pack (replay-pack.c) ---- */
 

@@ -22,7 +22,7 @@
  * packs hold everything and replay does the rest. The old objects are
  * removed last.
  */
-#include "daemon/recovery/upgrade.h"
+#include "daemon/recovery/recovery.h"
 
 #include <dirent.h>
 #include <errno.h>

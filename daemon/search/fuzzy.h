@@ -10,7 +10,7 @@
  * of the parts' alternatives, closest first: epol_wiat finds "epoll wait".
  */
 
-#include "daemon/search/search.h"
+#include "daemon/search/query.h"
 
 struct vocab;
 

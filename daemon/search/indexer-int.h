@@ -11,7 +11,7 @@
 
 #include "daemon/meta/db.h"
 #include "daemon/search/indexer.h"
-#include "daemon/store/store-int.h"
+#include "daemon/store/store.h"
 
 /* Documents a batch takes from the queue or finds pending in the database. */
 #define IX_BATCH_DOCS 512
@@ -87,6 +87,7 @@ struct indexer {
     uv_loop_t *loop;
     struct store *st;
     struct db *db;
+    struct fts *fts; /* told when a batch changed the index */
     char *path;
     size_t max_text;
     sqlite3 *conn; /* used by one batch job at a time */

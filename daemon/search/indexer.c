@@ -14,7 +14,8 @@
 
 #include "daemon/search/indexer-int.h"
 #include "daemon/base/log.h"
-#include "daemon/store/store-int.h"
+#include "daemon/search/fts.h"
+#include "daemon/store/store.h"
 #include "daemon/format/text.h"
 #include "storage/backend.h"
 #include "proto/util.h"
@@ -76,7 +77,7 @@ static void on_finished(uv_async_t *h)
 }
 
 int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct db *db,
-                const char *path, size_t max_text)
+                const char *path, size_t max_text, struct fts *fts)
 {
     struct indexer *ix = calloc(1, sizeof(*ix));
     char *attach;
@@ -89,6 +90,7 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     ix->loop = loop;
     ix->st = st;
     ix->db = db;
+    ix->fts = fts;
     ix->max_text = max_text;
     ix->catch_up = ix->removals = ix->first_catch_up = true;
     if (sqlite3_open_v2(path, &ix->conn,
@@ -307,7 +309,7 @@ static void batch_done(struct ix_batch *b)
         ix->stats.indexed += b->nindexed;
         ix->stats.removed += b->nremoved;
         if (b->nindexed || b->nremoved)
-            db_index_changed(ix->db);
+            fts_changed(ix->fts);
         if (b->catch_up && !b->more_catch_up && b->catch_up_gen == ix->catch_up_gen)
             ix->catch_up = false;
         if (b->removals && !b->more_removals && b->removals_gen == ix->removals_gen)

@@ -27,6 +27,7 @@
 #include <uv.h>
 
 struct db;
+struct fts;
 struct store;
 struct indexer;
 
@@ -34,8 +35,9 @@ struct indexer_stats {
     uint64_t indexed, removed, pending, batches;
 };
 
+/* `fts` is told whenever a batch changed the index (fts_changed). */
 int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct db *db,
-                const char *path, size_t max_text);
+                const char *path, size_t max_text, struct fts *fts);
 /* Only when idle (indexer_busy() false). */
 struct indexer *indexer_free(struct indexer *ix);
 bool indexer_busy(const struct indexer *ix);

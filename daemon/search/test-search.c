@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/search/search.h"
+#include "daemon/search/query.h"
 
 /* Parses `q` and returns its FTS5 expression (or NULL for a filter-only query). */
 static char *compile(const char *q)

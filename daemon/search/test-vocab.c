@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/search/search.h"
+#include "daemon/search/query.h"
 #include "daemon/search/vocab.h"
 
 struct seen {

@@ -29,7 +29,6 @@
 #include <openssl/evp.h>
 
 #include "daemon/store/add-int.h"
-#include "daemon/search/indexer.h"
 #include "daemon/base/log.h"
 #include "daemon/format/objects.h"
 #include "daemon/format/record.h"
@@ -623,7 +622,7 @@ static void final_done(struct packer_group *g, int status)
             if (!text && (text = strdup("")))
                 len = 0;
         }
-        indexer_queue(st->indexer, add->dba.rowid, text, len);
+        store_index_changed(st, add->dba.rowid, text, len);
     }
     if (!add->aborted)
         report(add, add->dba.created);

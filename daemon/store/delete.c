@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/search/indexer.h"
 #include "daemon/base/log.h"
 #include "daemon/format/objects.h"
 #include "daemon/pack/packer.h"
@@ -206,11 +205,11 @@ static void delete_committed(struct packer_group *g, int status)
             removed |= dd->deleted;
         }
         if (removed)
-            indexer_removed(st->indexer);
+            store_index_removed(st);
         /* What the index holds of the documents kept changed: their names. */
         for (size_t i = 0; i < del->ndocs; i++)
             if (del->docs[i].kept_rowid)
-                indexer_queue(st->indexer, del->docs[i].kept_rowid, NULL, 0);
+                store_index_changed(st, del->docs[i].kept_rowid, NULL, 0);
     }
     /* DB_E_NOT_FOUND: deleted meanwhile by someone else. */
     delete_end(del, store_status_from_db(status));

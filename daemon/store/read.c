@@ -6,7 +6,8 @@
  * loop thread finds hot chunks without any job at all.
  *
  * Backends that cannot read from a worker thread (remote ones) are reached
- * through the bridge: the worker hands the read to the loop and waits.
+ * through the bridge (bridge.c): the worker hands the read to the loop and
+ * waits.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,104 +26,6 @@
 /* Chunks up to this size are checked on the loop thread when served from the cache. */
 #define STORE_LOOP_CHECK_MAX (64u * 1024)
 
-/* ---- the bridge: blocking reads for workers through the loop ---- */
-
-struct store_bridge_req {
-    struct backend_get get;
-    void *buf;
-    size_t len, got;
-    int status;
-    bool done;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    struct store_bridge_req *next;
-};
-
-static void bridge_done(struct backend_req *req)
-{
-    struct store_bridge_req *br = container_of(req, struct store_bridge_req, get.req);
-
-    br->status = req->status;
-    if (req->status == 0) {
-        br->got = br->get.out_len < br->len ? br->get.out_len : br->len;
-        memcpy(br->buf, br->get.out, br->got);
-    }
-    backend_get_reset(&br->get);
-    pthread_mutex_lock(&br->lock);
-    br->done = true;
-    pthread_cond_signal(&br->cond);
-    pthread_mutex_unlock(&br->lock);
-}
-
-static void on_bridge(uv_async_t *h)
-{
-    struct store *st = container_of(h, struct store, bridge_async);
-    struct store_bridge_req *q;
-
-    pthread_mutex_lock(&st->bridge_lock);
-    q = st->bridge_queue;
-    st->bridge_queue = NULL;
-    pthread_mutex_unlock(&st->bridge_lock);
-    while (q) {
-        struct store_bridge_req *br = q;
-        q = q->next;
-        int r = backend_get(st->be, &br->get);
-        if (r < 0) {
-            br->get.req.status = r;
-            bridge_done(&br->get.req);
-        }
-    }
-}
-
-int store_bridge_init(struct store *st)
-{
-    int r = uv_async_init(st->loop, &st->bridge_async, on_bridge);
-    if (r == 0) {
-        pthread_mutex_init(&st->bridge_lock, NULL);
-        st->bridge_open = true;
-        /* Only the jobs that use it keep the loop running, not the handle itself. */
-        uv_unref((uv_handle_t *)&st->bridge_async);
-    }
-    return r;
-}
-
-bool store_bridge_close(struct store *st, uv_close_cb closed)
-{
-    if (!st->bridge_open)
-        return false;
-    st->bridge_open = false;
-    pthread_mutex_destroy(&st->bridge_lock);
-    uv_close((uv_handle_t *)&st->bridge_async, closed);
-    return true;
-}
-
-static int bridge_read(struct store *st, const char *key, uint64_t off, void *buf, size_t len,
-                       size_t *got)
-{
-    struct store_bridge_req br = {.buf = buf, .len = len};
-
-    snprintf(br.get.req.key, sizeof(br.get.req.key), "%s", key);
-    br.get.req.cb = bridge_done;
-    br.get.offset = off;
-    br.get.length = len;
-    br.get.max_len = len;
-    pthread_mutex_init(&br.lock, NULL);
-    pthread_cond_init(&br.cond, NULL);
-    pthread_mutex_lock(&st->bridge_lock);
-    br.next = st->bridge_queue;
-    st->bridge_queue = &br;
-    pthread_mutex_unlock(&st->bridge_lock);
-    uv_async_send(&st->bridge_async);
-    pthread_mutex_lock(&br.lock);
-    while (!br.done)
-        pthread_cond_wait(&br.cond, &br.lock);
-    pthread_mutex_unlock(&br.lock);
-    pthread_cond_destroy(&br.cond);
-    pthread_mutex_destroy(&br.lock);
-    *got = br.got;
-    return br.status;
-}
-
 int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, size_t len,
                     size_t *got, bool cached)
 {
@@ -133,7 +36,7 @@ int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, siz
         return backend_read_sync(st->be, key, off, buf, len, got);
     if (cached && st->rcache)
         return readcache_read(st->rcache, seq, off, buf, len, got);
-    return bridge_read(st, key, off, buf, len, got);
+    return store_bridge_read(st, key, off, buf, len, got);
 }
 
 /* ---- records ---- */
@@ -377,6 +280,16 @@ int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint6
                      const struct cache_buf **out)
 {
     return load_chunk(st, hash, size, false, out);
+}
+
+int store_check_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size)
+{
+    const struct cache_buf *b;
+    int r = load_chunk(st, hash, size, false, &b);
+
+    if (r == 0)
+        cache_release(st->cache, b);
+    return r;
 }
 
 int store_prefetch_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size)

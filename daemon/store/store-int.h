@@ -1,10 +1,9 @@
 #pragma once
 
 /*
- * What the store's files share (store.c: the store and its operations
- * registry; read.c: reading records back; get.c; add.c; delete.c; gc.c and
- * repack.c; verify.c; replay.c: recovery and rebuild; upgrade.c). Not for
- * use outside the store.
+ * What the store's files share (store.c: the store object and its
+ * operations registry; read.c and bridge.c: reading records back; add.c and
+ * add-work.c; get.c; delete.c; verify.c). Not for use outside daemon/store.
  */
 
 #include <pthread.h>
@@ -14,41 +13,18 @@
 #include <uv.h>
 
 #include "compress/cdc.h"
-#include "daemon/meta/db.h"
 #include "daemon/format/manifest.h"
+#include "daemon/meta/db.h"
 #include "daemon/store/store.h"
 
 struct cache;
 struct cache_buf;
 struct packer;
+struct readcache;
 struct refcache;
-struct indexer;
-struct store_gc;
-
-/*
- * A running operation that reads or references stored records: adds, gets
- * and scrubs. Each gets a sequence number when it starts; gc reclaims a
- * record only when every operation that could have seen it alive has ended
- * (store_oldest_op), and deletes a repacked pack only when every operation
- * that could still read it has ended. A get also lends gc its manifest, so
- * the chunks it is streaming stay alive even if its document is deleted.
- */
-struct store_op {
-    uint64_t seq;
-    struct store_op *prev, *next;
-    /* Gets: the manifest being read (borrowed from the get). */
-    unsigned depth;
-    const uint8_t *root;
-    size_t root_len;
-};
 
 /* A blocking read handed from a worker thread to the loop (backends without READ_SYNC). */
 struct store_bridge_req;
-
-/* A gc run's number and the first operation that did not predate its condemnations. */
-struct store_gc_barrier {
-    uint64_t gen, barrier;
-};
 
 struct store {
     uv_loop_t *loop;
@@ -56,24 +32,18 @@ struct store {
     struct db *db;
     struct store_config cfg;
     struct cdc cdc;
-    struct packer *packer;
+    struct packer *packer;    /* borrowed; NULL until store_set_writer */
+    struct readcache *rcache; /* borrowed; remote backends: pack slices kept on local disk */
     struct cache *cache;
-    struct readcache *rcache; /* remote backends: pack slices kept on local disk */
     struct refcache *refs;
-    struct indexer *indexer;
     unsigned active;
     /* Running operations, oldest first. */
     struct store_op *ops_head, *ops_tail;
     uint64_t next_op_seq;
-    struct store_gc *gc;
-    /* gc runs up to this one are safe: of earlier lives of the daemon, or their barriers passed. */
-    uint64_t gc_safe_gen;
-    struct store_gc_barrier *gc_barriers;
-    size_t ngc_barriers;
-    /* Repacked packs waiting for their readers to end before deletion. */
-    struct store_reap *reaping;
-    uint64_t last_entry_ns; /* replay starts it at the newest entry in the packs */
-    char replay_summary[512];
+    /* Who is told what (registered from above). */
+    struct store_index_hooks index;
+    struct store_ops_hook ops_ended;
+    uint64_t last_entry_ns; /* recovery starts it at the newest entry in the packs */
     /* Worker-to-loop reads. */
     uv_async_t bridge_async;
     pthread_mutex_t bridge_lock;
@@ -81,23 +51,9 @@ struct store {
     bool bridge_open;
 };
 
-void store_op_begin(struct store *st, struct store_op *op);
-void store_op_end(struct store *st, struct store_op *op);
-/* Sequence number of the oldest running operation, or the next one when none runs. */
-uint64_t store_oldest_op(const struct store *st);
-/* gc.c: the oldest running operation ended; gc may be waiting for that. */
-void store_gc_ops_ended(struct store *st);
-
-/*
- * repack.c: rewrites or deletes the packs that are mostly dead, counting rows
- * condemned by runs up to safe_gen as dead; adds to *res and calls cb once
- * every chosen pack is done.
- */
-typedef void store_repack_cb(void *ctx, int status);
-void store_repack(struct store *st, uint64_t safe_gen, struct store_gc_result *res,
-                  store_repack_cb *cb, void *ctx);
-/* Deletes repacked packs no running operation can read any more. */
-void store_reap(struct store *st);
+/* Tell the search index, through its hooks (store_set_index_hooks). */
+void store_index_changed(struct store *st, int64_t rowid, char *text, size_t len);
+void store_index_removed(struct store *st);
 
 /* A journal time (ns since the epoch) later than every one handed out before. */
 uint64_t store_entry_time(struct store *st);
@@ -111,15 +67,9 @@ int store_map_read_status(int status);
 
 /* ---- reading records back (read.c); worker threads unless said otherwise ---- */
 
-/*
- * Reads `len` bytes at `off` of pack `seq` into buf, blocking: directly when
- * the backend can (BACKEND_CAP_READ_SYNC), else through the read cache when
- * `cached` and there is one, else through the loop. 0 with *got,
- * BACKEND_E_*, or negative errno. Reads that must see the backend itself
- * (verify, recovery) or would only crowd the cache (repack) pass false.
- */
-int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, size_t len,
-                    size_t *got, bool cached);
+/* Reads through the loop (bridge.c), for backends that cannot read from a worker thread. */
+int store_bridge_read(struct store *st, const char *key, uint64_t off, void *buf, size_t len,
+                      size_t *got);
 
 /*
  * A chunk's bytes, checked against its id: from the cache, else read from its
@@ -145,41 +95,10 @@ const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[
                                            uint64_t size);
 
 /*
- * Walks a manifest from a worker thread, reading segments as needed: calls
- * fn for each chunk in order until it returns non-zero (returned) or the end
- * (0). STORE_E_INTEGRITY for a missing or damaged segment. Flags:
- * STORE_WALK_SEGMENTS also calls fn for each segment (bytes 0) before its
- * chunks; STORE_WALK_DISK reads segments from their packs, not the cache.
- */
-enum {
-    STORE_WALK_SEGMENTS = 1u << 0,
-    STORE_WALK_DISK = 1u << 1,
-};
-typedef int store_chunk_fn(void *ctx, const struct manifest_entry *chunk);
-int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
-                        unsigned flags, store_chunk_fn *fn, void *ctx);
-/*
  * Reads a whole record at a location: 0 with it (malloc'd), RECORD_E_BAD when
  * not all there. `cached` as for store_read_pack.
  */
 int store_read_record(struct store *st, const struct db_loc *loc, bool cached, uint8_t **out);
-
-/*
- * The first `max` bytes of a text document, read back from the store (for
- * snippets and the search index). 0 with a malloc'd buffer, or a failure.
- */
-int store_read_prefix(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
-                      size_t max, char **out, size_t *len);
-
-/*
- * Recovery (replay.c), run by store_new before anything else: brings the
- * database up to what the packs hold, cuts torn tails, seals packs a crash
- * left open (but the newest, which the pack writer continues), finishes
- * interrupted pack deletions, and applies the journal entries it found in
- * time order. Runs the loop itself.
- */
-struct packer_resume;
-int store_replay(struct store *st, struct packer_resume *resume, char *summary, size_t summary_len);
 
 /* The bridge's loop side: set up in store_new, closed in store_free. */
 int store_bridge_init(struct store *st);

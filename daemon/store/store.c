@@ -1,7 +1,7 @@
 /*
- * The store object: what it is made of (the pack writer, the caches, the
- * indexer), opening it (recovery from the packs first), the registry of
- * running operations that gc's barriers rely on, and small shared helpers.
+ * The store object: what it is made of (its caches, and what its owner
+ * lends it), the hooks of the parts above it, the registry of running
+ * operations that gc's barriers rely on, and small shared helpers.
  */
 #include "daemon/store/store.h"
 
@@ -12,7 +12,6 @@
 #include <time.h>
 
 #include "daemon/store/cache.h"
-#include "daemon/search/indexer.h"
 #include "daemon/base/log.h"
 #include "daemon/format/objects.h"
 #include "daemon/pack/packer.h"
@@ -27,11 +26,9 @@
 #define STORE_REFCACHE_BYTES (4u * 1024 * 1024)
 
 int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db *db,
-              const char *index_path, const struct store_config *cfg)
+              struct readcache *rc, const struct store_config *cfg)
 {
     struct store *st = calloc(1, sizeof(*st));
-    struct packer_resume resume = {0};
-    struct packer_config pcfg = {cfg->pack_size, cfg->compression_level};
     int r;
 
     if (!st)
@@ -39,24 +36,50 @@ int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db
     st->loop = loop;
     st->be = be;
     st->db = db;
+    st->rcache = rc;
     st->cfg = *cfg;
-    st->rcache = cfg->read_cache;
-    st->cfg.read_cache = NULL; /* the store's now: st->rcache */
     st->next_op_seq = 1;
     *out = st;
     if ((r = cdc_init(&st->cdc, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max)) < 0 ||
         (r = cache_new(&st->cache, cfg->cache_size)) < 0 ||
-        (r = refcache_new(&st->refs, STORE_REFCACHE_BYTES)) < 0 ||
-        (r = store_bridge_init(st)) < 0 || (r = db_gc_generation(db, &st->gc_safe_gen)) < 0)
+        (r = refcache_new(&st->refs, STORE_REFCACHE_BYTES)) < 0 || (r = store_bridge_init(st)) < 0)
         return r;
-    /* The database may lack the last commits before a crash: the packs have them. */
-    r = store_replay(st, &resume, st->replay_summary, sizeof(st->replay_summary));
-    if (r == 0)
-        r = packer_new(&st->packer, loop, be, db, &pcfg, &resume);
-    free(resume.index);
-    if (r == 0)
-        r = indexer_new(&st->indexer, loop, st, db, index_path, cfg->max_text);
-    return r;
+    return 0;
+}
+
+void store_set_writer(struct store *st, struct packer *pk)
+{
+    st->packer = pk;
+}
+
+void store_set_index_hooks(struct store *st, const struct store_index_hooks *hooks)
+{
+    st->index = hooks ? *hooks : (struct store_index_hooks){0};
+}
+
+void store_index_changed(struct store *st, int64_t rowid, char *text, size_t len)
+{
+    if (st->index.changed)
+        st->index.changed(st->index.ctx, rowid, text, len);
+    else
+        free(text);
+}
+
+void store_index_removed(struct store *st)
+{
+    if (st->index.removed)
+        st->index.removed(st->index.ctx);
+}
+
+void store_set_ops_ended_hook(struct store *st, const struct store_ops_hook *hook)
+{
+    st->ops_ended = hook ? *hook : (struct store_ops_hook){0};
+}
+
+void store_set_entry_floor(struct store *st, uint64_t time_ns)
+{
+    if (time_ns > st->last_entry_ns)
+        st->last_entry_ns = time_ns;
 }
 
 static void on_bridge_closed(uv_handle_t *h)
@@ -68,13 +91,8 @@ struct store *store_free(struct store *st)
 {
     if (!st)
         return NULL;
-    st->indexer = indexer_free(st->indexer);
-    st->packer = packer_free(st->packer);
     st->refs = refcache_free(st->refs);
     st->cache = cache_free(st->cache);
-    st->rcache = readcache_free(st->rcache);
-    free(st->gc_barriers);
-    st->gc_barriers = NULL;
     /*
      * The bridge's handle is part of the store, and libuv uses a closing
      * handle until its close callback has run: the memory goes there.
@@ -89,41 +107,11 @@ unsigned store_active(struct store *st)
     return st->active;
 }
 
-bool store_busy(struct store *st)
-{
-    return (st->packer && packer_busy(st->packer)) || (st->indexer && indexer_busy(st->indexer)) ||
-           st->reaping || readcache_busy(st->rcache);
-}
-
-static void drained(void *ctx, int status)
-{
-    *(bool *)ctx = true;
-}
-
-int store_drain(struct store *st)
-{
-    bool caught_up = false;
-    int r = indexer_wait(st->indexer, drained, &caught_up);
-
-    if (r < 0)
-        return r;
-    while (!caught_up || store_busy(st))
-        uv_run(st->loop, UV_RUN_ONCE);
-    return 0;
-}
-
-const char *store_replay_summary(const struct store *st)
-{
-    return st->replay_summary;
-}
-
 void store_get_stats(struct store *st, struct store_stats *out)
 {
     struct cache_stats cs;
-    struct indexer_stats is;
 
     cache_get_stats(st->cache, &cs);
-    indexer_get_stats(st->indexer, &is);
     memset(out, 0, sizeof(*out));
     out->cache_bytes = cs.bytes;
     out->cache_max = cs.max_bytes;
@@ -140,8 +128,7 @@ void store_get_stats(struct store *st, struct store_stats *out)
         out->rc_fetched = rs.fetched;
         out->rc_damaged = rs.damaged;
     }
-    out->index_pending = is.pending;
-    out->open_pack = packer_open_seq(st->packer);
+    out->open_pack = st->packer ? packer_open_seq(st->packer) : 0;
 }
 
 /* ---- running operations ---- */
@@ -172,13 +159,23 @@ void store_op_end(struct store *st, struct store_op *op)
         st->ops_tail = op->prev;
     op->prev = op->next = NULL;
     /* gc may be waiting for the oldest operations to end. */
-    if (was_oldest)
-        store_gc_ops_ended(st);
+    if (was_oldest && st->ops_ended.fn)
+        st->ops_ended.fn(st->ops_ended.ctx);
+}
+
+const struct store_op *store_first_op(const struct store *st)
+{
+    return st->ops_head;
 }
 
 uint64_t store_oldest_op(const struct store *st)
 {
     return st->ops_head ? st->ops_head->seq : st->next_op_seq;
+}
+
+uint64_t store_next_op(const struct store *st)
+{
+    return st->next_op_seq;
 }
 
 /* ---- helpers ---- */

@@ -2,7 +2,7 @@
 
 /*
  * The content store: streams documents in and out of packs on the object
- * backend.
+ * backend, and reads records back for the parts above it.
  *
  * An add cuts the incoming bytes into content-defined chunks, hashes them,
  * compresses the ones the store does not hold yet into blocks on worker
@@ -13,10 +13,15 @@
  * loop thread when it can (get.c), so neither direction ever holds a whole
  * large document.
  *
- * All functions run on the loop thread; callbacks come on the loop thread.
+ * The store is made of what its owner gives it (the backend, the database,
+ * the read cache, the pack writer) and owns only its caches. The parts above
+ * it - gc, recovery, search - use the narrow interface at the end of this
+ * header, and learn of its events through hooks they register here.
+ *
+ * All functions run on the loop thread unless said otherwise; callbacks come
+ * on the loop thread.
  */
 
-#include <stdatomic.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,6 +32,9 @@
 #include "daemon/meta/db.h"
 
 struct backend;
+struct manifest_entry;
+struct packer;
+struct readcache;
 struct store;
 struct store_add;
 struct store_get;
@@ -52,46 +60,36 @@ int store_status_from_db(int status);
 #define STORE_MAX_DOCUMENT (1ull << 40)
 
 struct reserve;
-struct readcache;
 
 struct store_config {
     int compression_level;
     size_t chunk_min, chunk_avg, chunk_max; /* content-defined chunking */
-    size_t max_text;       /* bytes of a text document's content indexed for search */
-    uint64_t pack_size;    /* packs are sealed at this size */
-    unsigned repack_below; /* gc rewrites packs less than this percent alive */
-    size_t cache_size;     /* bytes of decoded chunks kept in memory */
-    /*
-     * The database is new and empty and everything comes back from the packs
-     * (`cairnd --rebuild-index`): every chunk is read back and checked.
-     */
-    bool rebuild;
-    /* Room kept for deletes and gc on a full disk (reserve.h); NULL: none. */
+    size_t max_text;   /* bytes of a text document's content indexed for search */
+    size_t cache_size; /* bytes of decoded chunks kept in memory */
+    /* Room kept for deletes on a full disk (reserve.h); NULL: none. */
     struct reserve *reserve;
-    /* A remote backend's read cache (readcache.h), which the store takes over; NULL: none. */
-    struct readcache *read_cache;
 };
 
 /*
- * Opens the store: recovers what the database lacks from the packs (a crash
- * may have lost the last commits), finishes deletions a crash interrupted,
- * and starts the pack writer and the search indexer. Runs the loop itself
- * until that is done, before the daemon serves anyone.
+ * Makes the store over the backend and the database, with a remote
+ * backend's read cache (NULL: none); all three stay the caller's. It reads at
+ * once; adds and deletes wait for store_set_writer.
  */
 int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db *db,
-              const char *index_path, const struct store_config *cfg);
+              struct readcache *rc, const struct store_config *cfg);
 /*
- * Only when nothing runs (store_active() 0 and store_busy() false). The
- * store's libuv handles (its own, the pack writer's, the indexer's) close
- * asynchronously: their memory, the store's included, goes in their close
- * callbacks, so the caller runs the loop afterwards until it is empty.
- * Returns NULL.
+ * Gives the store the pack writer that adds and deletes go through (it stays
+ * the caller's), once recovery has brought the database up to the packs.
+ */
+void store_set_writer(struct store *st, struct packer *pk);
+/*
+ * Only when nothing runs (store_active() 0). The store's libuv handle closes
+ * asynchronously: its memory goes in the close callback, so the caller runs
+ * the loop afterwards until it is empty. Returns NULL.
  */
 struct store *store_free(struct store *st);
-/* Adds, gets and maintenance still running (shutdown waits for zero). */
+/* Adds, gets, deletes and verifies still running. */
 unsigned store_active(struct store *st);
-/* Background work (pack writes, indexing) still running. */
-bool store_busy(struct store *st);
 
 /* ---- add ---- */
 
@@ -164,40 +162,15 @@ void store_get_release(struct store_get *get);
 
 /* ---- maintenance ---- */
 
-struct store_gc_result {
-    uint64_t packs_rewritten, packs_deleted;
-    uint64_t bytes_reclaimed; /* pack bytes given back to the backend */
-    uint64_t bytes_dead;      /* dead bytes left in packs above the rewrite threshold */
-    uint64_t chunks_removed;  /* chunks no document used any more, gone now */
-    /* Packs that could not be rewritten (their dead bytes stay; gc went on with the
-     * others), and why the first one could not. */
-    uint64_t packs_failed;
-    char failure[128];
-};
-
-/*
- * Reclaims what no document uses: unreferenced chunks and manifest
- * segments, the journal entries of deleted documents, and records of adds
- * that failed. Packs less than `repack_below` percent alive are rewritten
- * and the old ones deleted once the database no longer names them. Only one
- * gc runs at a time; a request while one runs waits for it and gets its
- * result. `done` comes on the loop thread.
- */
-typedef void store_gc_cb(void *userdata, int status, const struct store_gc_result *res);
-int store_gc(struct store *st, store_gc_cb *done, void *userdata);
-
 /*
  * How far a long job is, for progress reports: `phase` names what it does
  * now, `done` of `total` (0: unknown) counts its unit. Verify writes it from
- * its worker (hence atomics); gc's is read on the loop thread.
+ * its worker (hence atomics); gc's (gc.h) is read on the loop thread.
  */
 struct store_progress {
     _Atomic(const char *) phase; /* a static string */
     _Atomic uint64_t done, total;
 };
-/* The running gc's progress; false when none runs. Loop thread. */
-bool store_gc_progress(struct store *st, struct store_progress *out);
-
 /* One chunk that failed verification, and the documents that use it. */
 struct store_bad_chunk {
     char hash[PROTO_HASH_HEX + 1];
@@ -250,29 +223,98 @@ struct store_stats {
     /* The read cache's (all 0 without one). */
     bool read_cache;
     uint64_t rc_bytes, rc_max, rc_hits, rc_misses, rc_fetched, rc_damaged;
-    uint64_t index_pending;
     uint64_t open_pack;
 };
 void store_get_stats(struct store *st, struct store_stats *out);
 
-/*
- * Runs the loop until the background work is done and the search index has
- * caught up (for --rebuild-index and --upgrade, before the exit).
- */
-int store_drain(struct store *st);
-
-/* What store_new recovered from the packs, in a sentence (empty when nothing). */
-const char *store_replay_summary(const struct store *st);
-
-/* ---- search ---- */
+/* ---- for the parts above the store: gc, recovery and search ---- */
 
 /*
- * Runs a search once every add and delete acknowledged before it is in the
- * index, and makes each hit's snippet from its text read back from the
- * store. `done` gets the hits (owned by the callee: db_hits_free), or
- * DB_E_INVALID_QUERY with a message for the user, or a failure.
+ * What the store tells the search index, after each commit that changed
+ * what it must hold. `changed`: a document was created, or its names, tags
+ * or metadata changed; `text` (may be NULL) is its content to index, handed
+ * over (malloc'd). `removed`: a document was deleted, and its commit left a
+ * removal row for the index. Without hooks the text is dropped.
  */
-typedef void store_search_cb(void *userdata, int status, const char *msg, struct db_hit *hits,
-                             size_t nhits);
-int store_search(struct store *st, const struct db_search_params *p, store_search_cb *done,
-                 void *userdata);
+struct store_index_hooks {
+    void (*changed)(void *ctx, int64_t rowid, char *text, size_t len);
+    void (*removed)(void *ctx);
+    void *ctx;
+};
+void store_set_index_hooks(struct store *st, const struct store_index_hooks *hooks);
+
+/*
+ * A running operation that reads or references stored records: adds, gets,
+ * scrubs, indexing and searches. Each gets a sequence number when it starts;
+ * gc reclaims a record only when every operation that could have seen it
+ * alive has ended (store_oldest_op), and deletes a repacked pack only when
+ * every operation that could still read it has ended. A get also lends gc
+ * its manifest, so the chunks it is streaming stay alive even if its
+ * document is deleted.
+ */
+struct store_op {
+    uint64_t seq;
+    struct store_op *prev, *next;
+    /* Gets: the manifest being read (borrowed from the get). */
+    unsigned depth;
+    const uint8_t *root;
+    size_t root_len;
+};
+
+void store_op_begin(struct store *st, struct store_op *op);
+void store_op_end(struct store *st, struct store_op *op);
+/* The running operations, oldest first (follow `next`); NULL when none runs. */
+const struct store_op *store_first_op(const struct store *st);
+/* Sequence number of the oldest running operation, or the next one when none runs. */
+uint64_t store_oldest_op(const struct store *st);
+/* The sequence number the next operation to begin will get. */
+uint64_t store_next_op(const struct store *st);
+/* `fn` runs whenever the oldest running operation ends (gc may be waiting for that). */
+struct store_ops_hook {
+    void (*fn)(void *ctx);
+    void *ctx;
+};
+void store_set_ops_ended_hook(struct store *st, const struct store_ops_hook *hook);
+
+/* Journal entries get times after this one (ns since the epoch): the newest in the packs. */
+void store_set_entry_floor(struct store *st, uint64_t time_ns);
+
+/*
+ * Reads `len` bytes at `off` of pack `seq` into buf, blocking (worker
+ * threads): directly when the backend can (BACKEND_CAP_READ_SYNC), else
+ * through the read cache when `cached` and there is one, else through the
+ * loop. 0 with *got, BACKEND_E_*, or negative errno. Reads that must see the
+ * backend itself (verify, recovery) or would only crowd the cache (repack)
+ * pass false.
+ */
+int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, size_t len,
+                    size_t *got, bool cached);
+
+/*
+ * Walks a manifest from a worker thread, reading segments as needed: calls
+ * fn for each chunk in order until it returns non-zero (returned) or the end
+ * (0). STORE_E_INTEGRITY for a missing or damaged segment. Flags:
+ * STORE_WALK_SEGMENTS also calls fn for each segment (bytes 0) before its
+ * chunks; STORE_WALK_DISK reads segments from their packs, not the cache.
+ */
+enum {
+    STORE_WALK_SEGMENTS = 1u << 0,
+    STORE_WALK_DISK = 1u << 1,
+};
+typedef int store_chunk_fn(void *ctx, const struct manifest_entry *chunk);
+int store_walk_manifest(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
+                        unsigned flags, store_chunk_fn *fn, void *ctx);
+
+/*
+ * Reads a chunk and checks it against its id (worker threads): 0,
+ * STORE_E_INTEGRITY when it is missing or damaged, or negative errno.
+ */
+int store_check_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size);
+
+/*
+ * The first `max` bytes of a text document, read back from the store
+ * (worker threads; for snippets and the search index). 0 with a malloc'd
+ * buffer, or a failure.
+ */
+int store_read_prefix(struct store *st, unsigned depth, const uint8_t *root, size_t root_len,
+                      size_t max, char **out, size_t *len);

@@ -61,6 +61,9 @@
 #include "daemon/app/config.h"
 #include "daemon/app/daemon.h"
 #include "daemon/base/log.h"
+#include "daemon/gc/gc.h"
+#include "daemon/net/net.h"
+#include "daemon/search/search.h"
 #include "daemon/store/store.h"
 #include "proto/proto.h"
 #include "proto/util.h"
@@ -279,16 +282,16 @@ static void on_client_closed(uv_handle_t *h)
 }
 
 /*
- * True when the daemon has forgotten the connection and the store runs
- * nothing of it: a gc goes on after its client went away, and is not one of
- * the store's operations.
+ * True when the daemon has forgotten the connection and runs nothing of it:
+ * no store operation, search or gc (a gc goes on after its client went
+ * away).
  */
 static bool settled(const struct client *cl)
 {
     struct store_progress gc;
 
-    return cl->closed && fz.d->nconns == 0 && store_active(fz.d->store) == 0 &&
-           !store_gc_progress(fz.d->store, &gc);
+    return cl->closed && server_connections(fz.d->srv) == 0 && store_active(fz.d->store) == 0 &&
+           !search_busy(fz.d->search) && !gc_progress(fz.d->gc, &gc);
 }
 
 static void count_scheduled(uv_handle_t *h, void *arg)
@@ -363,7 +366,7 @@ static void exchange(struct client *cl)
         uv_run(loop, UV_RUN_ONCE);
     /* Adds are indexed shortly after their reply: the next input finds them indexed. */
     for (;;) {
-        if (store_drain(fz.d->store) < 0)
+        if (daemon_drain(fz.d) < 0)
             abort();
         if (!working(loop))
             break;
@@ -580,7 +583,7 @@ static void restart(void)
     }
     daemon_start(fz.data_dir);
     /* Whatever a start leaves to do in the background is done before the first input. */
-    if (store_drain(fz.d->store) < 0)
+    if (daemon_drain(fz.d) < 0)
         abort();
     fz.start_print = fingerprint();
 }

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "daemon/search/search.h"
+#include "daemon/search/query.h"
 #include "proto/proto.h"
 #include "tests/fuzz/fuzz.h"
 

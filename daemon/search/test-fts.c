@@ -1,5 +1,5 @@
 /*
- * Unit tests of searches (db-search.c) against a search index database
+ * Unit tests of searches (fts.c) against a search index database
  * made here the way the indexer makes it: the schema of daemon/search/indexer.c
  * and one row per document in its FTS5 table (names, text, tags and
  * metadata, one per line), keyed by the document's row id. Ranked searches,
@@ -14,7 +14,8 @@
 
 #include <sqlite3.h>
 
-#include "daemon/search/search.h"
+#include "daemon/search/fts.h"
+#include "daemon/search/query.h"
 
 /* The index's schema, as daemon/search/indexer.c creates it. */
 static const char index_schema[] =
@@ -29,6 +30,7 @@ static const char index_schema[] =
 struct search_env {
     struct test_db *e;
     char index[PATH_MAX + 16];
+    struct fts fts;
     int64_t id[6];
     uint8_t hash[6][PROTO_HASH_LEN];
 };
@@ -76,6 +78,7 @@ static void corpus(struct search_env *s, struct test_db *e)
 
     s->e = e;
     snprintf(s->index, sizeof(s->index), "%s/search.db", e->dir);
+    fts_init(&s->fts, s->index);
     for (size_t i = 0; i < 4; i++) {
         struct test_doc d = {.size = 100 + i,
                              .mime = docs[i].mime,
@@ -98,11 +101,11 @@ static void corpus(struct search_env *s, struct test_db *e)
 }
 
 /* Runs a search and returns the hits' document indices (0..3) in order, -1 for others. */
-static size_t run_search(struct search_env *s, const char *query, struct db_search_params *p,
-                         int *order, struct db_hit **keep)
+static size_t run_search(struct search_env *s, const char *query, struct search_params *p,
+                         int *order, struct search_hit **keep)
 {
     struct search_query q;
-    struct db_hit *hits;
+    struct search_hit *hits;
     const char *msg;
     size_t n;
 
@@ -111,7 +114,7 @@ static size_t run_search(struct search_env *s, const char *query, struct db_sear
     p->query_len = strlen(query);
     if (!p->limit)
         p->limit = 100;
-    assert_int_equal(db_search(s->e->db, s->index, p, &q, &hits, &n), 0);
+    assert_int_equal(fts_search(&s->fts, s->e->db, p, &q, &hits, &n), 0);
     search_query_clear(&q);
     for (size_t i = 0; i < n; i++) {
         order[i] = -1;
@@ -123,11 +126,11 @@ static size_t run_search(struct search_env *s, const char *query, struct db_sear
     if (keep)
         *keep = hits;
     else
-        db_hits_free(hits, n);
+        search_hits_free(hits, n);
     return n;
 }
 
-static void expect_hits(struct search_env *s, const char *query, struct db_search_params p,
+static void expect_hits(struct search_env *s, const char *query, struct search_params p,
                         const int *want, size_t nwant)
 {
     int got[8];
@@ -147,7 +150,7 @@ static int int_cmp(const void *a, const void *b)
 }
 
 /* The same when the order is not the point: want is sorted. */
-static void expect_set(struct search_env *s, const char *query, struct db_search_params p,
+static void expect_set(struct search_env *s, const char *query, struct search_params p,
                        const int *want, size_t nwant)
 {
     int got[8];
@@ -165,8 +168,8 @@ static void expect_set(struct search_env *s, const char *query, struct db_search
 static void test_search_ranked(void **state)
 {
     struct search_env s;
-    struct db_search_params p = {0};
-    struct db_hit *hits;
+    struct search_params p = {0};
+    struct search_hit *hits;
     int got[8];
     char hex[PROTO_HASH_HEX + 1];
 
@@ -190,7 +193,7 @@ static void test_search_ranked(void **state)
     assert_int_equal(hits[1].depth, 0);
     assert_int_equal(hits[1].root_len, MANIFEST_ENTRY);
     assert_null(hits[1].snippet);
-    db_hits_free(hits, n);
+    search_hits_free(hits, n);
 
     /* Paging: the second hit alone. */
     p.limit = 1;
@@ -200,24 +203,25 @@ static void test_search_ranked(void **state)
     expect_hits(&s, "fox", p, NULL, 0);
 
     /* With all_words every word must match; OR; NOT; phrases; prefixes; the name column. */
-    expect_hits(&s, "fox fence", (struct db_search_params){.all_words = true}, (const int[]){0}, 1);
-    expect_hits(&s, "fox AND fence", (struct db_search_params){0}, (const int[]){0}, 1);
+    expect_hits(&s, "fox fence", (struct search_params){.all_words = true}, (const int[]){0}, 1);
+    expect_hits(&s, "fox AND fence", (struct search_params){0}, (const int[]){0}, 1);
     /* Without, any word makes a hit... */
-    expect_set(&s, "dog fence", (struct db_search_params){0}, (const int[]){0, 1}, 2);
+    expect_set(&s, "dog fence", (struct search_params){0}, (const int[]){0, 1}, 2);
     /*
      * ...but a word in at least half the indexed documents (fox: 3 of 4) has
      * no weight in BM25 and makes no hit on its own, unless every word is such.
      */
-    expect_hits(&s, "fox fence", (struct db_search_params){0}, (const int[]){0}, 1);
-    expect_set(&s, "fox the", (struct db_search_params){0}, (const int[]){0, 1}, 2);
-    expect_set(&s, "fence OR keycaps", (struct db_search_params){0}, (const int[]){0, 2}, 2);
-    expect_hits(&s, "fox -lazy", (struct db_search_params){0}, (const int[]){0}, 1);
-    expect_hits(&s, "\"lazy dog\"", (struct db_search_params){0}, (const int[]){1}, 1);
-    expect_hits(&s, "\"dog lazy\"", (struct db_search_params){0}, NULL, 0);
-    expect_hits(&s, "keyc*", (struct db_search_params){0}, (const int[]){2}, 1);
-    expect_hits(&s, "name:keyboard", (struct db_search_params){0}, (const int[]){2}, 1);
-    expect_hits(&s, "name:fox", (struct db_search_params){0}, (const int[]){0}, 1);
-    expect_hits(&s, "nothing", (struct db_search_params){0}, NULL, 0);
+    expect_hits(&s, "fox fence", (struct search_params){0}, (const int[]){0}, 1);
+    expect_set(&s, "fox the", (struct search_params){0}, (const int[]){0, 1}, 2);
+    expect_set(&s, "fence OR keycaps", (struct search_params){0}, (const int[]){0, 2}, 2);
+    expect_hits(&s, "fox -lazy", (struct search_params){0}, (const int[]){0}, 1);
+    expect_hits(&s, "\"lazy dog\"", (struct search_params){0}, (const int[]){1}, 1);
+    expect_hits(&s, "\"dog lazy\"", (struct search_params){0}, NULL, 0);
+    expect_hits(&s, "keyc*", (struct search_params){0}, (const int[]){2}, 1);
+    expect_hits(&s, "name:keyboard", (struct search_params){0}, (const int[]){2}, 1);
+    expect_hits(&s, "name:fox", (struct search_params){0}, (const int[]){0}, 1);
+    expect_hits(&s, "nothing", (struct search_params){0}, NULL, 0);
+    fts_destroy(&s.fts);
 }
 
 static void test_search_filters(void **state)
@@ -226,38 +230,39 @@ static void test_search_filters(void **state)
     const char *red[] = {"red"}, *blue[] = {"blue"}, *both[] = {"red", "blue"};
 
     corpus(&s, *state);
-    expect_hits(&s, "fox", (struct db_search_params){.mime = "text/plain"}, (const int[]){0}, 1);
-    expect_hits(&s, "fox", (struct db_search_params){.mime = "text/html"}, NULL, 0);
-    expect_hits(&s, "fox", (struct db_search_params){.tags = blue, .ntags = 1}, (const int[]){1},
+    expect_hits(&s, "fox", (struct search_params){.mime = "text/plain"}, (const int[]){0}, 1);
+    expect_hits(&s, "fox", (struct search_params){.mime = "text/html"}, NULL, 0);
+    expect_hits(&s, "fox", (struct search_params){.tags = blue, .ntags = 1}, (const int[]){1},
                 1);
-    expect_hits(&s, "fox", (struct db_search_params){.tags = both, .ntags = 2}, NULL, 0);
-    expect_hits(&s, "fox tag:red", (struct db_search_params){0}, (const int[]){0}, 1);
-    expect_hits(&s, "fox tag:red", (struct db_search_params){.tags = blue, .ntags = 1}, NULL, 0);
+    expect_hits(&s, "fox", (struct search_params){.tags = both, .ntags = 2}, NULL, 0);
+    expect_hits(&s, "fox tag:red", (struct search_params){0}, (const int[]){0}, 1);
+    expect_hits(&s, "fox tag:red", (struct search_params){.tags = blue, .ntags = 1}, NULL, 0);
     /* Any of a document's names matches the glob. */
-    expect_hits(&s, "fox", (struct db_search_params){.name_glob = "dog-copy*"}, (const int[]){1},
+    expect_hits(&s, "fox", (struct search_params){.name_glob = "dog-copy*"}, (const int[]){1},
                 1);
-    expect_hits(&s, "fox", (struct db_search_params){.name_glob = "*.txt"}, (const int[]){0}, 1);
+    expect_hits(&s, "fox", (struct search_params){.name_glob = "*.txt"}, (const int[]){0}, 1);
     /* created >= after, created < before. */
-    expect_hits(&s, "fox", (struct db_search_params){.has_after = true, .after = 2000},
+    expect_hits(&s, "fox", (struct search_params){.has_after = true, .after = 2000},
                 (const int[]){1}, 1);
-    expect_hits(&s, "fox", (struct db_search_params){.has_before = true, .before = 2000},
+    expect_hits(&s, "fox", (struct search_params){.has_before = true, .before = 2000},
                 (const int[]){0}, 1);
     expect_hits(&s, "fox",
-                (struct db_search_params){
+                (struct search_params){
                     .has_after = true, .after = 1001, .has_before = true, .before = 2000},
                 NULL, 0);
 
     /* Without words: a listing by the filters, newest first; deleted documents are not in it. */
-    expect_hits(&s, "tag:red", (struct db_search_params){0}, (const int[]){2, 0}, 2);
-    expect_hits(&s, "tag:red", (struct db_search_params){.tags = blue, .ntags = 1}, NULL, 0);
-    expect_hits(&s, "tag:red", (struct db_search_params){.tags = red, .ntags = 1},
+    expect_hits(&s, "tag:red", (struct search_params){0}, (const int[]){2, 0}, 2);
+    expect_hits(&s, "tag:red", (struct search_params){.tags = blue, .ntags = 1}, NULL, 0);
+    expect_hits(&s, "tag:red", (struct search_params){.tags = red, .ntags = 1},
                 (const int[]){2, 0}, 2);
-    expect_hits(&s, "tag:red", (struct db_search_params){.limit = 1, .offset = 1}, (const int[]){0},
+    expect_hits(&s, "tag:red", (struct search_params){.limit = 1, .offset = 1}, (const int[]){0},
                 1);
-    expect_hits(&s, "tag:red", (struct db_search_params){.has_before = true, .before = 3000},
+    expect_hits(&s, "tag:red", (struct search_params){.has_before = true, .before = 3000},
                 (const int[]){0}, 1);
-    expect_hits(&s, "tag:blue", (struct db_search_params){.mime = "text/markdown"},
+    expect_hits(&s, "tag:blue", (struct search_params){.mime = "text/markdown"},
                 (const int[]){1}, 1);
+    fts_destroy(&s.fts);
 }
 
 static void test_search_fuzzy(void **state)
@@ -267,27 +272,28 @@ static void test_search_fuzzy(void **state)
 
     corpus(&s, e);
     /* A typo two edits away in an 8-letter word, and a fragment of a longer word. */
-    expect_hits(&s, "mechanicle", (struct db_search_params){0}, NULL, 0);
-    expect_hits(&s, "mechanicle", (struct db_search_params){.fuzzy = true}, (const int[]){2}, 1);
-    expect_hits(&s, "keyca", (struct db_search_params){.fuzzy = true}, (const int[]){2}, 1);
-    expect_hits(&s, "zebro", (struct db_search_params){.fuzzy = true}, NULL, 0);
+    expect_hits(&s, "mechanicle", (struct search_params){0}, NULL, 0);
+    expect_hits(&s, "mechanicle", (struct search_params){.fuzzy = true}, (const int[]){2}, 1);
+    expect_hits(&s, "keyca", (struct search_params){.fuzzy = true}, (const int[]){2}, 1);
+    expect_hits(&s, "zebro", (struct search_params){.fuzzy = true}, NULL, 0);
 
     /* A new word reaches fuzzy search once the index says it changed. */
     struct test_doc d = {.size = 9, .name = "zoo", .nroot = 1, .text = true};
     test_hash(d.hash, 0x70, 70);
     s.id[4] = test_doc_add_ok(e, &d).rowid;
     index_doc(&s, s.id[4], "zoo", "a zebra", "", "");
-    expect_hits(&s, "zebra", (struct db_search_params){0}, (const int[]){4}, 1);
-    db_index_changed(e->db);
-    expect_hits(&s, "zebro", (struct db_search_params){.fuzzy = true}, (const int[]){4}, 1);
+    expect_hits(&s, "zebra", (struct search_params){0}, (const int[]){4}, 1);
+    fts_changed(&s.fts);
+    expect_hits(&s, "zebro", (struct search_params){.fuzzy = true}, (const int[]){4}, 1);
+    fts_destroy(&s.fts);
 }
 
-int test_db_search_run(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_search_ranked, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_search_filters, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_search_fuzzy, test_db_setup, test_db_teardown),
     };
-    return cmocka_run_group_tests_name("database: searches", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("searches: ranked FTS5 queries", tests, NULL, NULL);
 }

@@ -1,35 +1,52 @@
 /*
  * Searches: ranked FTS5 queries with their filters against the index
- * database (indexer.h), attached read-only to each reader connection that
- * searches, and fuzzy search's expansion of words from the index
- * vocabulary. The index holds no copy of the text; the caller makes
- * snippets from the text read back from the store.
+ * database (indexer.h), attached read-only to each reader connection of the
+ * metadata database that searches, and fuzzy search's expansion of words
+ * from the index vocabulary. The index holds no copy of the text; the caller
+ * makes snippets from the text read back from the store.
  */
+#include "daemon/search/fts.h"
+
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sqlite3.h>
 
-#include "daemon/meta/db-int.h"
 #include "daemon/base/log.h"
 #include "daemon/format/manifest.h"
+#include "daemon/meta/db.h"
 #include "daemon/search/fuzzy.h"
-#include "daemon/search/search.h"
+#include "daemon/search/query.h"
 #include "daemon/search/vocab.h"
 
-const char *const db_search_sql[DB_S_COUNT_] = {
-    [DB_S_VOCAB] = "SELECT term, doc FROM idx.search_vocab",
-    [DB_S_INDEX_ROWS] = "SELECT count(*) FROM idx.search_docsize",
-    [DB_S_MATCH_UPTO] = "SELECT count(*) FROM (SELECT 1 FROM idx.search WHERE search MATCH ?1 LIMIT ?2)",
-};
+static const char vocab_sql[] = "SELECT term, doc FROM idx.search_vocab";
+static const char index_rows_sql[] = "SELECT count(*) FROM idx.search_docsize";
+static const char match_upto_sql[] =
+    "SELECT count(*) FROM (SELECT 1 FROM idx.search WHERE search MATCH ?1 LIMIT ?2)";
 
-/* ---- searches ---- */
+void fts_init(struct fts *f, const char *index_path)
+{
+    memset(f, 0, sizeof(*f));
+    f->index_path = index_path;
+    pthread_mutex_init(&f->vocab_lock, NULL);
+    pthread_mutex_init(&f->rows_lock, NULL);
+}
 
-void db_hits_free(struct db_hit *hits, size_t n)
+void fts_destroy(struct fts *f)
+{
+    f->vocab = vocab_free(f->vocab);
+    pthread_mutex_destroy(&f->vocab_lock);
+    pthread_mutex_destroy(&f->rows_lock);
+}
+
+void fts_changed(struct fts *f)
+{
+    atomic_fetch_add(&f->gen, 1);
+}
+
+void search_hits_free(struct search_hit *hits, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         free(hits[i].name);
@@ -39,96 +56,52 @@ void db_hits_free(struct db_hit *hits, size_t n)
     free(hits);
 }
 
-void db_index_changed(struct db *db)
-{
-    atomic_fetch_add(&db->index_gen, 1);
-}
-
-int db_doc_names(struct db *db, int64_t rowid, char **out)
-{
-    struct db_conn *c = db_reader_acquire(db);
-    int r;
-
-    if (!c)
-        return -EIO;
-    r = db_query_joined(c, DB_S_NAMES_OF_DOC, rowid, 0, -1, out);
-    db_reader_release(db, c);
-    return r;
-}
-
-/* Attaches the index database to a reader connection, once. */
-static int attach_index(struct db_conn *c, const char *index_path)
-{
-    char *sql;
-    int rc;
-
-    if (c->index_attached)
-        return 0;
-    sql = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS idx", index_path);
-    if (!sql)
-        return -ENOMEM;
-    rc = sqlite3_exec(c->sql, sql, NULL, NULL, NULL);
-    sqlite3_free(sql);
-    if (rc != SQLITE_OK) {
-        log_error("database: cannot attach the search index %s: %s", index_path,
-                  sqlite3_errmsg(c->sql));
-        return -EIO;
-    }
-    c->index_attached = true;
-    return 0;
-}
-
-void db_vocab_clear(struct db *db)
-{
-    db->vocab = vocab_free(db->vocab);
-}
-
 /* Refreshes the in-memory vocabulary when the index changed since it was read. */
-static int vocab_refresh(struct db *db, struct db_conn *c)
+static int vocab_refresh(struct fts *f, struct db_conn *c)
 {
-    uint64_t gen = atomic_load(&db->index_gen);
+    uint64_t gen = atomic_load(&f->gen);
     sqlite3_stmt *s;
     int rc, r = 0;
 
-    if (db->vocab && db->vocab_gen == gen)
+    if (f->vocab && f->vocab_gen == gen)
         return 0;
-    db_vocab_clear(db);
-    if (!(s = db_stmt(c, DB_S_VOCAB)))
+    f->vocab = vocab_free(f->vocab);
+    if (!(s = db_conn_prepare(c, vocab_sql)))
         return -EIO;
-    if (!(db->vocab = vocab_new())) {
+    if (!(f->vocab = vocab_new())) {
         sqlite3_reset(s);
         return -ENOMEM;
     }
     while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
-        r = vocab_add(db->vocab, (const char *)sqlite3_column_text(s, 0),
+        r = vocab_add(f->vocab, (const char *)sqlite3_column_text(s, 0),
                       (size_t)sqlite3_column_bytes(s, 0), sqlite3_column_int64(s, 1));
     sqlite3_reset(s);
     if (r == 0 && rc != SQLITE_DONE)
         r = -EIO;
     if (r == 0)
-        r = vocab_seal(db->vocab);
+        r = vocab_seal(f->vocab);
     if (r < 0) {
-        db_vocab_clear(db);
+        f->vocab = vocab_free(f->vocab);
         return r;
     }
-    db->vocab_gen = gen;
+    f->vocab_gen = gen;
     return 0;
 }
 
-static int fuzzy_expand_query(struct db *db, struct db_conn *c, struct search_query *q)
+static int fuzzy_expand_query(struct fts *f, struct db_conn *c, struct search_query *q)
 {
     int r;
 
-    pthread_mutex_lock(&db->vocab_lock);
-    r = vocab_refresh(db, c);
+    pthread_mutex_lock(&f->vocab_lock);
+    r = vocab_refresh(f, c);
     for (size_t g = 0; r == 0 && g < q->ngroups; g++) {
         for (size_t i = 0; r == 0 && i < q->groups[g].nterms; i++) {
             struct search_term *t = &q->groups[g].terms[i];
             if (t->kind == SEARCH_WORD || t->kind == SEARCH_NAME)
-                r = fuzzy_widen(db->vocab, t);
+                r = fuzzy_widen(f->vocab, t);
         }
     }
-    pthread_mutex_unlock(&db->vocab_lock);
+    pthread_mutex_unlock(&f->vocab_lock);
     return r;
 }
 
@@ -140,7 +113,7 @@ static int step_count(struct db_conn *c, sqlite3_stmt *s, uint64_t *out)
 
     sqlite3_reset(s);
     if (rc != SQLITE_ROW) {
-        log_error("database: search: %s", sqlite3_errmsg(c->sql));
+        log_error("database: search: %s", sqlite3_errmsg(db_conn_sqlite(c)));
         return -EIO;
     }
     *out = v > 0 ? (uint64_t)v : 0;
@@ -148,23 +121,23 @@ static int step_count(struct db_conn *c, sqlite3_stmt *s, uint64_t *out)
 }
 
 /* The number of documents in the index, counted again when the index changed. */
-static int index_rows(struct db *db, struct db_conn *c, uint64_t *out)
+static int index_rows(struct fts *f, struct db_conn *c, uint64_t *out)
 {
-    uint64_t gen = atomic_load(&db->index_gen);
+    uint64_t gen = atomic_load(&f->gen);
     sqlite3_stmt *s;
     int r = 0;
 
-    pthread_mutex_lock(&db->rows_lock);
-    if (!db->index_rows_known || db->index_rows_gen != gen) {
-        if (!(s = db_stmt(c, DB_S_INDEX_ROWS)))
+    pthread_mutex_lock(&f->rows_lock);
+    if (!f->rows_known || f->rows_gen != gen) {
+        if (!(s = db_conn_prepare(c, index_rows_sql)))
             r = -EIO;
-        else if ((r = step_count(c, s, &db->index_rows)) == 0) {
-            db->index_rows_gen = gen;
-            db->index_rows_known = true;
+        else if ((r = step_count(c, s, &f->rows)) == 0) {
+            f->rows_gen = gen;
+            f->rows_known = true;
         }
     }
-    *out = db->index_rows;
-    pthread_mutex_unlock(&db->rows_lock);
+    *out = f->rows;
+    pthread_mutex_unlock(&f->rows_lock);
     return r;
 }
 
@@ -177,7 +150,7 @@ static int index_rows(struct db *db, struct db_conn *c, uint64_t *out)
  * rank nearly every document. Left out unless every group is weak. Each
  * count stops at half the index.
  */
-static int mark_weak_groups(struct db *db, struct db_conn *c, struct search_query *q)
+static int mark_weak_groups(struct fts *f, struct db_conn *c, struct search_query *q)
 {
     uint64_t rows, n;
     size_t weak = 0;
@@ -186,10 +159,10 @@ static int mark_weak_groups(struct db *db, struct db_conn *c, struct search_quer
 
     if (q->ngroups < 2)
         return 0;
-    if ((r = index_rows(db, c, &rows)) < 0)
+    if ((r = index_rows(f, c, &rows)) < 0)
         return r;
     for (size_t g = 0; g < q->ngroups; g++) {
-        sqlite3_stmt *s = db_stmt(c, DB_S_MATCH_UPTO);
+        sqlite3_stmt *s = db_conn_prepare(c, match_upto_sql);
         if (!s)
             return -EIO;
         if ((r = search_fts_group(q, g, &expr)) < 0)
@@ -220,7 +193,7 @@ static int mark_weak_groups(struct db *db, struct db_conn *c, struct search_quer
  * not match. Equal scores are ordered by hash, so the same corpus always
  * gives the same order.
  */
-static char *search_sql(const struct db_search_params *p, const struct search_query *q, bool match,
+static char *search_sql(const struct search_params *p, const struct search_query *q, bool match,
                         bool except)
 {
     char *sql = NULL;
@@ -265,27 +238,8 @@ static char *search_sql(const struct db_search_params *p, const struct search_qu
     return sql;
 }
 
-/* The prepared statement for a search's SQL, kept per connection by its text. */
-static sqlite3_stmt *search_stmt(struct db_conn *c, const char *sql)
-{
-    sqlite3_stmt *st;
-
-    for (int i = 0; i < DB_SEARCH_SHAPES; i++) {
-        if (c->search_stmts[i] && strcmp(sqlite3_sql(c->search_stmts[i]), sql) == 0)
-            return c->search_stmts[i];
-    }
-    if (sqlite3_prepare_v3(c->sql, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
-        log_error("database: search: %s", sqlite3_errmsg(c->sql));
-        return NULL;
-    }
-    unsigned slot = c->search_next++ % DB_SEARCH_SHAPES;
-    sqlite3_finalize(c->search_stmts[slot]);
-    c->search_stmts[slot] = st;
-    return st;
-}
-
 /* Fills in what the caller needs to make a hit's snippet: its names and manifest. */
-static int hit_details(struct db_conn *c, sqlite3_stmt *s, struct db_hit *h)
+static int hit_details(sqlite3_stmt *s, struct search_hit *h)
 {
     size_t len = (size_t)sqlite3_column_bytes(s, 7);
     const void *root = sqlite3_column_blob(s, 7);
@@ -313,9 +267,9 @@ struct search_tier {
 /* One ranked query of a search, its rows appended to the hits. */
 struct search_run {
     struct db_conn *c;
-    const struct db_search_params *p;
+    const struct search_params *p;
     const struct search_query *q;
-    struct db_hit *hits;
+    struct search_hit *hits;
     size_t n, cap;
 };
 
@@ -326,7 +280,7 @@ struct search_run {
 static int run_query(struct search_run *sr, bool match, const struct search_tier *t,
                      uint64_t limit, uint64_t offset)
 {
-    const struct db_search_params *p = sr->p;
+    const struct search_params *p = sr->p;
     const struct search_query *q = sr->q;
     char *sql = search_sql(p, q, match, t->except != NULL);
     sqlite3_stmt *s;
@@ -334,7 +288,7 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
 
     if (!sql)
         return -ENOMEM;
-    s = search_stmt(sr->c, sql);
+    s = db_conn_prepare(sr->c, sql);
     free(sql);
     if (!s)
         return -EIO;
@@ -358,7 +312,7 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (sr->n == sr->cap) {
             size_t cap = sr->cap ? sr->cap * 2 : 16;
-            struct db_hit *grown = realloc(sr->hits, cap * sizeof(*grown));
+            struct search_hit *grown = realloc(sr->hits, cap * sizeof(*grown));
             if (!grown) {
                 r = -ENOMEM;
                 break;
@@ -366,7 +320,7 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
             sr->hits = grown;
             sr->cap = cap;
         }
-        struct db_hit *h = &sr->hits[sr->n++];
+        struct search_hit *h = &sr->hits[sr->n++];
         memset(h, 0, sizeof(*h));
         snprintf(h->hash, sizeof(h->hash), "%s", (const char *)sqlite3_column_text(s, 0));
         h->name = db_column_strdup(s, 1);
@@ -377,12 +331,12 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
             r = -ENOMEM;
             break;
         }
-        if ((r = hit_details(sr->c, s, h)) < 0)
+        if ((r = hit_details(s, h)) < 0)
             break;
     }
     if (r == 0 && rc != SQLITE_DONE) {
         /* Every word reaches FTS5 quoted, so this is not the user's syntax. */
-        log_error("database: search: %s", sqlite3_errmsg(sr->c->sql));
+        log_error("database: search: %s", sqlite3_errmsg(db_conn_sqlite(sr->c)));
         r = -EIO;
     }
     sqlite3_reset(s);
@@ -424,8 +378,8 @@ static size_t search_tiers(const char *typed, const char *widened, struct search
     return 2;
 }
 
-int db_search(struct db *db, const char *index_path, const struct db_search_params *p,
-              struct search_query *q, struct db_hit **hits, size_t *nhits)
+int fts_search(struct fts *f, struct db *db, const struct search_params *p, struct search_query *q,
+               struct search_hit **hits, size_t *nhits)
 {
     struct search_run sr = {.p = p, .q = q};
     char *typed = NULL, *widened = NULL;
@@ -440,16 +394,16 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
         r = -EIO;
         goto out;
     }
-    if ((r = attach_index(sr.c, index_path)) < 0)
+    if ((r = db_conn_attach(sr.c, "idx", f->index_path)) < 0)
         goto out;
     bool match = search_has_match(q);
-    if (match && p->fuzzy && (r = fuzzy_expand_query(db, sr.c, q)) < 0)
+    if (match && p->fuzzy && (r = fuzzy_expand_query(f, sr.c, q)) < 0)
         goto out;
     /* The words joined by OR and ranked, or (all) every one of them required. */
     bool any = !p->all_words && !q->all_words;
     int (*expr)(const struct search_query *, enum search_alts, char **) =
         any ? search_fts_expr_any : search_fts_expr;
-    if (match && any && (r = mark_weak_groups(db, sr.c, q)) < 0)
+    if (match && any && (r = mark_weak_groups(f, sr.c, q)) < 0)
         goto out;
     if ((match && (r = expr(q, SEARCH_ALTS_UNKNOWN, &typed)) < 0) ||
         (match && search_has_alts(q) && (r = expr(q, SEARCH_ALTS_ALL, &widened)) < 0))
@@ -479,7 +433,7 @@ int db_search(struct db *db, const char *index_path, const struct db_search_para
 out:
     if (sr.c)
         db_reader_release(db, sr.c);
-    db_hits_free(sr.hits, sr.n);
+    search_hits_free(sr.hits, sr.n);
     free(typed);
     free(widened);
     return r;

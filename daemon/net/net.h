@@ -1,0 +1,56 @@
+#pragma once
+
+/*
+ * The server: client connections on the daemon's socket and the protocol
+ * spoken over them (proto/PROTOCOL.md). Each connection reads frames and
+ * hands each to dispatch, which validates it and runs the operation through
+ * the store, search, gc or the database, and sends the replies. Connection
+ * state belongs to the loop thread alone.
+ *
+ * The owner accepts clients on its listener with server_accept, and on a
+ * stop signal calls server_stop: new requests are answered `shutting_down`,
+ * requests in progress finish, idle connections close, and `gone` runs once
+ * no connection is left.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+struct db;
+struct gc;
+struct search;
+struct server;
+struct store;
+
+/* What the server serves from; all stay the owner's. */
+struct server_parts {
+    uv_loop_t *loop;
+    struct store *st;
+    struct search *search;
+    struct gc *gc;
+    struct db *db;
+    const char *backend_desc; /* for status: the backend, without secrets */
+    unsigned max_connections;
+};
+
+int server_new(struct server **out, const struct server_parts *parts);
+/*
+ * Only once no connection is left. Its handle closes asynchronously: the
+ * memory goes in the close callback, so the caller runs the loop afterwards.
+ * Returns NULL.
+ */
+struct server *server_free(struct server *srv);
+
+/* Accepts a client waiting on `listener` (refused at once while stopping). */
+void server_accept(struct server *srv, uv_stream_t *listener);
+/*
+ * Stops serving: refuses new requests, closes the idle connections and each
+ * busy one once its requests are done. `gone` runs when no connection is
+ * left, at once when none is.
+ */
+void server_stop(struct server *srv, void (*gone)(void *ctx), void *ctx);
+/* Closes every connection now, requests in progress or not. */
+void server_close_all(struct server *srv);
+unsigned server_connections(const struct server *srv);

@@ -1,0 +1,63 @@
+#pragma once
+
+/*
+ * Recovery: bringing the metadata database up to what the packs hold, at
+ * every start (replay.c) and from nothing for `cairnd --rebuild-index`; and
+ * upgrading a data directory of an older format (upgrade.c). Both run before
+ * the daemon serves anyone, driving the loop themselves.
+ *
+ * Replay: the packs are the log of the database (commits are not synced, the
+ * pack appends are), so after a crash the database may lack its last
+ * transactions. Recovery reads what it lacks from the packs, cuts torn
+ * tails, seals packs a crash left open (but the newest, which the pack
+ * writer continues), finishes interrupted pack deletions, and applies the
+ * journal entries it found in time order.
+ *
+ * Upgrading a data directory of format 1 (one file per chunk and per
+ * journal entry, on the local backend) to packs: cairnd does it on the
+ * first start that finds such a directory, or when asked with --upgrade.
+ * After upgrade_run the directory holds packs and no database; the store's
+ * replay then builds the new database from the packs.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+struct backend;
+struct db;
+struct packer_resume;
+struct store;
+
+/* What recovery works on; all stay the caller's. */
+struct recovery_parts {
+    uv_loop_t *loop;
+    struct store *st; /* reads records back; its journal times start after the newest found */
+    struct backend *be;
+    struct db *db;
+};
+
+/*
+ * Replays what the database lacks from the packs; with `rebuild` (an empty
+ * database) every chunk is read back and checked. Fills *resume with where
+ * the pack writer goes on, and summary with what came back, in a sentence
+ * (empty when nothing). 0 or negative errno (logged).
+ */
+int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct packer_resume *resume,
+                    char *summary, size_t summary_len);
+
+/*
+ * Converts the format 1 database at db_path and the objects under the
+ * local backend's directory into packs, then moves the old database aside
+ * (cairn.db.v1-<time>). Runs the loop itself. 0, or negative errno with the
+ * reason in err (the directory is then unchanged).
+ */
+int upgrade_run(uv_loop_t *loop, struct backend *be, const char *backend_url,
+                const char *db_path, uint64_t pack_size, int level, size_t max_text, char *err,
+                size_t err_len);
+/* Removes format 1 objects left beside packs (after an upgrade, or one cut short). */
+void upgrade_cleanup(const char *backend_url);
+/* The directory of a local backend URL ("local:/path", "file:///path"). */
+int upgrade_local_root(const char *url, char *root, size_t len);
