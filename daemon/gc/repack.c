@@ -444,9 +444,10 @@ static void pack_end(struct repack_pack *p, int status)
         if (reap_later(run->gc, p->seq) < 0)
             log_warn("gc: pack %016" PRIx64 " goes at the next start", p->seq);
     } else if (status != -EAGAIN) {
-        const char *why = status < 0                      ? strerror(-status)
-                          : status == STORE_E_UNAVAILABLE ? "backend unavailable"
-                                                          : "a record in it is damaged";
+        const char *why = status < 0 ? strerror(-status)
+                          : status == PACKER_E_UNAVAILABLE || status == STORE_E_UNAVAILABLE
+                              ? "backend unavailable"
+                              : "a record in it is damaged";
         log_error("gc: rewriting pack %016" PRIx64 " failed: %s; gc goes on with the others",
                   p->seq, why);
         if (res->packs_failed++ == 0)

@@ -16,8 +16,6 @@ struct packer_rec;
 
 /* Raw bytes of a shared block: small enough that reading one document decodes little. */
 #define MERGE_BLOCK (64u * 1024)
-/* Blocks up to this many raw bytes may be merged. */
-#define MERGE_SMALL (16u * 1024)
 
 /*
  * Merges the mergeable records among recs[0..n): 0 with the shared block

@@ -11,7 +11,6 @@
 #include "daemon/base/log.h"
 #include "daemon/pack/merge.h"
 #include "daemon/format/record.h"
-#include "daemon/store/store.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 
@@ -332,7 +331,7 @@ static void batch_written(struct packer_batch *b, int status)
             pk->size = 0;
             pk->nindex = 0;
         }
-        batch_fail(b, status == BACKEND_E_UNAVAILABLE ? STORE_E_UNAVAILABLE
+        batch_fail(b, status == BACKEND_E_UNAVAILABLE ? PACKER_E_UNAVAILABLE
                       : status < 0                   ? status
                                                      : -EIO);
         rotate_pending(pk);

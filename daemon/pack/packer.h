@@ -33,11 +33,23 @@
 #include "proto/proto.h"
 #include "storage/pack.h"
 
+/*
+ * A group's outcome besides 0, negative errno and what its apply returned:
+ * the backend could not be reached (after its retries). Above every code an
+ * apply returns (DB_E_*).
+ */
+enum {
+    PACKER_E_UNAVAILABLE = 64,
+};
+
 struct backend;
 struct db;
 struct db_txn;
 struct packer;
 struct packer_group;
+
+/* Blocks up to this many raw bytes may be merged with others of their batch (mergeable). */
+#define PACKER_MERGE_SMALL (16u * 1024)
 
 /* A record ready to append: header and payload, as pack.h encodes them. */
 struct packer_rec {
@@ -85,8 +97,7 @@ struct packer_group {
     int (*apply)(struct db_txn *txn, struct packer_group *g);
     /*
      * On the loop thread once durable and committed (0), or failed: negative
-     * errno, STORE_E_UNAVAILABLE when the backend could not be reached (after
-     * its retries), or what apply returned.
+     * errno, PACKER_E_UNAVAILABLE, or what apply returned.
      */
     void (*done)(struct packer_group *g, int status);
     /* Private to the packer. */

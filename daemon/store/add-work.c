@@ -8,7 +8,6 @@
 
 #include "daemon/store/add-int.h"
 #include "daemon/base/log.h"
-#include "daemon/pack/merge.h"
 #include "daemon/format/objects.h"
 #include "daemon/format/record.h"
 #include "proto/util.h"
@@ -209,13 +208,13 @@ void add_cut_work(uv_work_t *work)
     if ((job->status = seg_process(add->st, sj)) != 0)
         return;
     sj->done = true;
-    /* Small enough to be compressed again with others in a bulk load (merge.h). */
+    /* Small enough to be compressed again with others in a bulk load (packer.h). */
     for (size_t i = 0; i < sj->blocks.n; i++) {
         struct packer_rec *rec = &sj->blocks.v[i];
         uint64_t raw = 0;
         for (size_t e = 0; e < rec->nidx; e++)
             raw += rec->idx[e].raw_size;
-        rec->mergeable = raw <= MERGE_SMALL;
+        rec->mergeable = raw <= PACKER_MERGE_SMALL;
     }
     /* A manifest too long for a root goes the long way, through segments. */
     if (sj->nends > MANIFEST_FANOUT) {

@@ -212,7 +212,8 @@ static void delete_committed(struct packer_group *g, int status)
                 store_index_changed(st, del->docs[i].kept_rowid, NULL, 0);
     }
     /* DB_E_NOT_FOUND: deleted meanwhile by someone else. */
-    delete_end(del, store_status_from_db(status));
+    delete_end(del, status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE
+                                                   : store_status_from_db(status));
 }
 
 static void resolve_done(uv_work_t *work, int status)
