@@ -1,20 +1,16 @@
 #include "daemon/app/daemon.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/app/app-int.h"
 #include "daemon/app/systemd.h"
 #include "daemon/base/crash.h"
 #include "daemon/base/log.h"
@@ -36,103 +32,6 @@
 /* Before READY=1: the start-up time asked for (EXTEND_TIMEOUT_USEC) every ..._EVERY status ticks. */
 #define DAEMON_EXTEND_EVERY 10
 #define DAEMON_EXTEND_USEC 30000000ull
-
-/*
- * Makes the data directory's own entry in its parent durable. The local
- * backend syncs the entries in the data directory (the objects directory's
- * among them) but not the data directory itself: after a power cut that
- * followed its creation, everything acknowledged in it was gone with it.
- * Every start, not only the one that creates it: an earlier run may have
- * created it and crashed before any sync. Directories above it are taken
- * as they are.
- */
-static int sync_data_dir_entry(const char *data_dir)
-{
-    char parent[PATH_MAX];
-    char *slash;
-    int fd, r = 0;
-
-    if (backend_sync_disabled())
-        return 0;
-    snprintf(parent, sizeof(parent), "%s", data_dir);
-    for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--)
-        parent[n - 1] = '\0';
-    slash = strrchr(parent, '/');
-    if (!slash)
-        snprintf(parent, sizeof(parent), ".");
-    else
-        slash[slash == parent ? 1 : 0] = '\0';
-    fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        r = -errno;
-    close(fd);
-    return r;
-}
-
-static int take_lock(struct daemon *d, const char *data_dir, char *err, size_t err_len)
-{
-    char path[PATH_MAX + 16], pid[32];
-    int fd, n;
-
-    snprintf(path, sizeof(path), "%s/cairnd.lock", data_dir);
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        snprintf(err, err_len, "%s: %s", path, strerror(errno));
-        return DAEMON_E_SETUP;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-        int e = errno;
-        n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
-        pid[n > 0 ? n : 0] = '\0';
-        pid[strcspn(pid, "\n")] = '\0';
-        close(fd);
-        if (e == EWOULDBLOCK) {
-            snprintf(err, err_len, "another cairnd%s%s%s is already running on data dir %s",
-                     pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", data_dir);
-            return DAEMON_E_LOCKED;
-        }
-        snprintf(err, err_len, "%s: %s", path, strerror(e));
-        return DAEMON_E_SETUP;
-    }
-    n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
-        snprintf(err, err_len, "%s: %s", path, strerror(errno));
-        close(fd);
-        return DAEMON_E_SETUP;
-    }
-    d->lock_fd = fd;
-    return 0;
-}
-
-/* True when something accepts connections on `path`. */
-static bool socket_alive(const char *path)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    bool alive;
-
-    if (fd < 0)
-        return false;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    alive = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-    close(fd);
-    return alive;
-}
-
-static void on_connection(uv_stream_t *listener, int status)
-{
-    struct daemon *d = container_of((uv_pipe_t *)listener, struct daemon, listener);
-
-    if (status < 0) {
-        log_warn("accept failed: %s", uv_strerror(status));
-        return;
-    }
-    if (d->stopping)
-        return;
-    server_accept(d->srv, listener);
-}
 
 /* ---- systemd notifications ---- */
 
@@ -205,115 +104,10 @@ static void notify_ready(struct daemon *d)
                 d->status_conns == 1 ? "" : "s");
 }
 
-/* ---- the listening socket ---- */
-
-/* Serves on the socket systemd passed: its path, mode and owner are the socket unit's. */
-static int setup_activated_socket(struct daemon *d, char *err, size_t err_len)
-{
-    size_t len = sizeof(d->socket_path);
-    int fd = d->listen_fd, r;
-
-    d->listen_fd = -1;
-    uv_pipe_init(&d->loop, &d->listener, 0);
-    r = uv_pipe_open(&d->listener, fd);
-    if (r == 0) {
-        d->activated = true;
-        r = uv_listen((uv_stream_t *)&d->listener, SOMAXCONN, on_connection);
-    } else {
-        close(fd);
-    }
-    if (r < 0) {
-        snprintf(err, err_len, "cannot listen on the socket systemd passed: %s", uv_strerror(r));
-        uv_close((uv_handle_t *)&d->listener, NULL);
-        return DAEMON_E_SETUP;
-    }
-    if (uv_pipe_getsockname(&d->listener, d->socket_path, &len) < 0 || len == 0)
-        snprintf(d->socket_path, sizeof(d->socket_path), "(fd %d from systemd)", fd);
-    else if (d->socket_path[0] == '\0')
-        d->socket_path[0] = '@'; /* abstract namespace, as systemd writes it */
-    d->listening = true;
-    return 0;
-}
-
-static int setup_socket(struct daemon *d, const char *path, char *err, size_t err_len)
-{
-    char dir[sizeof(d->socket_path)];
-    char *slash;
-    struct stat st;
-    mode_t old_mask;
-    int r;
-
-    if (d->listen_fd >= 0)
-        return setup_activated_socket(d, err, err_len);
-    snprintf(d->socket_path, sizeof(d->socket_path), "%s", path);
-    snprintf(dir, sizeof(dir), "%s", path);
-    slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        bool existed = stat(dir, &st) == 0;
-        r = util_mkdir_p(dir, 0700);
-        if (r < 0 || stat(dir, &st) < 0) {
-            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(r < 0 ? -r : errno));
-            return DAEMON_E_SETUP;
-        }
-        /*
-         * A directory made here is the owner's alone (the umask may have
-         * widened nothing, but may have been odd). One that was there already
-         * is left as it is: it may be /tmp or a shared runtime directory, and
-         * the socket's own mode and the peer check guard the daemon anyway.
-         */
-        if (!existed && st.st_uid != getuid()) {
-            snprintf(err, err_len, "socket directory %s belongs to another user", dir);
-            return DAEMON_E_SETUP;
-        }
-        if (!existed && (st.st_mode & 077) && chmod(dir, 0700) < 0) {
-            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(errno));
-            return DAEMON_E_SETUP;
-        }
-    }
-    if (lstat(path, &st) == 0) {
-        if (socket_alive(path)) {
-            snprintf(err, err_len, "a daemon is already listening on %s", path);
-            return DAEMON_E_LOCKED;
-        }
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, err_len, "%s exists and is not a socket", path);
-            return DAEMON_E_SETUP;
-        }
-        unlink(path); /* stale, left by a daemon that died */
-    }
-    uv_pipe_init(&d->loop, &d->listener, 0);
-    old_mask = umask(0177);
-    r = uv_pipe_bind(&d->listener, path);
-    umask(old_mask);
-    if (r == 0)
-        r = chmod(path, 0600) < 0 ? -errno : 0;
-    if (r == 0)
-        r = uv_listen((uv_stream_t *)&d->listener, SOMAXCONN, on_connection);
-    if (r < 0) {
-        snprintf(err, err_len, "cannot listen on %s: %s", path, uv_strerror(r));
-        uv_close((uv_handle_t *)&d->listener, NULL);
-        return DAEMON_E_SETUP;
-    }
-    d->listening = true;
-    return 0;
-}
-
 static void close_handle(uv_handle_t *h)
 {
     if (!uv_is_closing(h))
         uv_close(h, NULL);
-}
-
-static void stop_listening(struct daemon *d)
-{
-    if (!d->listening)
-        return;
-    d->listening = false;
-    uv_close((uv_handle_t *)&d->listener, NULL);
-    /* An activated socket's path belongs to the socket unit, which keeps listening. */
-    if (!d->activated)
-        unlink(d->socket_path);
 }
 
 /*
@@ -353,79 +147,10 @@ static void on_signal(uv_signal_t *s, int signum)
         sysd_notify("STOPPING=1\nSTATUS=stopping: %u connection%s left", n, n == 1 ? "" : "s");
         d->status_conns = n;
     }
-    stop_listening(d);
+    daemon_stop_listening(d);
     uv_timer_start(&d->stop_timer, on_stop_timeout, DAEMON_STOP_GRACE_MS, 0);
     uv_unref((uv_handle_t *)&d->stop_timer);
     server_stop(d->srv, on_clients_gone, d);
-}
-
-/*
- * A rebuild starts from an empty database. The old one is kept beside it
- * (cairn.db.before-rebuild.<time>), never deleted: it may hold what the
- * backend lacks. The search index is derived: it is simply made anew.
- */
-static const char *const db_suffixes[] = {"", "-wal", "-shm"};
-
-static int set_aside_db(const char *db_path, const char *index_path, long now, char *err,
-                        size_t err_len)
-{
-    const char *const *suffixes = db_suffixes;
-    char from[PATH_MAX + 32], to[PATH_MAX + 64];
-
-    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
-        snprintf(from, sizeof(from), "%s%s", db_path, suffixes[i]);
-        snprintf(to, sizeof(to), "%s.before-rebuild.%ld%s", db_path, now, suffixes[i]);
-        if (rename(from, to) < 0 && errno != ENOENT) {
-            snprintf(err, err_len, "cannot move %s aside: %s", from, strerror(errno));
-            return DAEMON_E_SETUP;
-        }
-        snprintf(from, sizeof(from), "%s%s", index_path, suffixes[i]);
-        if (unlink(from) < 0 && errno != ENOENT) {
-            snprintf(err, err_len, "cannot remove %s: %s", from, strerror(errno));
-            return DAEMON_E_SETUP;
-        }
-    }
-    return 0;
-}
-
-/*
- * A rebuild that failed - most often because the backend could not be read -
- * must not leave its partial database where the next start would open it:
- * that database holds less than the one set aside, and would be taken as
- * the truth. What the rebuild wrote goes to cairn.db.failed-rebuild.<time>
- * and the old database comes back. The search index, derived, is removed and
- * made anew at the next start. Called with the database closed.
- */
-static void undo_rebuild(const struct daemon *d)
-{
-    char from[sizeof(d->db_path) + 64], to[sizeof(d->db_path) + 64];
-    bool restored = false;
-
-    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
-        snprintf(from, sizeof(from), "%s%s", d->db_path, db_suffixes[i]);
-        snprintf(to, sizeof(to), "%s.failed-rebuild.%ld%s", d->db_path, d->aside_stamp,
-                 db_suffixes[i]);
-        if (rename(from, to) < 0 && errno != ENOENT)
-            log_error("rebuild failed, and %s cannot be moved aside: %s", from, strerror(errno));
-        snprintf(from, sizeof(from), "%s.before-rebuild.%ld%s", d->db_path, d->aside_stamp,
-                 db_suffixes[i]);
-        snprintf(to, sizeof(to), "%s%s", d->db_path, db_suffixes[i]);
-        if (rename(from, to) == 0)
-            restored = restored || i == 0;
-        else if (errno != ENOENT)
-            log_error("rebuild failed, and %s cannot be put back: %s", from, strerror(errno));
-        snprintf(from, sizeof(from), "%s%s", d->index_path, db_suffixes[i]);
-        if (unlink(from) < 0 && errno != ENOENT)
-            log_error("rebuild failed, and %s cannot be removed: %s", from, strerror(errno));
-    }
-    if (restored)
-        log_error("rebuild failed: the database from before it is back in place as %s, "
-                  "what the rebuild wrote is in %s.failed-rebuild.%ld",
-                  d->db_path, d->db_path, d->aside_stamp);
-    else
-        log_error("rebuild failed: what it wrote is in %s.failed-rebuild.%ld, "
-                  "no database is in place",
-                  d->db_path, d->aside_stamp);
 }
 
 /*
@@ -633,12 +358,12 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
 
     r = util_mkdir_p(cfg->data_dir, 0700);
     if (r == 0)
-        r = sync_data_dir_entry(cfg->data_dir);
+        r = daemon_sync_data_dir(cfg->data_dir);
     if (r < 0) {
         snprintf(err, err_len, "data dir %s: %s", cfg->data_dir, strerror(-r));
         return DAEMON_E_SETUP;
     }
-    r = take_lock(d, cfg->data_dir, err, err_len);
+    r = daemon_lock_data_dir(d, cfg->data_dir, err, err_len);
     if (r)
         return r;
     reserve_init(&d->reserve, cfg->data_dir);
@@ -663,7 +388,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         d->aside_stamp = (long)time(NULL);
         snprintf(d->db_path, sizeof(d->db_path), "%s", db_path);
         snprintf(d->index_path, sizeof(d->index_path), "%s", index_path);
-        r = set_aside_db(db_path, index_path, d->aside_stamp, err, err_len);
+        r = daemon_set_aside_db(db_path, index_path, d->aside_stamp, err, err_len);
         if (r)
             return r;
     }
@@ -698,7 +423,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         snprintf(err, err_len, "out of memory");
         return DAEMON_E_SETUP;
     }
-    r = setup_socket(d, cfg->socket_path, err, err_len);
+    r = daemon_listen(d, cfg->socket_path, err, err_len);
     if (r)
         return r;
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
@@ -756,7 +481,7 @@ struct daemon *daemon_free(struct daemon *d)
 {
     if (!d)
         return NULL;
-    stop_listening(d);
+    daemon_stop_listening(d);
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->stop_timer);
@@ -777,7 +502,7 @@ struct daemon *daemon_free(struct daemon *d)
     if (uv_loop_close(&d->loop) != 0)
         log_error("event loop still has open handles at exit");
     if (d->rebuilding && !d->rebuilt)
-        undo_rebuild(d); /* before the lock goes */
+        daemon_undo_rebuild(d); /* before the lock goes */
     if (d->reserve_set)
         reserve_destroy(&d->reserve);
     if (d->lock_fd >= 0)
@@ -787,3 +512,4 @@ struct daemon *daemon_free(struct daemon *d)
     free(d);
     return NULL;
 }
+

@@ -492,7 +492,7 @@ int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id)
 
 int db_txn_add(struct db_txn *txn, struct db_add *add)
 {
-    struct db_conn *c = txn->conn;
+    struct db_conn *c = txn->c;
     char hex[PROTO_HASH_HEX + 1];
     int64_t id, now = add->created_at ? add->created_at : (int64_t)time(NULL);
     bool changed = false;
@@ -533,7 +533,7 @@ int db_txn_add(struct db_txn *txn, struct db_add *add)
 
 int db_txn_delete(struct db_txn *txn, const char *hash_hex)
 {
-    struct db_conn *c = txn->conn;
+    struct db_conn *c = txn->c;
     struct db_doc doc = {0};
     sqlite3_stmt *s;
     int64_t id;
@@ -714,10 +714,10 @@ int db_removals(struct db *db, size_t max, struct db_removal **out, size_t *n)
 
 int db_txn_removal_done(struct db_txn *txn, int64_t rowid)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_REMOVAL_DELETE, db_docs_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_REMOVAL_DELETE, db_docs_sql);
 
     if (!s)
         return -EIO;
     sqlite3_bind_int64(s, 1, rowid);
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }

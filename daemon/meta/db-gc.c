@@ -100,15 +100,15 @@ int db_txn_gc_generation(struct db_txn *txn, uint64_t *gen)
 {
     sqlite3_stmt *s;
     int64_t v;
-    int r = state_get(txn->conn, "gc_gen", &v);
+    int r = state_get(txn->c, "gc_gen", &v);
 
     if (r < 0)
         return r;
-    if (!(s = db_stmt(txn->conn, DB_S_STATE_SET, db_gc_sql)))
+    if (!(s = db_stmt(txn->c, DB_S_STATE_SET, db_gc_sql)))
         return -EIO;
     sqlite3_bind_text(s, 1, "gc_gen", -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, v + 1);
-    if ((r = db_step_done(txn->conn, s)) < 0)
+    if ((r = db_step_done(txn->c, s)) < 0)
         return r;
     *gen = (uint64_t)v + 1;
     return 0;
@@ -181,7 +181,7 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
                         uint8_t cursor[PROTO_HASH_LEN], size_t page, db_live_fn *live, void *ctx,
                         uint64_t gen, uint64_t *condemned, uint64_t *revived, bool *done)
 {
-    struct db_conn *c = txn->conn;
+    struct db_conn *c = txn->c;
     bool chunks = table == DB_TABLE_CHUNKS;
     struct sweep_row *rows = calloc(page ? page : 1, sizeof(*rows));
     size_t n = 0;
@@ -413,7 +413,7 @@ int db_pack_rows(struct db *db, uint64_t seq, uint64_t safe_gen, struct db_pack_
 int db_txn_row_move(struct db_txn *txn, const struct db_pack_row *row, const struct db_loc *to)
 {
     static const enum db_stmt_id ids[] = {DB_S_CHUNK_MOVE, DB_S_SEGMENT_MOVE, DB_S_JOURNAL_MOVE};
-    sqlite3_stmt *s = db_stmt(txn->conn, ids[row->kind], db_gc_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, ids[row->kind], db_gc_sql);
 
     if (!s)
         return -EIO;
@@ -427,13 +427,13 @@ int db_txn_row_move(struct db_txn *txn, const struct db_pack_row *row, const str
         sqlite3_bind_int64(s, 7, to->sub);
         sqlite3_bind_int64(s, 8, to->stored);
     }
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }
 
 int db_txn_row_drop(struct db_txn *txn, const struct db_pack_row *row)
 {
     static const enum db_stmt_id ids[] = {DB_S_CHUNK_DROP, DB_S_SEGMENT_DROP, DB_S_JOURNAL_DROP};
-    sqlite3_stmt *s = db_stmt(txn->conn, ids[row->kind], db_gc_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, ids[row->kind], db_gc_sql);
 
     if (!s)
         return -EIO;
@@ -442,19 +442,19 @@ int db_txn_row_drop(struct db_txn *txn, const struct db_pack_row *row)
     sqlite3_bind_int64(s, 3, (int64_t)row->loc.off);
     if (row->kind != DB_ROW_ENTRY)
         sqlite3_bind_int64(s, 4, (int64_t)row->condemned);
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }
 
 int db_txn_pack_rows_left(struct db_txn *txn, uint64_t seq, uint64_t *n)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_ROWS_LEFT, db_gc_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_PACK_ROWS_LEFT, db_gc_sql);
     int64_t v = 0;
     int r;
 
     if (!s)
         return -EIO;
     sqlite3_bind_int64(s, 1, (int64_t)seq);
-    r = db_query_id(txn->conn, s, &v);
+    r = db_query_id(txn->c, s, &v);
     *n = (uint64_t)v;
     return r < 0 ? r : 0;
 }

@@ -124,7 +124,7 @@ struct db_conn {
 };
 
 struct db_txn {
-    struct db_conn *conn;
+    struct db_conn *c;
     unsigned depth; /* nested savepoints open */
 };
 

@@ -101,7 +101,7 @@ int db_name_docs(struct db *db, const char *name, struct db_name_doc **out, size
 
 int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, int64_t *rowid)
 {
-    struct db_conn *c = txn->conn;
+    struct db_conn *c = txn->c;
     sqlite3_stmt *s;
     int64_t id;
     int r;
@@ -125,7 +125,7 @@ int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, in
 
 int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *deleted)
 {
-    struct db_conn *c = txn->conn;
+    struct db_conn *c = txn->c;
     sqlite3_stmt *s;
     int64_t id, named;
     int r;

@@ -113,7 +113,7 @@ int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t 
 int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                      const struct db_loc *loc)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_CHUNK_PUT, db_store_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_CHUNK_PUT, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -124,13 +124,13 @@ int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
     sqlite3_bind_int64(s, 5, loc->sub);
     sqlite3_bind_int64(s, 6, loc->size);
     sqlite3_bind_int64(s, 7, loc->stored);
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }
 
 int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                        const struct db_loc *loc)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_SEGMENT_PUT, db_store_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_SEGMENT_PUT, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -139,14 +139,14 @@ int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
     sqlite3_bind_int64(s, 3, (int64_t)loc->off);
     sqlite3_bind_int64(s, 4, loc->len);
     sqlite3_bind_int64(s, 5, loc->size);
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }
 
 int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
                        const struct db_loc *loc, const uint8_t doc[PROTO_HASH_LEN],
                        uint64_t time_ns, int op, bool applied)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_JOURNAL_PUT, db_store_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_JOURNAL_PUT, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -158,7 +158,7 @@ int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
     sqlite3_bind_int64(s, 6, (int64_t)time_ns);
     sqlite3_bind_int(s, 7, op);
     sqlite3_bind_int(s, 8, applied);
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }
 
 int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out, size_t *n)
@@ -205,12 +205,12 @@ int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out,
 
 int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool drop)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, drop ? DB_S_JOURNAL_REFUSED : DB_S_JOURNAL_APPLIED, db_store_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, drop ? DB_S_JOURNAL_REFUSED : DB_S_JOURNAL_APPLIED, db_store_sql);
 
     if (!s)
         return -EIO;
     sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }
 
 int db_journal_newest(struct db *db, uint64_t *time_ns)
@@ -236,24 +236,24 @@ int db_journal_newest(struct db *db, uint64_t *time_ns)
 
 int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pack_state state)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_SET, db_store_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_PACK_SET, db_store_sql);
 
     if (!s)
         return -EIO;
     sqlite3_bind_int64(s, 1, (int64_t)seq);
     sqlite3_bind_int64(s, 2, (int64_t)size);
     sqlite3_bind_int(s, 3, (int)state);
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }
 
 int db_txn_pack_drop(struct db_txn *txn, uint64_t seq)
 {
-    sqlite3_stmt *s = db_stmt(txn->conn, DB_S_PACK_DROP, db_store_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_PACK_DROP, db_store_sql);
 
     if (!s)
         return -EIO;
     sqlite3_bind_int64(s, 1, (int64_t)seq);
-    return db_step_done(txn->conn, s);
+    return db_step_done(txn->c, s);
 }
 
 int db_pack_size(struct db *db, uint64_t seq, uint64_t *size)

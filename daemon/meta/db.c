@@ -118,7 +118,7 @@ sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id, const char *const s
     return s;
 }
 
-static void conn_close(struct db_conn *c)
+static void close_conn(struct db_conn *c)
 {
     if (!c)
         return;
@@ -154,7 +154,7 @@ static int exec(struct db_conn *c, const char *sql)
     return 0;
 }
 
-static int conn_open(const char *path, bool writer, struct db_conn **out)
+static int open_conn(const char *path, bool writer, struct db_conn **out)
 {
     struct db_conn *c = calloc(1, sizeof(*c));
     int flags = SQLITE_OPEN_NOMUTEX |
@@ -164,7 +164,7 @@ static int conn_open(const char *path, bool writer, struct db_conn **out)
         return -ENOMEM;
     if (sqlite3_open_v2(path, &c->sql, flags, NULL) != SQLITE_OK) {
         log_error("database %s: %s", path, c->sql ? sqlite3_errmsg(c->sql) : "cannot open");
-        conn_close(c);
+        close_conn(c);
         return -EIO;
     }
     sqlite3_busy_timeout(c->sql, 10000);
@@ -179,7 +179,7 @@ static int conn_open(const char *path, bool writer, struct db_conn **out)
             exec(c, backend_sync_disabled() ? "PRAGMA synchronous=OFF"
                                             : "PRAGMA synchronous=NORMAL") ||
             exec(c, "PRAGMA foreign_keys=ON") || exec(c, "PRAGMA temp_store=MEMORY")) {
-            conn_close(c);
+            close_conn(c);
             return -EIO;
         }
     }
@@ -199,7 +199,7 @@ struct db_conn *db_reader_acquire(struct db *db)
     pthread_mutex_unlock(&db->pool_lock);
     if (c)
         return c;
-    if (conn_open(db->path, false, &c) < 0)
+    if (open_conn(db->path, false, &c) < 0)
         return NULL;
     pthread_mutex_lock(&db->pool_lock);
     if (db->pool_n == db->pool_cap) {
@@ -207,7 +207,7 @@ struct db_conn *db_reader_acquire(struct db *db)
         struct db_conn **all = realloc(db->pool_all, ncap * sizeof(*all));
         if (!all) {
             pthread_mutex_unlock(&db->pool_lock);
-            conn_close(c);
+            close_conn(c);
             return NULL;
         }
         db->pool_all = all;
@@ -339,7 +339,7 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
         db_free(db);
         return -ENOMEM;
     }
-    r = conn_open(path, true, &db->writer);
+    r = open_conn(path, true, &db->writer);
     if (r < 0) {
         db_free(db);
         return r;
@@ -384,12 +384,12 @@ struct db *db_free(struct db *db)
     if (!db)
         return NULL;
     for (size_t i = 0; i < db->pool_n; i++)
-        conn_close(db->pool_all[i]);
+        close_conn(db->pool_all[i]);
     free(db->pool_all);
     if (db->writer) {
         /* Fold the WAL back so the database file alone is complete. */
         sqlite3_wal_checkpoint_v2(db->writer->sql, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-        conn_close(db->writer);
+        close_conn(db->writer);
     }
     pthread_mutex_destroy(&db->pool_lock);
     free(db->path);
@@ -439,7 +439,7 @@ static void batch_work(uv_work_t *work)
 int db_txn_savepoint(struct db_txn *txn)
 {
     txn->depth++;
-    return exec(txn->conn, "SAVEPOINT nested");
+    return exec(txn->c, "SAVEPOINT nested");
 }
 
 int db_txn_savepoint_end(struct db_txn *txn, bool rollback)
@@ -447,8 +447,8 @@ int db_txn_savepoint_end(struct db_txn *txn, bool rollback)
     int r = 0;
 
     if (rollback)
-        r = exec(txn->conn, "ROLLBACK TO nested");
-    if (exec(txn->conn, "RELEASE nested") < 0)
+        r = exec(txn->c, "ROLLBACK TO nested");
+    if (exec(txn->c, "RELEASE nested") < 0)
         r = -EIO;
     txn->depth--;
     return r;

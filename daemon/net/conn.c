@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "daemon/net/net-int.h"
-#include "daemon/net/dispatch.h"
 #include "daemon/base/log.h"
 #include "proto/util.h"
 
@@ -38,7 +37,7 @@ static void conn_free(struct conn *c)
     srv->nconns--;
     free(c->rbuf);
     free(c);
-    server_check_gone(srv);
+    conn_check_gone(srv);
 }
 
 void conn_unref(struct conn *c)
@@ -53,7 +52,7 @@ static void on_close(uv_handle_t *h)
 
     /* Requests still running keep their own reference and drop their replies. */
     while (c->reqs)
-        dispatch_abandon(c->reqs);
+        c->srv->handler->abandon(c->reqs);
     conn_unref(c);
 }
 
@@ -112,7 +111,7 @@ static void on_write(uv_write_t *w, int status)
                 c->drain_waiters = req->drain_next;
                 req->waiting_drain = false;
                 req->drain_next = NULL;
-                dispatch_drained(req);
+                c->srv->handler->drained(req);
                 if (c->closing)
                     break;
             }
@@ -256,7 +255,7 @@ static void process_frames(struct conn *c)
             break;
         }
         c->rpos += consumed;
-        dispatch_frame(c, payload, plen);
+        c->srv->handler->frame(c, payload, plen);
     }
     if (!c->closing && c->rbuf) {
         /* Keep only the partial frame; free the buffer when it is empty. */
@@ -366,7 +365,7 @@ void conn_kick(struct conn *c)
     }
     if (c->eof && !has_frame(c)) {
         /* Nothing more can arrive: an add still waiting for data never completes. */
-        if (dispatch_stream_open(c))
+        if (c->srv->handler->stream_open(c))
             conn_close(c);
         else if (c->inflight == 0)
             conn_close_after_flush(c);
@@ -496,4 +495,13 @@ void reply_error(struct conn *c, uint64_t id, enum proto_error code, const char 
     reply_begin(&r, id, false, 1);
     proto_pack_error(&r.pk, code, message);
     reply_send(c, &r);
+}
+
+void conn_check_gone(struct server *srv)
+{
+    if (srv->stopping && srv->nconns == 0 && srv->gone) {
+        void (*gone)(void *ctx) = srv->gone;
+        srv->gone = NULL;
+        gone(srv->gone_ctx);
+    }
 }

@@ -55,8 +55,22 @@ struct request {
     bool waiting_drain;
 };
 
+/* What a connection hands its frames to (dispatch.h): set by the server, called from here. */
+struct conn_handler {
+    /* One frame payload, valid during the call only. */
+    void (*frame)(struct conn *c, const uint8_t *payload, size_t len);
+    /* The connection is going away: detach the request and cancel what can be. */
+    void (*abandon)(struct request *req);
+    /* True when an add on the connection still expects data frames. */
+    bool (*stream_open)(struct conn *c);
+    /* A stream that waited for the client to read can continue. */
+    void (*drained)(struct request *req);
+};
+
 /* Accepts a client on the daemon's listener. */
 void conn_accept(struct server *srv, uv_stream_t *listener);
+/* A connection went away: while the server stops, the last one runs its `gone`. */
+void conn_check_gone(struct server *srv);
 
 /* Queues a finished frame buffer (taken over, freed after the write). */
 void conn_send(struct conn *c, msgpack_sbuffer *frames);

@@ -8,185 +8,13 @@
 
 #include "daemon/net/conn.h"
 #include "daemon/net/net-int.h"
-#include "daemon/net/dispatch-int.h"
+#include "daemon/net/op.h"
 #include "daemon/base/log.h"
 #include "daemon/store/store.h"
 #include "proto/util.h"
 
 static const char *const op_names[] = {"hello", "add",    "data",   "get", "delete", "list",
                                        "stat",  "status", "search", "gc",  "verify", "du"};
-
-/* ---- the common op lifecycle ---- */
-
-struct op *dispatch_op_new(struct conn *c, uint64_t id, enum op_kind kind, size_t size,
-                           void (*clear)(struct op *op))
-{
-    /* Every kind's struct begins with its struct op, so this is the whole allocation. */
-    struct op *op = calloc(1, size);
-    if (!op) {
-        reply_error(c, id, PROTO_E_BUSY, "out of memory");
-        return NULL;
-    }
-    op->kind = kind;
-    op->srv = c->srv;
-    op->clear = clear;
-    op->base.id = id;
-    conn_request_add(c, &op->base);
-    return op;
-}
-
-static void op_free(struct op *op)
-{
-    if (op->clear)
-        op->clear(op);
-    free(op);
-}
-
-void dispatch_op_finish(struct op *op)
-{
-    if (!op->abandoned)
-        conn_request_remove(op->base.conn, &op->base);
-    op->abandoned = true;
-    if (!op->job_running)
-        op_free(op);
-}
-
-void dispatch_op_queue(struct op *op, uv_work_t *work, uv_work_cb work_cb, uv_after_work_cb done)
-{
-    int r = uv_queue_work(op->srv->loop, work, work_cb, done);
-    if (r < 0) {
-        reply_error(op->base.conn, op->base.id, PROTO_E_INTERNAL, uv_strerror(r));
-        dispatch_op_finish(op);
-        return;
-    }
-    op->job_running = true;
-}
-
-bool dispatch_op_job_end(struct op *op)
-{
-    op->job_running = false;
-    if (op->abandoned) {
-        op_free(op);
-        return false;
-    }
-    return true;
-}
-
-/* ---- error codes ---- */
-
-enum proto_error dispatch_error_code(int status, const char **msg)
-{
-    switch (status) {
-    case STORE_E_NOT_FOUND:
-        *msg = "not found";
-        return PROTO_E_NOT_FOUND;
-    case STORE_E_AMBIGUOUS:
-        *msg = "hash prefix matches more than one document";
-        return PROTO_E_AMBIGUOUS;
-    case STORE_E_INTEGRITY:
-        *msg = "stored data failed its integrity check";
-        return PROTO_E_INTEGRITY;
-    case STORE_E_SIZE:
-        *msg = "content size differs from the announced size";
-        return PROTO_E_BAD_REQUEST;
-    case STORE_E_TOO_LARGE:
-        *msg = "document larger than the 1 TiB limit";
-        return PROTO_E_TOO_LARGE;
-    case STORE_E_UNAVAILABLE:
-        *msg = "the storage backend is unavailable";
-        return PROTO_E_BACKEND_UNAVAILABLE;
-    case -ENOMEM:
-    case -ENOBUFS:
-        *msg = "out of memory";
-        return PROTO_E_BUSY;
-    default:
-        break;
-    }
-    *msg = status < 0 ? strerror(-status) : "storage error";
-    return PROTO_E_STORAGE;
-}
-
-void dispatch_reply_status_error(struct op *op, int status)
-{
-    const char *msg;
-    enum proto_error code = dispatch_error_code(status, &msg);
-
-    reply_error(op->base.conn, op->base.id, code, msg);
-}
-
-/* ---- field validation ---- */
-
-int dispatch_get_string(const msgpack_object *map, const char *key, size_t max, bool allow_empty,
-                        char **out)
-{
-    const char *p;
-    size_t len;
-    int r = proto_get_str(map, key, &p, &len);
-
-    *out = NULL;
-    if (r == PROTO_MISSING)
-        return 0;
-    if (r < 0 || len > max || (!allow_empty && len == 0) || memchr(p, '\0', len))
-        return -EINVAL;
-    *out = strndup(p, len);
-    return *out ? 0 : -ENOMEM;
-}
-
-int dispatch_copy_str(const msgpack_object *o, size_t max, char **out)
-{
-    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 || o->via.str.size > max ||
-        memchr(o->via.str.ptr, '\0', o->via.str.size))
-        return -EINVAL;
-    *out = strndup(o->via.str.ptr, o->via.str.size);
-    return *out ? 0 : -ENOMEM;
-}
-
-void dispatch_free_strings(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
-void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t first, size_t n)
-{
-    msgpack_pack_array(pk, n - first);
-    for (size_t i = first; i < n; i++)
-        proto_pack_cstr(pk, v[i]);
-}
-
-size_t dispatch_strings_cut(const char *const *v, size_t n, size_t budget)
-{
-    size_t first = n, used = 0;
-
-    while (first > 0 && used + reply_str_cost(strlen(v[first - 1])) <= budget)
-        used += reply_str_cost(strlen(v[--first]));
-    return first;
-}
-
-bool dispatch_take_ref(struct op *op, const msgpack_object *map, char **ref, size_t *len)
-{
-    const char *p;
-    int r = proto_get_str(map, "ref", &p, len);
-
-    /*
-     * A NUL byte is refused like in names: no name or hash holds one, and the
-     * copy below would end at it while *len, which the store goes by, would not.
-     */
-    if (r != 0 || *len == 0 || *len > PROTO_MAX_REF || memchr(p, '\0', *len)) {
-        reply_error(op->base.conn, op->base.id, PROTO_E_BAD_REQUEST,
-                    "ref must be a non-empty string of at most 4096 bytes without NUL");
-        dispatch_op_finish(op);
-        return false;
-    }
-    *ref = strndup(p, *len);
-    if (!*ref) {
-        reply_error(op->base.conn, op->base.id, PROTO_E_BUSY, "out of memory");
-        dispatch_op_finish(op);
-        return false;
-    }
-    return true;
-}
 
 /* ---- hello ---- */
 
@@ -233,7 +61,7 @@ static void do_hello(struct conn *c, uint64_t id, const msgpack_object *map)
     proto_pack_cstr(&r.pk, "max_data");
     msgpack_pack_uint32(&r.pk, PROTO_MAX_DATA);
     proto_pack_cstr(&r.pk, "ops");
-    dispatch_pack_strings(&r.pk, op_names, 0, ARRAY_SIZE(op_names));
+    op_pack_strings(&r.pk, op_names, 0, ARRAY_SIZE(op_names));
     reply_send(c, &r);
 }
 
@@ -243,10 +71,10 @@ static const struct {
     const char *name;
     void (*fn)(struct conn *c, uint64_t id, const msgpack_object *map);
 } ops[] = {
-    {"hello", do_hello},        {"add", dispatch_do_add},       {"data", dispatch_do_data},
-    {"get", dispatch_do_get},   {"delete", dispatch_do_delete}, {"list", dispatch_do_list},
-    {"stat", dispatch_do_stat}, {"status", dispatch_do_status}, {"search", dispatch_do_search},
-    {"gc", dispatch_do_gc},     {"verify", dispatch_do_verify}, {"du", dispatch_do_du},
+    {"hello", do_hello},        {"add", op_do_add},       {"data", op_do_data},
+    {"get", op_do_get},   {"delete", op_do_delete}, {"list", op_do_list},
+    {"stat", op_do_stat}, {"status", op_do_status}, {"search", op_do_search},
+    {"gc", op_do_gc},     {"verify", op_do_verify}, {"du", op_do_du},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
@@ -314,10 +142,10 @@ void dispatch_abandon(struct request *req)
 
     /* Only adds and gets hold store state that must be given back before the op goes. */
     if (op->kind == OP_ADD)
-        dispatch_add_abandon(op);
+        op_add_abandon(op);
     else if (op->kind == OP_GET)
-        dispatch_get_abandon(op);
-    dispatch_op_finish(op);
+        op_get_abandon(op);
+    op_finish(op);
 }
 
 void dispatch_drained(struct request *req)
@@ -325,16 +153,23 @@ void dispatch_drained(struct request *req)
     struct op *op = op_of(req);
 
     if (op->kind == OP_GET)
-        dispatch_get_drained(op);
+        op_get_drained(op);
     else if (op->kind == OP_LIST)
-        dispatch_list_drained(op);
+        op_list_drained(op);
 }
 
 bool dispatch_stream_open(struct conn *c)
 {
     for (struct request *req = c->reqs; req; req = req->next) {
-        if (op_of(req)->kind == OP_ADD && dispatch_add_stream_open(op_of(req)))
+        if (op_of(req)->kind == OP_ADD && op_add_stream_open(op_of(req)))
             return true;
     }
     return false;
 }
+
+const struct conn_handler dispatch_handler = {
+    .frame = dispatch_frame,
+    .abandon = dispatch_abandon,
+    .stream_open = dispatch_stream_open,
+    .drained = dispatch_drained,
+};

@@ -13,7 +13,11 @@
 #include <stdint.h>
 
 struct conn;
+struct conn_handler;
 struct request;
+
+/* The functions below, as a connection calls them. */
+extern const struct conn_handler dispatch_handler;
 
 /* Handles one frame payload; the payload is only valid during the call. */
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len);

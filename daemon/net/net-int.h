@@ -1,6 +1,6 @@
 #pragma once
 
-/* The server's state, shared by the files of daemon/net (server.c, conn.c, dispatch.c, op-*.c). */
+/* The server's state, shared by the files of daemon/net (server.c, conn.c, dispatch.c, op*.c). */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -10,6 +10,7 @@
 #include "daemon/net/net.h"
 
 struct conn;
+struct conn_handler;
 
 struct server {
     uv_loop_t *loop;
@@ -19,6 +20,7 @@ struct server {
     struct db *db;
     char backend_desc[256];
     unsigned max_connections;
+    const struct conn_handler *handler; /* dispatch's */
     uint64_t started_ms;
     struct conn *conns;
     struct conn *pending; /* connections with frames to process */
@@ -28,6 +30,3 @@ struct server {
     void (*gone)(void *ctx);
     void *gone_ctx;
 };
-
-/* A connection went away: while stopping, the last one runs `gone`. */
-void server_check_gone(struct server *srv);

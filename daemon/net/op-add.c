@@ -10,7 +10,7 @@
 
 #include "daemon/net/conn.h"
 #include "daemon/net/net-int.h"
-#include "daemon/net/dispatch-int.h"
+#include "daemon/net/op.h"
 #include "daemon/store/store.h"
 
 struct op_add {
@@ -42,9 +42,9 @@ static const char *parse_add_params(const msgpack_object *map, struct store_add_
     int r;
 
     memset(p, 0, sizeof(*p));
-    if (dispatch_get_string(map, "name", PROTO_MAX_NAME, true, &p->name))
+    if (op_get_string(map, "name", PROTO_MAX_NAME, true, &p->name))
         return "name must be a string of at most 4096 bytes without NUL";
-    if (dispatch_get_string(map, "mime", PROTO_MAX_MIME, false, &p->mime))
+    if (op_get_string(map, "mime", PROTO_MAX_MIME, false, &p->mime))
         return "mime must be a non-empty string of at most 255 bytes";
     if (!p->mime && !(p->mime = strdup("application/octet-stream")))
         return "out of memory";
@@ -55,7 +55,7 @@ static const char *parse_add_params(const msgpack_object *map, struct store_add_
         if (!p->tags)
             return "out of memory";
         for (uint32_t i = 0; i < o->via.array.size; i++) {
-            if (dispatch_copy_str(&o->via.array.ptr[i], PROTO_MAX_TAG, &p->tags[p->ntags]))
+            if (op_copy_str(&o->via.array.ptr[i], PROTO_MAX_TAG, &p->tags[p->ntags]))
                 return "each tag must be a non-empty string of at most 256 bytes";
             p->ntags++;
         }
@@ -69,7 +69,7 @@ static const char *parse_add_params(const msgpack_object *map, struct store_add_
             return "out of memory";
         for (uint32_t i = 0; i < o->via.map.size; i++) {
             const msgpack_object *v = &o->via.map.ptr[i].val;
-            if (dispatch_copy_str(&o->via.map.ptr[i].key, PROTO_MAX_META_KEY, &p->meta_keys[i]))
+            if (op_copy_str(&o->via.map.ptr[i].key, PROTO_MAX_META_KEY, &p->meta_keys[i]))
                 return "meta keys must be non-empty strings of at most 256 bytes";
             p->nmeta++;
             if (v->type != MSGPACK_OBJECT_STR || v->via.str.size > PROTO_MAX_META_VALUE ||
@@ -93,7 +93,7 @@ static void params_free(struct store_add_params *p)
 {
     free(p->name);
     free(p->mime);
-    dispatch_free_strings(p->tags, p->ntags);
+    op_free_strings(p->tags, p->ntags);
     /* Values may be one short of keys when validation stopped between them. */
     for (size_t i = 0; i <= p->nmeta && p->meta_keys; i++)
         free(p->meta_keys[i]);
@@ -125,7 +125,7 @@ static void add_done(void *userdata, int status, const struct store_add_result *
     a->add = NULL;
     release_full(a);
     if (status != 0) {
-        dispatch_reply_status_error(&a->op, status);
+        op_reply_status_error(&a->op, status);
     } else {
         struct reply r;
         reply_begin(&r, a->op.base.id, true, 5);
@@ -146,7 +146,7 @@ static void add_done(void *userdata, int status, const struct store_add_result *
     }
     /* A failed add whose client is still streaming keeps its id until the last frame. */
     if (!a->stream_open)
-        dispatch_op_finish(&a->op);
+        op_finish(&a->op);
     else
         conn_kick(c);
 }
@@ -171,7 +171,7 @@ static void add_feed(struct op_add *a, const uint8_t *data, size_t len, bool mor
     if (!a->add) {
         /* The add already failed and replied: swallow the rest of its stream. */
         if (!more)
-            dispatch_op_finish(&a->op);
+            op_finish(&a->op);
         return;
     }
     if (!store_add_write(a->add, data, len, !more))
@@ -182,7 +182,7 @@ static void add_feed(struct op_add *a, const uint8_t *data, size_t len, bool mor
     }
 }
 
-void dispatch_do_add(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_add(struct conn *c, uint64_t id, const msgpack_object *map)
 {
     struct store_add_params p;
     const char *problem = parse_add_params(map, &p);
@@ -200,7 +200,7 @@ void dispatch_do_add(struct conn *c, uint64_t id, const msgpack_object *map)
         reply_error(c, id, PROTO_E_BAD_REQUEST, problem);
         return;
     }
-    op = dispatch_op_new(c, id, OP_ADD, sizeof(struct op_add), NULL);
+    op = op_new(c, id, OP_ADD, sizeof(struct op_add), NULL);
     if (!op) {
         params_free(&p);
         return;
@@ -208,14 +208,14 @@ void dispatch_do_add(struct conn *c, uint64_t id, const msgpack_object *map)
     a = op_add_of(op);
     r = store_add_begin(c->srv->st, &p, &add_ops, a, &a->add);
     if (r < 0) {
-        dispatch_reply_status_error(op, r);
-        dispatch_op_finish(op);
+        op_reply_status_error(op, r);
+        op_finish(op);
         return;
     }
     add_feed(a, data, len, more);
 }
 
-void dispatch_do_data(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_data(struct conn *c, uint64_t id, const msgpack_object *map)
 {
     struct request *req = conn_request_find(c, id);
     struct op *op = req ? op_of(req) : NULL;
@@ -247,7 +247,7 @@ void dispatch_do_data(struct conn *c, uint64_t id, const msgpack_object *map)
     add_feed(a, data, len, more);
 }
 
-void dispatch_add_abandon(struct op *op)
+void op_add_abandon(struct op *op)
 {
     struct op_add *a = op_add_of(op);
 
@@ -258,7 +258,7 @@ void dispatch_add_abandon(struct op *op)
     release_full(a);
 }
 
-bool dispatch_add_stream_open(struct op *op)
+bool op_add_stream_open(struct op *op)
 {
     return op_add_of(op)->stream_open;
 }

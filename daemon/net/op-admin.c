@@ -11,7 +11,7 @@
 #include "daemon/net/conn.h"
 #include "daemon/net/net-int.h"
 #include "daemon/meta/db.h"
-#include "daemon/net/dispatch-int.h"
+#include "daemon/net/op.h"
 #include "daemon/gc/gc.h"
 #include "daemon/search/search.h"
 #include "daemon/store/store.h"
@@ -44,15 +44,15 @@ static void delete_done(void *userdata, int status, const struct store_delete_re
     struct op *op = userdata;
     struct reply r;
 
-    if (!dispatch_op_job_end(op))
+    if (!op_job_end(op))
         return;
     if (status != 0) {
-        dispatch_reply_status_error(op, status);
-        dispatch_op_finish(op);
+        op_reply_status_error(op, status);
+        op_finish(op);
         return;
     }
     /* The newest names and the first documents that fit (PROTOCOL.md `delete`). */
-    size_t names_cut = dispatch_strings_cut(res->names, res->nnames, DELETE_LIST_BUDGET);
+    size_t names_cut = op_strings_cut(res->names, res->nnames, DELETE_LIST_BUDGET);
     size_t nlisted = res->ndeleted;
     if (nlisted > DELETE_LIST_BUDGET / reply_str_cost(PROTO_HASH_HEX))
         nlisted = DELETE_LIST_BUDGET / reply_str_cost(PROTO_HASH_HEX);
@@ -62,13 +62,13 @@ static void delete_done(void *userdata, int status, const struct store_delete_re
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, res->name ? res->name : "");
     proto_pack_cstr(&r.pk, "names");
-    dispatch_pack_strings(&r.pk, res->names, names_cut, res->nnames);
+    op_pack_strings(&r.pk, res->names, names_cut, res->nnames);
     if (names_cut > 0) {
         proto_pack_cstr(&r.pk, "names_cut");
         msgpack_pack_uint64(&r.pk, names_cut);
     }
     proto_pack_cstr(&r.pk, "deleted");
-    dispatch_pack_strings(&r.pk, res->deleted, 0, nlisted);
+    op_pack_strings(&r.pk, res->deleted, 0, nlisted);
     if (nlisted < res->ndeleted) {
         proto_pack_cstr(&r.pk, "deleted_cut");
         msgpack_pack_uint64(&r.pk, res->ndeleted - nlisted);
@@ -79,28 +79,28 @@ static void delete_done(void *userdata, int status, const struct store_delete_re
     else
         msgpack_pack_false(&r.pk);
     reply_send(op->base.conn, &r);
-    dispatch_op_finish(op);
+    op_finish(op);
 }
 
-void dispatch_do_delete(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_delete(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_DELETE, sizeof(struct op), NULL);
+    struct op *op = op_new(c, id, OP_DELETE, sizeof(struct op), NULL);
     _cleanup_free_ char *ref = NULL; /* store_delete keeps its own copy */
     bool dry_run = false;
     size_t ref_len;
     int r;
 
-    if (!op || !dispatch_take_ref(op, map, &ref, &ref_len))
+    if (!op || !op_take_ref(op, map, &ref, &ref_len))
         return;
     if (proto_map_get(map, "dry_run") && proto_get_bool(map, "dry_run", &dry_run) != 0) {
         reply_error(c, id, PROTO_E_BAD_REQUEST, "dry_run must be a boolean");
-        dispatch_op_finish(op);
+        op_finish(op);
         return;
     }
     r = store_delete(c->srv->st, ref, ref_len, dry_run, delete_done, op);
     if (r < 0) {
-        dispatch_reply_status_error(op, r);
-        dispatch_op_finish(op);
+        op_reply_status_error(op, r);
+        op_finish(op);
         return;
     }
     op->job_running = true;
@@ -135,11 +135,11 @@ static void du_done(uv_work_t *work, int status)
     const struct db_du *t = &du->du;
     struct reply r;
 
-    if (!dispatch_op_job_end(&du->op))
+    if (!op_job_end(&du->op))
         return;
     if (status < 0 || du->status != 0) {
-        dispatch_reply_status_error(&du->op, status < 0 ? status : du->status);
-        dispatch_op_finish(&du->op);
+        op_reply_status_error(&du->op, status < 0 ? status : du->status);
+        op_finish(&du->op);
         return;
     }
     reply_begin(&r, du->op.base.id, true, 6);
@@ -156,25 +156,25 @@ static void du_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "saved_bytes");
     msgpack_pack_uint64(&r.pk, t->logical_bytes > t->stored_bytes ? t->logical_bytes - t->stored_bytes : 0);
     reply_send(du->op.base.conn, &r);
-    dispatch_op_finish(&du->op);
+    op_finish(&du->op);
 }
 
-void dispatch_do_du(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_du(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_DU, sizeof(struct op_du), du_clear);
+    struct op *op = op_new(c, id, OP_DU, sizeof(struct op_du), du_clear);
     struct op_du *du;
 
     if (!op)
         return;
     du = container_of(op, struct op_du, op);
-    if (dispatch_get_string(map, "prefix", PROTO_MAX_REF, true, &du->prefix) ||
+    if (op_get_string(map, "prefix", PROTO_MAX_REF, true, &du->prefix) ||
         (proto_map_get(map, "path") && proto_get_bool(map, "path", &du->path) != 0)) {
         reply_error(c, id, PROTO_E_BAD_REQUEST,
                     "prefix must be a string of at most 4096 bytes, path a boolean");
-        dispatch_op_finish(op);
+        op_finish(op);
         return;
     }
-    dispatch_op_queue(op, &du->work, du_work, du_done);
+    op_queue(op, &du->work, du_work, du_done);
 }
 
 /* ---- status ---- */
@@ -192,11 +192,11 @@ static void status_done(uv_work_t *work, int status)
     struct server *srv = st->op.srv;
     struct reply r;
 
-    if (!dispatch_op_job_end(&st->op))
+    if (!op_job_end(&st->op))
         return;
     if (status < 0 || st->status != 0) {
-        dispatch_reply_status_error(&st->op, status < 0 ? status : st->status);
-        dispatch_op_finish(&st->op);
+        op_reply_status_error(&st->op, status < 0 ? status : st->status);
+        op_finish(&st->op);
         return;
     }
     struct store_stats ss;
@@ -259,18 +259,18 @@ static void status_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "connections");
     msgpack_pack_uint32(&r.pk, srv->nconns);
     reply_send(st->op.base.conn, &r);
-    dispatch_op_finish(&st->op);
+    op_finish(&st->op);
 }
 
-void dispatch_do_status(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_STATUS, sizeof(struct op_status), NULL);
+    struct op *op = op_new(c, id, OP_STATUS, sizeof(struct op_status), NULL);
     struct op_status *st;
 
     if (!op)
         return;
     st = container_of(op, struct op_status, op);
-    dispatch_op_queue(op, &st->work, status_work, status_done);
+    op_queue(op, &st->work, status_work, status_done);
 }
 
 /* ---- progress of gc and verify ---- */
@@ -341,7 +341,7 @@ static bool job_begin(struct op_job *j, const msgpack_object *map)
     if (proto_map_get(map, "progress") && proto_get_bool(map, "progress", &want) != 0) {
         reply_error(j->op.base.conn, j->op.base.id, PROTO_E_BAD_REQUEST,
                     "progress must be a boolean");
-        dispatch_op_finish(&j->op);
+        op_finish(&j->op);
         return false;
     }
     if (want) {
@@ -356,8 +356,8 @@ static void job_closed(uv_handle_t *h)
 {
     struct op_job *j = container_of((uv_timer_t *)h, struct op_job, timer);
 
-    if (dispatch_op_job_end(&j->op))
-        dispatch_op_finish(&j->op);
+    if (op_job_end(&j->op))
+        op_finish(&j->op);
 }
 
 /* The job is over and its reply sent (unless abandoned): the op goes, after its timer. */
@@ -368,14 +368,14 @@ static void job_end(struct op_job *j)
         uv_close((uv_handle_t *)&j->timer, job_closed);
         return;
     }
-    if (dispatch_op_job_end(&j->op))
-        dispatch_op_finish(&j->op);
+    if (op_job_end(&j->op))
+        op_finish(&j->op);
 }
 
 /* A job that could not start: its reply, and the timer (if any) closed. */
 static void job_failed(struct op_job *j, int status)
 {
-    dispatch_reply_status_error(&j->op, status);
+    op_reply_status_error(&j->op, status);
     j->op.job_running = true; /* job_end ends it */
     job_end(j);
 }
@@ -393,7 +393,7 @@ static void gc_done(void *userdata, int status, const struct gc_result *res)
         return;
     }
     if (status != 0) {
-        dispatch_reply_status_error(op, status);
+        op_reply_status_error(op, status);
     } else {
         reply_begin(&r, op->base.id, true, res->packs_failed ? 7 : 5);
         proto_pack_cstr(&r.pk, "packs_rewritten");
@@ -417,9 +417,9 @@ static void gc_done(void *userdata, int status, const struct gc_result *res)
     job_end(j);
 }
 
-void dispatch_do_gc(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_gc(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_GC, sizeof(struct op_job), NULL);
+    struct op *op = op_new(c, id, OP_GC, sizeof(struct op_job), NULL);
     struct op_job *j;
     int r;
 
@@ -465,7 +465,7 @@ static void verify_done(void *userdata, int status, const struct store_verify_re
 
     if (op->abandoned || status != 0) {
         if (!op->abandoned)
-            dispatch_reply_status_error(op, status);
+            op_reply_status_error(op, status);
         job_end(j);
         return;
     }
@@ -486,7 +486,7 @@ static void verify_done(void *userdata, int status, const struct store_verify_re
         proto_pack_cstr(&r.pk, "chunk");
         proto_pack_cstr(&r.pk, bad->hash);
         proto_pack_cstr(&r.pk, "error");
-        proto_pack_cstr(&r.pk, proto_error_name(dispatch_error_code(bad->status, &msg)));
+        proto_pack_cstr(&r.pk, proto_error_name(op_error_code(bad->status, &msg)));
         proto_pack_cstr(&r.pk, "documents");
         msgpack_pack_array(&r.pk, ndocs);
         for (size_t d = 0; d < ndocs; d++) {
@@ -501,7 +501,7 @@ static void verify_done(void *userdata, int status, const struct store_verify_re
     job_end(j);
 }
 
-void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
 {
     const msgpack_object *refs = proto_map_get(map, "refs");
     const char *list[PROTO_MAX_TAGS];
@@ -529,7 +529,7 @@ void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
         list[n] = copies[n];
         n++;
     }
-    op = dispatch_op_new(c, id, OP_VERIFY, sizeof(struct op_job), NULL);
+    op = op_new(c, id, OP_VERIFY, sizeof(struct op_job), NULL);
     if (!op)
         goto out;
     j = container_of(op, struct op_job, op);

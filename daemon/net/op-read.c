@@ -10,7 +10,7 @@
 #include "daemon/net/conn.h"
 #include "daemon/net/net-int.h"
 #include "daemon/meta/db.h"
-#include "daemon/net/dispatch-int.h"
+#include "daemon/net/op.h"
 #include "daemon/store/store.h"
 
 #define LIST_PAGE 500
@@ -113,7 +113,7 @@ static void get_data_cb(void *userdata, const struct db_doc *doc, const uint8_t 
 
     if (last) {
         get_release(g);
-        dispatch_op_finish(&g->op);
+        op_finish(&g->op);
     } else if (c->wqueued < CONN_STREAM_WINDOW) {
         store_get_next(g->get);
     } else {
@@ -125,9 +125,9 @@ static void get_error_cb(void *userdata, int status)
 {
     struct op_get *g = userdata;
 
-    dispatch_reply_status_error(&g->op, status);
+    op_reply_status_error(&g->op, status);
     get_release(g);
-    dispatch_op_finish(&g->op);
+    op_finish(&g->op);
 }
 
 static const struct store_get_ops get_ops = {
@@ -135,9 +135,9 @@ static const struct store_get_ops get_ops = {
     .error = get_error_cb,
 };
 
-void dispatch_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_GET, sizeof(struct op_get), get_clear);
+    struct op *op = op_new(c, id, OP_GET, sizeof(struct op_get), get_clear);
     uint64_t offset = 0, length = UINT64_MAX, to;
     struct op_get *g;
     int r;
@@ -145,25 +145,25 @@ void dispatch_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
     if (!op)
         return;
     g = op_get_of(op);
-    if (!dispatch_take_ref(op, map, &g->ref, &g->ref_len))
+    if (!op_take_ref(op, map, &g->ref, &g->ref_len))
         return;
     if (proto_get_uint(map, "offset", &offset) < 0 || proto_get_uint(map, "length", &length) < 0) {
         reply_error(c, id, PROTO_E_BAD_REQUEST, "offset and length must be unsigned integers");
-        dispatch_op_finish(op);
+        op_finish(op);
         return;
     }
     to = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
     r = store_get_start(c->srv->st, g->ref, g->ref_len, offset, to, &get_ops, g, &g->get);
     if (r < 0) {
-        dispatch_reply_status_error(op, r);
-        dispatch_op_finish(op);
+        op_reply_status_error(op, r);
+        op_finish(op);
         return;
     }
     /* A hot document is answered right here, from the caches. */
     store_get_next(g->get);
 }
 
-void dispatch_get_abandon(struct op *op)
+void op_get_abandon(struct op *op)
 {
     struct op_get *g = op_get_of(op);
 
@@ -171,7 +171,7 @@ void dispatch_get_abandon(struct op *op)
         get_release(g);
 }
 
-void dispatch_get_drained(struct op *op)
+void op_get_drained(struct op *op)
 {
     struct op_get *g = op_get_of(op);
 
@@ -244,7 +244,7 @@ static size_t list_fit(const struct db_doc *docs, size_t n)
 
 static void list_queue(struct op_list *l)
 {
-    dispatch_op_queue(&l->op, &l->work, list_work, list_done);
+    op_queue(&l->op, &l->work, list_work, list_done);
 }
 
 static void list_done(uv_work_t *work, int status)
@@ -255,12 +255,12 @@ static void list_done(uv_work_t *work, int status)
     size_t fit;
     bool more;
 
-    if (!dispatch_op_job_end(&l->op))
+    if (!op_job_end(&l->op))
         return;
     c = l->op.base.conn;
     if (status < 0 || l->status != 0) {
-        dispatch_reply_status_error(&l->op, status < 0 ? status : l->status);
-        dispatch_op_finish(&l->op);
+        op_reply_status_error(&l->op, status < 0 ? status : l->status);
+        op_finish(&l->op);
         return;
     }
     fit = list_fit(l->docs, l->ndocs);
@@ -286,7 +286,7 @@ static void list_done(uv_work_t *work, int status)
         proto_pack_cstr(&r.pk, "created");
         msgpack_pack_int64(&r.pk, doc->created);
         proto_pack_cstr(&r.pk, "tags");
-        dispatch_pack_strings(&r.pk, (const char *const *)doc->tags, 0, doc->ntags);
+        op_pack_strings(&r.pk, (const char *const *)doc->tags, 0, doc->ntags);
         if (l->names) {
             proto_pack_cstr(&r.pk, "named");
             msgpack_pack_int64(&r.pk, doc->named);
@@ -307,16 +307,16 @@ static void list_done(uv_work_t *work, int status)
     }
     reply_send(c, &r);
     if (!more)
-        dispatch_op_finish(&l->op);
+        op_finish(&l->op);
     else if (c->wqueued < CONN_STREAM_WINDOW)
         list_queue(l);
     else
         conn_wait_drain(c, &l->op.base);
 }
 
-void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_LIST, sizeof(struct op_list), list_clear);
+    struct op *op = op_new(c, id, OP_LIST, sizeof(struct op_list), list_clear);
     struct op_list *l;
     const char *after;
     size_t after_len;
@@ -325,7 +325,7 @@ void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
     if (!op)
         return;
     l = op_list_of(op);
-    if (dispatch_get_string(map, "tag", PROTO_MAX_TAG, false, &l->tag) ||
+    if (op_get_string(map, "tag", PROTO_MAX_TAG, false, &l->tag) ||
         proto_get_uint(map, "limit", &l->limit) < 0 ||
         (proto_map_get(map, "names") && proto_get_bool(map, "names", &l->names) != 0) ||
         (proto_map_get(map, "unnamed") && proto_get_bool(map, "unnamed", &l->unnamed) != 0) ||
@@ -333,16 +333,16 @@ void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
         reply_error(c, id, PROTO_E_BAD_REQUEST,
                     "tag must be a string, limit an integer, names and unnamed booleans "
                     "(not both true)");
-        dispatch_op_finish(op);
+        op_finish(op);
         return;
     }
     if (l->names) {
-        if (dispatch_get_string(map, "prefix", PROTO_MAX_REF, true, &l->prefix) ||
-            dispatch_get_string(map, "after", PROTO_MAX_REF, true, &l->after_name) ||
+        if (op_get_string(map, "prefix", PROTO_MAX_REF, true, &l->prefix) ||
+            op_get_string(map, "after", PROTO_MAX_REF, true, &l->after_name) ||
             (proto_map_get(map, "path") && proto_get_bool(map, "path", &l->path) != 0)) {
             reply_error(c, id, PROTO_E_BAD_REQUEST,
                         "prefix and after must be strings of at most 4096 bytes, path a boolean");
-            dispatch_op_finish(op);
+            op_finish(op);
             return;
         }
         list_queue(l);
@@ -350,13 +350,13 @@ void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
     }
     if (proto_map_get(map, "prefix") || proto_map_get(map, "path")) {
         reply_error(c, id, PROTO_E_BAD_REQUEST, "prefix and path need names: true");
-        dispatch_op_finish(op);
+        op_finish(op);
         return;
     }
     r = proto_get_str(map, "after", &after, &after_len);
     if (r < 0 || (r == 0 && (after_len > PROTO_HASH_HEX || !proto_is_hex(after, after_len)))) {
         reply_error(c, id, PROTO_E_BAD_REQUEST, "after must be a hash");
-        dispatch_op_finish(op);
+        op_finish(op);
         return;
     }
     if (r == 0) {
@@ -366,7 +366,7 @@ void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map)
     list_queue(l);
 }
 
-void dispatch_list_drained(struct op *op)
+void op_list_drained(struct op *op)
 {
     list_queue(op_list_of(op));
 }
@@ -398,22 +398,22 @@ static void stat_done(uv_work_t *work, int status)
     const struct db_doc *doc = &s->doc;
     struct reply r;
 
-    if (!dispatch_op_job_end(&s->op))
+    if (!op_job_end(&s->op))
         return;
     if (status < 0 || s->status != 0) {
-        dispatch_reply_status_error(&s->op, status < 0 ? status : store_status_from_db(s->status));
-        dispatch_op_finish(&s->op);
+        op_reply_status_error(&s->op, status < 0 ? status : store_status_from_db(s->status));
+        op_finish(&s->op);
         return;
     }
     /* The newest names that fit in STAT_NAMES_BUDGET (names are oldest first). */
-    size_t cut = dispatch_strings_cut((const char *const *)doc->names, doc->nnames, STAT_NAMES_BUDGET);
+    size_t cut = op_strings_cut((const char *const *)doc->names, doc->nnames, STAT_NAMES_BUDGET);
     reply_begin(&r, s->op.base.id, true, cut > 0 ? 11 : 10);
     proto_pack_cstr(&r.pk, "hash");
     proto_pack_cstr(&r.pk, doc->hash);
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
     proto_pack_cstr(&r.pk, "names");
-    dispatch_pack_strings(&r.pk, (const char *const *)doc->names, cut, doc->nnames);
+    op_pack_strings(&r.pk, (const char *const *)doc->names, cut, doc->nnames);
     if (cut > 0) {
         proto_pack_cstr(&r.pk, "names_cut");
         msgpack_pack_uint64(&r.pk, cut);
@@ -429,7 +429,7 @@ static void stat_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "created");
     msgpack_pack_int64(&r.pk, doc->created);
     proto_pack_cstr(&r.pk, "tags");
-    dispatch_pack_strings(&r.pk, (const char *const *)doc->tags, 0, doc->ntags);
+    op_pack_strings(&r.pk, (const char *const *)doc->tags, 0, doc->ntags);
     proto_pack_cstr(&r.pk, "meta");
     msgpack_pack_map(&r.pk, doc->nmeta);
     for (size_t i = 0; i < doc->nmeta; i++) {
@@ -437,17 +437,17 @@ static void stat_done(uv_work_t *work, int status)
         proto_pack_cstr(&r.pk, doc->meta_values[i]);
     }
     reply_send(s->op.base.conn, &r);
-    dispatch_op_finish(&s->op);
+    op_finish(&s->op);
 }
 
-void dispatch_do_stat(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_stat(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_STAT, sizeof(struct op_stat), stat_clear);
+    struct op *op = op_new(c, id, OP_STAT, sizeof(struct op_stat), stat_clear);
     struct op_stat *s;
 
     if (!op)
         return;
     s = op_stat_of(op);
-    if (dispatch_take_ref(op, map, &s->ref, &s->ref_len))
-        dispatch_op_queue(op, &s->work, stat_work, stat_done);
+    if (op_take_ref(op, map, &s->ref, &s->ref_len))
+        op_queue(op, &s->work, stat_work, stat_done);
 }

@@ -11,7 +11,7 @@
 #include "daemon/net/conn.h"
 #include "daemon/net/net-int.h"
 #include "daemon/meta/db.h"
-#include "daemon/net/dispatch-int.h"
+#include "daemon/net/op.h"
 #include "daemon/search/search.h"
 #include "daemon/store/store.h"
 
@@ -39,7 +39,7 @@ static void search_clear(struct op *op)
     free(s->query);
     free(s->name_glob);
     free(s->mime);
-    dispatch_free_strings(s->tags, s->ntags);
+    op_free_strings(s->tags, s->ntags);
 }
 
 static void search_done(void *userdata, int status, const char *msg, struct search_hit *hits,
@@ -49,18 +49,18 @@ static void search_done(void *userdata, int status, const char *msg, struct sear
     struct reply r;
     size_t i = 0;
 
-    if (!dispatch_op_job_end(&s->op)) {
+    if (!op_job_end(&s->op)) {
         search_hits_free(hits, nhits);
         return;
     }
     if (status == DB_E_INVALID_QUERY) {
         reply_error(s->op.base.conn, s->op.base.id, PROTO_E_BAD_REQUEST, msg);
-        dispatch_op_finish(&s->op);
+        op_finish(&s->op);
         return;
     }
     if (status != 0) {
-        dispatch_reply_status_error(&s->op, status);
-        dispatch_op_finish(&s->op);
+        op_reply_status_error(&s->op, status);
+        op_finish(&s->op);
         return;
     }
     /* Hits go out in frames of at most 50, so long names cannot outgrow a frame. */
@@ -96,7 +96,7 @@ static void search_done(void *userdata, int status, const char *msg, struct sear
     } while (i < nhits);
     conn_send(s->op.base.conn, &r.sbuf);
     search_hits_free(hits, nhits);
-    dispatch_op_finish(&s->op);
+    op_finish(&s->op);
 }
 
 /* Reads an optional integer that may be negative (dates before 1970). */
@@ -149,16 +149,16 @@ static const char *parse_search(struct op_search *s, const msgpack_object *map)
         if (!(s->tags = calloc(o->via.array.size + 1, sizeof(char *))))
             return "out of memory";
         for (uint32_t i = 0; i < o->via.array.size; i++) {
-            if (dispatch_copy_str(&o->via.array.ptr[i], PROTO_MAX_TAG, &s->tags[s->ntags]))
+            if (op_copy_str(&o->via.array.ptr[i], PROTO_MAX_TAG, &s->tags[s->ntags]))
                 return "each tag must be a non-empty string of at most 256 bytes";
             s->ntags++;
         }
         sp->tags = (const char *const *)s->tags;
         sp->ntags = s->ntags;
     }
-    if (dispatch_get_string(map, "name", PROTO_MAX_NAME, false, &s->name_glob))
+    if (op_get_string(map, "name", PROTO_MAX_NAME, false, &s->name_glob))
         return "name must be a non-empty string of at most 4096 bytes";
-    if (dispatch_get_string(map, "mime", PROTO_MAX_MIME, false, &s->mime))
+    if (op_get_string(map, "mime", PROTO_MAX_MIME, false, &s->mime))
         return "mime must be a non-empty string of at most 255 bytes";
     sp->name_glob = s->name_glob;
     sp->mime = s->mime;
@@ -174,9 +174,9 @@ static const char *parse_search(struct op_search *s, const msgpack_object *map)
     return NULL;
 }
 
-void dispatch_do_search(struct conn *c, uint64_t id, const msgpack_object *map)
+void op_do_search(struct conn *c, uint64_t id, const msgpack_object *map)
 {
-    struct op *op = dispatch_op_new(c, id, OP_SEARCH, sizeof(struct op_search), search_clear);
+    struct op *op = op_new(c, id, OP_SEARCH, sizeof(struct op_search), search_clear);
     struct op_search *s;
     const char *problem;
 
@@ -186,13 +186,13 @@ void dispatch_do_search(struct conn *c, uint64_t id, const msgpack_object *map)
     problem = parse_search(s, map);
     if (problem) {
         reply_error(c, id, PROTO_E_BAD_REQUEST, problem);
-        dispatch_op_finish(op);
+        op_finish(op);
         return;
     }
     int r = search_run(c->srv->search, &s->params, search_done, s);
     if (r < 0) {
-        dispatch_reply_status_error(op, r);
-        dispatch_op_finish(op);
+        op_reply_status_error(op, r);
+        op_finish(op);
         return;
     }
     op->job_running = true;

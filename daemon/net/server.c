@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "daemon/net/conn.h"
+#include "daemon/net/dispatch.h"
 #include "daemon/net/net-int.h"
 #include "proto/util.h"
 
@@ -25,6 +26,7 @@ int server_new(struct server **out, const struct server_parts *parts)
     srv->db = parts->db;
     snprintf(srv->backend_desc, sizeof(srv->backend_desc), "%s", parts->backend_desc);
     srv->max_connections = parts->max_connections;
+    srv->handler = &dispatch_handler;
     srv->started_ms = uv_now(srv->loop);
     uv_idle_init(srv->loop, &srv->pending_idle);
     *out = srv;
@@ -49,15 +51,6 @@ void server_accept(struct server *srv, uv_stream_t *listener)
         conn_accept(srv, listener);
 }
 
-void server_check_gone(struct server *srv)
-{
-    if (srv->stopping && srv->nconns == 0 && srv->gone) {
-        void (*gone)(void *ctx) = srv->gone;
-        srv->gone = NULL;
-        gone(srv->gone_ctx);
-    }
-}
-
 void server_stop(struct server *srv, void (*gone)(void *ctx), void *ctx)
 {
     srv->stopping = true;
@@ -68,7 +61,7 @@ void server_stop(struct server *srv, void (*gone)(void *ctx), void *ctx)
         if (c->inflight == 0)
             conn_close_after_flush(c);
     }
-    server_check_gone(srv);
+    conn_check_gone(srv);
 }
 
 void server_close_all(struct server *srv)
@@ -77,7 +70,7 @@ void server_close_all(struct server *srv)
         next = c->next;
         conn_close(c);
     }
-    server_check_gone(srv);
+    conn_check_gone(srv);
 }
 
 unsigned server_connections(const struct server *srv)

@@ -1,6 +1,7 @@
 /*
- * The read cache (readcache.h): the table of slices, reads from worker
- * threads, fetches on the loop thread, writes and evictions on workers.
+ * The read cache (readcache.h): reads from worker threads, forgetting
+ * slices, and the cache object. The table of slices is readcache-table.c,
+ * fetches and the writes after them readcache-fetch.c.
  *
  * A slice is in one of three states. FETCHING: a ranged GET is in flight and
  * readers wait for it. LOADED: its bytes are in memory, served from there
@@ -30,356 +31,8 @@
 #include "proto/util.h"
 #include "storage/backend.h"
 
-/* Recently asked pack sizes, so a sequential reader does not ask the database at every slice. */
-#define SIZES 64
 /* A slice's file gets its modification time set at most this often (seconds). */
 #define TOUCH_EVERY 60
-/* Files unlinked after one write's evictions, at most (the rest at the next write). */
-#define EVICT_BATCH 64
-
-enum rc_state { RC_FETCHING, RC_LOADED, RC_ON_DISK, RC_FAILED };
-
-struct rc_fetch;
-
-struct rc_entry {
-    uint64_t pack;
-    uint32_t slice;
-    uint32_t len; /* the slice's bytes (expected while FETCHING) */
-    enum rc_state state;
-    bool in_table;
-    int status;    /* a failed fetch's outcome, for its waiters */
-    unsigned refs; /* readers holding the entry */
-    uint8_t *mem;  /* LOADED: the bytes */
-    struct rc_fetch *fetch;
-    bool have_crc;
-    uint32_t crc[READCACHE_PAGES];
-    time_t touched; /* when its file's time was last set */
-    struct rc_entry *hnext;
-    struct rc_entry *lprev, *lnext;
-};
-
-/* One fetch of a slice and then its write to disk. */
-struct rc_fetch {
-    struct backend_get get;
-    uv_work_t work;
-    struct readcache *rc;
-    struct rc_entry *e;
-    int write_status;
-    struct rc_fetch *next;
-};
-
-struct readcache {
-    uv_loop_t *loop;
-    struct backend *be;
-    readcache_size_fn *pack_size;
-    void *ctx;
-    int dirfd;
-    uint64_t max_bytes;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    struct rc_entry **buckets;
-    size_t nbuckets;
-    /* ON_DISK entries, most recently used first. */
-    struct rc_entry *lru_head, *lru_tail;
-    /* Fetches for the loop to start, in the order asked. */
-    struct rc_fetch *queue, *queue_tail;
-    unsigned inflight; /* fetches alive (fetching, or loaded and not yet written) */
-    unsigned jobs;     /* loop thread: backend requests and write jobs running */
-    struct {
-        uint64_t pack, size;
-    } sizes[SIZES];
-    unsigned sizes_next;
-    struct readcache_stats stats;
-    time_t warned;
-    uv_async_t async;
-};
-
-static size_t bucket_of(const struct readcache *rc, uint64_t pack, uint32_t slice)
-{
-    uint64_t h = (pack * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)slice * 0xC2B2AE3D27D4EB4Full);
-    return (size_t)(h ^ (h >> 29)) & (rc->nbuckets - 1);
-}
-
-static struct rc_entry *lookup(struct readcache *rc, uint64_t pack, uint32_t slice)
-{
-    for (struct rc_entry *e = rc->buckets[bucket_of(rc, pack, slice)]; e; e = e->hnext)
-        if (e->pack == pack && e->slice == slice)
-            return e;
-    return NULL;
-}
-
-static void lru_unlink(struct readcache *rc, struct rc_entry *e)
-{
-    if (e->lprev)
-        e->lprev->lnext = e->lnext;
-    else
-        rc->lru_head = e->lnext;
-    if (e->lnext)
-        e->lnext->lprev = e->lprev;
-    else
-        rc->lru_tail = e->lprev;
-    e->lprev = e->lnext = NULL;
-}
-
-static void lru_front(struct readcache *rc, struct rc_entry *e)
-{
-    e->lprev = NULL;
-    e->lnext = rc->lru_head;
-    if (rc->lru_head)
-        rc->lru_head->lprev = e;
-    else
-        rc->lru_tail = e;
-    rc->lru_head = e;
-}
-
-static void insert(struct readcache *rc, struct rc_entry *e)
-{
-    size_t b = bucket_of(rc, e->pack, e->slice);
-
-    e->hnext = rc->buckets[b];
-    rc->buckets[b] = e;
-    e->in_table = true;
-}
-
-/* Frees an entry nobody uses any more. */
-static void settle(struct rc_entry *e)
-{
-    if (e->in_table || e->refs > 0 || e->fetch)
-        return;
-    free(e->mem);
-    free(e);
-}
-
-/* Takes an entry out of the table (and the LRU list, and the byte count, when on disk). */
-static void remove_entry(struct readcache *rc, struct rc_entry *e)
-{
-    struct rc_entry **p = &rc->buckets[bucket_of(rc, e->pack, e->slice)];
-
-    if (!e->in_table)
-        return;
-    while (*p != e)
-        p = &(*p)->hnext;
-    *p = e->hnext;
-    e->hnext = NULL;
-    e->in_table = false;
-    if (e->state == RC_ON_DISK) {
-        lru_unlink(rc, e);
-        rc->stats.bytes -= READCACHE_HEADER + e->len;
-        rc->stats.slices--;
-    }
-}
-
-/* The bytes of a slice are on disk and nobody copies from memory: the memory goes. */
-static void drop_mem(struct rc_entry *e)
-{
-    if (e->state == RC_ON_DISK && e->refs == 0 && e->mem) {
-        free(e->mem);
-        e->mem = NULL;
-    }
-}
-
-static void unlink_slice(struct readcache *rc, uint64_t pack, uint32_t slice)
-{
-    char name[READCACHE_NAME_MAX];
-
-    readcache_file_name(name, pack, slice);
-    unlinkat(rc->dirfd, name, 0);
-}
-
-/* ---- fetches: queued from any thread, run on the loop ---- */
-
-static void write_work(uv_work_t *work);
-static void write_done(uv_work_t *work, int status);
-
-/* Ends a fetch that brought nothing: its waiters see `status`. Under the lock. */
-static void fetch_failed(struct readcache *rc, struct rc_fetch *f, int status)
-{
-    struct rc_entry *e = f->e;
-
-    e->status = status ? status : -EIO;
-    e->state = RC_FAILED;
-    remove_entry(rc, e);
-    e->fetch = NULL;
-    rc->inflight--;
-    pthread_cond_broadcast(&rc->cond);
-    settle(e);
-}
-
-static void on_fetched(struct backend_req *req)
-{
-    struct rc_fetch *f = container_of(req, struct rc_fetch, get.req);
-    struct readcache *rc = f->rc;
-    struct rc_entry *e = f->e;
-    bool write = false;
-
-    rc->jobs--;
-    pthread_mutex_lock(&rc->lock);
-    if (req->status != 0) {
-        fetch_failed(rc, f, req->status);
-    } else {
-        e->mem = f->get.out;
-        e->len = (uint32_t)f->get.out_len;
-        f->get.out = NULL;
-        e->state = RC_LOADED;
-        rc->stats.fetched += e->len;
-        pthread_cond_broadcast(&rc->cond);
-        /* Dropped while it was fetched: its waiters have it, the disk does not want it. */
-        write = e->in_table;
-        if (!write) {
-            e->fetch = NULL;
-            rc->inflight--;
-            settle(e);
-        }
-    }
-    pthread_mutex_unlock(&rc->lock);
-    if (write) {
-        int r = uv_queue_work(rc->loop, &f->work, write_work, write_done);
-        if (r == 0) {
-            rc->jobs++;
-            return;
-        }
-        pthread_mutex_lock(&rc->lock);
-        remove_entry(rc, e);
-        e->fetch = NULL;
-        rc->inflight--;
-        settle(e);
-        pthread_mutex_unlock(&rc->lock);
-    }
-    backend_get_reset(&f->get);
-    free(f);
-}
-
-static void on_async(uv_async_t *h)
-{
-    struct readcache *rc = container_of(h, struct readcache, async);
-    struct rc_fetch *q;
-
-    pthread_mutex_lock(&rc->lock);
-    q = rc->queue;
-    rc->queue = rc->queue_tail = NULL;
-    pthread_mutex_unlock(&rc->lock);
-    while (q) {
-        struct rc_fetch *f = q;
-        q = q->next;
-        packer_pack_key(f->get.req.key, sizeof(f->get.req.key), f->e->pack);
-        f->get.req.cb = on_fetched;
-        f->get.offset = (uint64_t)f->e->slice * READCACHE_SLICE;
-        f->get.length = f->e->len;
-        f->get.max_len = READCACHE_SLICE;
-        int r = backend_get(rc->be, &f->get);
-        if (r < 0) {
-            pthread_mutex_lock(&rc->lock);
-            fetch_failed(rc, f, r);
-            pthread_mutex_unlock(&rc->lock);
-            free(f);
-            continue;
-        }
-        rc->jobs++;
-    }
-}
-
-/*
- * A new entry for a slice of `len` bytes, FETCHING, with its fetch queued for
- * the loop (the caller sends the wake-up). Under the lock. NULL when out of memory.
- */
-static struct rc_entry *start_fetch(struct readcache *rc, uint64_t pack, uint32_t slice,
-                                    uint32_t len)
-{
-    struct rc_entry *e = calloc(1, sizeof(*e));
-    struct rc_fetch *f = calloc(1, sizeof(*f));
-
-    if (!e || !f) {
-        free(e);
-        free(f);
-        return NULL;
-    }
-    e->pack = pack;
-    e->slice = slice;
-    e->len = len;
-    e->state = RC_FETCHING;
-    e->fetch = f;
-    f->rc = rc;
-    f->e = e;
-    if (rc->queue_tail)
-        rc->queue_tail->next = f;
-    else
-        rc->queue = f;
-    rc->queue_tail = f;
-    rc->inflight++;
-    insert(rc, e);
-    return e;
-}
-
-/* ---- writes and evictions, on workers ---- */
-
-static void write_work(uv_work_t *work)
-{
-    struct rc_fetch *f = container_of(work, struct rc_fetch, work);
-    struct readcache *rc = f->rc;
-    struct rc_entry *e = f->e;
-    struct {
-        uint64_t pack;
-        uint32_t slice;
-    } gone[EVICT_BATCH + 1];
-    uint32_t crc[READCACHE_PAGES];
-    size_t ngone = 0;
-
-    /* The bytes stay put while the entry has a fetch: no lock needed to read them. */
-    f->write_status = readcache_file_write(rc->dirfd, e->pack, e->slice, e->mem, e->len, crc);
-    pthread_mutex_lock(&rc->lock);
-    if (f->write_status == 0 && e->in_table) {
-        memcpy(e->crc, crc, sizeof(crc));
-        e->have_crc = true;
-        e->touched = time(NULL);
-        e->state = RC_ON_DISK;
-        rc->stats.bytes += READCACHE_HEADER + e->len;
-        rc->stats.slices++;
-        lru_front(rc, e);
-        while (rc->stats.bytes > rc->max_bytes && rc->lru_tail != e && ngone < EVICT_BATCH) {
-            struct rc_entry *v = rc->lru_tail;
-            gone[ngone].pack = v->pack;
-            gone[ngone++].slice = v->slice;
-            remove_entry(rc, v);
-            rc->stats.evictions++;
-            settle(v);
-        }
-    } else {
-        if (f->write_status == 0) { /* dropped while it was written */
-            gone[ngone].pack = e->pack;
-            gone[ngone++].slice = e->slice;
-        }
-        remove_entry(rc, e);
-    }
-    e->fetch = NULL;
-    rc->inflight--;
-    drop_mem(e);
-    settle(e);
-    pthread_mutex_unlock(&rc->lock);
-    /*
-     * A reader that found one of these entries before it went may still open
-     * its file: it then finds none, or a newer copy, and both are safe.
-     */
-    for (size_t i = 0; i < ngone; i++)
-        unlink_slice(rc, gone[i].pack, gone[i].slice);
-}
-
-static void write_done(uv_work_t *work, int status)
-{
-    struct rc_fetch *f = container_of(work, struct rc_fetch, work);
-    struct readcache *rc = f->rc;
-
-    (void)status;
-    rc->jobs--;
-    if (f->write_status != 0) {
-        time_t now = time(NULL);
-        if (now - rc->warned >= 60) {
-            rc->warned = now;
-            log_warn("read cache: cannot keep a slice: %s (reads go on without it)",
-                     strerror(-f->write_status));
-        }
-    }
-    free(f);
-}
 
 /* ---- reads, on workers ---- */
 
@@ -429,12 +82,12 @@ static uint32_t slice_count(uint64_t size)
 static bool has_predecessor(struct readcache *rc, uint64_t pack, uint32_t slice)
 {
     if (slice > 0)
-        return lookup(rc, pack, slice - 1) != NULL;
+        return rc_lookup(rc, pack, slice - 1) != NULL;
     if (pack == 0)
         return false;
     for (unsigned i = 0; i < SIZES; i++)
         if (rc->sizes[i].pack == pack - 1 && rc->sizes[i].size > 0)
-            return lookup(rc, pack - 1, slice_count(rc->sizes[i].size) - 1) != NULL;
+            return rc_lookup(rc, pack - 1, slice_count(rc->sizes[i].size) - 1) != NULL;
     return false;
 }
 
@@ -468,9 +121,9 @@ static bool read_ahead(struct readcache *rc, uint64_t pack, uint32_t slice, uint
                 s = 0;
             }
             n++;
-            if (lookup(rc, pack + p, s))
+            if (rc_lookup(rc, pack + p, s))
                 continue;
-            if (!start_fetch(rc, pack + p, s, slice_len(sizes[p], s)))
+            if (!rc_start_fetch(rc, pack + p, s, slice_len(sizes[p], s)))
                 break;
             queued = true;
         }
@@ -486,9 +139,9 @@ static void forget_file(struct readcache *rc, uint64_t pack, uint32_t slice, boo
     struct rc_entry *e;
 
     pthread_mutex_lock(&rc->lock);
-    if ((e = lookup(rc, pack, slice)) && e->state == RC_ON_DISK) {
-        remove_entry(rc, e);
-        settle(e);
+    if ((e = rc_lookup(rc, pack, slice)) && e->state == RC_ON_DISK) {
+        rc_remove_entry(rc, e);
+        rc_settle(e);
     }
     if (bad)
         rc->stats.damaged++;
@@ -502,7 +155,7 @@ static void damaged(struct readcache *rc, uint64_t pack, uint32_t slice)
     forget_file(rc, pack, slice, true);
     readcache_file_name(name, pack, slice);
     log_warn("read cache: slice file %s is damaged; fetched again", name);
-    unlink_slice(rc, pack, slice);
+    rc_unlink_slice(rc, pack, slice);
 }
 
 /* Reads [in, in + want) of one slice of `len` bytes into buf: 0 with *n, or a failure. */
@@ -516,9 +169,9 @@ static int read_slice(struct readcache *rc, uint64_t pack, uint32_t slice, uint3
         int r;
 
         pthread_mutex_lock(&rc->lock);
-        e = lookup(rc, pack, slice);
+        e = rc_lookup(rc, pack, slice);
         if (!e) {
-            if (!(e = start_fetch(rc, pack, slice, len))) {
+            if (!(e = rc_start_fetch(rc, pack, slice, len))) {
                 pthread_mutex_unlock(&rc->lock);
                 return -ENOMEM;
             }
@@ -545,8 +198,8 @@ static int read_slice(struct readcache *rc, uint64_t pack, uint32_t slice, uint3
             }
             pthread_mutex_lock(&rc->lock);
             e->refs--;
-            drop_mem(e);
-            settle(e);
+            rc_drop_mem(e);
+            rc_settle(e);
             pthread_mutex_unlock(&rc->lock);
             return r;
         }
@@ -557,15 +210,15 @@ static int read_slice(struct readcache *rc, uint64_t pack, uint32_t slice, uint3
         touch = time(NULL) - e->touched >= TOUCH_EVERY;
         if (touch)
             e->touched = time(NULL);
-        lru_unlink(rc, e);
-        lru_front(rc, e);
+        rc_lru_unlink(rc, e);
+        rc_lru_front(rc, e);
         pthread_mutex_unlock(&rc->lock);
         r = readcache_file_read(rc->dirfd, pack, slice, crc, &have_crc, &flen, in, buf, want, n,
                                 touch);
         if (r == 0) {
             pthread_mutex_lock(&rc->lock);
             rc->stats.hits++;
-            if ((e = lookup(rc, pack, slice)) && e->state == RC_ON_DISK && !e->have_crc) {
+            if ((e = rc_lookup(rc, pack, slice)) && e->state == RC_ON_DISK && !e->have_crc) {
                 memcpy(e->crc, crc, sizeof(crc));
                 e->have_crc = true;
                 if (flen != e->len) {
@@ -603,7 +256,7 @@ int readcache_read(struct readcache *rc, uint64_t pack, uint64_t off, void *buf,
         size_t want = len - done < READCACHE_SLICE - in ? len - done : READCACHE_SLICE - in, n;
         /* The slice wanted now goes out before the ones read ahead. */
         pthread_mutex_lock(&rc->lock);
-        if (!lookup(rc, pack, slice) && start_fetch(rc, pack, slice, slice_len(size, slice)))
+        if (!rc_lookup(rc, pack, slice) && rc_start_fetch(rc, pack, slice, slice_len(size, slice)))
             uv_async_send(&rc->async);
         pthread_mutex_unlock(&rc->lock);
         if (read_ahead(rc, pack, slice, size))
@@ -629,14 +282,14 @@ void readcache_drop(struct readcache *rc, uint64_t pack, uint64_t off, uint64_t 
         struct rc_entry *e;
         bool on_disk = false;
         pthread_mutex_lock(&rc->lock);
-        if ((e = lookup(rc, pack, (uint32_t)s))) {
+        if ((e = rc_lookup(rc, pack, (uint32_t)s))) {
             on_disk = e->state == RC_ON_DISK;
-            remove_entry(rc, e);
-            settle(e);
+            rc_remove_entry(rc, e);
+            rc_settle(e);
         }
         pthread_mutex_unlock(&rc->lock);
         if (on_disk)
-            unlink_slice(rc, pack, (uint32_t)s);
+            rc_unlink_slice(rc, pack, (uint32_t)s);
     }
 }
 
@@ -654,7 +307,7 @@ static void forget_work(uv_work_t *work)
     struct rc_forget *fg = container_of(work, struct rc_forget, work);
 
     for (size_t i = 0; i < fg->n; i++)
-        unlink_slice(fg->rc, fg->pack, fg->slices[i]);
+        rc_unlink_slice(fg->rc, fg->pack, fg->slices[i]);
 }
 
 static void forget_done(uv_work_t *work, int status)
@@ -691,8 +344,8 @@ void readcache_forget_pack(struct readcache *rc, uint64_t pack)
                 continue;
             if (fg && e->state == RC_ON_DISK)
                 fg->slices[fg->n++] = e->slice;
-            remove_entry(rc, e);
-            settle(e);
+            rc_remove_entry(rc, e);
+            rc_settle(e);
         }
     }
     pthread_mutex_unlock(&rc->lock);
@@ -759,8 +412,8 @@ static int take_stock(struct readcache *rc)
         e->len = found[i].len;
         e->state = RC_ON_DISK;
         e->touched = found[i].used.tv_sec;
-        insert(rc, e);
-        lru_front(rc, e);
+        rc_insert(rc, e);
+        rc_lru_front(rc, e);
         rc->stats.bytes += READCACHE_HEADER + e->len;
         rc->stats.slices++;
     }
@@ -769,10 +422,10 @@ static int take_stock(struct readcache *rc)
         struct rc_entry *v = rc->lru_tail;
         uint64_t pack = v->pack;
         uint32_t slice = v->slice;
-        remove_entry(rc, v);
-        settle(v);
+        rc_remove_entry(rc, v);
+        rc_settle(v);
         rc->stats.evictions++;
-        unlink_slice(rc, pack, slice);
+        rc_unlink_slice(rc, pack, slice);
     }
     return 0;
 }
@@ -816,7 +469,7 @@ int readcache_new(struct readcache **out, uv_loop_t *loop, struct backend *be, c
         *msg = "cannot read the read cache directory";
         goto fail;
     }
-    if ((r = uv_async_init(loop, &rc->async, on_async)) < 0) {
+    if ((r = uv_async_init(loop, &rc->async, rc_on_async)) < 0) {
         *msg = "cannot set up the read cache";
         goto fail;
     }
@@ -866,3 +519,4 @@ struct readcache *readcache_free(struct readcache *rc)
     uv_close((uv_handle_t *)&rc->async, on_closed);
     return NULL;
 }
+

@@ -14,7 +14,7 @@
 #include "daemon/format/manifest.h"
 #include "daemon/format/objects.h"
 #include "daemon/format/record.h"
-#include "daemon/recovery/replay.h"
+#include "daemon/recovery/replay-int.h"
 #include "daemon/store/store.h"
 #include "proto/util.h"
 

@@ -17,7 +17,7 @@
 #include "daemon/format/objects.h"
 #include "daemon/pack/packer.h"
 #include "daemon/format/record.h"
-#include "daemon/recovery/replay.h"
+#include "daemon/recovery/replay-int.h"
 #include "daemon/store/store.h"
 
 /* Bytes of an open pack read at once; more than the largest record. */

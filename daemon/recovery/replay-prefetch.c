@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "daemon/pack/packer.h"
-#include "daemon/recovery/replay.h"
+#include "daemon/recovery/replay-int.h"
 #include "daemon/store/store.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))

@@ -90,7 +90,7 @@ struct indexer {
     struct fts *fts; /* told when a batch changed the index */
     char *path;
     size_t max_text;
-    sqlite3 *conn; /* used by one batch job at a time */
+    sqlite3 *sql; /* used by one batch job at a time */
     sqlite3_stmt *stmts[IX_COUNT_];
     /* Loop thread. */
     struct ix_item *head, *tail;

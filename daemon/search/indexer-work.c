@@ -38,9 +38,9 @@ int ix_exec(sqlite3 *c, const char *sql)
 
 static sqlite3_stmt *ix_stmt(struct indexer *ix, enum ix_stmt id)
 {
-    if (!ix->stmts[id] && sqlite3_prepare_v3(ix->conn, ix_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+    if (!ix->stmts[id] && sqlite3_prepare_v3(ix->sql, ix_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
                                              &ix->stmts[id], NULL) != SQLITE_OK) {
-        log_error("search index: %s", sqlite3_errmsg(ix->conn));
+        log_error("search index: %s", sqlite3_errmsg(ix->sql));
         return NULL;
     }
     sqlite3_reset(ix->stmts[id]);
@@ -54,7 +54,7 @@ static int ix_step(struct indexer *ix, sqlite3_stmt *s)
     sqlite3_reset(s);
     if (rc == SQLITE_DONE || rc == SQLITE_ROW)
         return 0;
-    log_error("search index: %s", sqlite3_errmsg(ix->conn));
+    log_error("search index: %s", sqlite3_errmsg(ix->sql));
     return -EIO;
 }
 
@@ -275,7 +275,7 @@ static int do_catch_up(struct ix_batch *b)
                      (long long)stale);
         if (stale > 0) {
             /* Entries that cannot be taken out exactly any more: start the index afresh. */
-            if ((r = ix_exec(ix->conn, "INSERT INTO search(search) VALUES('delete-all');"
+            if ((r = ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
                                        "DELETE FROM indexed;")) < 0)
                 return r;
         }
@@ -297,11 +297,11 @@ static int do_catch_up(struct ix_batch *b)
 void ix_batch_work(struct ix_batch *b)
 {
     struct indexer *ix = b->ix;
-    int r = ix_exec(ix->conn, "BEGIN IMMEDIATE");
+    int r = ix_exec(ix->sql, "BEGIN IMMEDIATE");
 
     /* An entry could not be taken out exactly: everything is indexed again. */
     if (r == 0 && b->rebuild)
-        r = ix_exec(ix->conn, "INSERT INTO search(search) VALUES('delete-all');"
+        r = ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
                               "DELETE FROM indexed;");
     if (r == 0 && b->removals)
         r = do_removals(b);
@@ -317,9 +317,9 @@ void ix_batch_work(struct ix_batch *b)
     if (r == 0)
         r = db_sync_log(ix->db);
     if (r == 0)
-        r = ix_exec(ix->conn, "COMMIT");
+        r = ix_exec(ix->sql, "COMMIT");
     if (r != 0) {
-        ix_exec(ix->conn, "ROLLBACK");
+        ix_exec(ix->sql, "ROLLBACK");
         b->nremoved = 0;
         b->nindexed = 0;
     }

@@ -93,25 +93,25 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     ix->fts = fts;
     ix->max_text = max_text;
     ix->catch_up = ix->removals = ix->first_catch_up = true;
-    if (sqlite3_open_v2(path, &ix->conn,
+    if (sqlite3_open_v2(path, &ix->sql,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
-        log_error("search index %s: %s", path, ix->conn ? sqlite3_errmsg(ix->conn) : "cannot open");
+        log_error("search index %s: %s", path, ix->sql ? sqlite3_errmsg(ix->sql) : "cannot open");
         goto fail;
     }
-    sqlite3_busy_timeout(ix->conn, 10000);
+    sqlite3_busy_timeout(ix->sql, 10000);
     /* Derived data: NORMAL keeps it consistent after a crash; what it lost is redone. */
-    if (ix_exec(ix->conn, "PRAGMA journal_mode=WAL") < 0 ||
-        ix_exec(ix->conn, backend_sync_disabled() ? "PRAGMA synchronous=OFF"
+    if (ix_exec(ix->sql, "PRAGMA journal_mode=WAL") < 0 ||
+        ix_exec(ix->sql, backend_sync_disabled() ? "PRAGMA synchronous=OFF"
                                                   : "PRAGMA synchronous=NORMAL") < 0 ||
-        ix_exec(ix->conn, schema_sql) < 0)
+        ix_exec(ix->sql, schema_sql) < 0)
         goto fail;
     attach = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS meta_db", db_path(db));
     if (!attach) {
         r = -ENOMEM;
         goto fail;
     }
-    r = ix_exec(ix->conn, attach);
+    r = ix_exec(ix->sql, attach);
     sqlite3_free(attach);
     if (r < 0)
         goto fail;
@@ -137,7 +137,7 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     *out = ix;
     return 0;
 fail:
-    sqlite3_close(ix->conn);
+    sqlite3_close(ix->sql);
     free(ix->path);
     free(ix);
     return r;
@@ -175,8 +175,8 @@ struct indexer *indexer_free(struct indexer *ix)
     }
     for (int i = 0; i < IX_COUNT_; i++)
         sqlite3_finalize(ix->stmts[i]);
-    sqlite3_wal_checkpoint_v2(ix->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-    sqlite3_close(ix->conn);
+    sqlite3_wal_checkpoint_v2(ix->sql, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    sqlite3_close(ix->sql);
     uv_close((uv_handle_t *)&ix->wake, on_handle_closed);
     uv_close((uv_handle_t *)&ix->gather, on_handle_closed);
     uv_close((uv_handle_t *)&ix->finished_async, on_handle_closed);

@@ -1,6 +1,6 @@
 #pragma once
 
-/* The add pipeline's state (add.c: the loop side; add-work.c: the worker jobs). */
+/* The add pipeline's state (add.c: the loop side; add-work.c: the worker jobs and record lists). */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -127,7 +127,10 @@ struct store_add {
     struct db_add dba;
 };
 
+/* Records and lists of them (add-work.c). */
 void add_rec_clear(struct packer_rec *rec);
+void add_list_clear(struct rec_list *l);
+/* Appends a record (taken over); -ENOMEM leaves it with the caller. */
 int add_list_push(struct rec_list *l, struct packer_rec *rec);
 
 /* Worker jobs (add-work.c). */

@@ -12,6 +12,36 @@
 #include "daemon/format/record.h"
 #include "proto/util.h"
 
+/* ---- record lists ---- */
+
+void add_rec_clear(struct packer_rec *rec)
+{
+    free(rec->bytes);
+    free(rec->idx);
+    memset(rec, 0, sizeof(*rec));
+}
+
+void add_list_clear(struct rec_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        add_rec_clear(&l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+int add_list_push(struct rec_list *l, struct packer_rec *rec)
+{
+    struct packer_rec *grown = realloc(l->v, (l->n + 1) * sizeof(*grown));
+
+    if (!grown)
+        return -ENOMEM;
+    l->v = grown;
+    l->v[l->n++] = *rec;
+    memset(rec, 0, sizeof(*rec));
+    return 0;
+}
+
 /* ---- worker side: cutting, segments, blocks, the entry ---- */
 
 /* Compresses pieces into one block record, appended to the segment's blocks. */

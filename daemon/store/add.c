@@ -53,41 +53,12 @@ static void params_clear(struct store_add_params *p)
     memset(p, 0, sizeof(*p));
 }
 
-void add_rec_clear(struct packer_rec *rec)
-{
-    free(rec->bytes);
-    free(rec->idx);
-    memset(rec, 0, sizeof(*rec));
-}
-
-static void list_clear(struct rec_list *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        add_rec_clear(&l->v[i]);
-    free(l->v);
-    l->v = NULL;
-    l->n = 0;
-}
-
-/* Appends a record (taken over); -ENOMEM leaves it with the caller. */
-int add_list_push(struct rec_list *l, struct packer_rec *rec)
-{
-    struct packer_rec *grown = realloc(l->v, (l->n + 1) * sizeof(*grown));
-
-    if (!grown)
-        return -ENOMEM;
-    l->v = grown;
-    l->v[l->n++] = *rec;
-    memset(rec, 0, sizeof(*rec));
-    return 0;
-}
-
 static void seg_free(struct seg_job *sj)
 {
     free(sj->seg.data);
     free(sj->ends);
     free(sj->chunks);
-    list_clear(&sj->blocks);
+    add_list_clear(&sj->blocks);
     free(sj);
 }
 
@@ -114,8 +85,8 @@ static void add_free(struct store_add *add)
     EVP_MD_CTX_free(add->doc_ctx);
     text_acc_clear(&add->text);
     manifest_builder_clear(&add->mb);
-    list_clear(&add->last);
-    list_clear(&add->final_recs);
+    add_list_clear(&add->last);
+    add_list_clear(&add->final_recs);
     add_rec_clear(&add->entry);
     free(add->root);
     params_clear(&add->p);
@@ -273,7 +244,7 @@ static void send_group(struct store_add *add, struct rec_list *recs)
     struct add_group *ag = calloc(1, sizeof(*ag));
 
     if (!ag) {
-        list_clear(recs);
+        add_list_clear(recs);
         add_fail(add, -ENOMEM);
         return;
     }
@@ -297,7 +268,7 @@ static void group_done(struct packer_group *g, int status)
                  status < 0 ? strerror(-status) : "backend unavailable");
         add_fail(add, status < 0 ? status : STORE_E_UNAVAILABLE);
     }
-    list_clear(&ag->recs);
+    add_list_clear(&ag->recs);
     free(ag);
     add->groups--;
     add_progress(add);
@@ -604,7 +575,7 @@ static void final_done(struct packer_group *g, int status)
 
     add->committing = false;
     add->ticket = 0; /* used */
-    list_clear(&add->final_recs);
+    add_list_clear(&add->final_recs);
     if (status != 0) {
         add_fail(add, status < 0 ? status : STORE_E_UNAVAILABLE);
         (void)add_maybe_end(add);

@@ -57,7 +57,7 @@ struct replay {
     uint64_t max_time;
 };
 
-/* ---- waiting for the loop (replay.c) ---- */
+/* ---- waiting for the loop (replay-loop.c) ---- */
 
 /* A ranged read: 0 with a malloc'd buffer, BACKEND_E_*, or negative errno. */
 int replay_get(struct replay *rp, const char *key, uint64_t off, uint64_t len, uint8_t **out,
@@ -76,6 +76,8 @@ void replay_prefetch_free(struct replay *rp);
 /* An append at `off` (with no iovecs: cut the object there, and make it durable). */
 int replay_append(const struct recovery_parts *rv, const char *key, uint64_t off, const struct iovec *iov,
                   unsigned iovcnt);
+/* One page of a listing (the caller fills in the prefix and cursor): its status. */
+int replay_list(const struct recovery_parts *rv, struct backend_list *list);
 /* A delete; an object already gone is not a failure. */
 int replay_del(const struct recovery_parts *rv, const char *key);
 /* One database transaction running `apply`. */

@@ -1,10 +1,11 @@
 #pragma once
 
 /*
- * What the dispatch files share (dispatch.c: frames, the op table and the
- * common op lifecycle; op-add.c: add and its data frames; op-read.c: get,
- * list and stat; op-search.c: search; op-admin.c: delete, status, gc and
- * verify). Not for use outside dispatch.
+ * Operations in progress, and what their handlers share: op.c (the common
+ * lifecycle, field checks and reply helpers), and a handler file per group
+ * of ops: op-add.c (add and its data frames), op-read.c (get, list and
+ * stat), op-search.c (search), op-admin.c (delete, status, du, gc and
+ * verify). dispatch.c picks the handler for each frame.
  *
  * Every operation in progress is one allocation: a struct of its own kind
  * whose first member is the common struct op, found from the request or the
@@ -62,56 +63,56 @@ static inline struct op *op_of(struct request *req)
  * registers it with the connection; replies and returns NULL when out of
  * memory.
  */
-struct op *dispatch_op_new(struct conn *c, uint64_t id, enum op_kind kind, size_t size,
+struct op *op_new(struct conn *c, uint64_t id, enum op_kind kind, size_t size,
                            void (*clear)(struct op *op));
 /* Removes the op from its connection and frees it, unless a worker job still uses it. */
-void dispatch_op_finish(struct op *op);
+void op_finish(struct op *op);
 /* Runs `work_cb` on a worker thread and `done` on the loop; `work` belongs to the op. */
-void dispatch_op_queue(struct op *op, uv_work_t *work, uv_work_cb work_cb, uv_after_work_cb done);
+void op_queue(struct op *op, uv_work_t *work, uv_work_cb work_cb, uv_after_work_cb done);
 /* Common tail of every worker job: returns false when the op was abandoned (and is now freed). */
-bool dispatch_op_job_end(struct op *op);
+bool op_job_end(struct op *op);
 
 /* The protocol error code and message for a store or database status. */
-enum proto_error dispatch_error_code(int status, const char **msg);
+enum proto_error op_error_code(int status, const char **msg);
 /* Replies with the error code and message for a store or database status. */
-void dispatch_reply_status_error(struct op *op, int status);
+void op_reply_status_error(struct op *op, int status);
 
 /* Copies a str field into a new C string; NULL when absent. -EINVAL when invalid. */
-int dispatch_get_string(const msgpack_object *map, const char *key, size_t max, bool allow_empty,
+int op_get_string(const msgpack_object *map, const char *key, size_t max, bool allow_empty,
                         char **out);
 /* Copies a non-empty str object of at most `max` bytes without NUL; -EINVAL when invalid. */
-int dispatch_copy_str(const msgpack_object *o, size_t max, char **out);
-void dispatch_free_strings(char **v, size_t n);
+int op_copy_str(const msgpack_object *o, size_t max, char **out);
+void op_free_strings(char **v, size_t n);
 /*
  * Packs v[first..n) as a msgpack array of str. The offset is taken here, not
  * by the caller, because an empty list may be NULL, and NULL + 0 is already
  * undefined behaviour in C.
  */
-void dispatch_pack_strings(msgpack_packer *pk, const char *const *v, size_t first, size_t n);
+void op_pack_strings(msgpack_packer *pk, const char *const *v, size_t first, size_t n);
 /* How many of the first strings of v to leave out so that the rest fit in `budget` reply bytes. */
-size_t dispatch_strings_cut(const char *const *v, size_t n, size_t budget);
+size_t op_strings_cut(const char *const *v, size_t n, size_t budget);
 /* Reads the required `ref` field into *ref and *len; replies and finishes the op on error. */
-bool dispatch_take_ref(struct op *op, const msgpack_object *map, char **ref, size_t *len);
+bool op_take_ref(struct op *op, const msgpack_object *map, char **ref, size_t *len);
 
 /* One handler per request op; `map` is only valid during the call. */
-void dispatch_do_add(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_data(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_get(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_delete(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_list(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_stat(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_status(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_du(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_search(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_gc(struct conn *c, uint64_t id, const msgpack_object *map);
-void dispatch_do_verify(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_add(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_data(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_get(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_delete(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_list(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_stat(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_du(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_search(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_gc(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_verify(struct conn *c, uint64_t id, const msgpack_object *map);
 
 /* op-add.c: the connection is going away; aborts the store's add and its flow-control hold. */
-void dispatch_add_abandon(struct op *op);
+void op_add_abandon(struct op *op);
 /* op-add.c: true while the add expects more data frames. */
-bool dispatch_add_stream_open(struct op *op);
+bool op_add_stream_open(struct op *op);
 /* op-read.c: the connection is going away; releases the store's read. */
-void dispatch_get_abandon(struct op *op);
+void op_get_abandon(struct op *op);
 /* op-read.c: the client read enough of a stream for the next piece or page. */
-void dispatch_get_drained(struct op *op);
-void dispatch_list_drained(struct op *op);
+void op_get_drained(struct op *op);
+void op_list_drained(struct op *op);

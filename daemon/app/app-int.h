@@ -1,0 +1,30 @@
+#pragma once
+
+/*
+ * What the daemon's files share: daemon.c (the lifecycle and the
+ * composition of the parts), listen.c (the listening socket) and datadir.c
+ * (the data directory). Not for use outside daemon/app.
+ */
+
+#include <stddef.h>
+
+struct daemon;
+
+/* ---- listen.c ---- */
+
+/* Listens on the socket systemd passed, else binds `path`: 0, or DAEMON_E_* with err. */
+int daemon_listen(struct daemon *d, const char *path, char *err, size_t err_len);
+/* Stops accepting; a socket of our own is removed (systemd's stays with its unit). */
+void daemon_stop_listening(struct daemon *d);
+
+/* ---- datadir.c ---- */
+
+/* Makes the data directory's own entry in its parent durable: 0 or negative errno. */
+int daemon_sync_data_dir(const char *data_dir);
+/* Takes cairnd.lock in the data directory: 0, or DAEMON_E_* with err. */
+int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size_t err_len);
+/* --rebuild-index: moves the database aside and removes the index. 0, or DAEMON_E_SETUP. */
+int daemon_set_aside_db(const char *db_path, const char *index_path, long now, char *err,
+                        size_t err_len);
+/* A failed rebuild: what it wrote goes aside, the old database comes back (closed db). */
+void daemon_undo_rebuild(const struct daemon *d);

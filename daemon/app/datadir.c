@@ -1,0 +1,157 @@
+/*
+ * The data directory: the entry that makes it durable, the lock that keeps
+ * a second cairnd out, and the database set aside for a rebuild (and put
+ * back when the rebuild fails).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "daemon/app/app-int.h"
+#include "daemon/app/daemon.h"
+#include "daemon/base/log.h"
+#include "proto/util.h"
+#include "storage/backend.h"
+
+/*
+ * Makes the data directory's own entry in its parent durable. The local
+ * backend syncs the entries in the data directory (the objects directory's
+ * among them) but not the data directory itself: after a power cut that
+ * followed its creation, everything acknowledged in it was gone with it.
+ * Every start, not only the one that creates it: an earlier run may have
+ * created it and crashed before any sync. Directories above it are taken
+ * as they are.
+ */
+int daemon_sync_data_dir(const char *data_dir)
+{
+    char parent[PATH_MAX];
+    char *slash;
+    int fd, r = 0;
+
+    if (backend_sync_disabled())
+        return 0;
+    snprintf(parent, sizeof(parent), "%s", data_dir);
+    for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--)
+        parent[n - 1] = '\0';
+    slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof(parent), ".");
+    else
+        slash[slash == parent ? 1 : 0] = '\0';
+    fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
+int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size_t err_len)
+{
+    char path[PATH_MAX + 16], pid[32];
+    int fd, n;
+
+    snprintf(path, sizeof(path), "%s/cairnd.lock", data_dir);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        return DAEMON_E_SETUP;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK) {
+            snprintf(err, err_len, "another cairnd%s%s%s is already running on data dir %s",
+                     pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", data_dir);
+            return DAEMON_E_LOCKED;
+        }
+        snprintf(err, err_len, "%s: %s", path, strerror(e));
+        return DAEMON_E_SETUP;
+    }
+    n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        close(fd);
+        return DAEMON_E_SETUP;
+    }
+    d->lock_fd = fd;
+    return 0;
+}
+
+/*
+ * A rebuild starts from an empty database. The old one is kept beside it
+ * (cairn.db.before-rebuild.<time>), never deleted: it may hold what the
+ * backend lacks. The search index is derived: it is simply made anew.
+ */
+static const char *const db_suffixes[] = {"", "-wal", "-shm"};
+
+int daemon_set_aside_db(const char *db_path, const char *index_path, long now, char *err,
+                        size_t err_len)
+{
+    const char *const *suffixes = db_suffixes;
+    char from[PATH_MAX + 32], to[PATH_MAX + 64];
+
+    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
+        snprintf(from, sizeof(from), "%s%s", db_path, suffixes[i]);
+        snprintf(to, sizeof(to), "%s.before-rebuild.%ld%s", db_path, now, suffixes[i]);
+        if (rename(from, to) < 0 && errno != ENOENT) {
+            snprintf(err, err_len, "cannot move %s aside: %s", from, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+        snprintf(from, sizeof(from), "%s%s", index_path, suffixes[i]);
+        if (unlink(from) < 0 && errno != ENOENT) {
+            snprintf(err, err_len, "cannot remove %s: %s", from, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+    }
+    return 0;
+}
+
+/*
+ * A rebuild that failed - most often because the backend could not be read -
+ * must not leave its partial database where the next start would open it:
+ * that database holds less than the one set aside, and would be taken as
+ * the truth. What the rebuild wrote goes to cairn.db.failed-rebuild.<time>
+ * and the old database comes back. The search index, derived, is removed and
+ * made anew at the next start. Called with the database closed.
+ */
+void daemon_undo_rebuild(const struct daemon *d)
+{
+    char from[sizeof(d->db_path) + 64], to[sizeof(d->db_path) + 64];
+    bool restored = false;
+
+    for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
+        snprintf(from, sizeof(from), "%s%s", d->db_path, db_suffixes[i]);
+        snprintf(to, sizeof(to), "%s.failed-rebuild.%ld%s", d->db_path, d->aside_stamp,
+                 db_suffixes[i]);
+        if (rename(from, to) < 0 && errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be moved aside: %s", from, strerror(errno));
+        snprintf(from, sizeof(from), "%s.before-rebuild.%ld%s", d->db_path, d->aside_stamp,
+                 db_suffixes[i]);
+        snprintf(to, sizeof(to), "%s%s", d->db_path, db_suffixes[i]);
+        if (rename(from, to) == 0)
+            restored = restored || i == 0;
+        else if (errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be put back: %s", from, strerror(errno));
+        snprintf(from, sizeof(from), "%s%s", d->index_path, db_suffixes[i]);
+        if (unlink(from) < 0 && errno != ENOENT)
+            log_error("rebuild failed, and %s cannot be removed: %s", from, strerror(errno));
+    }
+    if (restored)
+        log_error("rebuild failed: the database from before it is back in place as %s, "
+                  "what the rebuild wrote is in %s.failed-rebuild.%ld",
+                  d->db_path, d->db_path, d->aside_stamp);
+    else
+        log_error("rebuild failed: what it wrote is in %s.failed-rebuild.%ld, "
+                  "no database is in place",
+                  d->db_path, d->aside_stamp);
+}
+

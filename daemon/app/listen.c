@@ -1,0 +1,150 @@
+/*
+ * The daemon's listening socket: the one systemd passed, or one bound at
+ * the configured path, whose directory is the owner's alone.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/app/app-int.h"
+#include "daemon/app/daemon.h"
+#include "daemon/base/log.h"
+#include "daemon/net/net.h"
+#include "proto/util.h"
+
+/* True when something accepts connections on `path`. */
+static bool socket_alive(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool alive;
+
+    if (fd < 0)
+        return false;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    alive = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return alive;
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    struct daemon *d = container_of((uv_pipe_t *)listener, struct daemon, listener);
+
+    if (status < 0) {
+        log_warn("accept failed: %s", uv_strerror(status));
+        return;
+    }
+    if (d->stopping)
+        return;
+    server_accept(d->srv, listener);
+}
+
+/* Serves on the socket systemd passed: its path, mode and owner are the socket unit's. */
+static int setup_activated_socket(struct daemon *d, char *err, size_t err_len)
+{
+    size_t len = sizeof(d->socket_path);
+    int fd = d->listen_fd, r;
+
+    d->listen_fd = -1;
+    uv_pipe_init(&d->loop, &d->listener, 0);
+    r = uv_pipe_open(&d->listener, fd);
+    if (r == 0) {
+        d->activated = true;
+        r = uv_listen((uv_stream_t *)&d->listener, SOMAXCONN, on_connection);
+    } else {
+        close(fd);
+    }
+    if (r < 0) {
+        snprintf(err, err_len, "cannot listen on the socket systemd passed: %s", uv_strerror(r));
+        uv_close((uv_handle_t *)&d->listener, NULL);
+        return DAEMON_E_SETUP;
+    }
+    if (uv_pipe_getsockname(&d->listener, d->socket_path, &len) < 0 || len == 0)
+        snprintf(d->socket_path, sizeof(d->socket_path), "(fd %d from systemd)", fd);
+    else if (d->socket_path[0] == '\0')
+        d->socket_path[0] = '@'; /* abstract namespace, as systemd writes it */
+    d->listening = true;
+    return 0;
+}
+
+int daemon_listen(struct daemon *d, const char *path, char *err, size_t err_len)
+{
+    char dir[sizeof(d->socket_path)];
+    char *slash;
+    struct stat st;
+    mode_t old_mask;
+    int r;
+
+    if (d->listen_fd >= 0)
+        return setup_activated_socket(d, err, err_len);
+    snprintf(d->socket_path, sizeof(d->socket_path), "%s", path);
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        bool existed = stat(dir, &st) == 0;
+        r = util_mkdir_p(dir, 0700);
+        if (r < 0 || stat(dir, &st) < 0) {
+            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(r < 0 ? -r : errno));
+            return DAEMON_E_SETUP;
+        }
+        /*
+         * A directory made here is the owner's alone (the umask may have
+         * widened nothing, but may have been odd). One that was there already
+         * is left as it is: it may be /tmp or a shared runtime directory, and
+         * the socket's own mode and the peer check guard the daemon anyway.
+         */
+        if (!existed && st.st_uid != getuid()) {
+            snprintf(err, err_len, "socket directory %s belongs to another user", dir);
+            return DAEMON_E_SETUP;
+        }
+        if (!existed && (st.st_mode & 077) && chmod(dir, 0700) < 0) {
+            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+    }
+    if (lstat(path, &st) == 0) {
+        if (socket_alive(path)) {
+            snprintf(err, err_len, "a daemon is already listening on %s", path);
+            return DAEMON_E_LOCKED;
+        }
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, err_len, "%s exists and is not a socket", path);
+            return DAEMON_E_SETUP;
+        }
+        unlink(path); /* stale, left by a daemon that died */
+    }
+    uv_pipe_init(&d->loop, &d->listener, 0);
+    old_mask = umask(0177);
+    r = uv_pipe_bind(&d->listener, path);
+    umask(old_mask);
+    if (r == 0)
+        r = chmod(path, 0600) < 0 ? -errno : 0;
+    if (r == 0)
+        r = uv_listen((uv_stream_t *)&d->listener, SOMAXCONN, on_connection);
+    if (r < 0) {
+        snprintf(err, err_len, "cannot listen on %s: %s", path, uv_strerror(r));
+        uv_close((uv_handle_t *)&d->listener, NULL);
+        return DAEMON_E_SETUP;
+    }
+    d->listening = true;
+    return 0;
+}
+
+void daemon_stop_listening(struct daemon *d)
+{
+    if (!d->listening)
+        return;
+    d->listening = false;
+    uv_close((uv_handle_t *)&d->listener, NULL);
+    /* An activated socket's path belongs to the socket unit, which keeps listening. */
+    if (!d->activated)
+        unlink(d->socket_path);
+}
+
