@@ -23,12 +23,12 @@ int log_level_parse(const char *s, enum log_level *out);
 void log_init(enum log_level threshold);
 /* Detects the journal before the configuration (and so the level) is known. */
 void log_init_early(void);
+/* True when stderr goes to the journal (lines carry "<N>" prefixes). */
+bool log_to_journal(void);
 /*
  * Start-up messages that are printed whatever the level (a bad command line,
  * a failed setup): "cairnd: MESSAGE", or "<N>MESSAGE" under the journal.
  */
-/* True when stderr goes to the journal (lines carry "<N>" prefixes). */
-bool log_to_journal(void);
 void log_plain(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

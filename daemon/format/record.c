@@ -123,8 +123,10 @@ int record_seal_build(enum pack_rec_type type, const uint8_t *raw, size_t raw_le
     return 0;
 }
 
-/* Decodes an envelope into a new buffer of at most max_raw bytes. */
-/* Decodes a sealed payload into `buf` (when given, of `cap` bytes), else a new buffer. */
+/*
+ * Decodes a sealed payload (an envelope) of at most max_raw bytes into `buf`
+ * (when given, of `cap` bytes), else into a new buffer.
+ */
 static int unseal(const uint8_t *obj, size_t len, size_t max_raw, uint8_t *buf, size_t cap,
                   uint8_t **raw, size_t *raw_len)
 {

@@ -13,6 +13,7 @@
  * their block.
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,11 +68,11 @@ int record_seal_open(const uint8_t *bytes, size_t len, enum pack_rec_type type,
                      const uint8_t id[PROTO_HASH_LEN], size_t max_raw, uint8_t **raw,
                      size_t *raw_len);
 
-/* True when data[0..len) hashes to `id` (SHA-256). */
 /*
  * A chunk's share of its block record's stored bytes: the record's length
  * in proportion to the chunk's raw size among the block's `raw` bytes, and
  * at least 1, so that a live chunk always counts as live bytes.
  */
 uint32_t record_share(uint64_t record_len, uint64_t size, uint64_t raw);
+/* True when data[0..len) hashes to `id` (SHA-256). */
 bool record_hash_ok(const uint8_t *data, size_t len, const uint8_t id[PROTO_HASH_LEN]);

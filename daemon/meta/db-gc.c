@@ -239,8 +239,10 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
 
 /* ---- what is alive where ---- */
 
-/* Adds the per-pack sums of a "pack, SUM(...)" query to the matching packs. */
-/* Adds per-pack sums to use[]: live bytes and rows, or with `rows` all rows. */
+/*
+ * Adds the per-pack sums of a "pack, SUM(...)" query to the matching packs
+ * of use[]: live bytes and rows, or with `rows` all rows.
+ */
 static int add_sums(struct db_conn *c, enum db_stmt_id id, uint64_t safe_gen, bool rows,
                     struct db_pack_use *use, size_t n)
 {

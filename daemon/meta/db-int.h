@@ -3,9 +3,9 @@
 /*
  * What the database's files share: db.c (schema, connections, the reader
  * pool, the group-committing writer), db-docs.c (documents, names, tags,
- * metadata, and the search index's queue of work), db-store.c (packs and
- * the rows that locate records in them), db-gc.c (gc's queries) and
- * db-search.c (searches). Not for use outside these files.
+ * metadata, and the search index's queue of work), db-names.c (names as
+ * paths), db-store.c (packs and the rows that locate records in them) and
+ * db-gc.c (gc's queries). Not for use outside daemon/meta.
  */
 
 #include <pthread.h>
@@ -22,7 +22,8 @@
 /*
  * The prepared statements of every file, numbered together so that each
  * connection keeps all of them in one cache. A file defines the SQL of its
- * own statements in its table below; the other files may still run them.
+ * own statements in its table below and passes it to db_stmt; another file
+ * may run them with that table.
  */
 enum db_stmt_id {
     /* db-docs.c */

@@ -1,7 +1,9 @@
 /*
  * The database's core: the schema, connections and their statement cache,
  * the reader pool and the group-committing writer. The queries are in
- * db-docs.c, db-search.c and db-maint.c; db-int.h is what they share.
+ * db-docs.c, db-names.c, db-store.c and db-gc.c; db-int.h is what they
+ * share. Other parts run queries of their own on reader connections
+ * (db_conn_prepare: the search index's, daemon/search/fts.c).
  */
 #include "daemon/meta/db.h"
 
@@ -92,7 +94,7 @@ static const char schema_sql[] =
     "CREATE INDEX IF NOT EXISTS journal_by_doc ON journal(doc, time);"
     "CREATE INDEX IF NOT EXISTS journal_pending ON journal(time) WHERE applied = 0;"
     "CREATE INDEX IF NOT EXISTS journal_by_pack ON journal(pack, off);"
-    /* Deleted documents the search index still has to drop (indexer.c). */
+    /* Deleted documents the search index still has to drop (daemon/search/indexer.c). */
     "CREATE TABLE IF NOT EXISTS search_removals("
     " doc INTEGER PRIMARY KEY,"
     " depth INTEGER NOT NULL,"

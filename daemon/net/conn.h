@@ -46,7 +46,7 @@ struct conn {
     bool eof; /* the client shut down its side: answer what it sent, then close */
 };
 
-/* A request in progress; dispatch.c defines the op-specific part. */
+/* A request in progress; op.h defines the op-specific part. */
 struct request {
     struct conn *conn;
     uint64_t id;
@@ -82,7 +82,7 @@ void conn_close_after_flush(struct conn *c);
 /* Re-evaluates flow control after something drained; never processes frames synchronously. */
 void conn_kick(struct conn *c);
 
-/* Request bookkeeping for dispatch.c. */
+/* Request bookkeeping for the ops (op.c). */
 void conn_request_add(struct conn *c, struct request *req);
 void conn_request_remove(struct conn *c, struct request *req);
 struct request *conn_request_find(struct conn *c, uint64_t id);
@@ -95,7 +95,8 @@ void conn_unref(struct conn *c);
 /* Runs the frame processing of connections that were kicked (from the daemon's idle handle). */
 void conn_run_pending(struct server *srv);
 
-/* Reply helpers: a reply frame is a map of `nfields` op fields plus id and ok. */
+/* ---- reply helpers: a reply frame is a map of `nfields` op fields plus id and ok ---- */
+
 /*
  * A reply frame stays under this many bytes whatever the names, tags and
  * lists in it (a client's frame limit is 1 MiB): a list page ends early, a

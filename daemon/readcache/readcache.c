@@ -132,7 +132,6 @@ static bool read_ahead(struct readcache *rc, uint64_t pack, uint32_t slice, uint
     return queued;
 }
 
-/* A slice file failed its check: it goes, and the read fetches the slice again. */
 /* Takes the slice's on-disk entry out of the table (its file is gone or bad); counts a damaged one. */
 static void forget_file(struct readcache *rc, uint64_t pack, uint32_t slice, bool bad)
 {
@@ -148,6 +147,7 @@ static void forget_file(struct readcache *rc, uint64_t pack, uint32_t slice, boo
     pthread_mutex_unlock(&rc->lock);
 }
 
+/* A slice file failed its check: it goes, and the read fetches the slice again. */
 static void damaged(struct readcache *rc, uint64_t pack, uint32_t slice)
 {
     char name[READCACHE_NAME_MAX];

@@ -21,8 +21,7 @@
 #include "daemon/pack/packer.h"
 #include "daemon/recovery/replay-int.h"
 #include "daemon/store/store.h"
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#include "proto/util.h"
 
 struct prefetch_read {
     struct backend_get get;

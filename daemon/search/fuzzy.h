@@ -1,7 +1,7 @@
 #pragma once
 
 /*
- * Fuzzy search's widening of the words of a query (db-search.c): each word
+ * Fuzzy search's widening of the words of a query (fts.c): each word
  * gets the indexed words a small edit away (one edit for words of 4 to 7
  * letters, two from 8, only a transposition for 3; a transposition counts as
  * one edit) or that contain it (from 3 letters), so a typo or a fragment

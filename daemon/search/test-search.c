@@ -1,4 +1,7 @@
-/* Unit tests of the search query language, folding, distance and snippets (daemon/search/search.c). */
+/*
+ * Unit tests of the search query language, folding, distance and snippets
+ * (daemon/search/query.c, words.c, expr.c and snippet.c).
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 #pragma once
 
 /*
- * Fuzzy search's copy of the index vocabulary (db-search.c), with a trigram
+ * Fuzzy search's copy of the index vocabulary (fts.c), with a trigram
  * index over it, so that widening a word looks at the few terms that can be
  * near it instead of every term of the index.
  *

@@ -6,7 +6,7 @@
  * resolves the ref and encodes the entries; they go to the pack writer with
  * the database change in the same batch, so the change is durable and
  * applied together, and a rebuild replays it the same way. The search index
- * drops or refreshes its entries after that (indexer.c).
+ * drops or refreshes its entries after that (daemon/search).
  */
 #include <errno.h>
 #include <stdlib.h>

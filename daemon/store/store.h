@@ -147,9 +147,9 @@ struct store_get_ops {
     void (*error)(void *userdata, int status);
 };
 
-/* Starts a get; the first piece comes after store_get_next(). */
 /*
- * Streams bytes [from, to) of the document (to = UINT64_MAX for the end; a
+ * Starts a get; the first piece comes after store_get_next(). It streams
+ * bytes [from, to) of the document (to = UINT64_MAX for the end; a
  * range past the end gives what there is, maybe nothing). Chunks before the
  * range are passed over without being read.
  */
