@@ -23,8 +23,9 @@
  * it. Reading the control file reports counters.
  *
  * Everything lives in this process's memory: the file system is the disk,
- * and it outlives every cut. File data is kept in pages shared copy-on-write
- * between the two states (content.c), so a sync costs a pointer per page.
+ * and it outlives every cut. Each node holds both states (node.c); file data
+ * is kept in pages shared copy-on-write between the two (content.c), so a
+ * sync costs a pointer per page.
  * A plain directory tree on a backing file system could not hold every
  * durable state: a file synced before any of its names is durable, or a
  * directory synced before its own entry is, has data but no durable path.
@@ -55,266 +56,25 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "content.h"
+#include "node.h"
 
 #define CONTROL_NAME "/.powercut"
 #define CONTROL_FH 0 /* a node's handle is its address, never 0 */
 
-struct entry {
-    char *name;
-    struct node *node;
-};
-
-struct entries {
-    struct entry *v;
-    size_t n, cap;
-};
-
-struct node {
-    struct node *prev, *next; /* every node, for a cut */
-    unsigned refs;            /* entries (either state) + open handles */
-    unsigned nlink;           /* entries in the current state */
-    mode_t mode;
-    uid_t uid;
-    gid_t gid;
-    uint64_t ino;
-    struct timespec mtime, ctime;
-    bool dirty;                  /* the current state differs from the durable one */
-    struct content cur, dur;     /* regular files */
-    struct entries cur_e, dur_e; /* directories */
-};
-
+/* The power: off from a cut until "up". */
 static struct {
-    struct node *root;
-    struct node *all;
-    uint64_t next_ino;
     bool dead;
-    unsigned long cuts, dropped, syncs;
-} fs;
+    unsigned long cuts;
+} power;
 
-/* ---- nodes and directory entries ---------------------------------------------- */
-
-static void entries_clear(struct entries *e, bool current);
-
-static void node_unref(struct node *nd)
-{
-    if (!nd || --nd->refs > 0)
-        return;
-    if (nd->prev)
-        nd->prev->next = nd->next;
-    else
-        fs.all = nd->next;
-    if (nd->next)
-        nd->next->prev = nd->prev;
-    content_clear(&nd->cur);
-    content_clear(&nd->dur);
-    entries_clear(&nd->cur_e, true);
-    entries_clear(&nd->dur_e, false);
-    free(nd);
-}
-
-/* A new node owned by `owner`: the caller of a request, NULL for this process. */
-static struct node *node_new(mode_t mode, const struct fuse_context *owner)
-{
-    struct node *nd = calloc(1, sizeof(*nd));
-
-    if (!nd)
-        return NULL;
-    nd->mode = mode;
-    nd->uid = owner ? owner->uid : getuid();
-    nd->gid = owner ? owner->gid : getgid();
-    nd->ino = ++fs.next_ino;
-    clock_gettime(CLOCK_REALTIME, &nd->mtime);
-    nd->ctime = nd->mtime;
-    nd->next = fs.all;
-    if (fs.all)
-        fs.all->prev = nd;
-    fs.all = nd;
-    return nd;
-}
-
-static void node_touch(struct node *nd)
-{
-    clock_gettime(CLOCK_REALTIME, &nd->mtime);
-    nd->ctime = nd->mtime;
-    nd->dirty = true;
-}
-
-static struct entry *entries_find(const struct entries *e, const char *name)
-{
-    for (size_t i = 0; i < e->n; i++) {
-        if (strcmp(e->v[i].name, name) == 0)
-            return &e->v[i];
-    }
-    return NULL;
-}
-
-/* `current` says whether the list is a current state, which counts toward st_nlink. */
-static int entries_add(struct entries *e, const char *name, struct node *nd, bool current)
-{
-    char *copy;
-
-    if (e->n == e->cap) {
-        size_t cap = e->cap ? 2 * e->cap : 8;
-        struct entry *v = realloc(e->v, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        e->v = v;
-        e->cap = cap;
-    }
-    if (!(copy = strdup(name)))
-        return -ENOMEM;
-    e->v[e->n++] = (struct entry){copy, nd};
-    nd->refs++;
-    if (current)
-        nd->nlink++;
-    return 0;
-}
-
-static void entries_remove(struct entries *e, struct entry *ent, bool current)
-{
-    struct node *nd = ent->node;
-
-    free(ent->name);
-    *ent = e->v[--e->n];
-    if (current)
-        nd->nlink--;
-    node_unref(nd);
-}
-
-static void entries_clear(struct entries *e, bool current)
-{
-    while (e->n > 0)
-        entries_remove(e, &e->v[e->n - 1], current);
-    free(e->v);
-    *e = (struct entries){0};
-}
-
-static int entries_assign(struct entries *dst, const struct entries *src, bool current)
-{
-    struct entries copy = {0};
-    int r = 0;
-
-    for (size_t i = 0; r == 0 && i < src->n; i++)
-        r = entries_add(&copy, src->v[i].name, src->v[i].node, current);
-    if (r < 0) {
-        entries_clear(&copy, current);
-        return r;
-    }
-    entries_clear(dst, current);
-    *dst = copy;
-    return 0;
-}
-
-/* Makes the node's current state durable: an fsync of it. */
-static int node_sync(struct node *nd)
-{
-    int r;
-
-    if (!nd->dirty)
-        return 0;
-    r = S_ISDIR(nd->mode) ? entries_assign(&nd->dur_e, &nd->cur_e, false)
-                          : content_assign(&nd->dur, &nd->cur);
-    if (r == 0) {
-        nd->dirty = false;
-        fs.syncs++;
-    }
-    return r;
-}
-
-/* Makes the node's durable state current again: what a crash leaves. */
-static int node_revert(struct node *nd)
-{
-    int r;
-
-    if (!nd->dirty)
-        return 0;
-    r = S_ISDIR(nd->mode) ? entries_assign(&nd->cur_e, &nd->dur_e, true)
-                          : content_assign(&nd->cur, &nd->dur);
-    if (r == 0) {
-        nd->dirty = false;
-        fs.dropped++;
-    }
-    return r;
-}
-
-/*
- * Applies fn to every node. Each is held while the pass runs, so that a node
- * that a revert or sync drops from every list is freed only afterwards.
- */
-static int for_all_nodes(int (*fn)(struct node *))
-{
-    size_t n = 0, i = 0;
-    struct node **held;
-    int r = 0;
-
-    for (struct node *nd = fs.all; nd; nd = nd->next)
-        n++;
-    if (!(held = malloc((n ? n : 1) * sizeof(*held))))
-        return -ENOMEM;
-    for (struct node *nd = fs.all; nd; nd = nd->next) {
-        nd->refs++;
-        held[i++] = nd;
-    }
-    for (i = 0; i < n; i++) {
-        int e = fn(held[i]);
-        if (e < 0 && r == 0)
-            r = e;
-    }
-    for (i = 0; i < n; i++)
-        node_unref(held[i]);
-    free(held);
-    return r;
-}
-
-/* ---- paths -------------------------------------------------------------------- */
-
-static struct node *lookup(const char *path)
-{
-    struct node *nd = fs.root;
-    char name[256];
-
-    while (nd && *path) {
-        size_t len;
-        struct entry *ent;
-
-        path += strspn(path, "/");
-        len = strcspn(path, "/");
-        if (len == 0)
-            break;
-        if (!S_ISDIR(nd->mode) || len >= sizeof(name))
-            return NULL;
-        memcpy(name, path, len);
-        name[len] = '\0';
-        ent = entries_find(&nd->cur_e, name);
-        nd = ent ? ent->node : NULL;
-        path += len;
-    }
-    return nd;
-}
-
-/* The directory that holds `path`, and the last component of it in *name. */
-static struct node *lookup_parent(const char *path, const char **name)
-{
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    struct node *nd;
-
-    if (!slash || (size_t)(slash - path) >= sizeof(dir) || !slash[1])
-        return NULL;
-    memcpy(dir, path, slash - path);
-    dir[slash - path] = '\0';
-    nd = lookup(dir);
-    *name = slash + 1;
-    return nd && S_ISDIR(nd->mode) ? nd : NULL;
-}
+/* ---- handles ------------------------------------------------------------------ */
 
 /* The node behind an open handle, else behind the path. */
 static struct node *node_of(const char *path, struct fuse_file_info *fi)
 {
     if (fi && fi->fh != CONTROL_FH)
         return (struct node *)(uintptr_t)fi->fh;
-    return path ? lookup(path) : NULL;
+    return path ? node_lookup(path) : NULL;
 }
 
 static bool is_control(const char *path, struct fuse_file_info *fi)
@@ -337,13 +97,13 @@ static int control_write(const char *buf, size_t len)
     cmd[len] = '\0';
     cmd[strcspn(cmd, "\n")] = '\0';
     if (strcmp(cmd, "cut") == 0) {
-        r = for_all_nodes(node_revert);
-        fs.dead = true;
-        fs.cuts++;
+        r = node_for_all(node_revert);
+        power.dead = true;
+        power.cuts++;
     } else if (strcmp(cmd, "up") == 0) {
-        fs.dead = false;
+        power.dead = false;
     } else if (strcmp(cmd, "sync") == 0) {
-        r = for_all_nodes(node_sync);
+        r = node_for_all(node_sync);
     } else {
         r = -EINVAL;
     }
@@ -356,10 +116,10 @@ static int control_read(char *buf, size_t size, off_t off)
     unsigned long dirty = 0;
     int n;
 
-    for (struct node *nd = fs.all; nd; nd = nd->next)
+    for (struct node *nd = nodes.all; nd; nd = nd->next)
         dirty += nd->dirty;
     n = snprintf(text, sizeof(text), "cuts %lu\ndropped %lu\nsyncs %lu\ndirty %lu\ndead %d\n",
-                 fs.cuts, fs.dropped, fs.syncs, dirty, fs.dead);
+                 power.cuts, nodes.dropped, nodes.syncs, dirty, power.dead);
     if (off >= n)
         return 0;
     if (size > (size_t)(n - off))
@@ -372,7 +132,7 @@ static int control_read(char *buf, size_t size, off_t off)
 
 #define ALIVE_OR_EIO()                                                                             \
     do {                                                                                           \
-        if (fs.dead)                                                                               \
+        if (power.dead)                                                                            \
             return -EIO;                                                                           \
     } while (0)
 
@@ -444,7 +204,7 @@ static int make_node(const char *path, mode_t mode, struct fuse_file_info *fi)
     ALIVE_OR_EIO();
     if (strcmp(path, CONTROL_NAME) == 0)
         return -EEXIST;
-    if (!(dir = lookup_parent(path, &name)))
+    if (!(dir = node_lookup_parent(path, &name)))
         return -ENOENT;
     if (entries_find(&dir->cur_e, name))
         return -EEXIST;
@@ -481,7 +241,7 @@ static int pc_unlink_or_rmdir(const char *path, bool dir_wanted)
     struct entry *ent;
 
     ALIVE_OR_EIO();
-    if (!(dir = lookup_parent(path, &name)) || !(ent = entries_find(&dir->cur_e, name)))
+    if (!(dir = node_lookup_parent(path, &name)) || !(ent = entries_find(&dir->cur_e, name)))
         return -ENOENT;
     if (dir_wanted && !S_ISDIR(ent->node->mode))
         return -ENOTDIR;
@@ -514,7 +274,8 @@ static int pc_rename(const char *from, const char *to, unsigned int flags)
     ALIVE_OR_EIO();
     if (flags & ~RENAME_NOREPLACE)
         return -EINVAL; /* RENAME_EXCHANGE, RENAME_WHITEOUT: nothing here uses them */
-    if (!(from_dir = lookup_parent(from, &from_name)) || !(to_dir = lookup_parent(to, &to_name)) ||
+    if (!(from_dir = node_lookup_parent(from, &from_name)) ||
+        !(to_dir = node_lookup_parent(to, &to_name)) ||
         !(src = entries_find(&from_dir->cur_e, from_name)))
         return -ENOENT;
     nd = src->node;
@@ -549,7 +310,7 @@ static int pc_rename(const char *from, const char *to, unsigned int flags)
 static int pc_link(const char *from, const char *to)
 {
     const char *name;
-    struct node *nd = lookup(from), *dir;
+    struct node *nd = node_lookup(from), *dir;
     int r;
 
     ALIVE_OR_EIO();
@@ -557,7 +318,7 @@ static int pc_link(const char *from, const char *to)
         return -ENOENT;
     if (S_ISDIR(nd->mode))
         return -EPERM;
-    if (!(dir = lookup_parent(to, &name)))
+    if (!(dir = node_lookup_parent(to, &name)))
         return -ENOENT;
     if (entries_find(&dir->cur_e, name))
         return -EEXIST;
@@ -636,7 +397,7 @@ static int pc_open(const char *path, struct fuse_file_info *fi)
         return 0;
     }
     ALIVE_OR_EIO();
-    if (!(nd = lookup(path)))
+    if (!(nd = node_lookup(path)))
         return -ENOENT;
     nd->refs++;
     fi->fh = (uintptr_t)nd;
@@ -672,7 +433,7 @@ static int pc_write(const char *path, const char *buf, size_t size, off_t off,
 
     if (fi->fh == CONTROL_FH)
         return control_write(buf, size);
-    if (fs.dead)
+    if (power.dead)
         return size > INT32_MAX ? INT32_MAX : (int)size; /* see the top of the file */
     nd = node_of(path, fi);
     if (size > INT32_MAX)
@@ -722,7 +483,7 @@ static int pc_opendir(const char *path, struct fuse_file_info *fi)
     struct node *nd;
 
     ALIVE_OR_EIO();
-    if (!(nd = lookup(path)))
+    if (!(nd = node_lookup(path)))
         return -ENOENT;
     if (!S_ISDIR(nd->mode))
         return -ENOTDIR;
@@ -780,10 +541,10 @@ int main(int argc, char **argv)
         return 2;
     }
     /* Not fuse_get_context(): it has no context outside a request. */
-    fs.root = node_new(S_IFDIR | 0755, NULL);
-    if (!fs.root)
+    nodes.root = node_new(S_IFDIR | 0755, NULL);
+    if (!nodes.root)
         return 1;
-    fs.root->refs = 1;
+    nodes.root->refs = 1;
     if (fuse_opt_add_arg(&args, argv[0]) != 0 ||
         fuse_opt_add_arg(&args, "-ofsname=powercutfs,subtype=powercutfs") != 0)
         return 1;
@@ -801,6 +562,6 @@ out_destroy:
     fuse_destroy(fuse);
 out:
     fuse_opt_free_args(&args);
-    node_unref(fs.root);
+    node_unref(nodes.root);
     return r;
 }
