@@ -17,7 +17,7 @@
 #include "daemon/meta/db.h"
 #include "daemon/format/objects.h"
 #include "storage/backend.h"
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 
 struct packer_resume;
 struct store;
