@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -9,23 +10,23 @@
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* One per socket curl asks us to watch; freed in its close callback. */
-struct s3_sock {
+struct http_sock {
     uv_poll_t poll;
     curl_socket_t fd;
-    struct s3_http *http;
-    struct s3_sock *prev, *next;
+    struct http *http;
+    struct http_sock *prev, *next;
 };
 
-struct s3_http {
+struct http {
     uv_loop_t *loop;
     CURLM *multi;
     uv_timer_t timer;      /* curl's timer */
     uv_timer_t done_timer; /* delivers finished requests outside the caller's calls */
     uv_timer_t watchdog;   /* cuts requests that move no byte for stall_timeout_ms */
-    struct s3_http_opts opts;
-    struct s3_http_req *done_head, *done_tail;
-    struct s3_http_req *active; /* started, not yet finished */
-    struct s3_sock *socks;
+    struct http_opts opts;
+    struct http_req *done_head, *done_tail;
+    struct http_req *active; /* started, not yet finished */
+    struct http_sock *socks;
     unsigned open_handles; /* uv handles not yet closed */
     bool closing;
     void (*closed)(void *arg);
@@ -34,7 +35,7 @@ struct s3_http {
 
 static void on_sock_closed(uv_handle_t *h);
 
-static void maybe_closed(struct s3_http *http)
+static void maybe_closed(struct http *http)
 {
     if (!http->closing || http->open_handles)
         return;
@@ -47,12 +48,12 @@ static void maybe_closed(struct s3_http *http)
 
 static void on_handle_closed(uv_handle_t *h)
 {
-    struct s3_http *http = h->data;
+    struct http *http = h->data;
     http->open_handles--;
     maybe_closed(http);
 }
 
-static void sock_close(struct s3_http *http, struct s3_sock *s)
+static void sock_close(struct http *http, struct http_sock *s)
 {
     if (s->prev)
         s->prev->next = s->next;
@@ -66,8 +67,8 @@ static void sock_close(struct s3_http *http, struct s3_sock *s)
 
 static void on_sock_closed(uv_handle_t *h)
 {
-    struct s3_sock *s = container_of((uv_poll_t *)h, struct s3_sock, poll);
-    struct s3_http *http = s->http;
+    struct http_sock *s = container_of((uv_poll_t *)h, struct http_sock, poll);
+    struct http *http = s->http;
     free(s);
     http->open_handles--;
     maybe_closed(http);
@@ -77,9 +78,9 @@ static void on_sock_closed(uv_handle_t *h)
 
 static void on_done_timer(uv_timer_t *t);
 
-static void queue_done(struct s3_http_req *req)
+static void queue_done(struct http_req *req)
 {
-    struct s3_http *http = req->http;
+    struct http *http = req->http;
 
     req->next_ = NULL;
     if (http->done_tail)
@@ -91,9 +92,9 @@ static void queue_done(struct s3_http_req *req)
         uv_timer_start(&http->done_timer, on_done_timer, 0, 0);
 }
 
-static void active_remove(struct s3_http_req *req)
+static void active_remove(struct http_req *req)
 {
-    struct s3_http_req **p = &req->http->active;
+    struct http_req **p = &req->http->active;
 
     while (*p && *p != req)
         p = &(*p)->next_;
@@ -107,7 +108,7 @@ static void active_remove(struct s3_http_req *req)
 }
 
 /* Frees the easy handle and the header list (the handle out of any multi). */
-static void easy_free(struct s3_http_req *req)
+static void easy_free(struct http_req *req)
 {
     curl_easy_cleanup(req->easy);
     req->easy = NULL;
@@ -115,7 +116,7 @@ static void easy_free(struct s3_http_req *req)
     req->slist = NULL;
 }
 
-static void release_easy(struct s3_http_req *req)
+static void release_easy(struct http_req *req)
 {
     active_remove(req);
     if (req->easy)
@@ -123,10 +124,10 @@ static void release_easy(struct s3_http_req *req)
     easy_free(req);
 }
 
-static void deliver_done(struct s3_http *http)
+static void deliver_done(struct http *http)
 {
     while (http->done_head) {
-        struct s3_http_req *req = http->done_head;
+        struct http_req *req = http->done_head;
         http->done_head = req->next_;
         if (!http->done_head)
             http->done_tail = NULL;
@@ -138,7 +139,7 @@ static void deliver_done(struct s3_http *http)
 
 static void on_done_timer(uv_timer_t *t)
 {
-    deliver_done(container_of(t, struct s3_http, done_timer));
+    deliver_done(container_of(t, struct http, done_timer));
 }
 
 static int classify(CURLcode rc)
@@ -154,7 +155,7 @@ static int classify(CURLcode rc)
     case CURLE_SSL_ISSUER_ERROR:
     case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
     case CURLE_SSL_INVALIDCERTSTATUS:
-        return S3_HTTP_E_TLS;
+        return HTTP_E_TLS;
     case CURLE_OUT_OF_MEMORY:
         return -ENOMEM;
     case CURLE_URL_MALFORMAT:
@@ -162,16 +163,16 @@ static int classify(CURLcode rc)
         return -EINVAL;
     default:
         /* Connection errors, timeouts, stalls (low-speed abort), short bodies. */
-        return S3_HTTP_E_NETWORK;
+        return HTTP_E_NETWORK;
     }
 }
 
-static void finish_easy(struct s3_http_req *req, CURLcode rc)
+static void finish_easy(struct http_req *req, CURLcode rc)
 {
     if (req->cancelled) {
         req->result = -ECANCELED;
     } else if (req->too_large) {
-        req->result = S3_HTTP_E_TOO_LARGE;
+        req->result = HTTP_E_TOO_LARGE;
     } else {
         req->result = classify(rc);
         if (req->result == 0)
@@ -180,12 +181,12 @@ static void finish_easy(struct s3_http_req *req, CURLcode rc)
             snprintf(req->error, sizeof(req->error), "%s", curl_easy_strerror(rc));
     }
     if (req->result != 0)
-        s3_http_req_reset(req);
+        http_req_reset(req);
     release_easy(req);
     queue_done(req);
 }
 
-static void check_multi_info(struct s3_http *http)
+static void check_multi_info(struct http *http)
 {
     CURLMsg *msg;
     int left;
@@ -193,7 +194,7 @@ static void check_multi_info(struct s3_http *http)
     while ((msg = curl_multi_info_read(http->multi, &left))) {
         if (msg->msg != CURLMSG_DONE)
             continue;
-        struct s3_http_req *req = NULL;
+        struct http_req *req = NULL;
         CURLcode rc = msg->data.result;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&req);
         finish_easy(req, rc);
@@ -204,8 +205,8 @@ static void check_multi_info(struct s3_http *http)
 
 static void on_poll(uv_poll_t *p, int status, int events)
 {
-    struct s3_sock *s = container_of(p, struct s3_sock, poll);
-    struct s3_http *http = s->http;
+    struct http_sock *s = container_of(p, struct http_sock, poll);
+    struct http *http = s->http;
     int flags = 0, running;
 
     if (status < 0)
@@ -220,8 +221,8 @@ static void on_poll(uv_poll_t *p, int status, int events)
 
 static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-    struct s3_http *http = userp;
-    struct s3_sock *s = socketp;
+    struct http *http = userp;
+    struct http_sock *s = socketp;
     int events = 0;
 
     (void)easy;
@@ -261,7 +262,7 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
 
 static void on_timer(uv_timer_t *t)
 {
-    struct s3_http *http = container_of(t, struct s3_http, timer);
+    struct http *http = container_of(t, struct http, timer);
     int running;
 
     curl_multi_socket_action(http->multi, CURL_SOCKET_TIMEOUT, 0, &running);
@@ -270,7 +271,7 @@ static void on_timer(uv_timer_t *t)
 
 static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 {
-    struct s3_http *http = userp;
+    struct http *http = userp;
 
     (void)multi;
     if (timeout_ms < 0)
@@ -292,14 +293,14 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 static int on_progress(void *userp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)
 {
-    struct s3_http_req *req = userp;
+    struct http_req *req = userp;
 
     (void)dltotal;
     (void)ultotal;
     if (dlnow != req->seen_down || ulnow != req->seen_up) {
         req->seen_down = dlnow;
         req->seen_up = ulnow;
-        /* A blocking s3_http_perform() has no loop; its whole attempt has a timeout. */
+        /* A blocking http_perform() has no loop; its whole attempt has a timeout. */
         if (req->http->loop)
             req->progress_at = uv_now(req->http->loop);
     }
@@ -308,12 +309,12 @@ static int on_progress(void *userp, curl_off_t dltotal, curl_off_t dlnow, curl_o
 
 static void on_watchdog(uv_timer_t *t)
 {
-    struct s3_http *http = container_of(t, struct s3_http, watchdog);
+    struct http *http = container_of(t, struct http, watchdog);
     uint64_t now = uv_now(http->loop);
-    struct s3_http_req *req = http->active;
+    struct http_req *req = http->active;
 
     while (req) {
-        struct s3_http_req *next = req->next_;
+        struct http_req *next = req->next_;
         if (now - req->progress_at >= http->opts.stall_timeout_ms) {
             snprintf(req->error, sizeof(req->error), "no byte moved for %u ms",
                      (unsigned)(now - req->progress_at));
@@ -325,7 +326,7 @@ static void on_watchdog(uv_timer_t *t)
         uv_timer_stop(&http->watchdog);
 }
 
-static void watchdog_arm(struct s3_http *http)
+static void watchdog_arm(struct http *http)
 {
     /* Checked four times per stall period: a stall is cut at most a quarter late. */
     uint64_t every = http->opts.stall_timeout_ms / 4;
@@ -341,7 +342,7 @@ static void watchdog_arm(struct s3_http *http)
 
 static size_t on_read(char *out, size_t size, size_t nitems, void *userp)
 {
-    struct s3_http_req *req = userp;
+    struct http_req *req = userp;
     size_t room = size * nitems, n = 0;
 
     if (req->cancelled)
@@ -367,7 +368,7 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *userp)
 /* curl rewinds the body when it must send it again (a reused connection that was closed). */
 static int on_seek(void *userp, curl_off_t offset, int origin)
 {
-    struct s3_http_req *req = userp;
+    struct http_req *req = userp;
     uint64_t left;
 
     if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > req->body_len)
@@ -387,7 +388,7 @@ static int on_seek(void *userp, curl_off_t offset, int origin)
 
 static size_t on_write(char *in, size_t size, size_t nmemb, void *userp)
 {
-    struct s3_http_req *req = userp;
+    struct http_req *req = userp;
     size_t n = size * nmemb;
 
     if (req->cancelled)
@@ -451,7 +452,7 @@ static bool parse_u64(const char *s, size_t len, uint64_t *out)
 
 static size_t on_header(char *line, size_t size, size_t nitems, void *userp)
 {
-    struct s3_http_req *req = userp;
+    struct http_req *req = userp;
     size_t len = size * nitems;
     const char *v;
     size_t vlen;
@@ -480,7 +481,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userp)
 
 /* ---- starting ------------------------------------------------------------- */
 
-static int setup_easy(struct s3_http *http, struct s3_http_req *req)
+static int setup_easy(struct http *http, struct http_req *req)
 {
     CURL *e = req->easy;
     bool put = strcmp(req->method, "PUT") == 0;
@@ -540,7 +541,7 @@ static int setup_easy(struct s3_http *http, struct s3_http_req *req)
 }
 
 /* Resets a request's results and sums its body; 0 or -EINVAL. */
-static int req_init(struct s3_http *http, struct s3_http_req *req)
+static int req_init(struct http *http, struct http_req *req)
 {
     req->http = http;
     req->result = 0;
@@ -567,7 +568,7 @@ static int req_init(struct s3_http *http, struct s3_http_req *req)
     return 0;
 }
 
-int s3_http_start(struct s3_http *http, struct s3_http_req *req)
+int http_start(struct http *http, struct http_req *req)
 {
     int r;
 
@@ -593,9 +594,9 @@ int s3_http_start(struct s3_http *http, struct s3_http_req *req)
     return r;
 }
 
-int s3_http_perform(const struct s3_http_opts *opts, struct s3_http_req *req)
+int http_perform(const struct http_opts *opts, struct http_req *req)
 {
-    struct s3_http tmp = {.opts = *opts};
+    struct http tmp = {.opts = *opts};
     CURLcode rc;
     int r;
 
@@ -613,7 +614,7 @@ int s3_http_perform(const struct s3_http_opts *opts, struct s3_http_req *req)
                          (long)opts->connect_timeout_ms + (long)opts->stall_timeout_ms);
         rc = curl_easy_perform(req->easy);
         if (req->too_large)
-            r = S3_HTTP_E_TOO_LARGE;
+            r = HTTP_E_TOO_LARGE;
         else if ((r = classify(rc)) == 0)
             curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &req->status);
         else if (!req->error[0])
@@ -621,13 +622,13 @@ int s3_http_perform(const struct s3_http_opts *opts, struct s3_http_req *req)
     }
     req->result = r;
     if (r != 0)
-        s3_http_req_reset(req);
+        http_req_reset(req);
     easy_free(req);
     req->http = NULL;
     return r;
 }
 
-void s3_http_cancel(struct s3_http_req *req)
+void http_cancel(struct http_req *req)
 {
     if (!req->http || !req->easy || req->cancelled)
         return;
@@ -635,7 +636,7 @@ void s3_http_cancel(struct s3_http_req *req)
     finish_easy(req, CURLE_ABORTED_BY_CALLBACK);
 }
 
-void s3_http_req_reset(struct s3_http_req *req)
+void http_req_reset(struct http_req *req)
 {
     free(req->resp);
     req->resp = NULL;
@@ -644,9 +645,23 @@ void s3_http_req_reset(struct s3_http_req *req)
 
 /* ---- life cycle ----------------------------------------------------------- */
 
-int s3_http_new(struct s3_http **out, uv_loop_t *loop, const struct s3_http_opts *opts)
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_status;
+
+static void init_curl(void)
 {
-    struct s3_http *http = calloc(1, sizeof(*http));
+    curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+int http_global_init(void)
+{
+    pthread_once(&curl_once, init_curl);
+    return curl_init_status == CURLE_OK ? 0 : -EIO;
+}
+
+int http_new(struct http **out, uv_loop_t *loop, const struct http_opts *opts)
+{
+    struct http *http = calloc(1, sizeof(*http));
     long conns = opts->connections ? (long)opts->connections : 1;
 
     if (!http)
@@ -676,7 +691,7 @@ int s3_http_new(struct s3_http **out, uv_loop_t *loop, const struct s3_http_opts
     return 0;
 }
 
-void s3_http_free(struct s3_http *http, void (*closed)(void *arg), void *arg)
+void http_free(struct http *http, void (*closed)(void *arg), void *arg)
 {
     if (!http) {
         if (closed)
@@ -686,7 +701,7 @@ void s3_http_free(struct s3_http *http, void (*closed)(void *arg), void *arg)
     /* Requests still running end as cancelled, and hear so before the handles go. */
     http->closing = true;
     while (http->active) {
-        struct s3_http_req *req = http->active;
+        struct http_req *req = http->active;
         req->cancelled = true;
         finish_easy(req, CURLE_ABORTED_BY_CALLBACK);
     }

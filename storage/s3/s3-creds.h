@@ -8,8 +8,8 @@
  *   3. the profile (profile=, else AWS_PROFILE, else "default") in
  *      $AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials.
  * For r2:// with an API token (api_token=, else CLOUDFLARE_API_TOKEN) the
- * key found that way is the parent of temporary credentials that the HTTP
- * layer mints, so only its access key ID is needed. A source that has half
+ * key found that way is the parent of temporary credentials that s3-r2.c
+ * fetches, so only its access key ID is needed. A source that has half
  * of a pair is an error rather than a reason to look further: it is a typo.
  */
 

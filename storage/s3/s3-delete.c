@@ -45,7 +45,7 @@ static void batch_free(struct s3_del_batch *b)
 static void batch_done(struct s3_op *op)
 {
     struct s3_del_batch *b = container_of(op, struct s3_del_batch, op);
-    struct s3_http_req *h = &op->http;
+    struct http_req *h = &op->http;
     struct s3_be *sb = op->sb;
     uint32_t retry_after = h->retry_after_ms;
     int status;

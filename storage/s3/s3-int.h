@@ -3,8 +3,9 @@
 /*
  * The S3 backend's parts: its URL and options (s3-url.c), credentials
  * (s3-creds.c), the SigV4 signer (s3-sign.c), the XML of responses
- * (s3-xml.c), HTTP on the loop (s3-http.c), the operations (s3.c) and R2's
- * temporary credentials (s3-r2.c).
+ * (s3-xml.c), one attempt of a request (s3-op.c), the operations (s3.c),
+ * batched deletes (s3-delete.c) and R2's temporary credentials (s3-r2.c).
+ * HTTP itself is storage/http, which the backend shares.
  */
 
 #include "storage/backend.h"
@@ -41,8 +42,8 @@ struct s3_be {
     struct s3_opts o;
     struct s3_signer *signer;
     struct s3_creds creds;
-    struct s3_http *http;
-    struct s3_http_opts http_opts;
+    struct http *http;
+    struct http_opts http_opts;
     struct s3_op *ops; /* attempts in flight, for cancel */
     /* Deletes waiting to be sent together (s3-delete.c). */
     struct backend_req *delq, *delq_tail;
@@ -53,7 +54,7 @@ struct s3_be {
     char msg[512];     /* open's explanation of a failure */
     /* R2 temporary credentials: renewed by a timer, and at once after ExpiredToken. */
     uv_timer_t renew_timer;
-    struct s3_http_req renew_req;
+    struct http_req renew_req;
     struct s3_r2_call renew_call;
     void (*stopped)(struct s3_be *sb);
     bool renewing, renew_timer_open;
@@ -62,7 +63,7 @@ struct s3_be {
 
 /* One attempt of one request (s3-op.c). */
 struct s3_op {
-    struct s3_http_req http;
+    struct http_req http;
     struct s3_be *sb;
     struct backend_req *req;
     void (*done)(struct s3_op *op); /* the answer is in http */

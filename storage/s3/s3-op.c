@@ -14,7 +14,7 @@
 
 #include <openssl/crypto.h>
 
-static void on_http_done(struct s3_http_req *http)
+static void on_http_done(struct http_req *http)
 {
     struct s3_op *op = http->userdata;
 
@@ -34,7 +34,7 @@ int s3_object_name(const struct s3_opts *o, const char *key, char *out, size_t l
 /* What an attempt holds besides itself; the probe's op lives on the stack. */
 void s3_op_clear(struct s3_op *op)
 {
-    s3_http_req_reset(&op->http);
+    http_req_reset(&op->http);
     if (op->sig) {
         OPENSSL_cleanse(op->sig, sizeof(*op->sig));
         free(op->sig);
@@ -90,7 +90,7 @@ int s3_op_prepare(struct s3_op *op, const char *method, const char *name,
     size_t nh = 0;
     int r;
 
-    if (nextra > 4 || nextra + 5 > S3_HTTP_MAX_HEADERS)
+    if (nextra > 4 || nextra + 5 > HTTP_MAX_HEADERS)
         return -EINVAL;
     if (op->hash[0] == '\0')
         memcpy(op->hash, S3_EMPTY_SHA256, sizeof(S3_EMPTY_SHA256));
@@ -162,7 +162,7 @@ int s3_op_send(struct s3_op *op, const char *method, const char *name,
                    size_t nextra, size_t body_max)
 {
     int r = s3_op_prepare(op, method, name, query, nquery, extra, nextra, body_max);
-    return r < 0 ? r : s3_http_start(op->sb->http, &op->http);
+    return r < 0 ? r : http_start(op->sb->http, &op->http);
 }
 
 /* ---- what a response means ----------------------------------------------------- */
@@ -193,23 +193,23 @@ static bool code_is(const char *code, const char *a)
 /* A failed response: a backend status, with the server's code and message in the log. */
 int s3_map_failure(struct s3_op *op)
 {
-    struct s3_http_req *h = &op->http;
+    struct http_req *h = &op->http;
     struct s3_be *sb = op->sb;
     struct s3_xml_error err = {0};
     long st = h->status;
 
     if (h->result != 0) {
-        if (h->result == S3_HTTP_E_NETWORK) {
+        if (h->result == HTTP_E_NETWORK) {
             backend_log(BACKEND_LOG_INFO, "s3: %s %s: %s", op_method(op->req->op), op->req->key,
                         h->error);
             return BACKEND_E_UNAVAILABLE;
         }
-        if (h->result == S3_HTTP_E_TLS) {
+        if (h->result == HTTP_E_TLS) {
             backend_log(BACKEND_LOG_ERROR, "s3: %s %s: TLS: %s", op_method(op->req->op),
                         op->req->key, h->error);
             return -EPROTO;
         }
-        return h->result == S3_HTTP_E_TOO_LARGE ? BACKEND_E_TOO_LARGE : h->result;
+        return h->result == HTTP_E_TOO_LARGE ? BACKEND_E_TOO_LARGE : h->result;
     }
     if (h->resp_len)
         s3_xml_parse_error((const char *)h->resp, h->resp_len, &err);

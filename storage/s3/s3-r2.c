@@ -57,7 +57,7 @@ static int build_call(struct s3_be *sb, struct s3_r2_call *c)
     return 0;
 }
 
-static void call_to_req(struct s3_r2_call *c, struct s3_http_req *h)
+static void call_to_req(struct s3_r2_call *c, struct http_req *h)
 {
     memset(h, 0, sizeof(*h));
     h->method = "POST";
@@ -71,7 +71,7 @@ static void call_to_req(struct s3_r2_call *c, struct s3_http_req *h)
 }
 
 /* Takes the new credentials out of the API's answer. 0, or -EPROTO/-EACCES with msg. */
-static int take_answer(struct s3_be *sb, const struct s3_http_req *h, char *msg, size_t msg_len)
+static int take_answer(struct s3_be *sb, const struct http_req *h, char *msg, size_t msg_len)
 {
     json_error_t jerr;
     json_t *root, *result, *errors;
@@ -116,7 +116,7 @@ static int take_answer(struct s3_be *sb, const struct s3_http_req *h, char *msg,
 int s3_r2_fetch_blocking(struct s3_be *sb, char *msg, size_t msg_len)
 {
     struct s3_r2_call c;
-    struct s3_http_req h;
+    struct http_req h;
     int r;
 
     if ((r = build_call(sb, &c)) < 0) {
@@ -124,9 +124,9 @@ int s3_r2_fetch_blocking(struct s3_be *sb, char *msg, size_t msg_len)
         return r;
     }
     call_to_req(&c, &h);
-    s3_http_perform(&sb->http_opts, &h);
+    http_perform(&sb->http_opts, &h);
     r = take_answer(sb, &h, msg, msg_len);
-    s3_http_req_reset(&h);
+    http_req_reset(&h);
     OPENSSL_cleanse(c.auth, sizeof(c.auth));
     if (r == BACKEND_E_UNAVAILABLE)
         r = -EHOSTUNREACH;
@@ -146,7 +146,7 @@ static void arm(struct s3_be *sb, uint64_t in_ms)
         uv_timer_start(&sb->renew_timer, on_renew_timer, in_ms, 0);
 }
 
-static void on_renewed(struct s3_http_req *h)
+static void on_renewed(struct http_req *h)
 {
     struct s3_be *sb = h->userdata;
     char msg[256];
@@ -154,7 +154,7 @@ static void on_renewed(struct s3_http_req *h)
 
     sb->renewing = false;
     r = take_answer(sb, h, msg, sizeof(msg));
-    s3_http_req_reset(h);
+    http_req_reset(h);
     OPENSSL_cleanse(sb->renew_call.auth, sizeof(sb->renew_call.auth));
     if (h->result == -ECANCELED)
         return;
@@ -180,7 +180,7 @@ static void start_renewal(struct s3_be *sb)
     call_to_req(&sb->renew_call, &sb->renew_req);
     sb->renew_req.cb = on_renewed;
     sb->renew_req.userdata = sb;
-    if (s3_http_start(sb->http, &sb->renew_req) == 0)
+    if (http_start(sb->http, &sb->renew_req) == 0)
         sb->renewing = true;
     else
         arm(sb, R2_RETRY_MS);

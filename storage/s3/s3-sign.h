@@ -6,7 +6,7 @@
  * describes it ("Signature Calculations for the Authorization Header:
  * Transferring Payload in a Single Chunk"). The signer holds the credentials
  * and the region, and keeps the day's signing key so that most requests cost
- * two HMACs and one hash; it never logs. The HTTP layer builds its request
+ * two HMACs and one hash; it never logs. The backend builds its request
  * line from the encoded path and query that s3_sign() returns, so that what
  * is sent is byte for byte what was signed. Every text has a documented
  * maximum: what does not fit is refused with -ENAMETOOLONG, never cut short.

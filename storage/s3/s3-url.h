@@ -2,7 +2,7 @@
 
 /*
  * The URL of the S3 and Cloudflare R2 backends and every option it takes,
- * checked once at startup, plus the parts the HTTP layer derives from it.
+ * checked once at startup, plus the parts every request is built from.
  *
  *   s3://BUCKET[/PREFIX][?name=value&...]
  *   r2://BUCKET[/PREFIX]?account=ID[&name=value&...]

@@ -1,6 +1,6 @@
 /*
  * The S3 backend (and R2, which speaks S3): each attempt of a backend request
- * is one signed HTTP request on the loop (s3-http.c). Sealed packs are
+ * is one signed HTTP request on the loop (storage/http). Sealed packs are
  * whole-object PUTs with their real payload hash, reads are ranged GETs, and
  * listing is ListObjectsV2 from a key (start-after), so a cursor is just the
  * last key seen.
@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,18 +23,11 @@
 
 /* Why the last open failed (opens run on the main thread, before the loop). */
 static char open_msg[512];
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_status;
-
-static void init_curl(void)
-{
-    curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 static int finish_get(struct s3_op *op)
 {
     struct backend_get *get = container_of(op->req, struct backend_get, req);
-    struct s3_http_req *h = &op->http;
+    struct http_req *h = &op->http;
 
     if (h->status == 416) {
         /* The offset is at or past the end: an empty read, as on a local file. */
@@ -49,7 +41,7 @@ static int finish_get(struct s3_op *op)
         return BACKEND_E_UNAVAILABLE;
     }
     if (get->length == 0) {
-        s3_http_req_reset(h);
+        http_req_reset(h);
         return 0;
     }
     if (h->resp_len > get->max_len || (get->length != BACKEND_TO_END && h->resp_len > get->length))
@@ -109,7 +101,7 @@ static int on_list_entry(void *opaque, const char *name, size_t len, uint64_t si
 static int finish_list(struct s3_op *op)
 {
     struct backend_list *list = container_of(op->req, struct backend_list, req);
-    struct s3_http_req *h = &op->http;
+    struct http_req *h = &op->http;
     struct s3_be *sb = op->sb;
     struct s3_list_page page;
     struct list_ctx c = {
@@ -140,7 +132,7 @@ static int finish_list(struct s3_op *op)
 
 static void op_done(struct s3_op *op)
 {
-    struct s3_http_req *h = &op->http;
+    struct http_req *h = &op->http;
     int status;
 
     if (op->req->op == BACKEND_OP_DELETE)
@@ -361,7 +353,7 @@ static void s3_cancel(struct backend *be, struct backend_req *req)
         if (op->hashing)
             uv_cancel((uv_req_t *)&op->work); /* hash_done sees op->cancelled either way */
         else
-            s3_http_cancel(&op->http);
+            http_cancel(&op->http);
         return;
     }
 }
@@ -410,18 +402,18 @@ static int probe(struct s3_be *sb)
                      strerror(-r));
             return r;
         }
-        s3_http_perform(&sb->http_opts, &op.http);
+        http_perform(&sb->http_opts, &op.http);
         if (op.http.result == 0 && op.http.resp_len)
             s3_xml_parse_error((const char *)op.http.resp, op.http.resp_len, &err);
         s3_op_clear(&op);
         if (op.http.result == 0 && op.http.status == 200)
             return 0;
-        if (op.http.result == S3_HTTP_E_TLS) {
+        if (op.http.result == HTTP_E_TLS) {
             set_msg(sb, "s3: TLS to %s failed: %s", sb->o.endpoint,
                      op.http.error);
             return -EPROTO;
         }
-        bool transient = op.http.result == S3_HTTP_E_NETWORK || op.http.status >= 500 ||
+        bool transient = op.http.result == HTTP_E_NETWORK || op.http.status >= 500 ||
                          op.http.status == 429 || op.http.status == 408;
         if (!transient) {
             if (op.http.status == 403 || op.http.status == 401)
@@ -464,12 +456,11 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
     sb->be = be;
     if ((r = s3_parse_url(url, &sb->o, msg)) != 0)
         return r;
-    pthread_once(&curl_once, init_curl);
-    if (curl_init_status != CURLE_OK) {
+    if (http_global_init() < 0) {
         *msg = "s3: libcurl failed to initialise";
         return -EIO;
     }
-    sb->http_opts = (struct s3_http_opts){
+    sb->http_opts = (struct http_opts){
         .connections = sb->o.connections,
         .connect_timeout_ms = sb->o.connect_timeout_s * 1000u,
         .stall_timeout_ms = sb->o.stall_timeout_s * 1000u,
@@ -493,7 +484,7 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
     backend_log(BACKEND_LOG_INFO, "s3: credentials from %s", sb->creds.origin);
     if ((r = probe(sb)) < 0)
         goto fail;
-    if ((r = s3_http_new(&sb->http, be->loop, &sb->http_opts)) < 0) {
+    if ((r = http_new(&sb->http, be->loop, &sb->http_opts)) < 0) {
         set_msg(sb, "s3: cannot set up HTTP: %s", strerror(-r));
         goto fail;
     }
@@ -534,7 +525,7 @@ static void on_http_closed(void *arg)
 
 static void on_deletes_stopped(struct s3_be *sb)
 {
-    s3_http_free(sb->http, on_http_closed, sb);
+    http_free(sb->http, on_http_closed, sb);
 }
 
 static void on_renewal_stopped(struct s3_be *sb)
