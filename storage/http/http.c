@@ -1,4 +1,5 @@
 #include "storage/http/http.h"
+#include "proto/util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -6,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* One per socket curl asks us to watch; freed in its close callback. */
 struct http_sock {

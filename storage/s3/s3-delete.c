@@ -13,6 +13,7 @@
  * and a key that keeps failing fails on its own once the deadline passes.
  */
 #include "storage/s3/s3-int.h"
+#include "proto/util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,8 +21,6 @@
 #include <string.h>
 
 #include <openssl/evp.h>
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Delete requests in flight at once; more deletes wait and go in a batch. */
 #define S3_DELETE_INFLIGHT 2

@@ -7,6 +7,7 @@
  */
 #include "storage/s3/s3-int.h"
 #include "storage/s3/s3-xml.h"
+#include "proto/util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,8 +19,6 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Why the last open failed (opens run on the main thread, before the loop). */
 static char open_msg[512];
