@@ -6,6 +6,7 @@
  * (local-fdcache.c), which is also what lets try_read serve a read on the
  * loop thread without ever opening a file there.
  */
+#include "storage/local/local.h"
 #include "storage/local/local-int.h"
 #include "proto/util.h"
 

@@ -6,6 +6,7 @@
  * handles closed, uv_loop_close() == 0 and the temporary directory removed.
  */
 #include "storage/test-storage.h"
+#include "storage/local/local.h"
 
 #include <errno.h>
 #include <fcntl.h>

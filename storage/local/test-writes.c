@@ -11,6 +11,7 @@
  * test sees every call the backend makes and can cut them short; a real
  * file system hardly ever does that on its own.
  */
+#include "storage/local/local.h"
 #include "storage/local/local-int.h"
 #include "storage/test-storage.h"
 

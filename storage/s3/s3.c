@@ -5,6 +5,7 @@
  * listing is ListObjectsV2 from a key (start-after), so a cursor is just the
  * last key seen.
  */
+#include "storage/s3/s3.h"
 #include "storage/s3/s3-int.h"
 #include "storage/s3/s3-xml.h"
 #include "proto/util.h"

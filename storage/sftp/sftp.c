@@ -16,6 +16,7 @@
  * Idle sessions send keepalives, so that a server or NAT dropping them is
  * noticed before a request needs them.
  */
+#include "storage/sftp/sftp.h"
 #include "storage/sftp/sftp-int.h"
 #include "proto/util.h"
 
