@@ -35,6 +35,25 @@ struct s3_del_batch {
     char h_md5[64];
 };
 
+static void delete_ended(struct s3_be *sb);
+
+/* The answer to a plain DELETE. */
+static void delete_done(struct s3_op *op)
+{
+    struct http_req *h = &op->http;
+    int status;
+
+    delete_ended(op->sb);
+    if (h->result == -ECANCELED || op->cancelled)
+        status = -ECANCELED;
+    else if (h->result != 0)
+        status = s3_map_failure(op);
+    else
+        /* S3 answers 204 whether or not the key existed. */
+        status = h->status == 204 || h->status == 200 ? 0 : s3_map_failure(op);
+    s3_op_complete(op, status);
+}
+
 static void batch_free(struct s3_del_batch *b)
 {
     free(b->body);
@@ -63,7 +82,7 @@ static void batch_done(struct s3_op *op)
     memcpy(members, b->members, n * sizeof(*members));
     s3_op_unlink(op);
     batch_free(b);
-    s3_delete_ended(sb);
+    delete_ended(sb);
     for (size_t i = 0; i < n; i++) {
         members[i]->status = status;
         members[i]->retry_after_ms = retry_after;
@@ -210,7 +229,7 @@ void s3_delete_flush(struct s3_be *sb)
             send_batch(sb, reqs, n);
             continue;
         }
-        int r = s3_send_bare(sb, reqs[0], "DELETE");
+        int r = s3_send_bare(sb, reqs[0], "DELETE", delete_done);
         if (r < 0) {
             reqs[0]->status = r;
             backend_complete(reqs[0]);
@@ -221,7 +240,8 @@ void s3_delete_flush(struct s3_be *sb)
     sb->delq_tail = NULL;
 }
 
-void s3_delete_ended(struct s3_be *sb)
+/* A delete request ended (a plain DELETE, or a batch): what waits may go. */
+static void delete_ended(struct s3_be *sb)
 {
     sb->deletes_inflight--;
     /* Not from inside the caller's callback chain: on the next turn of the loop. */
@@ -235,7 +255,7 @@ int s3_delete_queue(struct s3_be *sb, struct backend_req *req)
 
     if (sb->deletes_inflight < S3_DELETE_INFLIGHT && !sb->delq) {
         /* Nothing to wait for: a plain DELETE at once. */
-        if ((r = s3_send_bare(sb, req, "DELETE")) == 0)
+        if ((r = s3_send_bare(sb, req, "DELETE", delete_done)) == 0)
             sb->deletes_inflight++;
         return r;
     }

@@ -99,8 +99,9 @@ int s3_op_send(struct s3_op *op, const char *method, const char *name,
                size_t nextra, size_t body_max);
 /* Takes the op off sb's list of attempts in flight. */
 void s3_op_unlink(struct s3_op *op);
-/* A HEAD or DELETE of req's object: 0, or negative errno when it could not start. */
-int s3_send_bare(struct s3_be *sb, struct backend_req *req, const char *method);
+/* A HEAD or DELETE of req's object, answered to `done`: 0, or negative errno when it could not start. */
+int s3_send_bare(struct s3_be *sb, struct backend_req *req, const char *method,
+                 void (*done)(struct s3_op *op));
 /* Ends the attempt with `status`: the front end hears of it, the op is freed. */
 void s3_op_complete(struct s3_op *op, int status);
 /* A start that failed: the op is freed, r returned (no callback comes). */
@@ -126,8 +127,6 @@ void s3_r2_renew_now(struct s3_be *sb);
 /* Batched deletes (s3-delete.c): queue one; send what is queued; the timer's life. */
 int s3_delete_queue(struct s3_be *sb, struct backend_req *req);
 void s3_delete_flush(struct s3_be *sb);
-/* A delete request ended (a plain DELETE, or a batch): what waits may go. */
-void s3_delete_ended(struct s3_be *sb);
 void s3_delete_init(struct s3_be *sb);
 void s3_delete_stop(struct s3_be *sb, void (*stopped)(struct s3_be *sb));
 

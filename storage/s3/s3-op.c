@@ -165,6 +165,23 @@ int s3_op_send(struct s3_op *op, const char *method, const char *name,
     return r < 0 ? r : http_start(op->sb->http, &op->http);
 }
 
+/* A request without a body or a query: HEAD or DELETE of the object. */
+int s3_send_bare(struct s3_be *sb, struct backend_req *req, const char *method,
+                 void (*done)(struct s3_op *op))
+{
+    struct s3_op *op;
+    char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
+    int r;
+
+    if ((r = s3_object_name(&sb->o, req->key, name, sizeof(name))) < 0)
+        return r;
+    if (!(op = s3_op_new(sb, req, done)))
+        return -ENOMEM;
+    if ((r = s3_op_send(op, method, name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
+        return s3_op_abandon(op, r);
+    return 0;
+}
+
 /* ---- what a response means ----------------------------------------------------- */
 
 static const char *op_method(enum backend_op op)

@@ -135,9 +135,6 @@ static void op_done(struct s3_op *op)
     struct http_req *h = &op->http;
     int status;
 
-    if (op->req->op == BACKEND_OP_DELETE)
-        s3_delete_ended(op->sb);
-
     if (h->result == -ECANCELED || op->cancelled) {
         s3_op_complete(op, -ECANCELED);
         return;
@@ -160,10 +157,6 @@ static void op_done(struct s3_op *op)
         } else {
             status = h->status == 200 ? -EPROTO : s3_map_failure(op);
         }
-        break;
-    case BACKEND_OP_DELETE:
-        /* S3 answers 204 whether or not the key existed. */
-        status = h->status == 204 || h->status == 200 ? 0 : s3_map_failure(op);
         break;
     case BACKEND_OP_LIST:
         status = finish_list(op);
@@ -285,25 +278,9 @@ static int s3_get(struct backend *be, struct backend_req *req)
     return 0;
 }
 
-/* A request without a body or a query: HEAD or DELETE of the object. */
-int s3_send_bare(struct s3_be *sb, struct backend_req *req, const char *method)
-{
-    struct s3_op *op;
-    char name[BACKEND_MAX_KEY + S3_MAX_PREFIX + 2];
-    int r;
-
-    if ((r = s3_object_name(&sb->o, req->key, name, sizeof(name))) < 0)
-        return r;
-    if (!(op = s3_op_new(sb, req, op_done)))
-        return -ENOMEM;
-    if ((r = s3_op_send(op, method, name, NULL, 0, NULL, 0, S3_ERROR_BODY_MAX)) < 0)
-        return s3_op_abandon(op, r);
-    return 0;
-}
-
 static int s3_head(struct backend *be, struct backend_req *req)
 {
-    return s3_send_bare(s3_of(be), req, "HEAD");
+    return s3_send_bare(s3_of(be), req, "HEAD", op_done);
 }
 
 static int s3_del(struct backend *be, struct backend_req *req)
