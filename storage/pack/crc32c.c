@@ -6,7 +6,7 @@
  * reflected polynomial 0x82F63B78 with the register inverted on entry and
  * exit, so that pack_crc32c(0, "123456789", 9) == 0xE3069283.
  */
-#include "storage/pack/pack.h"
+#include "storage/pack/crc32c.h"
 #include "storage/pack/pack-int.h"
 
 #include <pthread.h>

@@ -1,10 +1,10 @@
 #pragma once
 
 /*
- * Internals of the pack module that its unit test needs to reach: the two
- * CRC-32C implementations behind pack_crc32c(), so the test can check that
- * the hardware path and the table path agree on the same inputs. Only
- * storage/crc32c.c and the storage tests include this header.
+ * Internals of the pack module that its unit tests need to reach: the two
+ * CRC-32C implementations behind pack_crc32c() (crc32c.h), so the tests can
+ * check that the hardware path and the table path agree on the same
+ * inputs. Only crc32c.c and the pack tests include this header.
  */
 
 #include <stdbool.h>

@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "proto/proto.h" /* PROTO_HASH_LEN */
+#include "storage/pack/crc32c.h"
 
 /* Expected outcomes (positive). */
 enum {
@@ -84,11 +85,6 @@ enum pack_idx_type {
 #define PACK_BLOCK_ENTRY (PROTO_HASH_LEN + 4)
 /* Largest pack the index format describes (offsets fit comfortably). */
 #define PACK_MAX_SIZE (1ull << 40)
-
-/* ---- CRC-32C (Castagnoli), hardware-accelerated where the CPU has it ---- */
-
-/* Continues a CRC-32C: start with crc = 0. */
-uint32_t pack_crc32c(uint32_t crc, const void *data, size_t len);
 
 /* ---- pack header ---- */
 
