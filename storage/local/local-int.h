@@ -2,9 +2,9 @@
 
 /*
  * Internals of the local-directory backend, shared by its files: local.c
- * (opening, closing, the threadpool plumbing and every read),
- * local-write.c (puts, appends and deletes, which must end durable) and
- * local-fdcache.c (the descriptors that reads share).
+ * (opening, closing and every read), local-write.c (puts, appends and
+ * deletes, which must end durable), local-job.c (one attempt on the
+ * threadpool) and local-fdcache.c (the descriptors that reads share).
  *
  * Object "dir/name" is the file ROOT/dir/name; ROOT/.tmp holds files being
  * written, and is emptied at open. Keys never start with a dot, so neither

@@ -1,7 +1,7 @@
 /*
  * The local backend: objects are files under a root directory (layout in
- * local.h). Every operation that touches the disk runs on the libuv
- * threadpool, one job per attempt; this file has the plumbing, opening and
+ * local-int.h). Every operation that touches the disk runs on the libuv
+ * threadpool, one job per attempt (local-job.c); this file has opening and
  * closing, and the reads. Reads share a cache of open descriptors
  * (local-fdcache.c), which is also what lets try_read serve a read on the
  * loop thread without ever opening a file there.
@@ -19,34 +19,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-/* ---- threadpool plumbing ------------------------------------------------------ */
-
-static void job_done(uv_work_t *work, int status)
-{
-    struct local_job *job = container_of(work, struct local_job, work);
-    struct backend_req *req = job->req;
-
-    req->status = status < 0 ? status : job->status;
-    free(job);
-    backend_complete(req);
-}
-
-int local_queue(struct backend *be, struct backend_req *req, uv_work_cb fn)
-{
-    struct local_job *job = malloc(sizeof(*job));
-    int r;
-
-    if (!job)
-        return -ENOMEM;
-    job->lp = local_of(be);
-    job->req = req;
-    job->status = 0;
-    r = uv_queue_work(be->loop, &job->work, fn, job_done);
-    if (r < 0)
-        free(job);
-    return r;
-}
 
 /* ---- reads ------------------------------------------------------------------------ */
 
