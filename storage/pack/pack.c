@@ -8,6 +8,8 @@
 #include "storage/pack/pack.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +76,13 @@ static void be64_write(uint8_t *p, uint64_t v)
 {
     be32_write(p, (uint32_t)(v >> 32));
     be32_write(p + 4, (uint32_t)v);
+}
+
+/* ---- a pack's key ---- */
+
+void pack_key(char *key, size_t len, uint64_t seq)
+{
+    snprintf(key, len, PACK_KEY_PREFIX "%016" PRIx64, seq);
 }
 
 /* ---- pack header ---- */

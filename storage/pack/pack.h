@@ -10,9 +10,10 @@
  * A sealed pack ends with an index of its records and a trailer, so one
  * ranged read of its end lists what it holds. Sealed packs never change.
  *
- * This module only encodes and decodes bytes; it does no I/O. Every length
- * read from a buffer is checked against the buffer before use, so hostile
- * input yields PACK_E_* and never a crash.
+ * This module only encodes and decodes bytes, and names packs in a backend
+ * (pack_key); it does no I/O. Every length read from a buffer is checked
+ * against the buffer before use, so hostile input yields PACK_E_* and never
+ * a crash.
  *
  * Layout (all integers big-endian):
  *
@@ -85,6 +86,14 @@ enum pack_idx_type {
 #define PACK_BLOCK_ENTRY (PROTO_HASH_LEN + 4)
 /* Largest pack the index format describes (offsets fit comfortably). */
 #define PACK_MAX_SIZE (1ull << 40)
+
+/* ---- a pack's key in the backend ---- */
+
+/* The keys of all packs start with this: they are the backend's "packs/" directory. */
+#define PACK_KEY_PREFIX "packs/"
+
+/* The key of pack `seq`: "packs/%016llx" (sixteen lower-case hex digits). */
+void pack_key(char *key, size_t len, uint64_t seq);
 
 /* ---- pack header ---- */
 

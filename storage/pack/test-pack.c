@@ -1,9 +1,9 @@
 /*
- * Unit tests for the pack format (storage/pack.h): the byte layout of
- * headers, records, block tables, index entries and trailers; rejection of truncated,
- * bit-flipped and hostile input; torn-tail recovery and seal detection by
- * pack_scan(). CRC-32C is tested in test-crc32c.c, and the fuzz loop over
- * every parser is in test-pack-fuzz.c.
+ * Unit tests for the pack format (storage/pack/pack.h): pack keys; the byte
+ * layout of headers, records, block tables, index entries and trailers;
+ * rejection of truncated, bit-flipped and hostile input; torn-tail recovery
+ * and seal detection by pack_scan(). CRC-32C is tested in test-crc32c.c,
+ * and the fuzz loop over every parser is in test-pack-fuzz.c.
  * Buffers handed to parsers are allocated at their exact size, so a read
  * past the end is caught by the sanitizers.
  */
@@ -224,6 +224,26 @@ static void assert_seen(const struct seen *s, const struct tpack *tp, const uint
         assert_memory_equal(s->rec[i].id, tp->rec_id[i], PROTO_HASH_LEN);
         assert_ptr_equal(s->rec[i].payload, buf + tp->rec_off[i] + PACK_RECORD_HEADER);
     }
+}
+
+/* ---- keys ---- */
+
+static void test_pack_key(void **state)
+{
+    char key[64], small[8 + 1];
+
+    pack_key(key, sizeof(key), 0x2a);
+    assert_string_equal(key, "packs/000000000000002a");
+    pack_key(key, sizeof(key), 0);
+    assert_string_equal(key, "packs/0000000000000000");
+    pack_key(key, sizeof(key), UINT64_MAX);
+    assert_string_equal(key, "packs/ffffffffffffffff");
+    assert_memory_equal(key, PACK_KEY_PREFIX, strlen(PACK_KEY_PREFIX));
+    /* A buffer too short gets a cut key, terminated, and nothing past its end. */
+    small[8] = 'x';
+    pack_key(small, 8, 0x2a);
+    assert_string_equal(small, "packs/0");
+    assert_int_equal(small[8], 'x');
 }
 
 /* ---- header ---- */
@@ -820,6 +840,7 @@ static void test_block_hostile(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pack_key),
         cmocka_unit_test(test_header),
         cmocka_unit_test(test_record_round_trip),
         cmocka_unit_test(test_record_truncated),
