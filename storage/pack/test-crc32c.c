@@ -6,7 +6,7 @@
  * hardware and table paths agree on random data at every alignment and on
  * lengths that exercise their head, body and tail loops.
  */
-#include "storage/pack/pack.h"
+#include "storage/pack/test-pack.h"
 #include "storage/pack/pack-int.h"
 
 #include <setjmp.h>
@@ -17,27 +17,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
-}
-
-static size_t rng_below(size_t n)
-{
-    return (size_t)(rng_next() % n);
-}
-
-static void rng_fill(uint8_t *p, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = (uint8_t)rng_next();
-}
 
 static const struct {
     const char *data;
@@ -70,7 +49,7 @@ static void check_crc_known_answers(crc_fn *fn)
         block[i] = (uint8_t)(31 - i);
     assert_int_equal(fn(0, block, sizeof(block)), 0x113FDB5C);
     /* Continuing from a split point gives the checksum of the whole. */
-    rng_fill(whole, sizeof(whole));
+    test_rng_fill(whole, sizeof(whole));
     for (size_t cut = 0; cut <= sizeof(whole); cut++)
         assert_int_equal(fn(fn(0, whole, cut), whole + cut, sizeof(whole) - cut),
                          fn(0, whole, sizeof(whole)));
@@ -78,7 +57,7 @@ static void check_crc_known_answers(crc_fn *fn)
 
 static void test_crc32c_known_answers(void **state)
 {
-    rng_state = 1;
+    test_rng_state = 1;
     check_crc_known_answers(pack_crc32c_sw);
     check_crc_known_answers(pack_crc32c);
     if (pack_crc32c_hw_available())
@@ -95,20 +74,20 @@ static void test_crc32c_hw_matches_table(void **state)
         skip();
     area = malloc(AREA);
     assert_non_null(area);
-    rng_state = 2;
-    rng_fill(area, AREA);
+    test_rng_state = 2;
+    test_rng_fill(area, AREA);
     /* Every short length at every alignment, where the head and tail loops do all the work. */
     for (size_t off = 0; off < 16; off++) {
         for (size_t len = 0; len < 80; len++) {
-            uint32_t seed = (uint32_t)rng_next();
+            uint32_t seed = (uint32_t)test_rng_next();
             assert_int_equal(pack_crc32c_hw(seed, area + off, len),
                              pack_crc32c_sw(seed, area + off, len));
         }
     }
     for (int i = 0; i < 20000; i++) {
-        size_t off = rng_below(16);
-        size_t len = rng_below(i % 8 == 0 ? AREA - 16 : 300);
-        uint32_t seed = i % 2 ? (uint32_t)rng_next() : 0;
+        size_t off = test_rng_below(16);
+        size_t len = test_rng_below(i % 8 == 0 ? AREA - 16 : 300);
+        uint32_t seed = i % 2 ? (uint32_t)test_rng_next() : 0;
         uint32_t want = pack_crc32c_sw(seed, area + off, len);
 
         assert_int_equal(pack_crc32c_hw(seed, area + off, len), want);

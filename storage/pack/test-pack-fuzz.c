@@ -1,5 +1,5 @@
 /*
- * Deterministic fuzzing of the pack parsers (storage/pack.h). Valid packs,
+ * Deterministic fuzzing of the pack parsers (storage/pack/pack.h). Valid packs,
  * sealed and unsealed, single records, bare indexes and block payloads are
  * mutated with bit flips, byte overwrites, truncations, insertions,
  * deletions and huge values written over length and offset fields; some
@@ -10,7 +10,7 @@
  * a failure reproduces; counters at the end prove the loop reached success
  * paths and not only early rejections.
  */
-#include "storage/pack/pack.h"
+#include "storage/pack/test-pack.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -25,49 +25,6 @@
 #include <cmocka.h>
 
 #define ITERATIONS 100000
-
-static uint64_t rng_state = 0x70616b667a7a3031ull;
-
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
-}
-
-static size_t rng_below(size_t n)
-{
-    return (size_t)(rng_next() % n);
-}
-
-static void rng_fill(uint8_t *p, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = (uint8_t)rng_next();
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return ((uint64_t)get32(p) << 32) | get32(p + 4);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
 
 /* ---- inputs ---- */
 
@@ -101,40 +58,40 @@ static void append_block_payload(struct input *in, uint32_t *raw_size)
 {
     struct pack_block_chunk chunks[4];
     uint8_t table[4 + 4 * PACK_BLOCK_ENTRY], body[64];
-    uint32_t n = 1 + (uint32_t)rng_below(4);
+    uint32_t n = 1 + (uint32_t)test_rng_below(4);
 
     *raw_size = 0;
     for (uint32_t i = 0; i < n; i++) {
-        rng_fill(chunks[i].id, PROTO_HASH_LEN);
-        chunks[i].size = 1 + (uint32_t)rng_below(200);
+        test_rng_fill(chunks[i].id, PROTO_HASH_LEN);
+        chunks[i].size = 1 + (uint32_t)test_rng_below(200);
         *raw_size += chunks[i].size;
         mark_field(in, in->len + 4 + i * PACK_BLOCK_ENTRY + PROTO_HASH_LEN);
     }
     mark_field(in, in->len);
     pack_block_table_encode(table, chunks, n);
     input_append(in, table, pack_block_table_size(n));
-    rng_fill(body, sizeof(body));
-    input_append(in, body, rng_below(sizeof(body)));
+    test_rng_fill(body, sizeof(body));
+    input_append(in, body, test_rng_below(sizeof(body)));
 }
 
 /* Appends one record to `in` and describes it in *e (an index entry for the whole record). */
 static void append_record(struct input *in, struct pack_index_entry *e)
 {
-    enum pack_rec_type type = (enum pack_rec_type)(1 + rng_below(3));
+    enum pack_rec_type type = (enum pack_rec_type)(1 + test_rng_below(3));
     uint8_t header[PACK_RECORD_HEADER];
     struct input payload = {0};
     struct pack_part part;
-    uint32_t raw_size = 1 + (uint32_t)rng_below(1000);
+    uint32_t raw_size = 1 + (uint32_t)test_rng_below(1000);
 
     if (type == PACK_REC_BLOCK) {
         append_block_payload(&payload, &raw_size);
     } else {
         uint8_t body[120];
-        rng_fill(body, sizeof(body));
-        input_append(&payload, body, rng_below(sizeof(body)));
+        test_rng_fill(body, sizeof(body));
+        input_append(&payload, body, test_rng_below(sizeof(body)));
     }
     part = (struct pack_part){payload.buf, payload.len};
-    rng_fill(e->id, PROTO_HASH_LEN);
+    test_rng_fill(e->id, PROTO_HASH_LEN);
     pack_record_header_encode(header, type, e->id, &part, 1);
     e->type = (enum pack_idx_type)type;
     e->record_off = in->len;
@@ -177,9 +134,9 @@ enum { BASE_SEALED, BASE_UNSEALED, BASE_RECORD, BASE_INDEX, BASE_BLOCK, NBASES }
 static void build_base(struct input *in, int kind)
 {
     struct pack_index_entry entries[12];
-    size_t n = 1 + rng_below(12);
+    size_t n = 1 + test_rng_below(12);
     uint8_t header[PACK_HEADER_SIZE];
-    uint64_t seq = rng_next();
+    uint64_t seq = test_rng_next();
     uint32_t raw_size;
 
     memset(in, 0, sizeof(*in));
@@ -200,7 +157,7 @@ static void build_base(struct input *in, int kind)
         /* Entries pointing into an imagined record area that ends where the index starts. */
         for (size_t i = 0; i < n; i++) {
             entries[i] = (struct pack_index_entry){PACK_IDX_CHUNK, 100, 16 + 100 * i, 0, 10, {0}};
-            rng_fill(entries[i].id, PROTO_HASH_LEN);
+            test_rng_fill(entries[i].id, PROTO_HASH_LEN);
         }
         append_index(in, entries, n, seq);
         in->len -= PACK_TRAILER_SIZE;
@@ -215,9 +172,9 @@ static void build_base(struct input *in, int kind)
 
 static size_t pick_field(const struct input *in)
 {
-    if (in->nfields && rng_below(4) != 0)
-        return in->fields[rng_below(in->nfields)];
-    return rng_below(in->len + 1);
+    if (in->nfields && test_rng_below(4) != 0)
+        return in->fields[test_rng_below(in->nfields)];
+    return test_rng_below(in->len + 1);
 }
 
 static void write_huge(struct input *in)
@@ -232,17 +189,17 @@ static void write_huge(struct input *in)
                                       UINT64_MAX,
                                       PACK_MAX_SIZE,
                                       UINT64_MAX - PACK_TRAILER_SIZE};
-    uint64_t v = rng_below(3) == 0 ? rng_next() : values[rng_below(sizeof(values) / 8)];
-    size_t width = rng_below(2) ? 8 : 4;
+    uint64_t v = test_rng_below(3) == 0 ? test_rng_next() : values[test_rng_below(sizeof(values) / 8)];
+    size_t width = test_rng_below(2) ? 8 : 4;
     size_t pos = pick_field(in);
     uint8_t b[8];
 
     if (pos + width > in->len)
         return;
     if (width == 8) {
-        put64(b, v);
+        test_put64(b, v);
     } else {
-        put32(b, (uint32_t)(v > UINT32_MAX ? v >> 32 : v));
+        test_put32(b, (uint32_t)(v > UINT32_MAX ? v >> 32 : v));
     }
     memcpy(in->buf + pos, b, width);
 }
@@ -250,17 +207,17 @@ static void write_huge(struct input *in)
 /* Recomputes the checksum of the record at a record offset so damage behind it goes unnoticed. */
 static void fix_record_crc(struct input *in)
 {
-    size_t off = in->nrecs ? in->recs[rng_below(in->nrecs)] : 0;
+    size_t off = in->nrecs ? in->recs[test_rng_below(in->nrecs)] : 0;
     uint32_t crc, length;
 
     if (off > in->len || in->len - off < PACK_RECORD_HEADER)
         return;
-    length = get32(in->buf + off + 4);
+    length = test_get32(in->buf + off + 4);
     if (length > in->len - off - PACK_RECORD_HEADER)
         return;
     crc = pack_crc32c(0, in->buf + off, 8);
     crc = pack_crc32c(crc, in->buf + off + 12, PROTO_HASH_LEN + length);
-    put32(in->buf + off + 8, crc);
+    test_put32(in->buf + off + 8, crc);
 }
 
 /* Recomputes the index checksum in the trailer, wherever the trailer says the index starts. */
@@ -272,10 +229,10 @@ static void fix_index_crc(struct input *in)
     if (in->len < PACK_TRAILER_SIZE)
         return;
     tail = in->buf + in->len - PACK_TRAILER_SIZE;
-    index_off = get64(tail);
+    index_off = test_get64(tail);
     if (index_off > in->len - PACK_TRAILER_SIZE)
         return;
-    put32(tail + 12, pack_crc32c(0, in->buf + index_off, in->len - PACK_TRAILER_SIZE - index_off));
+    test_put32(tail + 12, pack_crc32c(0, in->buf + index_off, in->len - PACK_TRAILER_SIZE - index_off));
 }
 
 static void mutate(struct input *in)
@@ -283,25 +240,25 @@ static void mutate(struct input *in)
     size_t pos, n;
     uint8_t extra[16];
 
-    switch (rng_below(9)) {
+    switch (test_rng_below(9)) {
     case 0:
     case 1:
         if (in->len) {
-            pos = rng_below(in->len);
-            in->buf[pos] ^= (uint8_t)(1u << rng_below(8));
+            pos = test_rng_below(in->len);
+            in->buf[pos] ^= (uint8_t)(1u << test_rng_below(8));
         }
         break;
     case 2:
         if (in->len)
-            in->buf[rng_below(in->len)] = (uint8_t)rng_next();
+            in->buf[test_rng_below(in->len)] = (uint8_t)test_rng_next();
         break;
     case 3:
-        in->len = rng_below(in->len + 1);
+        in->len = test_rng_below(in->len + 1);
         break;
     case 4:
-        n = 1 + rng_below(sizeof(extra));
-        pos = rng_below(in->len + 1);
-        rng_fill(extra, n);
+        n = 1 + test_rng_below(sizeof(extra));
+        pos = test_rng_below(in->len + 1);
+        test_rng_fill(extra, n);
         in->buf = realloc(in->buf, in->len + n + 1);
         assert_non_null(in->buf);
         memmove(in->buf + pos + n, in->buf + pos, in->len - pos);
@@ -309,8 +266,8 @@ static void mutate(struct input *in)
         in->len += n;
         break;
     case 5:
-        pos = rng_below(in->len + 1);
-        n = rng_below(in->len - pos + 1);
+        pos = test_rng_below(in->len + 1);
+        n = test_rng_below(in->len - pos + 1);
         memmove(in->buf + pos, in->buf + pos + n, in->len - pos - n);
         in->len -= n;
         break;
@@ -341,7 +298,7 @@ static void check_header(const uint8_t *b, size_t n)
     assert_true(r == 0 || r == PACK_E_TRUNCATED || r == PACK_E_CORRUPT);
     if (r == 0) {
         assert_true(n >= PACK_HEADER_SIZE);
-        assert_int_equal(seq, get64(b + 8));
+        assert_int_equal(seq, test_get64(b + 8));
         accepted.header++;
     }
 }
@@ -372,7 +329,7 @@ static void check_record(const uint8_t *b, size_t n)
     assert_ptr_equal(rec.payload, b + PACK_RECORD_HEADER);
     crc = pack_crc32c(0, b, 8);
     crc = pack_crc32c(crc, b + 12, PROTO_HASH_LEN + length);
-    assert_int_equal(crc, get32(b + 8));
+    assert_int_equal(crc, test_get32(b + 8));
     accepted.record++;
 }
 
@@ -421,8 +378,8 @@ static int check_trailer(const uint8_t *tail, uint64_t pack_size, struct pack_tr
         assert_true(pack_size <= PACK_MAX_SIZE && t->index_off >= PACK_HEADER_SIZE);
         assert_int_equal(t->index_off + (uint64_t)t->count * PACK_INDEX_ENTRY + PACK_TRAILER_SIZE,
                          pack_size);
-        assert_int_equal(t->index_off, get64(tail));
-        assert_int_equal(t->count, get32(tail + 8));
+        assert_int_equal(t->index_off, test_get64(tail));
+        assert_int_equal(t->count, test_get32(tail + 8));
     }
     return r;
 }
@@ -434,7 +391,7 @@ static void check_sealed_tail(const uint8_t *b, size_t n)
     if (n < PACK_TRAILER_SIZE)
         return;
     /* Hostile sizes must not wrap the trailer's arithmetic. */
-    check_trailer(b + n - PACK_TRAILER_SIZE, rng_next() >> rng_below(64), &t);
+    check_trailer(b + n - PACK_TRAILER_SIZE, test_rng_next() >> test_rng_below(64), &t);
     if (check_trailer(b + n - PACK_TRAILER_SIZE, n, &t) != 0)
         return;
     accepted.trailer++;
@@ -450,9 +407,9 @@ static void check_fabricated_index(const uint8_t *b, size_t n)
     size_t count = n / PACK_INDEX_ENTRY;
 
     t.count = (uint32_t)count;
-    t.index_off = rng_below(3) ? 16 + 100 * count : rng_next();
+    t.index_off = test_rng_below(3) ? 16 + 100 * count : test_rng_next();
     t.index_crc = pack_crc32c(0, b, count * PACK_INDEX_ENTRY);
-    t.seq = rng_next();
+    t.seq = test_rng_next();
     if (check_index(b, count * PACK_INDEX_ENTRY, &t) == 0 && count > 0)
         accepted.fabricated++;
 }
@@ -519,14 +476,14 @@ static void check_block(const uint8_t *b, size_t n)
     if (r != 0)
         return;
     assert_true(count >= 1 && count <= PACK_MAX_BLOCK_CHUNKS);
-    assert_int_equal(count, get32(b));
+    assert_int_equal(count, test_get32(b));
     assert_int_equal(body_off, pack_block_table_size(count));
     assert_true(body_off <= n);
     for (uint32_t i = 0; i < count; i++) {
         const uint8_t *entry = b + 4 + (size_t)i * PACK_BLOCK_ENTRY;
 
         assert_memory_equal(chunks[i].id, entry, PROTO_HASH_LEN);
-        assert_int_equal(chunks[i].size, get32(entry + PROTO_HASH_LEN));
+        assert_int_equal(chunks[i].size, test_get32(entry + PROTO_HASH_LEN));
         assert_true(chunks[i].size > 0);
         assert_int_equal(chunks[i].sub_off, raw);
         raw += chunks[i].size;
@@ -551,9 +508,10 @@ static void check_all(const uint8_t *b, size_t n)
 
 static void test_fuzz(void **state)
 {
+    test_rng_state = 0x70616b667a7a3031ull;
     for (int i = 0; i < ITERATIONS; i++) {
         struct input in;
-        int rounds = 1 + (int)rng_below(4);
+        int rounds = 1 + (int)test_rng_below(4);
         uint8_t *exact;
 
         build_base(&in, i % NBASES);

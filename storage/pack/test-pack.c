@@ -1,13 +1,14 @@
 /*
  * Unit tests for the pack format (storage/pack/pack.h): pack keys; the byte
- * layout of headers, records, block tables, index entries and trailers;
- * rejection of truncated, bit-flipped and hostile input; torn-tail recovery
- * and seal detection by pack_scan(). CRC-32C is tested in test-crc32c.c,
- * and the fuzz loop over every parser is in test-pack-fuzz.c.
+ * layout of headers and records; rejection of truncated, bit-flipped and
+ * hostile records; torn-tail recovery and seal detection by pack_scan().
+ * main() also runs the tests of indexes, trailers and block tables
+ * (test-pack-index.c). CRC-32C is tested in test-crc32c.c, and the fuzz
+ * loop over every parser is in test-pack-fuzz.c.
  * Buffers handed to parsers are allocated at their exact size, so a read
  * past the end is caught by the sanitizers.
  */
-#include "storage/pack/pack.h"
+#include "storage/pack/test-pack.h"
 #include "storage/pack/pack-int.h"
 
 #include <errno.h>
@@ -22,192 +23,21 @@
 
 #include <cmocka.h>
 
-/* ---- helpers ---- */
-
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
-}
-
-/* A uniform value in [0, n); n > 0. */
-static size_t rng_below(size_t n)
-{
-    return (size_t)(rng_next() % n);
-}
-
-static void rng_fill(uint8_t *p, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = (uint8_t)rng_next();
-}
-
-/* A copy of p[0..len) in a block of exactly len bytes (one byte for len 0). */
-static uint8_t *dup_exact(const uint8_t *p, size_t len)
-{
-    uint8_t *copy = malloc(len ? len : 1);
-
-    assert_non_null(copy);
-    if (len)
-        memcpy(copy, p, len);
-    return copy;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return ((uint64_t)get32(p) << 32) | get32(p + 4);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
-
-/* ---- test packs ---- */
-
-#define MAX_RECS 16
-#define MAX_ENTRIES (MAX_RECS * 8)
-
-/* A pack built in memory, with what each record and index entry should read back as. */
-struct tpack {
-    uint8_t *buf;
-    size_t len;
-    uint64_t seq;
-    size_t nrec;
-    uint64_t rec_off[MAX_RECS];
-    enum pack_rec_type rec_type[MAX_RECS];
-    uint32_t rec_length[MAX_RECS];
-    uint8_t rec_id[MAX_RECS][PROTO_HASH_LEN];
-    size_t nent;
-    struct pack_index_entry ent[MAX_ENTRIES];
-    uint64_t index_off; /* 0 while unsealed */
-};
-
-static void tpack_append(struct tpack *tp, const void *p, size_t len)
-{
-    tp->buf = realloc(tp->buf, tp->len + len);
-    assert_non_null(tp->buf);
-    memcpy(tp->buf + tp->len, p, len);
-    tp->len += len;
-}
-
-static void tpack_init(struct tpack *tp, uint64_t seq)
-{
-    uint8_t header[PACK_HEADER_SIZE];
-
-    memset(tp, 0, sizeof(*tp));
-    tp->seq = seq;
-    pack_header_encode(header, seq);
-    tpack_append(tp, header, sizeof(header));
-}
-
-/*
- * Appends a record of `type` with `body_len` random body bytes; a block gets
- * a table of 1..5 chunks in front of its body and one index entry per chunk.
- */
-static void tpack_add(struct tpack *tp, enum pack_rec_type type, size_t body_len)
-{
-    struct pack_block_chunk chunks[5];
-    uint8_t table[4 + 5 * PACK_BLOCK_ENTRY];
-    uint8_t header[PACK_RECORD_HEADER];
-    uint8_t *body = malloc(body_len + 1);
-    struct pack_part parts[2] = {{table, 0}, {body, body_len}};
-    uint32_t nchunks = 0, raw_off = 0;
-    size_t r = tp->nrec;
-
-    assert_true(r < MAX_RECS && tp->nent + 5 <= MAX_ENTRIES);
-    assert_non_null(body);
-    rng_fill(body, body_len);
-    if (type == PACK_REC_BLOCK) {
-        nchunks = 1 + (uint32_t)rng_below(5);
-        for (uint32_t i = 0; i < nchunks; i++) {
-            rng_fill(chunks[i].id, PROTO_HASH_LEN);
-            chunks[i].size = 1 + (uint32_t)rng_below(3000);
-        }
-        pack_block_table_encode(table, chunks, nchunks);
-        parts[0].len = pack_block_table_size(nchunks);
-    }
-    rng_fill(tp->rec_id[r], PROTO_HASH_LEN);
-    pack_record_header_encode(header, type, tp->rec_id[r], parts, 2);
-    tp->rec_off[r] = tp->len;
-    tp->rec_type[r] = type;
-    tp->rec_length[r] = (uint32_t)(parts[0].len + body_len);
-    tpack_append(tp, header, sizeof(header));
-    tpack_append(tp, table, parts[0].len);
-    tpack_append(tp, body, body_len);
-    free(body);
-    for (uint32_t i = 0; i < (type == PACK_REC_BLOCK ? nchunks : 1); i++) {
-        struct pack_index_entry *e = &tp->ent[tp->nent++];
-
-        e->type = type == PACK_REC_BLOCK ? PACK_IDX_CHUNK : (enum pack_idx_type)type;
-        e->record_off = tp->rec_off[r];
-        e->record_len = PACK_RECORD_HEADER + tp->rec_length[r];
-        e->sub_off = type == PACK_REC_BLOCK ? raw_off : 0;
-        e->raw_size = type == PACK_REC_BLOCK ? chunks[i].size : 1 + (uint32_t)rng_below(5000);
-        memcpy(e->id, type == PACK_REC_BLOCK ? chunks[i].id : tp->rec_id[r], PROTO_HASH_LEN);
-        if (type == PACK_REC_BLOCK)
-            raw_off += chunks[i].size;
-    }
-    tp->nrec++;
-}
-
-static void tpack_seal(struct tpack *tp)
-{
-    size_t size = pack_index_size(tp->nent);
-    uint8_t *index = malloc(size);
-
-    assert_non_null(index);
-    tp->index_off = tp->len;
-    pack_index_encode(index, tp->ent, tp->nent, tp->index_off, tp->seq);
-    tpack_append(tp, index, size);
-    free(index);
-}
-
-/* A pack of n records of every type and assorted sizes, empty payloads included. */
-static void tpack_make(struct tpack *tp, size_t n, bool sealed)
-{
-    tpack_init(tp, 0x0102030405060708ull + n);
-    for (size_t i = 0; i < n; i++)
-        tpack_add(tp, (enum pack_rec_type)(1 + i % 3), i % 4 == 1 ? 0 : rng_below(400));
-    if (sealed)
-        tpack_seal(tp);
-}
-
-static void tpack_free(struct tpack *tp)
-{
-    free(tp->buf);
-    tp->buf = NULL;
-}
+/* ---- what a scan reported ---- */
 
 /* What pack_scan() reported through its callback. */
 struct seen {
     size_t n;
     size_t stop_at; /* return 7 from the callback for this record */
-    uint64_t off[MAX_RECS];
-    struct pack_record rec[MAX_RECS];
+    uint64_t off[TPACK_MAX_RECS];
+    struct pack_record rec[TPACK_MAX_RECS];
 };
 
 static int seen_record(void *ctx, uint64_t offset, const struct pack_record *rec)
 {
     struct seen *s = ctx;
 
-    assert_true(s->n < MAX_RECS);
+    assert_true(s->n < TPACK_MAX_RECS);
     s->off[s->n] = offset;
     s->rec[s->n] = *rec;
     return ++s->n == s->stop_at ? 7 : 0;
@@ -260,7 +90,7 @@ static void test_header(void **state)
     assert_int_equal(pack_header_decode(hdr, sizeof(hdr), &seq), 0);
     assert_int_equal(seq, 0x0102030405060708ull);
     for (size_t len = 0; len < PACK_HEADER_SIZE; len++) {
-        uint8_t *cut = dup_exact(hdr, len);
+        uint8_t *cut = test_dup_exact(hdr, len);
         assert_int_equal(pack_header_decode(cut, len, &seq), PACK_E_TRUNCATED);
         free(cut);
     }
@@ -297,21 +127,21 @@ static void test_record_round_trip(void **state)
     uint8_t peek_id[PROTO_HASH_LEN];
     uint32_t length;
 
-    rng_state = 3;
-    rng_fill(id, sizeof(id));
-    rng_fill(payload, sizeof(payload));
+    test_rng_state = 3;
+    test_rng_fill(id, sizeof(id));
+    test_rng_fill(payload, sizeof(payload));
     for (int t = PACK_REC_BLOCK; t <= PACK_REC_ENTRY; t++) {
         uint8_t *whole = make_record((enum pack_rec_type)t, id, payload, sizeof(payload));
 
         /* The layout: type, two zero fields, big-endian length, crc, id, payload. */
         assert_int_equal(whole[0], t);
         assert_int_equal(whole[1] | whole[2] | whole[3], 0);
-        assert_int_equal(get32(whole + 4), sizeof(payload));
+        assert_int_equal(test_get32(whole + 4), sizeof(payload));
         assert_memory_equal(whole + 12, id, PROTO_HASH_LEN);
         memcpy(joined, whole, 8);
         memcpy(joined + 8, id, PROTO_HASH_LEN);
         memcpy(joined + 8 + PROTO_HASH_LEN, payload, sizeof(payload));
-        assert_int_equal(get32(whole + 8), pack_crc32c_sw(0, joined, sizeof(joined)));
+        assert_int_equal(test_get32(whole + 8), pack_crc32c_sw(0, joined, sizeof(joined)));
 
         /* A payload given in pieces, empty ones included, checksums the same. */
         for (size_t i = 0; i + 1 < sizeof(cuts) / sizeof(cuts[0]); i++)
@@ -345,12 +175,12 @@ static void test_record_truncated(void **state)
     enum pack_rec_type type;
     uint32_t length;
 
-    rng_state = 4;
-    rng_fill(id, sizeof(id));
-    rng_fill(payload, sizeof(payload));
+    test_rng_state = 4;
+    test_rng_fill(id, sizeof(id));
+    test_rng_fill(payload, sizeof(payload));
     whole = make_record(PACK_REC_BLOCK, id, payload, sizeof(payload));
     for (size_t len = 0; len < PACK_RECORD_HEADER + sizeof(payload); len++) {
-        uint8_t *cut = dup_exact(whole, len);
+        uint8_t *cut = test_dup_exact(whole, len);
         assert_int_equal(pack_record_parse(cut, len, &rec), PACK_E_TRUNCATED);
         assert_int_equal(pack_record_peek(cut, len, &type, id, &length),
                          len < PACK_RECORD_HEADER ? PACK_E_TRUNCATED : 0);
@@ -367,10 +197,10 @@ static void test_record_bit_flips(void **state)
     struct pack_record rec;
     size_t len = PACK_RECORD_HEADER + PAYLOAD;
 
-    rng_state = 5;
+    test_rng_state = 5;
     assert_non_null(roomy);
-    rng_fill(id, sizeof(id));
-    rng_fill(payload, sizeof(payload));
+    test_rng_fill(id, sizeof(id));
+    test_rng_fill(payload, sizeof(payload));
     whole = make_record(PACK_REC_MANIFEST, id, payload, PAYLOAD);
     /*
      * Once with the record alone and once with spare bytes after it, so a
@@ -378,7 +208,7 @@ static void test_record_bit_flips(void **state)
      * the checksum instead of merely running out of buffer.
      */
     memcpy(roomy, whole, len);
-    rng_fill(roomy + len, SPARE);
+    test_rng_fill(roomy + len, SPARE);
     for (size_t bit = 0; bit < len * 8; bit++) {
         int r;
 
@@ -416,12 +246,12 @@ static void test_record_bad_header(void **state)
     }
     /* A length no record may have is corrupt even when the buffer stops at the header. */
     pack_record_header_encode(hdr, PACK_REC_BLOCK, id, NULL, 0);
-    put32(hdr + 4, PACK_MAX_PAYLOAD + 1);
+    test_put32(hdr + 4, PACK_MAX_PAYLOAD + 1);
     assert_int_equal(pack_record_peek(hdr, sizeof(hdr), &type, id, &length), PACK_E_CORRUPT);
     assert_int_equal(pack_record_parse(hdr, sizeof(hdr), &rec), PACK_E_CORRUPT);
-    put32(hdr + 4, UINT32_MAX);
+    test_put32(hdr + 4, UINT32_MAX);
     assert_int_equal(pack_record_parse(hdr, sizeof(hdr), &rec), PACK_E_CORRUPT);
-    put32(hdr + 4, PACK_MAX_PAYLOAD);
+    test_put32(hdr + 4, PACK_MAX_PAYLOAD);
     assert_int_equal(pack_record_peek(hdr, sizeof(hdr), &type, id, &length), 0);
     assert_int_equal(length, PACK_MAX_PAYLOAD);
     assert_int_equal(pack_record_parse(hdr, sizeof(hdr), &rec), PACK_E_TRUNCATED);
@@ -436,7 +266,7 @@ static void test_scan_intact(void **state)
     uint64_t end = 1;
     bool sealed = true;
 
-    rng_state = 6;
+    test_rng_state = 6;
     tpack_make(&tp, 12, false);
     assert_int_equal(pack_scan(tp.buf, tp.len, seen_record, &s, &end, &sealed), 0);
     assert_seen(&s, &tp, tp.buf, 12);
@@ -470,11 +300,11 @@ static void test_scan_torn_tail(void **state)
     uint64_t last, end;
     bool sealed;
 
-    rng_state = 7;
+    test_rng_state = 7;
     tpack_make(&tp, N, false);
     last = tp.rec_off[N - 1];
     for (size_t len = last; len < tp.len; len++) {
-        uint8_t *cut = dup_exact(tp.buf, len);
+        uint8_t *cut = test_dup_exact(tp.buf, len);
         struct seen s = {0};
 
         assert_int_equal(pack_scan(cut, len, seen_record, &s, &end, &sealed), 0);
@@ -505,7 +335,7 @@ static void test_scan_sealed(void **state)
     uint64_t end;
     bool sealed;
 
-    rng_state = 8;
+    test_rng_state = 8;
     tpack_make(&tp, N, true);
     assert_int_equal(pack_scan(tp.buf, tp.len, seen_record, &s, &end, &sealed), 0);
     assert_seen(&s, &tp, tp.buf, N);
@@ -514,7 +344,7 @@ static void test_scan_sealed(void **state)
 
     /* An index cut short (a crash while sealing) leaves an unsealed pack ending at the records. */
     for (size_t len = tp.index_off; len < tp.len; len++) {
-        uint8_t *cut = dup_exact(tp.buf, len);
+        uint8_t *cut = test_dup_exact(tp.buf, len);
 
         memset(&s, 0, sizeof(s));
         assert_int_equal(pack_scan(cut, len, seen_record, &s, &end, &sealed), 0);
@@ -545,298 +375,6 @@ static void test_scan_sealed(void **state)
     tpack_free(&tp);
 }
 
-/* ---- index and trailer ---- */
-
-static void test_index_round_trip(void **state)
-{
-    struct tpack tp;
-    struct pack_trailer t;
-    struct pack_index_entry *entries = NULL;
-    const uint8_t *trailer, *first;
-
-    rng_state = 9;
-    tpack_make(&tp, 9, true);
-    trailer = tp.buf + tp.len - PACK_TRAILER_SIZE;
-    first = tp.buf + tp.index_off;
-    /* The layout of the first entry and of the trailer. */
-    assert_int_equal(first[0], tp.ent[0].type);
-    assert_int_equal(first[1] | first[2] | first[3], 0);
-    assert_int_equal(get32(first + 4), tp.ent[0].record_len);
-    assert_int_equal(get64(first + 8), tp.ent[0].record_off);
-    assert_int_equal(get32(first + 16), tp.ent[0].sub_off);
-    assert_int_equal(get32(first + 20), tp.ent[0].raw_size);
-    assert_memory_equal(first + 24, tp.ent[0].id, PROTO_HASH_LEN);
-    assert_int_equal(get64(trailer), tp.index_off);
-    assert_int_equal(get32(trailer + 8), tp.nent);
-    assert_int_equal(get32(trailer + 12), pack_crc32c(0, first, tp.nent * PACK_INDEX_ENTRY));
-    assert_int_equal(get64(trailer + 16), tp.seq);
-    assert_memory_equal(trailer + 24, "cRnPIDX1", 8);
-
-    assert_int_equal(pack_trailer_parse(trailer, tp.len, &t), 0);
-    assert_int_equal(t.index_off, tp.index_off);
-    assert_int_equal(t.count, tp.nent);
-    assert_int_equal(t.seq, tp.seq);
-    assert_int_equal(pack_index_parse(first, tp.nent * PACK_INDEX_ENTRY, &t, &entries), 0);
-    for (size_t i = 0; i < tp.nent; i++) {
-        assert_int_equal(entries[i].type, tp.ent[i].type);
-        assert_int_equal(entries[i].record_len, tp.ent[i].record_len);
-        assert_int_equal(entries[i].record_off, tp.ent[i].record_off);
-        assert_int_equal(entries[i].sub_off, tp.ent[i].sub_off);
-        assert_int_equal(entries[i].raw_size, tp.ent[i].raw_size);
-        assert_memory_equal(entries[i].id, tp.ent[i].id, PROTO_HASH_LEN);
-    }
-    free(entries);
-    /* The index must be given whole, and nothing more. */
-    assert_int_equal(pack_index_parse(first, tp.nent * PACK_INDEX_ENTRY - 1, &t, &entries),
-                     PACK_E_TRUNCATED);
-    assert_int_equal(pack_index_parse(first, tp.nent * PACK_INDEX_ENTRY + 1, &t, &entries),
-                     PACK_E_CORRUPT);
-    tpack_free(&tp);
-}
-
-/*
- * Parses a one-entry index holding `e` with `len` bytes at `pos` replaced by
- * `value`, its checksum fixed up, so that only the entry checks can refuse it.
- * The index starts at offset 1000.
- */
-static int parse_patched(const struct pack_index_entry *e, size_t pos, const void *value,
-                         size_t len)
-{
-    enum { INDEX_OFF = 1000 };
-    struct pack_index_entry *out = NULL;
-    uint8_t index[PACK_INDEX_ENTRY + PACK_TRAILER_SIZE];
-    struct pack_trailer t;
-    int r;
-
-    pack_index_encode(index, e, 1, INDEX_OFF, 1);
-    if (len)
-        memcpy(index + pos, value, len);
-    put32(index + PACK_INDEX_ENTRY + 12, pack_crc32c(0, index, PACK_INDEX_ENTRY));
-    assert_int_equal(pack_trailer_parse(index + PACK_INDEX_ENTRY, INDEX_OFF + sizeof(index), &t),
-                     0);
-    r = pack_index_parse(index, PACK_INDEX_ENTRY, &t, &out);
-    if (r == 0)
-        assert_int_equal(out[0].type, index[0]);
-    free(out);
-    return r;
-}
-
-static const struct pack_index_entry chunk_entry = {PACK_IDX_CHUNK, 100, 500, 10, 20, {7}};
-static const struct pack_index_entry manifest_entry = {PACK_IDX_MANIFEST, 100, 500, 0, 20, {7}};
-
-static int patched_u32(size_t pos, uint32_t v)
-{
-    uint8_t b[4];
-
-    put32(b, v);
-    return parse_patched(&chunk_entry, pos, b, 4);
-}
-
-static int patched_u64(size_t pos, uint64_t v)
-{
-    uint8_t b[8];
-
-    put64(b, v);
-    return parse_patched(&chunk_entry, pos, b, 8);
-}
-
-static void test_index_hostile_entries(void **state)
-{
-    const uint8_t bytes[][2] = {{0, 0}, {0, 4}, {0, 0xff}, {1, 1}, {2, 1}, {3, 0x80}};
-
-    assert_int_equal(parse_patched(&chunk_entry, 0, NULL, 0), 0);
-    assert_int_equal(parse_patched(&manifest_entry, 0, NULL, 0), 0);
-    for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++)
-        assert_int_equal(parse_patched(&chunk_entry, bytes[i][0], &bytes[i][1], 1), PACK_E_CORRUPT);
-    /* record_len (4), record_off (8), sub_off (16), raw_size (20); index_off is 1000. */
-    assert_int_equal(patched_u32(4, PACK_RECORD_HEADER - 1), PACK_E_CORRUPT);
-    assert_int_equal(patched_u32(4, PACK_RECORD_HEADER + PACK_MAX_PAYLOAD + 1), PACK_E_CORRUPT);
-    assert_int_equal(patched_u32(4, UINT32_MAX), PACK_E_CORRUPT);
-    assert_int_equal(patched_u64(8, PACK_HEADER_SIZE - 1), PACK_E_CORRUPT);
-    assert_int_equal(patched_u64(8, PACK_HEADER_SIZE), 0);
-    assert_int_equal(patched_u64(8, 900), 0); /* ends exactly at index_off */
-    assert_int_equal(patched_u64(8, 901), PACK_E_CORRUPT);
-    assert_int_equal(patched_u64(8, 1000), PACK_E_CORRUPT);
-    assert_int_equal(patched_u64(8, UINT64_MAX - 50), PACK_E_CORRUPT);
-    assert_int_equal(patched_u32(16, UINT32_MAX), PACK_E_CORRUPT);
-    assert_int_equal(patched_u32(16, UINT32_MAX - 20), 0);
-    assert_int_equal(patched_u32(16, UINT32_MAX - 19), PACK_E_CORRUPT);
-    assert_int_equal(patched_u32(20, 0), PACK_E_CORRUPT); /* an empty chunk */
-    /* Manifest and journal entries stand for whole records, so their sub_off is 0. */
-    assert_int_equal(parse_patched(&chunk_entry, 0, "\x02", 1), PACK_E_CORRUPT);
-    assert_int_equal(parse_patched(&manifest_entry, 16, "\x00\x00\x00\x01", 4), PACK_E_CORRUPT);
-    assert_int_equal(parse_patched(&manifest_entry, 0, "\x03", 1), 0);
-}
-
-static void test_index_damaged(void **state)
-{
-    struct tpack tp;
-    struct pack_trailer t;
-    struct pack_index_entry *entries;
-    uint8_t tail[PACK_TRAILER_SIZE];
-    size_t index_len;
-
-    rng_state = 10;
-    tpack_make(&tp, 6, true);
-    index_len = tp.nent * PACK_INDEX_ENTRY;
-    /* Any flipped bit in the index fails its checksum. */
-    for (size_t bit = 0; bit < index_len * 8; bit++) {
-        uint8_t *p = tp.buf + tp.index_off + bit / 8;
-
-        *p ^= (uint8_t)(1u << (bit % 8));
-        assert_int_equal(pack_trailer_parse(tp.buf + tp.len - PACK_TRAILER_SIZE, tp.len, &t), 0);
-        assert_int_equal(pack_index_parse(tp.buf + tp.index_off, index_len, &t, &entries),
-                         PACK_E_CORRUPT);
-        *p ^= (uint8_t)(1u << (bit % 8));
-    }
-    /*
-     * A flipped bit in the trailer is refused by the trailer or the index
-     * check, except in seq, which nothing in the trailer covers: that is
-     * left to pack_scan(), which compares it with the header.
-     */
-    for (size_t bit = 0; bit < PACK_TRAILER_SIZE * 8; bit++) {
-        int r;
-
-        memcpy(tail, tp.buf + tp.len - PACK_TRAILER_SIZE, sizeof(tail));
-        tail[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-        r = pack_trailer_parse(tail, tp.len, &t);
-        if (r == 0)
-            r = pack_index_parse(tp.buf + tp.index_off, index_len, &t, &entries);
-        if (bit / 8 >= 16 && bit / 8 < 24) {
-            assert_int_equal(r, 0);
-            /* Byte 16 is the top byte of seq, and bit k of a byte is worth 2^k. */
-            assert_int_equal(t.seq, tp.seq ^ (1ull << ((23 - bit / 8) * 8 + bit % 8)));
-            free(entries);
-        } else {
-            assert_true(r == PACK_E_CORRUPT || r == PACK_E_TRUNCATED);
-        }
-    }
-    memcpy(tail, tp.buf + tp.len - PACK_TRAILER_SIZE, sizeof(tail));
-    /* The size the trailer implies must be the pack's, within the format's limits. */
-    assert_int_equal(pack_trailer_parse(tail, tp.len + 1, &t), PACK_E_CORRUPT);
-    assert_int_equal(pack_trailer_parse(tail, tp.len - 1, &t), PACK_E_CORRUPT);
-    assert_int_equal(pack_trailer_parse(tail, 0, &t), PACK_E_CORRUPT);
-    assert_int_equal(pack_trailer_parse(tail, UINT64_MAX, &t), PACK_E_CORRUPT);
-    /* An index that would overlap the pack header. */
-    put64(tail, PACK_HEADER_SIZE - 1);
-    put32(tail + 8, 1);
-    assert_int_equal(
-        pack_trailer_parse(tail, PACK_HEADER_SIZE - 1 + PACK_INDEX_ENTRY + PACK_TRAILER_SIZE, &t),
-        PACK_E_CORRUPT);
-    /* Offsets and counts chosen so that unchecked sums would wrap around to the pack size. */
-    put64(tail, UINT64_MAX - 43); /* plus 2 entries and the trailer is 2^64 + 100 */
-    put32(tail + 8, 2);
-    assert_int_equal(pack_trailer_parse(tail, 100, &t), PACK_E_CORRUPT);
-    put64(tail, PACK_HEADER_SIZE);
-    put32(tail + 8, UINT32_MAX);
-    assert_int_equal(pack_trailer_parse(tail, 100, &t), PACK_E_CORRUPT);
-    assert_int_equal(pack_trailer_parse(tail,
-                                        PACK_HEADER_SIZE + (uint64_t)UINT32_MAX * PACK_INDEX_ENTRY +
-                                            PACK_TRAILER_SIZE,
-                                        &t),
-                     0);
-    put64(tail, PACK_MAX_SIZE);
-    put32(tail + 8, 0);
-    assert_int_equal(pack_trailer_parse(tail, PACK_MAX_SIZE + PACK_TRAILER_SIZE, &t),
-                     PACK_E_CORRUPT);
-    tpack_free(&tp);
-}
-
-/* ---- block payloads ---- */
-
-static void test_block_round_trip(void **state)
-{
-    static struct pack_block_chunk chunks[PACK_MAX_BLOCK_CHUNKS];
-    const uint32_t counts[] = {1, 2, 7, PACK_MAX_BLOCK_CHUNKS};
-    struct pack_block_chunk *out = NULL;
-    uint32_t count;
-    size_t body_off;
-
-    rng_state = 11;
-    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
-        uint32_t n = counts[c], raw = 0;
-        size_t len = pack_block_table_size(n) + 10;
-        uint8_t *payload = malloc(len);
-
-        assert_non_null(payload);
-        for (uint32_t i = 0; i < n; i++) {
-            rng_fill(chunks[i].id, PROTO_HASH_LEN);
-            chunks[i].size = 1 + (uint32_t)rng_below(i % 3 ? 100 : 100000);
-        }
-        pack_block_table_encode(payload, chunks, n);
-        assert_int_equal(get32(payload), n);
-        assert_int_equal(get32(payload + 4 + PROTO_HASH_LEN), chunks[0].size);
-        assert_int_equal(pack_block_parse(payload, len, &out, &count, &body_off), 0);
-        assert_int_equal(count, n);
-        assert_int_equal(body_off, pack_block_table_size(n));
-        for (uint32_t i = 0; i < n; i++) {
-            assert_memory_equal(out[i].id, chunks[i].id, PROTO_HASH_LEN);
-            assert_int_equal(out[i].size, chunks[i].size);
-            assert_int_equal(out[i].sub_off, raw);
-            raw += chunks[i].size;
-        }
-        free(out);
-        free(payload);
-    }
-}
-
-static void test_block_hostile(void **state)
-{
-    struct pack_block_chunk chunks[3] = {{{1}, 10, 0}, {{2}, 20, 0}, {{3}, 30, 0}}, *out;
-    uint8_t table[4 + 3 * PACK_BLOCK_ENTRY];
-    uint32_t count;
-    size_t body_off;
-
-    pack_block_table_encode(table, chunks, 3);
-    for (size_t len = 0; len < sizeof(table); len++) {
-        uint8_t *cut = dup_exact(table, len);
-        assert_int_equal(pack_block_parse(cut, len, &out, &count, &body_off), PACK_E_CORRUPT);
-        free(cut);
-    }
-    /* An empty body is the envelope parser's to refuse; the table itself is fine. */
-    assert_int_equal(pack_block_parse(table, sizeof(table), &out, &count, &body_off), 0);
-    assert_int_equal(body_off, sizeof(table));
-    free(out);
-    for (uint32_t i = 0; i < 3; i++) {
-        put32(table + 4 + i * PACK_BLOCK_ENTRY + PROTO_HASH_LEN, 0);
-        assert_int_equal(pack_block_parse(table, sizeof(table), &out, &count, &body_off),
-                         PACK_E_CORRUPT);
-        put32(table + 4 + i * PACK_BLOCK_ENTRY + PROTO_HASH_LEN, chunks[i].size);
-    }
-    const uint32_t bad_counts[] = {0, 4, PACK_MAX_BLOCK_CHUNKS + 1, UINT32_MAX};
-    for (size_t i = 0; i < sizeof(bad_counts) / sizeof(bad_counts[0]); i++) {
-        put32(table, bad_counts[i]);
-        assert_int_equal(pack_block_parse(table, sizeof(table), &out, &count, &body_off),
-                         PACK_E_CORRUPT);
-    }
-    /* One chunk over the limit is refused even when the payload holds the whole table. */
-    uint8_t *big = calloc(1, pack_block_table_size(PACK_MAX_BLOCK_CHUNKS + 1));
-    assert_non_null(big);
-    for (uint32_t i = 0; i <= PACK_MAX_BLOCK_CHUNKS; i++)
-        put32(big + 4 + (size_t)i * PACK_BLOCK_ENTRY + PROTO_HASH_LEN, 1);
-    put32(big, PACK_MAX_BLOCK_CHUNKS + 1);
-    assert_int_equal(pack_block_parse(big, pack_block_table_size(PACK_MAX_BLOCK_CHUNKS + 1), &out,
-                                      &count, &body_off),
-                     PACK_E_CORRUPT);
-    put32(big, PACK_MAX_BLOCK_CHUNKS);
-    assert_int_equal(pack_block_parse(big, pack_block_table_size(PACK_MAX_BLOCK_CHUNKS + 1), &out,
-                                      &count, &body_off),
-                     0);
-    assert_int_equal(body_off, pack_block_table_size(PACK_MAX_BLOCK_CHUNKS));
-    free(out);
-    free(big);
-    /* Sizes may add up to the largest u32 offset, and no further. */
-    put32(table, 3);
-    put32(table + 4 + PROTO_HASH_LEN, 0x80000000u);
-    put32(table + 4 + PACK_BLOCK_ENTRY + PROTO_HASH_LEN, 0x7fffffffu - 30);
-    assert_int_equal(pack_block_parse(table, sizeof(table), &out, &count, &body_off), 0);
-    assert_int_equal(out[2].sub_off, UINT32_MAX - 30);
-    free(out);
-    put32(table + 4 + PACK_BLOCK_ENTRY + PROTO_HASH_LEN, 0x80000000u - 30);
-    assert_int_equal(pack_block_parse(table, sizeof(table), &out, &count, &body_off),
-                     PACK_E_CORRUPT);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -849,12 +387,8 @@ int main(void)
         cmocka_unit_test(test_scan_intact),
         cmocka_unit_test(test_scan_torn_tail),
         cmocka_unit_test(test_scan_sealed),
-        cmocka_unit_test(test_index_round_trip),
-        cmocka_unit_test(test_index_hostile_entries),
-        cmocka_unit_test(test_index_damaged),
-        cmocka_unit_test(test_block_round_trip),
-        cmocka_unit_test(test_block_hostile),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests_name("pack keys, headers, records and scans", tests, NULL, NULL) +
+           test_pack_index_run();
 }
