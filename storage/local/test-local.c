@@ -1,8 +1,7 @@
 /*
  * Unit tests for the local-directory backend, through the front end, on a
  * real libuv loop in a temporary directory; main() also runs the tests of
- * its readers (test-readers.c) and of the front end (test-frontend.c,
- * test-retry.c). Every test ends with the backend freed, all
+ * its readers (test-readers.c). Every test ends with the backend freed, all
  * handles closed, uv_loop_close() == 0 and the temporary directory removed.
  */
 #include "storage/test-storage.h"
@@ -657,5 +656,5 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("local backend", tests, NULL, NULL);
 
-    return failed + test_readers_run() + test_frontend_run() + test_retry_run();
+    return failed + test_readers_run();
 }
