@@ -6,7 +6,7 @@
  * hardware and table paths agree on random data at every alignment and on
  * lengths that exercise their head, body and tail loops.
  */
-#include "storage/pack/test-pack.h"
+#include "storage/pack/test-pack-util.h"
 #include "storage/pack/pack-int.h"
 
 #include <setjmp.h>

@@ -10,7 +10,7 @@
  * a failure reproduces; counters at the end prove the loop reached success
  * paths and not only early rejections.
  */
-#include "storage/pack/test-pack.h"
+#include "storage/pack/test-pack-util.h"
 
 #include <errno.h>
 #include <setjmp.h>

@@ -4,7 +4,7 @@
  * rejection of damaged and hostile entries, trailers and tables. One group
  * of the test-pack program (test-pack.c runs it).
  */
-#include "storage/pack/test-pack.h"
+#include "storage/pack/test-pack-util.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
 /*
- * The helpers of the pack format's unit tests (test-pack.h).
+ * The helpers of the pack format's unit tests (test-pack-util.h).
  */
-#include "storage/pack/test-pack.h"
+#include "storage/pack/test-pack-util.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

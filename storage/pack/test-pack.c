@@ -8,7 +8,7 @@
  * Buffers handed to parsers are allocated at their exact size, so a read
  * past the end is caught by the sanitizers.
  */
-#include "storage/pack/test-pack.h"
+#include "storage/pack/test-pack-util.h"
 #include "storage/pack/pack-int.h"
 
 #include <errno.h>
