@@ -1,3 +1,8 @@
+/*
+ * HTTP on the loop (http.h): libcurl's multi socket interface driven by
+ * libuv handles, a watchdog for stalled transfers, and the callbacks that
+ * stream a request's body out and its response in.
+ */
 #include "storage/http/http.h"
 #include "proto/util.h"
 

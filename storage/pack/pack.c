@@ -1,5 +1,5 @@
 /*
- * Encoding and decoding of packs (see storage/pack.h for the layout). Every
+ * Encoding and decoding of packs (see pack.h for the layout). Every
  * parser here takes a buffer and its length from a file or the network, so
  * each one checks a length against the bytes it actually has before reading
  * past it, and does its arithmetic in 64 bits after range checks that keep
