@@ -11,9 +11,9 @@
  *
  * The caller owns each struct http_req. It fills in the method, URL,
  * headers and body, starts it, and gets `done` exactly once on the loop
- * thread, never from inside http_start() or http_cancel(). A
- * response body is kept up to `body_max` bytes; a longer one ends the
- * request with HTTP_E_TOO_LARGE rather than growing without bound.
+ * thread, never from inside http_start() or http_cancel(). A response body
+ * is kept up to `body_max` bytes; a longer one ends the request with
+ * HTTP_E_TOO_LARGE rather than growing without bound.
  */
 
 #include <stdbool.h>

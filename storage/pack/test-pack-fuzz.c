@@ -189,7 +189,8 @@ static void write_huge(struct input *in)
                                       UINT64_MAX,
                                       PACK_MAX_SIZE,
                                       UINT64_MAX - PACK_TRAILER_SIZE};
-    uint64_t v = test_rng_below(3) == 0 ? test_rng_next() : values[test_rng_below(sizeof(values) / 8)];
+    uint64_t v = test_rng_below(3) == 0 ? test_rng_next()
+                                        : values[test_rng_below(sizeof(values) / 8)];
     size_t width = test_rng_below(2) ? 8 : 4;
     size_t pos = pick_field(in);
     uint8_t b[8];
@@ -232,7 +233,8 @@ static void fix_index_crc(struct input *in)
     index_off = test_get64(tail);
     if (index_off > in->len - PACK_TRAILER_SIZE)
         return;
-    test_put32(tail + 12, pack_crc32c(0, in->buf + index_off, in->len - PACK_TRAILER_SIZE - index_off));
+    test_put32(tail + 12,
+               pack_crc32c(0, in->buf + index_off, in->len - PACK_TRAILER_SIZE - index_off));
 }
 
 static void mutate(struct input *in)

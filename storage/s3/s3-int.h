@@ -9,8 +9,8 @@
  */
 
 #include "storage/backend.h"
-#include "storage/s3/s3-creds.h"
 #include "storage/http/http.h"
+#include "storage/s3/s3-creds.h"
 #include "storage/s3/s3-sign.h"
 #include "storage/s3/s3-url.h"
 
@@ -99,7 +99,7 @@ int s3_op_send(struct s3_op *op, const char *method, const char *name,
                size_t nextra, size_t body_max);
 /* Takes the op off sb's list of attempts in flight. */
 void s3_op_unlink(struct s3_op *op);
-/* A HEAD or DELETE of req's object, answered to `done`: 0, or negative errno when it could not start. */
+/* A HEAD or DELETE of req's object, answered to `done`: 0, or negative errno if it cannot start. */
 int s3_send_bare(struct s3_be *sb, struct backend_req *req, const char *method,
                  void (*done)(struct s3_op *op));
 /* Ends the attempt with `status`: the front end hears of it, the op is freed. */
