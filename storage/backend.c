@@ -1,8 +1,9 @@
 /*
- * The backend front end: URL dispatch, argument checks, counters, and the
- * retries and timeouts that every backend shares. A backend runs one attempt
- * at a time for a request and reports how it ended through
- * backend_complete(); everything here decides what happens next.
+ * The backend front end: argument checks, counters, and the retries and
+ * timeouts that every backend shares. A backend runs one attempt at a time
+ * for a request and reports how it ended through backend_complete();
+ * everything here decides what happens next. It knows no backend:
+ * backend_new() finds one by its URL in storage/registry, above them all.
  *
  * Timing uses one uv_timer_t per backend. Requests that wait for something
  * (a deadline while an attempt runs, or the time of their next try) are on
@@ -24,13 +25,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const struct backend_ops *const backend_table[] = {
-    &backend_local_ops,
-    &backend_sftp_ops,
-    &backend_s3_ops,
-    &backend_r2_ops,
-};
 
 static _Atomic(backend_log_fn) log_sink;
 
@@ -65,33 +59,6 @@ void backend_log(enum backend_log_level level, const char *fmt, ...)
         fn(level, msg);
     else
         fprintf(stderr, "cairn backend: %s\n", msg);
-}
-
-static const struct backend_ops *ops_for_url(const char *url)
-{
-    size_t scheme_len = strcspn(url, ":");
-
-    /* "file://" is the conventional spelling of a local directory. */
-    if (scheme_len == 4 && strncmp(url, "file", 4) == 0)
-        return &backend_local_ops;
-    for (size_t i = 0; i < ARRAY_SIZE(backend_table); i++) {
-        if (strlen(backend_table[i]->name) == scheme_len &&
-            strncmp(url, backend_table[i]->name, scheme_len) == 0)
-            return backend_table[i];
-    }
-    return NULL;
-}
-
-int backend_new(struct backend **out, uv_loop_t *loop, const char *url, const char **msg)
-{
-    const struct backend_ops *ops = ops_for_url(url);
-
-    *msg = NULL;
-    if (!ops) {
-        *msg = "unknown backend (supported: local:/PATH, file:///PATH, sftp://USER@HOST[:PORT]/PATH)";
-        return -EINVAL;
-    }
-    return backend_new_ops(out, loop, ops, url, msg);
 }
 
 /* The private area starts at the first suitably aligned offset after the struct. */

@@ -242,11 +242,6 @@ struct backend {
     void *priv; /* ops->priv_size bytes */
 };
 
-extern const struct backend_ops backend_local_ops;
-extern const struct backend_ops backend_sftp_ops;
-extern const struct backend_ops backend_s3_ops;
-extern const struct backend_ops backend_r2_ops;
-
 /*
  * What backends have to say beyond a request's status (a reconnect, the
  * server's own error text). The daemon routes it into its log; without a
@@ -260,7 +255,9 @@ void backend_log(enum backend_log_level level, const char *fmt, ...)
 
 /*
  * Picks the backend for `url` ("local:/path" or "file:///path"), allocates
- * and opens it. 0 or negative errno; *msg explains a failure.
+ * and opens it. 0 or negative errno; *msg explains a failure. It is the
+ * registry's (storage/registry), the one part that knows every backend:
+ * what links only the front end cannot call it.
  */
 int backend_new(struct backend **out, uv_loop_t *loop, const char *url, const char **msg);
 /*

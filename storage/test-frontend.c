@@ -1,8 +1,10 @@
 /*
- * Unit tests of the backend front end other than retries and timeouts
- * (test-retry.c): opening and closing, exactly-once callbacks (also when one
- * frees the backend), key and argument checks, and capabilities, mostly
- * against the fault backend (test-fault.c).
+ * Unit tests of the backend front end other than retries and timeouts:
+ * opening and closing, exactly-once callbacks (also when one frees the
+ * backend), key and argument checks, and capabilities, mostly against the
+ * fault backend (test-fault.c); main() also runs the tests of retries and
+ * timeouts (test-retry.c). Every test ends with the backend freed, all
+ * handles closed, uv_loop_close() == 0 and the temporary directory removed.
  */
 #include "storage/test-fault.h"
 
@@ -369,12 +371,14 @@ static void test_fe_capabilities(void **state)
     test_env_finish(&e);
 }
 
-int test_frontend_run(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fe_new_ops),        cmocka_unit_test(test_fe_free_from_callback),
         cmocka_unit_test(test_fe_many_in_flight), cmocka_unit_test(test_fe_key_valid),
         cmocka_unit_test(test_fe_arguments),      cmocka_unit_test(test_fe_capabilities),
     };
-    return cmocka_run_group_tests_name("backend front end", tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("backend front end", tests, NULL, NULL);
+
+    return failed + test_retry_run();
 }

@@ -1,11 +1,11 @@
 #pragma once
 
 /*
- * Helpers shared by the storage unit tests (test-storage.c for the local
- * backend, test-frontend.c for the front end): a temporary directory and a
- * loop per test, requests run to completion with a check that their callback
- * came exactly once and never from inside the call that started them, and
- * small file utilities.
+ * Helpers shared by the storage unit tests (local/test-local.c and
+ * local/test-writes.c for the local backend, test-frontend.c for the front
+ * end): a temporary directory and a loop per test, requests run to
+ * completion with a check that their callback came exactly once and never
+ * from inside the call that started them, and small file utilities.
  */
 
 #include "storage/backend.h"
@@ -85,7 +85,8 @@ bool test_nowait_supported(const char *dir);
 /* Deterministic test data. */
 void test_fill(uint8_t *buf, size_t len, uint64_t seed);
 
-/* The groups of the other test files; each returns its number of failures. */
+/* The groups that main() of the local backend's tests (local/test-local.c)
+ * and of the front end's (test-frontend.c) run besides their own; each
+ * returns its number of failures. */
 int test_readers_run(void);
-int test_frontend_run(void);
 int test_retry_run(void);

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 
 /* A block never holds more raw bytes than this. */
 #define RECORD_BLOCK_MAX (1024u * 1024)

@@ -15,7 +15,7 @@
 #include "daemon/base/log.h"
 #include "proto/util.h"
 #include "storage/backend.h"
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 
 /* The seal of a pack: its index and trailer appended, then the database told. */
 struct packer_seal {

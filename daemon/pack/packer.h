@@ -31,7 +31,7 @@
 
 #include "daemon/format/objects.h"
 #include "proto/proto.h"
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 
 /*
  * A group's outcome besides 0, negative errno and what its apply returned:

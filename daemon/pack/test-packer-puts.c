@@ -14,7 +14,7 @@
 #include "daemon/meta/db.h"
 #include "proto/util.h"
 #include "storage/backend.h"
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 
 /* ---- a put-only backend whose puts finish when the test says ------------------------- */
 

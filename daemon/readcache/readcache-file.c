@@ -15,7 +15,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 
 static const char magic[8] = {'C', 'A', 'I', 'R', 'N', 'R', 'C', '1'};
 

@@ -18,7 +18,7 @@
 #include "daemon/recovery/recovery.h"
 #include "daemon/format/objects.h"
 #include "storage/backend.h"
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 
 struct packer_resume;
 

@@ -52,7 +52,7 @@
 #include "daemon/base/tty-progress.h"
 #include "proto/util.h"
 #include "storage/backend.h"
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 
 /* Progress goes to the log every this many chunks. */
 #define UPGRADE_LOG_EVERY 10000

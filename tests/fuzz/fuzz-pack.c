@@ -5,7 +5,7 @@
  */
 #include <stdlib.h>
 
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 #include "tests/fuzz/fuzz.h"
 
 static int on_record(void *ctx, uint64_t offset, const struct pack_record *rec)

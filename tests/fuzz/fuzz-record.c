@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "daemon/format/record.h"
-#include "storage/pack.h"
+#include "storage/pack/pack.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

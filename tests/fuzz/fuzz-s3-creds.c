@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "storage/s3-creds.h"
+#include "storage/s3/s3-creds.h"
 #include "tests/fuzz/fuzz.h"
 
 static int fd = -1;

@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "storage/s3-xml.h"
+#include "storage/s3/s3-xml.h"
 #include "tests/fuzz/fuzz.h"
 
 static int on_key(void *opaque, const char *key, size_t key_len, uint64_t size)

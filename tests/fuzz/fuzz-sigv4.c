@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "storage/s3-sign.h"
+#include "storage/s3/s3-sign.h"
 #include "tests/fuzz/fuzz.h"
 
 #define MAX_FIELDS 48

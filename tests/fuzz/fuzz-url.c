@@ -5,8 +5,8 @@
  */
 #include <string.h>
 
-#include "storage/s3-url.h"
-#include "storage/sftp-int.h"
+#include "storage/s3/s3-url.h"
+#include "storage/sftp/sftp-int.h"
 #include "storage/url.h"
 #include "tests/fuzz/fuzz.h"
 
