@@ -1,5 +1,5 @@
 /* Unit tests of framing: splitting a byte stream into frames, and the length prefix. */
-#include "proto/test-proto.h"
+#include "proto/test-proto-util.h"
 
 static void test_frame_split_need_more(void **state)
 {

@@ -3,7 +3,7 @@
  * mutations of a real frame. The loops use a fixed seed so that a failure
  * reproduces; run them under ASan to catch out-of-bounds reads.
  */
-#include "proto/test-proto.h"
+#include "proto/test-proto-util.h"
 
 static uint64_t rng_state;
 

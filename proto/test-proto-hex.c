@@ -1,5 +1,5 @@
 /* Unit tests of the hex helpers. */
-#include "proto/test-proto.h"
+#include "proto/test-proto-util.h"
 
 static void test_hex(void **state)
 {

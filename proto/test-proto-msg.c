@@ -2,7 +2,7 @@
  * Unit tests of message parsing, the typed getters, error replies and the
  * error-name vocabulary.
  */
-#include "proto/test-proto.h"
+#include "proto/test-proto-util.h"
 
 /* ---- message parsing and getters -------------------------------------- */
 

@@ -2,7 +2,7 @@
  * Unit tests of what the validator rejects: reserved bytes, counts and lengths
  * past the end, trailing bytes, and nesting past the depth limit.
  */
-#include "proto/test-proto.h"
+#include "proto/test-proto-util.h"
 
 static const struct bad_case bad_cases[] = {
     BAD("reserved 0xc1 alone", "\xc1"),

@@ -1,11 +1,11 @@
 /*
  * Unit tests for the wire protocol module, one program in six files
- * (test-proto.h lists them). This one holds the msgpack validator that guards
+ * (test-proto-util.h lists them). This one holds the msgpack validator that guards
  * msgpack_unpack_next() against hostile counts: every msgpack format is
  * accepted, whole and nowhere else, and main(), which runs every file's
  * group in turn.
  */
-#include "proto/test-proto.h"
+#include "proto/test-proto-util.h"
 
 /* ---- validator: every msgpack type is accepted ------------------------- */
 

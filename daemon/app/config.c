@@ -240,7 +240,7 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             return NULL;
         }
     } else if (strcmp(section, "backend") == 0) {
-        /* sftp's, then s3's and r2's (storage/sftp-url.c, storage/s3-url.h). */
+        /* sftp's, then s3's and r2's (storage/sftp/sftp-url.c, storage/s3/s3-url.h). */
         static const char *const remote_keys[] = {
             "key",           "known_hosts",     "accept_new_host",   "connections",
             "timeout",       "keepalive",       "endpoint",          "region",

@@ -1,7 +1,7 @@
 /*
  * Unit tests of the store's pack records (daemon/format/record.c): blocks of one
  * and many chunks, compressible and not, round-tripped and checked against
- * the layout in storage/pack.h; the limits on a block; segment and journal
+ * the layout in storage/pack/pack.h; the limits on a block; segment and journal
  * records with their id check; and damaged records: every truncation and
  * every single-byte change of a small record fails to open (or, for a
  * block, fails its chunks' hashes), and records forged with a correct

@@ -29,6 +29,7 @@
 #include "daemon/store/store.h"
 #include "proto/util.h"
 #include "storage/backend.h"
+#include "storage/pack/pack.h"
 
 /* A pack larger than this many times the configured size is left alone (not ours to read whole). */
 #define REPACK_MAX_FACTOR 4
@@ -134,7 +135,7 @@ void gc_reap(struct gc *gc)
         if (rp->running || rp->barrier > oldest)
             continue;
         rp->running = true;
-        packer_pack_key(rp->del.req.key, sizeof(rp->del.req.key), rp->seq);
+        pack_key(rp->del.req.key, sizeof(rp->del.req.key), rp->seq);
         rp->del.req.cb = reap_deleted;
         rp->dbw.apply = reap_apply;
         rp->dbw.done = reap_dropped;

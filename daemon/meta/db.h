@@ -346,7 +346,7 @@ int db_txn_removal_done(struct db_txn *txn, int64_t rowid);
 /* Every name of document `rowid`, one per line (a search hit's snippet when its text has no match). */
 int db_doc_names(struct db *db, int64_t rowid, char **out);
 
-/* ---- queries of other parts (the search index's: search/fts.c) ---- */
+/* ---- queries of other parts (the search index's: daemon/search/fts.c) ---- */
 
 struct db_conn;
 struct sqlite3;

@@ -90,7 +90,7 @@ void packer_seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
         s->size = size + len;
         s->iov.iov_base = s->bytes;
         s->iov.iov_len = len;
-        packer_pack_key(s->app.req.key, sizeof(s->app.req.key), seq);
+        pack_key(s->app.req.key, sizeof(s->app.req.key), seq);
         s->app.req.cb = on_sealed;
         s->app.offset = size;
         s->app.iov = &s->iov;

@@ -13,6 +13,7 @@
 #include "daemon/format/record.h"
 #include "proto/util.h"
 #include "storage/backend.h"
+#include "storage/pack/pack.h"
 
 /* A batch takes at most this many bytes of records (one group always fits). */
 #define PACKER_BATCH_MAX (16u * 1024 * 1024)
@@ -62,11 +63,6 @@ struct packer_batch {
     int status;
 };
 
-
-void packer_pack_key(char *key, size_t len, uint64_t seq)
-{
-    snprintf(key, len, "packs/%016" PRIx64, seq);
-}
 
 int packer_new(struct packer **out, uv_loop_t *loop, struct backend *be, struct db *db,
                const struct packer_config *cfg, struct packer_resume *resume)
@@ -319,7 +315,7 @@ static void batch_written(struct packer_batch *b, int status)
         crash_point("batch-written");
     if (status != 0) {
         char key[BACKEND_MAX_KEY];
-        packer_pack_key(key, sizeof(key), b->seq);
+        pack_key(key, sizeof(key), b->seq);
         log_error("pack %s: writing %" PRIu64 " bytes failed: %s", key, b->end - b->start,
                   packer_status_str(status));
         if (!b->whole_pack && (pk->size == 0 || status == BACKEND_E_NOT_FOUND)) {
@@ -486,7 +482,7 @@ static void batch_write(struct packer_batch *b)
     }
     if (!b->whole_pack)
         b->seq = pk->seq;
-    packer_pack_key(key, sizeof(key), b->seq);
+    pack_key(key, sizeof(key), b->seq);
     pack_header_encode(b->header, b->seq);
     b->start = b->whole_pack ? 0 : pk->size;
     if (b->start == 0) {

@@ -147,5 +147,3 @@ int packer_rotate(struct packer *pk, void (*cb)(void *ctx), void *ctx);
 uint64_t packer_open_seq(const struct packer *pk);
 void packer_get_stats(const struct packer *pk, struct packer_stats *out);
 
-/* The key of pack `seq`: "packs/%016llx". */
-void packer_pack_key(char *key, size_t len, uint64_t seq);

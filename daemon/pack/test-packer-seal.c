@@ -1,7 +1,7 @@
 /*
  * Unit tests of the pack writer's seals and failures (daemon/pack/packer.c):
  * packs sealed at pack_size and by packer_rotate() (also while an append
- * runs) end with an index and trailer that storage/pack.h reads back and
+ * runs) end with an index and trailer that storage/pack/pack.h reads back and
  * that list exactly their records; an append that fails (the packs
  * directory is a file, the open pack's file is gone) fails its groups, and
  * groups queued meanwhile still go out, to a new pack or to the open one.
@@ -20,7 +20,7 @@
 
 /*
  * Pack `seq` is sealed: the database says so with its whole size, and its
- * trailer and index (storage/pack.h) list exactly the records of `groups`.
+ * trailer and index (storage/pack/pack.h) list exactly the records of `groups`.
  */
 static void expect_sealed(struct test_env *e, uint64_t seq, struct test_group *const *groups,
                           size_t n)

@@ -17,6 +17,7 @@
 #include "daemon/format/record.h"
 #include "proto/util.h"
 #include "storage/backend.h"
+#include "storage/pack/pack.h"
 
 /* ---- environment --------------------------------------------------------------------- */
 
@@ -75,7 +76,7 @@ void test_pack_path(const struct test_env *e, uint64_t seq, char *out, size_t le
 {
     char key[BACKEND_MAX_KEY];
 
-    packer_pack_key(key, sizeof(key), seq);
+    pack_key(key, sizeof(key), seq);
     snprintf(out, len, "%s/%s", e->root, key);
 }
 

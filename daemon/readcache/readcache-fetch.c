@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "daemon/base/log.h"
-#include "daemon/pack/packer.h"
 #include "daemon/readcache/readcache-int.h"
 #include "proto/util.h"
 #include "storage/backend.h"
+#include "storage/pack/pack.h"
 
 /* Files unlinked after one write's evictions, at most (the rest at the next write). */
 #define EVICT_BATCH 64
@@ -91,7 +91,7 @@ void rc_on_async(uv_async_t *h)
     while (q) {
         struct rc_fetch *f = q;
         q = q->next;
-        packer_pack_key(f->get.req.key, sizeof(f->get.req.key), f->e->pack);
+        pack_key(f->get.req.key, sizeof(f->get.req.key), f->e->pack);
         f->get.req.cb = on_fetched;
         f->get.offset = (uint64_t)f->e->slice * READCACHE_SLICE;
         f->get.length = f->e->len;

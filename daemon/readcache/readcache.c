@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "daemon/base/log.h"
-#include "daemon/pack/packer.h"
 #include "daemon/readcache/readcache-int.h"
 #include "proto/util.h"
 #include "storage/backend.h"

@@ -19,6 +19,7 @@
 #include "daemon/format/record.h"
 #include "daemon/recovery/replay-int.h"
 #include "daemon/store/store.h"
+#include "storage/pack/pack.h"
 
 /* Bytes of an open pack read at once; more than the largest record. */
 #define REPLAY_WINDOW (8u * 1024 * 1024)
@@ -482,7 +483,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
     int r;
 
     rp->seq = seq;
-    packer_pack_key(rp->key, sizeof(rp->key), seq);
+    pack_key(rp->key, sizeof(rp->key), seq);
     rp->nindex = 0;
     r = replay_get(rp, rp->key, 0, PACK_HEADER_SIZE, &hdr, &len);
     if (r != 0)

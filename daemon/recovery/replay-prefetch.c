@@ -22,6 +22,7 @@
 #include "daemon/recovery/replay-int.h"
 #include "daemon/store/store.h"
 #include "proto/util.h"
+#include "storage/pack/pack.h"
 
 struct prefetch_read {
     struct backend_get get;
@@ -95,7 +96,7 @@ int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_
         uint64_t head = size < REPLAY_PREFETCH_SPAN ? size : REPLAY_PREFETCH_SPAN;
 
         p->seq = seqs[i];
-        packer_pack_key(p->key, sizeof(p->key), p->seq);
+        pack_key(p->key, sizeof(p->key), p->seq);
         p->head.get.req.status = p->tail.get.req.status = -ENOENT;
         if (head)
             start_read(rv, pf, p, &p->head, 0, head);

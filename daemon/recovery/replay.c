@@ -40,6 +40,7 @@
 #include "daemon/base/tty-progress.h"
 #include "proto/util.h"
 #include "storage/backend.h"
+#include "storage/pack/pack.h"
 
 /* ---- the packs on the backend against the database ---- */
 
@@ -140,7 +141,7 @@ static int pack_listed(struct replay *rp, const struct listed *l, const struct d
     if (p && p->state == DB_PACK_DELETING) {
         /* A repack's deletion that a crash interrupted: finish it (nobody reads it yet). */
         char key[BACKEND_MAX_KEY];
-        packer_pack_key(key, sizeof(key), p->seq);
+        pack_key(key, sizeof(key), p->seq);
         if ((r = replay_del(rv, key)) != 0)
             return r;
         return drop_row(rv, p->seq);

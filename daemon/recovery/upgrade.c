@@ -115,7 +115,7 @@ static int pack_flush(struct upgrade *u)
     pack_index_encode(ibytes, u->index, u->nindex, u->len, u->seq);
     iov[0] = (struct iovec){u->buf, u->len};
     iov[1] = (struct iovec){ibytes, ilen};
-    packer_pack_key(put.req.key, sizeof(put.req.key), u->seq);
+    pack_key(put.req.key, sizeof(put.req.key), u->seq);
     put.req.cb = put_done;
     put.req.userdata = &done;
     put.iov = iov;

@@ -16,12 +16,12 @@
 
 #include "daemon/store/cache.h"
 #include "daemon/base/log.h"
-#include "daemon/pack/packer.h"
 #include "daemon/readcache/readcache.h"
 #include "daemon/format/record.h"
 #include "daemon/store/store-int.h"
 #include "proto/util.h"
 #include "storage/backend.h"
+#include "storage/pack/pack.h"
 
 /* Chunks up to this size are checked on the loop thread when served from the cache. */
 #define STORE_LOOP_CHECK_MAX (64u * 1024)
@@ -31,7 +31,7 @@ int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, siz
 {
     char key[BACKEND_MAX_KEY];
 
-    packer_pack_key(key, sizeof(key), seq);
+    pack_key(key, sizeof(key), seq);
     if (backend_has(st->be, BACKEND_CAP_READ_SYNC))
         return backend_read_sync(st->be, key, off, buf, len, got);
     if (cached && st->rcache)

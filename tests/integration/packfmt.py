@@ -1,6 +1,6 @@
 """A reference reader of cairn's pack files (format 2), for the tests.
 
-It parses the bytes on disk exactly as storage/pack.h documents them and
+It parses the bytes on disk exactly as storage/pack/pack.h documents them and
 shares no code with the daemon, so a test that looks at the packs through it
 checks the daemon against the documented format, not against itself:
 
