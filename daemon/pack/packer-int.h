@@ -47,7 +47,7 @@ struct packer {
     struct packer_stats stats;
 };
 
-/* A failed backend call, for the log. */
+/* A failed backend call, for the log (packer-seal.c). */
 const char *packer_status_str(int status);
 /*
  * Ends the open pack with its index (cb, if any, once the seal is in); new

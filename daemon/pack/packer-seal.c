@@ -17,6 +17,23 @@
 #include "storage/backend.h"
 #include "storage/pack/pack.h"
 
+/* A failed backend call, for the log. */
+const char *packer_status_str(int status)
+{
+    switch (status) {
+    case BACKEND_E_NOT_FOUND:
+        return "the pack is missing";
+    case BACKEND_E_TOO_LARGE:
+        return "too large for the backend";
+    case BACKEND_E_UNAVAILABLE:
+        return "backend unavailable";
+    case BACKEND_E_EXISTS:
+        return "the pack exists already";
+    default:
+        return status < 0 ? strerror(-status) : "backend error";
+    }
+}
+
 /* The seal of a pack: its index and trailer appended, then the database told. */
 struct packer_seal {
     struct packer *pk;

@@ -245,23 +245,6 @@ static int index_push(struct pack_index_entry **v, size_t *n, size_t *cap,
 
 /* ---- batches ---- */
 
-/* A failed backend call, for the log. */
-const char *packer_status_str(int status)
-{
-    switch (status) {
-    case BACKEND_E_NOT_FOUND:
-        return "the pack is missing";
-    case BACKEND_E_TOO_LARGE:
-        return "too large for the backend";
-    case BACKEND_E_UNAVAILABLE:
-        return "backend unavailable";
-    case BACKEND_E_EXISTS:
-        return "the pack exists already";
-    default:
-        return status < 0 ? strerror(-status) : "backend error";
-    }
-}
-
 static void batch_free(struct packer_batch *b)
 {
     for (size_t i = 0; i < b->nshared; i++) {
