@@ -456,7 +456,7 @@ static int populate(struct bench *b, enum mode m, const char *dir, unsigned n)
 
 enum { OP_PUT, OP_GET, OP_RANGE, OP_HEAD, OP_LIST50, OP_LIST1000, OP_DELETE, OP_COUNT_ };
 
-static const char *const op_names[OP_COUNT_] = {"put",     "get",       "range",  "head",
+static const char *const op_names[OP_COUNT_] = {"put",     "get",       "range", "head",
                                                 "list_50", "list_1000", "delete"};
 
 /* Which of the optional ops run: --range, and the lists of --list. */
@@ -655,14 +655,10 @@ static int open_raw(struct bench *b)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"root", required_argument, NULL, 'r'},
-        {"size", required_argument, NULL, 's'},
-        {"iterations", required_argument, NULL, 'n'},
-        {"mode", required_argument, NULL, 'm'},
-        {"list", optional_argument, NULL, 'l'},
-        {"url", required_argument, NULL, 'u'},
-        {"range", required_argument, NULL, 'g'},
-        {0},
+        {"root", required_argument, NULL, 'r'},       {"size", required_argument, NULL, 's'},
+        {"iterations", required_argument, NULL, 'n'}, {"mode", required_argument, NULL, 'm'},
+        {"list", optional_argument, NULL, 'l'},       {"url", required_argument, NULL, 'u'},
+        {"range", required_argument, NULL, 'g'},      {0},
     };
     struct bench b = {.modes = {true, true}, .iterations = 10, .root_fd = -1};
     size_t data_len;

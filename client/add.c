@@ -149,8 +149,7 @@ static int drain(struct add *add, size_t limit)
 }
 
 /* Sends `data` (taken over), a document that fits one frame, and goes on; see ADD_WINDOW. */
-static int add_small(struct add *add, uint8_t *data, size_t got, const char *what,
-                     const char *name)
+static int add_small(struct add *add, uint8_t *data, size_t got, const char *what, const char *name)
 {
     _cleanup_free_ uint8_t *owned = data;
     struct client *c = cli_client(add->cli);
@@ -432,14 +431,10 @@ static void summary(const struct add *add)
 int cli_cmd_add(struct cli *cli, int argc, char **argv)
 {
     static const struct option options[] = {
-        {"recursive", no_argument, NULL, 'r'},
-        {"name", required_argument, NULL, 'n'},
-        {"tag", required_argument, NULL, 't'},
-        {"meta", required_argument, NULL, 'm'},
-        {"mime", required_argument, NULL, 'M'},
-        {"exclude", required_argument, NULL, 'x'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
+        {"recursive", no_argument, NULL, 'r'},  {"name", required_argument, NULL, 'n'},
+        {"tag", required_argument, NULL, 't'},  {"meta", required_argument, NULL, 'm'},
+        {"mime", required_argument, NULL, 'M'}, {"exclude", required_argument, NULL, 'x'},
+        {"help", no_argument, NULL, 'h'},       {0},
     };
     /* No option can occur more often than there are arguments. */
     _cleanup_free_ const char **tags = calloc((size_t)argc, sizeof(*tags));

@@ -122,8 +122,9 @@ static void write_int(int fd, int value)
 static pid_t spawn(const char *daemon, const char *socket_path, const char *config, int null_fd,
                    int log_fd)
 {
-    char *const argv[] = {(char *)daemon, "--socket", (char *)socket_path,
-                          config ? "--config" : NULL, (char *)config, NULL};
+    char *const argv[] = {(char *)daemon,      "--socket",
+                          (char *)socket_path, config ? "--config" : NULL,
+                          (char *)config,      NULL};
     _cleanup_close_ int rd = -1, wr = -1;
     int fds[2], pid, err, status;
     pid_t middle;

@@ -137,9 +137,10 @@ void cli_print_command_help(FILE *out, const char *name)
     }
     fputs("Usage: ", out);
     fputs(cmd->help, out);
-    fputs("\nGlobal options (--socket, --config, --json, -q, -v, --no-autostart) may come anywhere;\n"
-          "see 'cairn --help'.\n",
-          out);
+    fputs(
+        "\nGlobal options (--socket, --config, --json, -q, -v, --no-autostart) may come anywhere;\n"
+        "see 'cairn --help'.\n",
+        out);
 }
 
 static int cmd_help(struct cli *cli, int argc, char **argv)
@@ -159,52 +160,53 @@ static int cmd_help(struct cli *cli, int argc, char **argv)
 
 void cli_print_usage(FILE *out)
 {
-    fputs(
-        "Usage: cairn [--socket PATH] [--config FILE] [--json] [-q|-v] [--no-autostart] COMMAND [ARGS]\n"
-        "(the options may also come after the command)\n"
-        "\n"
-        "Commands:\n"
-        "  add [-r] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] PATH...\n"
-        "                  store files; - reads standard input, -r adds directories\n"
-        "  get [-o FILE] REF | get -r PREFIX DIR\n"
-        "                  write a document to standard output or FILE, or a tree to DIR\n"
-        "  rm [-n] REF...  remove names, delete documents no name points to any more\n"
-        "                  (alias: delete)\n"
-        "  ls [-l] [-h] [--docs] [-t TAG] [PREFIX]\n"
-        "                  list names (or documents) (alias: list)\n"
-        "  du [-h] [PREFIX]  logical, unique and stored bytes under a path prefix\n"
-        "  stat REF        show a document's details\n"
-        "  status          show the daemon's state\n"
-        "  gc              remove chunks no document uses any more\n"
-        "  verify [REF]... re-read and re-hash stored chunks (all without REF)\n"
-        "  search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
-        "         [--after DATE] [--before DATE] [--fuzzy] [--all] QUERY...\n"
-        "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
-        "                  prefix*, name:word, tag:value\n"
-        "  mcp             serve the Model Context Protocol on stdin/stdout (for agents)\n"
-        "  mount [-f] MOUNTPOINT\n"
-        "                  show the documents as a read-only file system (FUSE)\n"
-        "  help [COMMAND]  show this help, or a command's ('cairn COMMAND --help' too)\n"
-        "\n"
-        "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"
-        "\n"
-        "Options:\n"
-        "  --socket PATH   cairnd's socket (default: $CAIRN_SOCKET, else the config file's\n"
-        "                  [daemon] socket, else $XDG_RUNTIME_DIR/cairn/cairnd.sock,\n"
-        "                  else /tmp/cairn-$UID/cairnd.sock)\n"
-        "  --config FILE   cairnd's config file, for [daemon] socket and [store] data_dir,\n"
-        "                  passed on to a cairnd the command starts (default:\n"
-        "                  $XDG_CONFIG_HOME/cairn/cairn.conf, else ~/.config/cairn/cairn.conf)\n"
-        "  --json          print one JSON object per line\n"
-        "  -q, --quiet     no progress or summary on stderr\n"
-        "  -v, --verbose   progress and summary on stderr even when it is not a terminal\n"
-        "  --no-autostart  fail instead of starting cairnd when it is not running\n"
-        "  --help          show this help\n"
-        "  -V, --version   show the version\n"
-        "\n"
-        "Exit status: 0 success, 1 an operation failed, 2 usage error,\n"
-        "3 cairnd unreachable.\n",
-        out);
+    fputs("Usage: cairn [--socket PATH] [--config FILE] [--json] [-q|-v] [--no-autostart] COMMAND "
+          "[ARGS]\n"
+          "(the options may also come after the command)\n"
+          "\n"
+          "Commands:\n"
+          "  add [-r] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] "
+          "PATH...\n"
+          "                  store files; - reads standard input, -r adds directories\n"
+          "  get [-o FILE] REF | get -r PREFIX DIR\n"
+          "                  write a document to standard output or FILE, or a tree to DIR\n"
+          "  rm [-n] REF...  remove names, delete documents no name points to any more\n"
+          "                  (alias: delete)\n"
+          "  ls [-l] [-h] [--docs] [-t TAG] [PREFIX]\n"
+          "                  list names (or documents) (alias: list)\n"
+          "  du [-h] [PREFIX]  logical, unique and stored bytes under a path prefix\n"
+          "  stat REF        show a document's details\n"
+          "  status          show the daemon's state\n"
+          "  gc              remove chunks no document uses any more\n"
+          "  verify [REF]... re-read and re-hash stored chunks (all without REF)\n"
+          "  search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
+          "         [--after DATE] [--before DATE] [--fuzzy] [--all] QUERY...\n"
+          "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
+          "                  prefix*, name:word, tag:value\n"
+          "  mcp             serve the Model Context Protocol on stdin/stdout (for agents)\n"
+          "  mount [-f] MOUNTPOINT\n"
+          "                  show the documents as a read-only file system (FUSE)\n"
+          "  help [COMMAND]  show this help, or a command's ('cairn COMMAND --help' too)\n"
+          "\n"
+          "A REF is a hash, a unique hash prefix of at least 8 digits, or a name.\n"
+          "\n"
+          "Options:\n"
+          "  --socket PATH   cairnd's socket (default: $CAIRN_SOCKET, else the config file's\n"
+          "                  [daemon] socket, else $XDG_RUNTIME_DIR/cairn/cairnd.sock,\n"
+          "                  else /tmp/cairn-$UID/cairnd.sock)\n"
+          "  --config FILE   cairnd's config file, for [daemon] socket and [store] data_dir,\n"
+          "                  passed on to a cairnd the command starts (default:\n"
+          "                  $XDG_CONFIG_HOME/cairn/cairn.conf, else ~/.config/cairn/cairn.conf)\n"
+          "  --json          print one JSON object per line\n"
+          "  -q, --quiet     no progress or summary on stderr\n"
+          "  -v, --verbose   progress and summary on stderr even when it is not a terminal\n"
+          "  --no-autostart  fail instead of starting cairnd when it is not running\n"
+          "  --help          show this help\n"
+          "  -V, --version   show the version\n"
+          "\n"
+          "Exit status: 0 success, 1 an operation failed, 2 usage error,\n"
+          "3 cairnd unreachable.\n",
+          out);
 }
 
 int cli_usage_error(const char *fmt, ...)
@@ -426,10 +428,14 @@ static int close_stdout(int status)
 int cli_main(int argc, char **argv)
 {
     static const struct option options[] = {
-        {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
-        {"no-autostart", no_argument, NULL, 'A'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {"config", required_argument, NULL, 'c'},
-        {"quiet", no_argument, NULL, 'q'},        {"verbose", no_argument, NULL, 'v'},
+        {"socket", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"no-autostart", no_argument, NULL, 'A'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"config", required_argument, NULL, 'c'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"verbose", no_argument, NULL, 'v'},
         {0},
     };
     struct cli cli = {.autostart = true};

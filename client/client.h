@@ -127,7 +127,8 @@ int client_get(struct client *c, const char *ref, int out_fd);
  * aligned 4 KiB blocks of zeros become holes, as `cp --sparse` makes them.
  */
 int client_get_sparse(struct client *c, const char *ref, int out_fd);
-/* Bytes [offset, offset + length) only (UINT64_MAX: to the end) to out_fd; sparse as above if asked. */
+/* Bytes [offset, offset + length) only (UINT64_MAX: to the end) to out_fd; sparse as above if
+ * asked. */
 int client_get_range_fd(struct client *c, const char *ref, uint64_t offset, uint64_t length,
                         int out_fd, bool sparse);
 /*

@@ -218,7 +218,8 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
     }
     if (range && parse_range(range, &offset, &length) < 0)
         return cli_usage_error("get: --range wants START-END or START- (bytes, END "
-                               "included, END >= START), not '%s'", range);
+                               "included, END >= START), not '%s'",
+                               range);
     if (recursive) {
         if (out || range)
             return cli_usage_error("get: -r writes whole documents under DIR: no -o or --range");
@@ -383,8 +384,8 @@ static void print_doc(void *userdata, const msgpack_object *doc)
     if (o->long_form) {
         ls_size(o, stored, st, sizeof(st));
         cli_format_time(when, t);
-        printf("%.*s  %10s  %10s  %-24.*s  %s  %.*s\n", (int)hash_len, hash, sz, st,
-               (int)mime_len, mime, t, (int)name_len, name);
+        printf("%.*s  %10s  %10s  %-24.*s  %s  %.*s\n", (int)hash_len, hash, sz, st, (int)mime_len,
+               mime, t, (int)name_len, name);
     } else if (o->docs) {
         printf("%.*s  %s  %.*s\n", (int)hash_len, hash, sz, (int)name_len, name);
     } else {
@@ -401,12 +402,9 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
 {
     enum { OPT_HELP = 256 };
     static const struct option options[] = {
-        {"tag", required_argument, NULL, 't'},
-        {"docs", no_argument, NULL, 'd'},
-        {"long", no_argument, NULL, 'l'},
-        {"human-readable", no_argument, NULL, 'h'},
-        {"help", no_argument, NULL, OPT_HELP},
-        {0},
+        {"tag", required_argument, NULL, 't'}, {"docs", no_argument, NULL, 'd'},
+        {"long", no_argument, NULL, 'l'},      {"human-readable", no_argument, NULL, 'h'},
+        {"help", no_argument, NULL, OPT_HELP}, {0},
     };
     struct ls_opts o = {.cli = cli};
     struct client_list_req req = {.mode = CLIENT_LIST_NAMES};
@@ -456,9 +454,9 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
 
 int cli_cmd_stat(struct cli *cli, int argc, char **argv)
 {
-    static const char *const keys[] = {"hash",   "name",    "names", "names_cut", "size",
-                                       "stored_size", "chunks", "mime", "created",   "tags",
-                                       "meta", NULL};
+    static const char *const keys[] = {"hash",    "name",        "names",  "names_cut",
+                                       "size",    "stored_size", "chunks", "mime",
+                                       "created", "tags",        "meta",   NULL};
     int status = parse_operands(cli, argc, argv, 1, 1, "REF");
     const msgpack_object *reply;
     struct client *c;
@@ -502,21 +500,41 @@ static int reply_command(struct cli *cli, int argc, char **argv,
 
 int cli_cmd_status(struct cli *cli, int argc, char **argv)
 {
-    static const char *const keys[] = {
-        "version",     "protocol",          "pid",          "uptime",        "backend",
-        "documents",   "logical_bytes",     "unique_bytes", "stored_bytes",  "chunks",
-        "dedup_ratio", "compression_ratio", "packs",        "pack_bytes",    "cache_bytes",
-        "cache_size",  "cache_hits",        "cache_misses", "read_cache_bytes",
-        "read_cache_size", "read_cache_hits", "read_cache_misses", "read_cache_fetched",
-        "read_cache_damaged", "index_pending", "connections", NULL};
+    static const char *const keys[] = {"version",
+                                       "protocol",
+                                       "pid",
+                                       "uptime",
+                                       "backend",
+                                       "documents",
+                                       "logical_bytes",
+                                       "unique_bytes",
+                                       "stored_bytes",
+                                       "chunks",
+                                       "dedup_ratio",
+                                       "compression_ratio",
+                                       "packs",
+                                       "pack_bytes",
+                                       "cache_bytes",
+                                       "cache_size",
+                                       "cache_hits",
+                                       "cache_misses",
+                                       "read_cache_bytes",
+                                       "read_cache_size",
+                                       "read_cache_hits",
+                                       "read_cache_misses",
+                                       "read_cache_fetched",
+                                       "read_cache_damaged",
+                                       "index_pending",
+                                       "connections",
+                                       NULL};
     return reply_command(cli, argc, argv, client_status, keys, NULL);
 }
 
 int cli_cmd_gc(struct cli *cli, int argc, char **argv)
 {
-    static const char *const keys[] = {"packs_rewritten", "packs_deleted", "bytes_reclaimed",
-                                       "bytes_dead",      "chunks_removed", "packs_failed",
-                                       "failure",         NULL};
+    static const char *const keys[] = {
+        "packs_rewritten", "packs_deleted", "bytes_reclaimed", "bytes_dead",
+        "chunks_removed",  "packs_failed",  "failure",         NULL};
     return reply_command(cli, argc, argv, client_gc, keys, "gc");
 }
 

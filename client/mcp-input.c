@@ -104,7 +104,8 @@ int mcp_input_line(struct mcp_input *in, char **line, size_t *len)
 
     for (;;) {
         char *from = in->buf + in->start + scanned;
-        char *nl = in->end > in->start + scanned ? memchr(from, '\n', in->end - in->start - scanned) : NULL;
+        char *nl = in->end > in->start + scanned ? memchr(from, '\n', in->end - in->start - scanned)
+                                                 : NULL;
 
         if (nl) {
             *nl = '\0';

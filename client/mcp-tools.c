@@ -21,7 +21,7 @@
 /* ---- schemas ----------------------------------------------------------------------- */
 
 #define DOC_PROPS                                                                                  \
-    "\"hash\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"},"                                \
+    "\"hash\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"},"                               \
     "\"size\":{\"type\":\"integer\"},\"mime\":{\"type\":\"string\"}"
 
 static const struct tool {
@@ -93,10 +93,10 @@ json_t *mcp_tools_list(void)
     for (size_t i = 0; list && i < ARRAY_SIZE(tools); i++) {
         json_t *in = json_loads(tools[i].input, 0, NULL);
         json_t *out = json_loads(tools[i].output, 0, NULL);
-        json_t *t = in && out ? json_pack("{s:s, s:s, s:o, s:o}", "name", tools[i].name,
-                                          "description", tools[i].description, "inputSchema", in,
-                                          "outputSchema", out)
-                              : NULL;
+        json_t *t = in && out
+                        ? json_pack("{s:s, s:s, s:o, s:o}", "name", tools[i].name, "description",
+                                    tools[i].description, "inputSchema", in, "outputSchema", out)
+                        : NULL;
         if (!t || json_array_append_new(list, t) < 0) {
             json_decref(in);
             json_decref(out);
@@ -333,8 +333,7 @@ static json_t *tool_add(struct mcp *m, json_t *args)
     ntags = opt_strs(args, "tags", tags, PROTO_MAX_TAGS);
     if (opt_str(args, "content", &content) || opt_str(args, "path", &path) ||
         opt_str(args, "name", &name) || opt_str(args, "mime", &mime) || ntags < 0 ||
-        (jm && (!json_is_object(jm) || json_object_size(jm) > PROTO_MAX_TAGS)) ||
-        !content == !path)
+        (jm && (!json_is_object(jm) || json_object_size(jm) > PROTO_MAX_TAGS)) || !content == !path)
         return mcp_tool_error("add: wants either content or path, and optional name, tags "
                               "(strings), meta (an object of strings) and mime");
     req.n_tags = (size_t)ntags;
@@ -498,8 +497,8 @@ static json_t *tool_list(struct mcp *m, json_t *args)
         (cursor && (strlen(cursor) > PROTO_HASH_HEX || !proto_is_hex(cursor, strlen(cursor)))))
         return mcp_tool_error("list: wants optional prefix, tag, limit (1..1000) and a cursor "
                               "from an earlier nextCursor");
-    r = list_docs(m, tag && tag[0] ? tag : NULL, prefix && prefix[0] ? prefix : NULL, cursor,
-                  limit, &items, next, sizeof(next));
+    r = list_docs(m, tag && tag[0] ? tag : NULL, prefix && prefix[0] ? prefix : NULL, cursor, limit,
+                  &items, next, sizeof(next));
     if (r != 0)
         return failure(m, "list", r);
     out = json_pack("{s:o}", "items", items);
@@ -564,8 +563,8 @@ json_t *mcp_resource_templates(void)
 {
     return json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:s}]", "uriTemplate", "cairn://doc/{hash}",
                      "name", "document", "description",
-                     "a document by its hash or a unique hash prefix (first 1 MiB)",
-                     "uriTemplate", "cairn://name/{name}", "name", "named document", "description",
+                     "a document by its hash or a unique hash prefix (first 1 MiB)", "uriTemplate",
+                     "cairn://name/{name}", "name", "named document", "description",
                      "the newest document under a name (percent-encoded; first 1 MiB)");
 }
 

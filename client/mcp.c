@@ -51,8 +51,8 @@ static int reply_result(json_t *id, json_t *result)
 
 static int reply_error(json_t *id, int code, const char *message)
 {
-    json_t *msg = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
-                            "error", "code", code, "message", message);
+    json_t *msg = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+                            id ? id : json_null(), "error", "code", code, "message", message);
     return msg ? send_json(msg) : -ENOMEM;
 }
 
@@ -92,8 +92,8 @@ static json_t *initialize(struct mcp *m, json_t *params)
     }
     snprintf(m->version, sizeof(m->version), "%s", chosen);
     m->initialized = true;
-    return json_pack("{s:s, s:{s:{s:b}, s:{s:b, s:b}}, s:{s:s, s:s}, s:s}", "protocolVersion", chosen,
-                     "capabilities", "tools", "listChanged", 0, "resources", "subscribe", 0,
+    return json_pack("{s:s, s:{s:{s:b}, s:{s:b, s:b}}, s:{s:s, s:s}, s:s}", "protocolVersion",
+                     chosen, "capabilities", "tools", "listChanged", 0, "resources", "subscribe", 0,
                      "listChanged", 0, "serverInfo", "name", "cairn", "version", CAIRN_VERSION,
                      "instructions",
                      "cairn stores documents by the SHA-256 of their content. Add text or files, "

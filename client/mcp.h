@@ -34,7 +34,8 @@ json_t *mcp_tools_list(void);
  * for a JSON-RPC error (unknown tool, arguments not an object).
  */
 json_t *mcp_tools_call(struct mcp *m, const char *name, json_t *args, int *code, const char **msg);
-/* resources/list, resources/templates/list and resources/read; NULL with code and msg set on error. */
+/* resources/list, resources/templates/list and resources/read; NULL with code and msg set on error.
+ */
 json_t *mcp_resources_list(struct mcp *m, json_t *params, int *code, const char **msg);
 json_t *mcp_resource_templates(void);
 json_t *mcp_resources_read(struct mcp *m, json_t *params, int *code, const char **msg);

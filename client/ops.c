@@ -342,7 +342,8 @@ static size_t next_piece(const uint8_t *p, size_t len, uint64_t pos, bool *hole)
     return n;
 }
 
-/* Writes len bytes at *pos, seeking over whole zero blocks; *hole_at_end says whether it ended on one. */
+/* Writes len bytes at *pos, seeking over whole zero blocks; *hole_at_end says whether it ended on
+ * one. */
 static int write_sparse(int fd, const uint8_t *p, size_t len, uint64_t *pos, bool *hole_at_end)
 {
     while (len > 0) {
@@ -448,9 +449,7 @@ static int get_to(struct client *c, const char *ref, uint64_t offset, uint64_t l
     sized = proto_get_uint(reply, "size", &size) == 0;
     if (sized) {
         /* What the range holds of the document: that many bytes must come. */
-        uint64_t end = length > size - (offset < size ? offset : size)
-                           ? size
-                           : offset + length;
+        uint64_t end = length > size - (offset < size ? offset : size) ? size : offset + length;
         size = offset < size ? end - offset : 0;
     }
     first = reply;

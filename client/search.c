@@ -108,11 +108,16 @@ static void print_hit(void *userdata, const msgpack_object *hit)
 int cli_cmd_search(struct cli *cli, int argc, char **argv)
 {
     static const struct option options[] = {
-        {"limit", required_argument, NULL, 'l'},  {"offset", required_argument, NULL, 'O'},
-        {"tag", required_argument, NULL, 't'},    {"name", required_argument, NULL, 'N'},
-        {"mime", required_argument, NULL, 'M'},   {"after", required_argument, NULL, 'A'},
-        {"before", required_argument, NULL, 'B'}, {"fuzzy", no_argument, NULL, 'f'},
-        {"all", no_argument, NULL, 'a'},          {"help", no_argument, NULL, 'h'},
+        {"limit", required_argument, NULL, 'l'},
+        {"offset", required_argument, NULL, 'O'},
+        {"tag", required_argument, NULL, 't'},
+        {"name", required_argument, NULL, 'N'},
+        {"mime", required_argument, NULL, 'M'},
+        {"after", required_argument, NULL, 'A'},
+        {"before", required_argument, NULL, 'B'},
+        {"fuzzy", no_argument, NULL, 'f'},
+        {"all", no_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
         {0},
     };
     const char *tags[SEARCH_MAX_TAGS];

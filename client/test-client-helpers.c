@@ -267,14 +267,10 @@ static void test_print_fields(void **state)
 int test_client_helpers_run(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_meta),
-        cmocka_unit_test(test_utf8_seq),
-        cmocka_unit_test(test_mime_guess),
-        cmocka_unit_test(test_socket_path),
-        cmocka_unit_test(test_data_dir),
-        cmocka_unit_test(test_json_reply),
-        cmocka_unit_test(test_format_time),
-        cmocka_unit_test(test_print_fields),
+        cmocka_unit_test(test_parse_meta),  cmocka_unit_test(test_utf8_seq),
+        cmocka_unit_test(test_mime_guess),  cmocka_unit_test(test_socket_path),
+        cmocka_unit_test(test_data_dir),    cmocka_unit_test(test_json_reply),
+        cmocka_unit_test(test_format_time), cmocka_unit_test(test_print_fields),
     };
 
     return cmocka_run_group_tests_name("client: helpers", tests, NULL, NULL);

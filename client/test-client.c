@@ -341,14 +341,10 @@ static void test_request_too_large(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_connect),
-        cmocka_unit_test(test_hello),
-        cmocka_unit_test(test_get_stream),
-        cmocka_unit_test(test_get_integrity),
-        cmocka_unit_test(test_get_short_stream),
-        cmocka_unit_test(test_hang_up_mid_reply),
-        cmocka_unit_test(test_frame_too_large),
-        cmocka_unit_test(test_list_frames),
+        cmocka_unit_test(test_connect),           cmocka_unit_test(test_hello),
+        cmocka_unit_test(test_get_stream),        cmocka_unit_test(test_get_integrity),
+        cmocka_unit_test(test_get_short_stream),  cmocka_unit_test(test_hang_up_mid_reply),
+        cmocka_unit_test(test_frame_too_large),   cmocka_unit_test(test_list_frames),
         cmocka_unit_test(test_request_too_large),
     };
     int failed = test_client_helpers_run();

@@ -20,8 +20,8 @@
 
 int cli_cmd_du(struct cli *cli, int argc, char **argv)
 {
-    static const char *const keys[] = {"names",        "documents",    "logical_bytes",
-                                       "unique_bytes", "stored_bytes", "saved_bytes", NULL};
+    static const char *const keys[] = {
+        "names", "documents", "logical_bytes", "unique_bytes", "stored_bytes", "saved_bytes", NULL};
     static const struct option options[] = {
         {"human-readable", no_argument, NULL, 'h'},
         {"help", no_argument, NULL, 256},

@@ -224,7 +224,7 @@ struct backend_retry {
     /* Delays uniform in [0, d] ("full jitter") rather than [d/2, d]: for many
      * clients of one remote server, so that their retries spread out. */
     bool full_jitter;
-    uint32_t timeout_ms;     /* default per-request timeout, 0 for none */
+    uint32_t timeout_ms; /* default per-request timeout, 0 for none */
 };
 
 struct backend {

@@ -127,14 +127,15 @@ void config_print(const struct config *cfg, FILE *out)
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     char buf[16];
 
-    fprintf(out, "# cairnd " CAIRN_VERSION ": the effective settings, each under where it came "
-                 "from\n# (FILE:LINE, an environment variable, a flag, or the default).\n"
-                 "# config file: %s\n\n[daemon]\n",
+    fprintf(out,
+            "# cairnd " CAIRN_VERSION ": the effective settings, each under where it came "
+            "from\n# (FILE:LINE, an environment variable, a flag, or the default).\n"
+            "# config file: %s\n\n[daemon]\n",
             cfg->config_path);
     put(out, cfg, "daemon", "socket", cfg->socket_path);
     put(out, cfg, "daemon", "log_level",
         (unsigned)cfg->log_level < sizeof(levels) / sizeof(levels[0]) ? levels[cfg->log_level]
-                                                                       : "info");
+                                                                      : "info");
     put_uint(out, cfg, "daemon", "max_connections", cfg->max_connections);
     put_uint(out, cfg, "daemon", "threads", cfg->threads);
     fputs("\n[store]\n", out);

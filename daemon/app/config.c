@@ -65,8 +65,7 @@ bool config_is_secret(const char *section, const char *key)
  * change: otherwise every local user has the bucket. Refused rather than
  * warned about, as ssh does for a private key.
  */
-static const char *secrets_exposed(const struct ini_state *st, const char *section,
-                                   const char *key)
+static const char *secrets_exposed(const struct ini_state *st, const char *section, const char *key)
 {
     if (!config_is_secret(section, key) || !(st->mode & 077))
         return NULL;
@@ -74,7 +73,8 @@ static const char *secrets_exposed(const struct ini_state *st, const char *secti
            "chmod 600 it (or chmod go= it)";
 }
 
-/* Appends "&key=value" to a URL query, the value percent-encoded; unchanged and -1 when it does not fit. */
+/* Appends "&key=value" to a URL query, the value percent-encoded; unchanged and -1 when it does not
+ * fit. */
 static int append_param(char *dst, size_t dst_len, const char *key, const char *value)
 {
     size_t start = strlen(dst), n = start;
@@ -242,11 +242,11 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
     } else if (strcmp(section, "backend") == 0) {
         /* sftp's, then s3's and r2's (storage/sftp/sftp-url.c, storage/s3/s3-url.h). */
         static const char *const remote_keys[] = {
-            "key",           "known_hosts",     "accept_new_host",   "connections",
-            "timeout",       "keepalive",       "endpoint",          "region",
-            "path_style",    "allow_http",      "connect_timeout",   "stall_timeout",
-            "storage_class", "profile",         "access_key_id",     "secret_access_key",
-            "session_token", "account",         "api_base",          "api_token",
+            "key",           "known_hosts", "accept_new_host", "connections",
+            "timeout",       "keepalive",   "endpoint",        "region",
+            "path_style",    "allow_http",  "connect_timeout", "stall_timeout",
+            "storage_class", "profile",     "access_key_id",   "secret_access_key",
+            "session_token", "account",     "api_base",        "api_token",
             "temp_ttl",
         };
         if (strcmp(key, "url") == 0)
@@ -473,7 +473,8 @@ static int absolute_data_dir(struct config *cfg, char *err, size_t err_len)
     return 0;
 }
 
-/* The read cache's directory: DATA_DIR/read-cache, or a path of its own (a relative one below DATA_DIR). */
+/* The read cache's directory: DATA_DIR/read-cache, or a path of its own (a relative one below
+ * DATA_DIR). */
 static int read_cache_path(struct config *cfg, char *err, size_t err_len)
 {
     char joined[sizeof(cfg->read_cache_dir)];

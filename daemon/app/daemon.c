@@ -29,7 +29,8 @@
 #define DAEMON_STOP_GRACE_MS 30000
 /* How often STATUS= is brought up to date (only sent when it changed). */
 #define DAEMON_STATUS_MS 1000
-/* Before READY=1: the start-up time asked for (EXTEND_TIMEOUT_USEC) every ..._EVERY status ticks. */
+/* Before READY=1: the start-up time asked for (EXTEND_TIMEOUT_USEC) every ..._EVERY status ticks.
+ */
 #define DAEMON_EXTEND_EVERY 10
 #define DAEMON_EXTEND_USEC 30000000ull
 
@@ -166,14 +167,15 @@ static int backend_url(const struct config *cfg, char *out, size_t len, char *er
     int n;
 
     if (local && cfg->backend_params[0]) {
-        snprintf(err, err_len, "[backend] options other than url apply to remote (sftp, s3, r2) backends only");
+        snprintf(err, err_len,
+                 "[backend] options other than url apply to remote (sftp, s3, r2) backends only");
         return -EINVAL;
     }
     if (strcmp(cfg->backend_url, "local") == 0)
         n = snprintf(out, len, "local:%s/objects", cfg->data_dir);
     else if (cfg->backend_params[0])
-        n = snprintf(out, len, "%s%c%s", cfg->backend_url, strchr(cfg->backend_url, '?') ? '&' : '?',
-                     cfg->backend_params + 1);
+        n = snprintf(out, len, "%s%c%s", cfg->backend_url,
+                     strchr(cfg->backend_url, '?') ? '&' : '?', cfg->backend_params + 1);
     else
         n = snprintf(out, len, "%s", cfg->backend_url);
     if (n < 0 || (size_t)n >= len) {
@@ -240,16 +242,16 @@ static int read_cache_pack_size(void *ctx, uint64_t pack, uint64_t *size)
  */
 static int open_read_cache(struct daemon *d, const struct config *cfg, char *err, size_t err_len)
 {
-    uint64_t size = cfg->read_cache_auto ? readcache_default_size(cfg->read_cache_dir)
-                                         : cfg->read_cache_size;
+    uint64_t size =
+        cfg->read_cache_auto ? readcache_default_size(cfg->read_cache_dir) : cfg->read_cache_size;
     const char *msg;
     int r;
 
     if (backend_has(d->be, BACKEND_CAP_READ_SYNC) || size == 0 || cfg->rebuild_index ||
         cfg->upgrade)
         return 0;
-    r = readcache_new(&d->rc, &d->loop, d->be, cfg->read_cache_dir, size,
-                      read_cache_pack_size, d->db, &msg);
+    r = readcache_new(&d->rc, &d->loop, d->be, cfg->read_cache_dir, size, read_cache_pack_size,
+                      d->db, &msg);
     if (r < 0) {
         snprintf(err, err_len, "read cache %s: %s: %s", cfg->read_cache_dir,
                  msg ? msg : "cannot open", strerror(-r));
@@ -277,8 +279,7 @@ static int open_store(struct daemon *d, const struct config *cfg, const struct s
     if ((r = store_new(&d->store, &d->loop, d->be, d->db, d->rc, scfg)) < 0)
         return r;
     r = recovery_replay(&(struct recovery_parts){&d->loop, d->store, d->be, d->db},
-                        cfg->rebuild_index, &resume, d->replay_summary,
-                        sizeof(d->replay_summary));
+                        cfg->rebuild_index, &resume, d->replay_summary, sizeof(d->replay_summary));
     if (r == 0)
         r = packer_new(&d->pk, &d->loop, d->be, d->db, &pcfg, &resume);
     free(resume.index);
@@ -352,8 +353,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     *out = d;
     notify_start(d);
     /* A socket from systemd is checked first: a wrong one fails at once. */
-    if (!cfg->rebuild_index && !cfg->upgrade &&
-        sysd_listen_fd(&d->listen_fd, err, err_len) < 0)
+    if (!cfg->rebuild_index && !cfg->upgrade && sysd_listen_fd(&d->listen_fd, err, err_len) < 0)
         return DAEMON_E_SETUP;
 
     r = util_mkdir_p(cfg->data_dir, 0700);
@@ -400,7 +400,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         sysd_notify("STATUS=replaying packs");
     if ((r = open_store(d, cfg, &scfg, index_path)) < 0) {
         snprintf(err, err_len, "%s: %s",
-                 cfg->rebuild_index ? "rebuild: reading the packs from the backend failed" : "store",
+                 cfg->rebuild_index ? "rebuild: reading the packs from the backend failed"
+                                    : "store",
                  strerror(-r));
         return DAEMON_E_SETUP;
     }
@@ -512,4 +513,3 @@ struct daemon *daemon_free(struct daemon *d)
     free(d);
     return NULL;
 }
-

@@ -52,13 +52,13 @@ struct daemon {
     struct server *srv;
     char replay_summary[512]; /* what recovery brought back from the packs */
     bool stopping, listening;
-    bool activated;      /* the listener came from systemd (socket activation) */
-    bool notify;         /* NOTIFY_SOCKET is set */
-    bool ready_sent;     /* READY=1 went out */
+    bool activated;  /* the listener came from systemd (socket activation) */
+    bool notify;     /* NOTIFY_SOCKET is set */
+    bool ready_sent; /* READY=1 went out */
     unsigned status_ticks;
     unsigned status_conns; /* the count in the last STATUS= */
-    int listen_fd;       /* the socket from systemd until it is opened, else -1 */
-    bool upgraded; /* the data directory was converted from format 1 at this start */
+    int listen_fd;         /* the socket from systemd until it is opened, else -1 */
+    bool upgraded;         /* the data directory was converted from format 1 at this start */
     int lock_fd;
     struct reserve reserve; /* room for deletes and gc on a full disk */
     bool reserve_set;

@@ -154,4 +154,3 @@ void daemon_undo_rebuild(const struct daemon *d)
                   "no database is in place",
                   d->db_path, d->aside_stamp);
 }
-

@@ -147,4 +147,3 @@ void daemon_stop_listening(struct daemon *d)
     if (!d->activated)
         unlink(d->socket_path);
 }
-

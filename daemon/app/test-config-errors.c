@@ -31,13 +31,13 @@ static void test_unknown_key(void **state)
     char path[PATH_MAX];
 
     tc_write_file(e->dir, "unknown-key.conf",
-               "# line 1 is a comment\n"
-               "[daemon]\n"
-               "threads = 2\n"
-               "\n"
-               "sockett = /x.sock\n"
-               "log_level = debug\n",
-               path, sizeof(path));
+                  "# line 1 is a comment\n"
+                  "[daemon]\n"
+                  "threads = 2\n"
+                  "\n"
+                  "sockett = /x.sock\n"
+                  "log_level = debug\n",
+                  path, sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), CONFIG_E_INVALID);
     tc_assert_err_at(e, path, 5, "sockett");
     assert_non_null(strstr(e->err, "unknown key"));
@@ -55,12 +55,12 @@ static void test_unknown_section(void **state)
     char path[PATH_MAX];
 
     tc_write_file(e->dir, "unknown-section.conf",
-               "[daemon]\n"
-               "threads = 2\n"
-               "; a comment\n"
-               "[deamon]\n"
-               "socket = /x.sock\n",
-               path, sizeof(path));
+                  "[daemon]\n"
+                  "threads = 2\n"
+                  "; a comment\n"
+                  "[deamon]\n"
+                  "socket = /x.sock\n",
+                  path, sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), CONFIG_E_INVALID);
     tc_assert_err_at(e, path, 5, "deamon");
     assert_non_null(strstr(e->err, "unknown section"));
@@ -129,7 +129,7 @@ static void test_first_error_wins(void **state)
     char path[PATH_MAX];
 
     tc_write_file(e->dir, "two.conf", "[daemon]\nthreads = 500\nlog_level = loud\n", path,
-               sizeof(path));
+                  sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), CONFIG_E_INVALID);
     tc_assert_err_at(e, path, 2, "threads");
     assert_null(strstr(e->err, "log_level"));
@@ -140,8 +140,8 @@ static void test_syntax_error(void **state)
     struct env *e = *state;
     char path[PATH_MAX];
 
-    tc_write_file(e->dir, "syntax.conf", "[daemon]\nthreads = 2\nthis line has no equals sign\n", path,
-               sizeof(path));
+    tc_write_file(e->dir, "syntax.conf", "[daemon]\nthreads = 2\nthis line has no equals sign\n",
+                  path, sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), CONFIG_E_INVALID);
     tc_assert_err_at(e, path, 3, "syntax error");
 }
@@ -255,7 +255,8 @@ int test_config_errors_run(void)
         cmocka_unit_test_setup_teardown(test_help_and_version, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_help_before_config, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_usage_errors, tc_setup, tc_teardown),
-        cmocka_unit_test_setup_teardown(test_repeated_parses_are_independent, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_repeated_parses_are_independent, tc_setup,
+                                        tc_teardown),
     };
 
     return cmocka_run_group_tests_name("configuration: errors and the command line", tests, NULL,

@@ -72,7 +72,7 @@ int tc_teardown(void **state)
 
 /* Writes `content` to dir/name (creating dir/name's parent) and returns the path in `path`. */
 void tc_write_file(const char *dir, const char *name, const char *content, char *path,
-                       size_t path_len)
+                   size_t path_len)
 {
     FILE *f;
 
@@ -132,4 +132,3 @@ void tc_assert_built_in_values(const struct config *cfg)
     assert_int_equal(cfg->max_connections, 4096);
     assert_int_equal(cfg->threads, 0);
 }
-

@@ -157,9 +157,9 @@ static void test_backend_secrets(void **state)
     FILE *out;
 
     tc_write_file(e->dir, "s3.conf",
-               "[backend]\nurl = s3://bkt/p\nendpoint = http://127.0.0.1:9000\nallow_http = 1\n"
-               "region = eu-west-1\naccess_key_id = AKID\nprofile = p\n",
-               path, sizeof(path));
+                  "[backend]\nurl = s3://bkt/p\nendpoint = http://127.0.0.1:9000\nallow_http = 1\n"
+                  "region = eu-west-1\naccess_key_id = AKID\nprofile = p\n",
+                  path, sizeof(path));
     assert_int_equal(chmod(path, 0644), 0);
     assert_int_equal(tc_load(e, "--config", path, NULL), 0);
     assert_string_equal(e->cfg.backend_params, "&endpoint=http%3A//127.0.0.1%3A9000&allow_http=1"
@@ -182,9 +182,9 @@ static void test_backend_secrets(void **state)
         assert_non_null(strstr(e->cfg.backend_params, "=TopSecret"));
     }
     tc_write_file(e->dir, "all.conf",
-               "[backend]\nurl = s3://bkt?region=x&secret_access_key=UrlSecret&access_key_id=A\n"
-               "secret_access_key = FileSecret\nsession_token = FileToken\nconnections = 4\n",
-               path, sizeof(path));
+                  "[backend]\nurl = s3://bkt?region=x&secret_access_key=UrlSecret&access_key_id=A\n"
+                  "secret_access_key = FileSecret\nsession_token = FileToken\nconnections = 4\n",
+                  path, sizeof(path));
     assert_int_equal(chmod(path, 0600), 0);
     assert_int_equal(tc_load(e, "--config", path, "--print-config", NULL), 0);
     assert_non_null(out = open_memstream(&text, &len));
@@ -209,13 +209,14 @@ static void test_print_config(void **state)
     size_t len = 0;
     FILE *out;
 
-    tc_write_file(e->dir, "pc.conf",
-               "[store]\ncompression_level = 7\n\npack_size = 32M\n[backend]\nurl = sftp://u@h/x\n"
-               "key = /k/id x\n",
-               path, sizeof(path));
+    tc_write_file(
+        e->dir, "pc.conf",
+        "[store]\ncompression_level = 7\n\npack_size = 32M\n[backend]\nurl = sftp://u@h/x\n"
+        "key = /k/id x\n",
+        path, sizeof(path));
     assert_int_equal(setenv("CAIRN_SOCKET", "/run/env.sock", 1), 0);
-    assert_int_equal(tc_load(e, "--config", path, "--data-dir", "/flag/data", "--print-config", NULL),
-                     0);
+    assert_int_equal(
+        tc_load(e, "--config", path, "--data-dir", "/flag/data", "--print-config", NULL), 0);
     unsetenv("CAIRN_SOCKET");
     assert_true(e->cfg.print_config);
     assert_non_null(out = open_memstream(&text, &len));
@@ -274,9 +275,9 @@ static void test_file_range_bounds(void **state)
     char path[PATH_MAX];
 
     tc_write_file(e->dir, "low.conf",
-               "[daemon]\nmax_connections = 1\nthreads = 0\nlog_level = error\n"
-               "[store]\ncompression_level = 1\n",
-               path, sizeof(path));
+                  "[daemon]\nmax_connections = 1\nthreads = 0\nlog_level = error\n"
+                  "[store]\ncompression_level = 1\n",
+                  path, sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), 0);
     assert_int_equal(e->cfg.max_connections, 1);
     assert_int_equal(e->cfg.threads, 0);
@@ -284,9 +285,9 @@ static void test_file_range_bounds(void **state)
     assert_int_equal(e->cfg.compression_level, 1);
 
     tc_write_file(e->dir, "high.conf",
-               "[daemon]\nmax_connections = 1000000\nthreads = 128\nlog_level = warn\n"
-               "[store]\ncompression_level = 19\n",
-               path, sizeof(path));
+                  "[daemon]\nmax_connections = 1000000\nthreads = 128\nlog_level = warn\n"
+                  "[store]\ncompression_level = 19\n",
+                  path, sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), 0);
     assert_int_equal(e->cfg.max_connections, 1000000);
     assert_int_equal(e->cfg.threads, 128);
@@ -338,10 +339,10 @@ static void test_precedence(void **state)
     char path[PATH_MAX];
 
     tc_write_file(e->dir, "prec.conf",
-               "[daemon]\nsocket = /file/cairnd.sock\nlog_level = warn\n"
-               "[store]\ndata_dir = /file/data\n"
-               "[backend]\nurl = local:/file/objects\n",
-               path, sizeof(path));
+                  "[daemon]\nsocket = /file/cairnd.sock\nlog_level = warn\n"
+                  "[store]\ndata_dir = /file/data\n"
+                  "[backend]\nurl = local:/file/objects\n",
+                  path, sizeof(path));
 
     /* The file beats the defaults (XDG_RUNTIME_DIR would give another socket). */
     assert_int_equal(setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1), 0);
@@ -361,8 +362,8 @@ static void test_precedence(void **state)
 
     /* Flags beat both; flag order relative to --config does not matter. */
     assert_int_equal(tc_load(e, "--socket", "/flag/cairnd.sock", "--config", path, "--data-dir",
-                          "/flag/data", "--backend", "local:/flag/objects", "--log-level", "debug",
-                          NULL),
+                             "/flag/data", "--backend", "local:/flag/objects", "--log-level",
+                             "debug", NULL),
                      0);
     assert_string_equal(e->cfg.socket_path, "/flag/cairnd.sock");
     assert_string_equal(e->cfg.data_dir, "/flag/data");
@@ -473,9 +474,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_file_range_bounds, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_default_config_file_is_read, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_missing_default_config_is_fine, tc_setup, tc_teardown),
-        cmocka_unit_test_setup_teardown(test_missing_explicit_config_is_invalid, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_missing_explicit_config_is_invalid, tc_setup,
+                                        tc_teardown),
         cmocka_unit_test_setup_teardown(test_precedence, tc_setup, tc_teardown),
-        cmocka_unit_test_setup_teardown(test_env_and_flag_values_are_checked, tc_setup, tc_teardown),
+        cmocka_unit_test_setup_teardown(test_env_and_flag_values_are_checked, tc_setup,
+                                        tc_teardown),
         cmocka_unit_test_setup_teardown(test_relative_data_dir, tc_setup, tc_teardown),
         cmocka_unit_test_setup_teardown(test_backend_secrets, tc_setup, tc_teardown),
     };

@@ -11,7 +11,6 @@
 
 #include "daemon/app/config.h"
 
-
 struct env {
     char dir[PATH_MAX / 2]; /* mkdtemp result, removed at the end */
     char home[PATH_MAX];    /* $HOME: exists, but holds no config file */

@@ -93,8 +93,8 @@ static void write_line(enum log_level level, bool labelled, const char *fmt, va_
         n = snprintf(line, sizeof(line), "<%d>", level_priority[level]);
     } else {
         n = stamp(line, sizeof(line));
-        n += snprintf(line + n, sizeof(line) - (size_t)n, labelled ? "cairnd: %s: " : "cairnd: ",
-                      level_names[level]);
+        n += snprintf(line + n, sizeof(line) - (size_t)n,
+                      labelled ? "cairnd: %s: " : "cairnd: ", level_names[level]);
     }
     vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
     /* One write per line keeps lines from different threads whole. */

@@ -3,8 +3,8 @@
 /*
  * Logging for cairnd: leveled messages to stderr. Under systemd (when
  * stderr is the stream JOURNAL_STREAM names) each line carries a "<N>"
- * syslog priority prefix so the journal records the level. The level is checked before any formatting.
- * Secrets are never passed to these functions.
+ * syslog priority prefix so the journal records the level. The level is checked before any
+ * formatting. Secrets are never passed to these functions.
  */
 
 #include <stdbool.h>

@@ -10,8 +10,7 @@
 
 void tty_progress_init(struct tty_progress *p, bool wanted)
 {
-    *p = (struct tty_progress){.on = wanted && isatty(STDERR_FILENO) == 1,
-                               .start_ns = uv_hrtime()};
+    *p = (struct tty_progress){.on = wanted && isatty(STDERR_FILENO) == 1, .start_ns = uv_hrtime()};
 }
 
 void tty_progress_draw(struct tty_progress *p, const char *what, uint64_t done, uint64_t total,

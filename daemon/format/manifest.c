@@ -202,8 +202,7 @@ int manifest_builder_push(struct manifest_builder *b, unsigned level,
     return 0;
 }
 
-struct manifest_entry *manifest_builder_take(struct manifest_builder *b, unsigned level,
-                                             size_t *n)
+struct manifest_entry *manifest_builder_take(struct manifest_builder *b, unsigned level, size_t *n)
 {
     struct manifest_entry *list = b->levels[level];
 

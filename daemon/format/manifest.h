@@ -76,8 +76,8 @@ struct manifest_cursor {
     unsigned depth;
     /* levels[d]: the list the cursor is in at depth d (0 = the root). */
     struct manifest_list levels[MANIFEST_MAX_DEPTH + 1];
-    unsigned top;  /* levels[0..top] are loaded */
-    bool need;     /* next() asked for a segment */
+    unsigned top;    /* levels[0..top] are loaded */
+    bool need;       /* next() asked for a segment */
     uint64_t offset; /* content offset of the next chunk */
 };
 
@@ -96,7 +96,8 @@ int manifest_cursor_next(struct manifest_cursor *c, struct manifest_entry *out,
  * cursor holds it (it is in the leaf list being walked): true with *out.
  * For reading ahead; the cursor does not move.
  */
-bool manifest_cursor_peek(const struct manifest_cursor *c, size_t ahead, struct manifest_entry *out);
+bool manifest_cursor_peek(const struct manifest_cursor *c, size_t ahead,
+                          struct manifest_entry *out);
 /*
  * Supplies the segment next() asked for (raw bytes, already checked against
  * its id): 0, MANIFEST_E_CORRUPT when its level or byte total does not fit
@@ -130,8 +131,7 @@ static inline bool manifest_builder_full(const struct manifest_builder *b, unsig
 int manifest_builder_push(struct manifest_builder *b, unsigned level,
                           const struct manifest_entry *e);
 /* Moves a level's list out (malloc'd, *n entries; NULL when empty) and empties it. */
-struct manifest_entry *manifest_builder_take(struct manifest_builder *b, unsigned level,
-                                             size_t *n);
+struct manifest_entry *manifest_builder_take(struct manifest_builder *b, unsigned level, size_t *n);
 /*
  * When the document has ended and nothing is being stored: true when the
  * lists form a root (every level below the highest is empty), with its

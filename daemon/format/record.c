@@ -171,10 +171,9 @@ int record_block_open_into(const uint8_t *bytes, size_t len, struct pack_block_c
     }
     for (uint32_t i = 0; i < *count; i++)
         total += (*chunks)[i].size;
-    r = total > RECORD_BLOCK_MAX
-            ? RECORD_E_BAD
-            : unseal(rec.payload + body, rec.length - body, total, buf, RECORD_BLOCK_MAX, raw,
-                     raw_len);
+    r = total > RECORD_BLOCK_MAX ? RECORD_E_BAD
+                                 : unseal(rec.payload + body, rec.length - body, total, buf,
+                                          RECORD_BLOCK_MAX, raw, raw_len);
     if (r == 0 && *raw_len != total) {
         if (*raw != buf)
             free(*raw);

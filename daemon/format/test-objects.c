@@ -460,10 +460,13 @@ static void test_not_a_map(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_add_roundtrip),    cmocka_unit_test(test_add_minimal),
-        cmocka_unit_test(test_delete_roundtrip), cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_add_roundtrip),
+        cmocka_unit_test(test_add_minimal),
+        cmocka_unit_test(test_delete_roundtrip),
+        cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_unname_and_conditional_delete),
-        cmocka_unit_test(test_size_limit),       cmocka_unit_test(test_hostile_fields),
+        cmocka_unit_test(test_size_limit),
+        cmocka_unit_test(test_hostile_fields),
         cmocka_unit_test(test_not_a_map),
     };
     return cmocka_run_group_tests_name("journal entries", tests, NULL, NULL);

@@ -168,7 +168,8 @@ static int mark_manifest(void *ctx, int64_t rowid, unsigned depth, const uint8_t
                          size_t root_len)
 {
     struct gc_run *run = ctx;
-    return store_walk_manifest(run->gc->st, depth, root, root_len, STORE_WALK_SEGMENTS, mark_chunk, run);
+    return store_walk_manifest(run->gc->st, depth, root, root_len, STORE_WALK_SEGMENTS, mark_chunk,
+                               run);
 }
 
 static void mark_work(uv_work_t *work)
@@ -339,8 +340,7 @@ static uint64_t safe_generation(struct gc *gc)
     /* The oldest operation only gets younger: barriers passed once stay passed. */
     gc->safe_gen = safe;
     if (i > 0) {
-        memmove(gc->barriers, gc->barriers + i,
-                (gc->nbarriers - i) * sizeof(*gc->barriers));
+        memmove(gc->barriers, gc->barriers + i, (gc->nbarriers - i) * sizeof(*gc->barriers));
         gc->nbarriers -= i;
     }
     return safe;
@@ -348,8 +348,7 @@ static uint64_t safe_generation(struct gc *gc)
 
 static int record_barrier(struct gc *gc, uint64_t gen, uint64_t barrier)
 {
-    struct gc_barrier *grown =
-        realloc(gc->barriers, (gc->nbarriers + 1) * sizeof(*grown));
+    struct gc_barrier *grown = realloc(gc->barriers, (gc->nbarriers + 1) * sizeof(*grown));
 
     if (!grown)
         return -ENOMEM;
@@ -372,10 +371,9 @@ bool gc_progress(struct gc *gc, struct store_progress *out)
         return false;
     atomic_store_explicit(&out->phase, names[run->phase], memory_order_relaxed);
     /* Repack: the packs rewritten or deleted so far (the result counts them as they go). */
-    atomic_store_explicit(&out->done,
-                          run->phase == GC_REPACK ? run->res.packs_rewritten + run->res.packs_deleted
-                                                 : 0,
-                          memory_order_relaxed);
+    atomic_store_explicit(
+        &out->done, run->phase == GC_REPACK ? run->res.packs_rewritten + run->res.packs_deleted : 0,
+        memory_order_relaxed);
     atomic_store_explicit(&out->total, 0, memory_order_relaxed);
     return true;
 }

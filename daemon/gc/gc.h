@@ -43,7 +43,7 @@ struct gc_parts {
     struct db *db;
     struct backend *be;
     struct packer *pk;
-    struct readcache *rc;   /* NULL: none */
+    struct readcache *rc;    /* NULL: none */
     struct reserve *reserve; /* room kept for a full disk; NULL: none */
 };
 
@@ -58,7 +58,8 @@ struct gc_result {
     char failure[128];
 };
 
-/* Reads which gc runs are already safe from the database (blocking: at start). 0 or negative errno. */
+/* Reads which gc runs are already safe from the database (blocking: at start). 0 or negative errno.
+ */
 int gc_new(struct gc **out, uv_loop_t *loop, const struct gc_parts *parts,
            const struct gc_config *cfg);
 /* Only when no gc runs and gc_busy() is false. Returns NULL. */

@@ -638,8 +638,7 @@ static void usage_done(uv_work_t *work, int status)
     run_next(run);
 }
 
-void gc_repack(struct gc *gc, uint64_t safe_gen, struct gc_result *res, gc_repack_cb *cb,
-               void *ctx)
+void gc_repack(struct gc *gc, uint64_t safe_gen, struct gc_result *res, gc_repack_cb *cb, void *ctx)
 {
     struct repack_run *run = calloc(1, sizeof(*run));
 

@@ -177,4 +177,3 @@ int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc
  */
 int db_query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col, int col2,
                     char **out);
-

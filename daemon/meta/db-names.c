@@ -28,16 +28,16 @@ const char *const db_names_sql[DB_S_COUNT_] = {
      * name ?5 and those that start with ?7 (?5 and '/', ?6 bytes). The
      * caller stops at the first name without the prefix.
      */
-    [DB_S_LIST_NAMES] = "SELECT n.doc, n.name, n.added FROM names n WHERE n.name > ?1"
-                        " AND n.name >= ?4 AND n.seq = (SELECT MAX(x.seq) FROM names x"
-                        " WHERE x.name = n.name) AND (?3 IS NULL OR EXISTS (SELECT 1 FROM"
-                        " tags t WHERE t.doc = n.doc AND t.tag = ?3))" NAME_IN_PATH
-                        " ORDER BY n.name LIMIT ?2",
+    [DB_S_LIST_NAMES] =
+        "SELECT n.doc, n.name, n.added FROM names n WHERE n.name > ?1"
+        " AND n.name >= ?4 AND n.seq = (SELECT MAX(x.seq) FROM names x"
+        " WHERE x.name = n.name) AND (?3 IS NULL OR EXISTS (SELECT 1 FROM"
+        " tags t WHERE t.doc = n.doc AND t.tag = ?3))" NAME_IN_PATH " ORDER BY n.name LIMIT ?2",
     /* du: the names from ?1 up to ?2 (NULL: no bound), in the path ?5 as above. */
-    [DB_S_DU_NAMES] = "SELECT COUNT(*), COALESCE(SUM(d.size), 0) FROM names n JOIN documents d"
-                      " ON d.id = n.doc WHERE n.name >= ?1 AND (?2 IS NULL OR n.name < ?2)"
-                      " AND n.seq = (SELECT MAX(x.seq) FROM names x WHERE x.name = n.name)"
-                      NAME_IN_PATH,
+    [DB_S_DU_NAMES] =
+        "SELECT COUNT(*), COALESCE(SUM(d.size), 0) FROM names n JOIN documents d"
+        " ON d.id = n.doc WHERE n.name >= ?1 AND (?2 IS NULL OR n.name < ?2)"
+        " AND n.seq = (SELECT MAX(x.seq) FROM names x WHERE x.name = n.name)" NAME_IN_PATH,
     [DB_S_DU_DOCS] = "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored_size), 0)"
                      " FROM documents WHERE id IN (SELECT n.doc FROM names n WHERE n.name >= ?1"
                      " AND (?2 IS NULL OR n.name < ?2) AND n.seq = (SELECT MAX(x.seq)"

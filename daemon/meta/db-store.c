@@ -205,7 +205,8 @@ int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out,
 
 int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool drop)
 {
-    sqlite3_stmt *s = db_stmt(txn->c, drop ? DB_S_JOURNAL_REFUSED : DB_S_JOURNAL_APPLIED, db_store_sql);
+    sqlite3_stmt *s =
+        db_stmt(txn->c, drop ? DB_S_JOURNAL_REFUSED : DB_S_JOURNAL_APPLIED, db_store_sql);
 
     if (!s)
         return -EIO;

@@ -111,8 +111,7 @@ sqlite3_stmt *db_stmt(struct db_conn *c, enum db_stmt_id id, const char *const s
         sqlite3_clear_bindings(s);
         return s;
     }
-    if (sqlite3_prepare_v3(c->sql, sql[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_prepare_v3(c->sql, sql[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) != SQLITE_OK) {
         log_error("database: cannot prepare statement: %s", sqlite3_errmsg(c->sql));
         return NULL;
     }

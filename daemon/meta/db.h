@@ -49,8 +49,8 @@ enum {
 struct db_doc {
     int64_t rowid;
     char hash[PROTO_HASH_HEX + 1];
-    char *name; /* the name it was found by, else its newest name; NULL if none */
-    bool by_name; /* db_resolve: the ref was a name */
+    char *name;    /* the name it was found by, else its newest name; NULL if none */
+    bool by_name;  /* db_resolve: the ref was a name */
     int64_t named; /* db_list_names: when the name got this version (Unix seconds) */
     uint64_t size, stored_size, nchunks;
     int64_t created;
@@ -169,7 +169,8 @@ struct db_name_doc {
  * transaction decides (db_txn_delete_if_unnamed).
  */
 int db_name_docs(struct db *db, const char *name, struct db_name_doc **docs, size_t *n);
-/* Takes every version of `name` off one document; *rowid is its row id when there was one, else 0. */
+/* Takes every version of `name` off one document; *rowid is its row id when there was one, else 0.
+ */
 int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, int64_t *rowid);
 /* Deletes the document (db_txn_delete) if no name points to it; *deleted when it did. */
 int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *deleted);
@@ -191,7 +192,7 @@ int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc *
 
 /* What the names under a prefix hold (PROTOCOL.md `du`). */
 struct db_du {
-    uint64_t names, logical_bytes;                /* each name's newest version */
+    uint64_t names, logical_bytes;                  /* each name's newest version */
     uint64_t documents, unique_bytes, stored_bytes; /* the distinct documents they point to */
 };
 int db_du(struct db *db, const char *prefix, bool path, struct db_du *du);
@@ -235,8 +236,8 @@ int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                        const struct db_loc *loc);
 /*
  * A journal entry is durable at loc (an entry already known keeps its row).
- * `op` is the entry's enum entry_op (objects.h). `applied`: its event is applied in the same transaction; replay records
- * the entries it finds unapplied and applies them in time order after.
+ * `op` is the entry's enum entry_op (objects.h). `applied`: its event is applied in the same
+ * transaction; replay records the entries it finds unapplied and applies them in time order after.
  */
 int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
                        const struct db_loc *loc, const uint8_t doc[PROTO_HASH_LEN],
@@ -343,7 +344,8 @@ int db_removals(struct db *db, size_t max, struct db_removal **out, size_t *n);
 void db_removals_free(struct db_removal *r, size_t n);
 int db_txn_removal_done(struct db_txn *txn, int64_t rowid);
 
-/* Every name of document `rowid`, one per line (a search hit's snippet when its text has no match). */
+/* Every name of document `rowid`, one per line (a search hit's snippet when its text has no match).
+ */
 int db_doc_names(struct db *db, int64_t rowid, char **out);
 
 /* ---- queries of other parts (the search index's: daemon/search/fts.c) ---- */

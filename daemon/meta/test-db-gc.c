@@ -348,10 +348,8 @@ static void assert_usage(struct test_db *e, uint64_t safe_gen, const uint64_t li
     static const struct {
         uint64_t size;
         enum db_pack_state state;
-    } packs[4] = {{1000, DB_PACK_SEALED},
-                  {2000, DB_PACK_SEALED},
-                  {300, DB_PACK_OPEN},
-                  {50, DB_PACK_SEALED}};
+    } packs[4] = {
+        {1000, DB_PACK_SEALED}, {2000, DB_PACK_SEALED}, {300, DB_PACK_OPEN}, {50, DB_PACK_SEALED}};
     struct db_pack_use *use;
     size_t n;
 

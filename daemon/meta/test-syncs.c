@@ -70,4 +70,3 @@ void test_last_sync(char *path, size_t len)
     snprintf(path, len, "%s", last_path);
     pthread_mutex_unlock(&last_lock);
 }
-

@@ -71,7 +71,7 @@ static const struct {
     const char *name;
     void (*fn)(struct conn *c, uint64_t id, const msgpack_object *map);
 } ops[] = {
-    {"hello", do_hello},        {"add", op_do_add},       {"data", op_do_data},
+    {"hello", do_hello},  {"add", op_do_add},       {"data", op_do_data},
     {"get", op_do_get},   {"delete", op_do_delete}, {"list", op_do_list},
     {"stat", op_do_stat}, {"status", op_do_status}, {"search", op_do_search},
     {"gc", op_do_gc},     {"verify", op_do_verify}, {"du", op_do_du},

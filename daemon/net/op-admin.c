@@ -154,7 +154,8 @@ static void du_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "stored_bytes");
     msgpack_pack_uint64(&r.pk, t->stored_bytes);
     proto_pack_cstr(&r.pk, "saved_bytes");
-    msgpack_pack_uint64(&r.pk, t->logical_bytes > t->stored_bytes ? t->logical_bytes - t->stored_bytes : 0);
+    msgpack_pack_uint64(
+        &r.pk, t->logical_bytes > t->stored_bytes ? t->logical_bytes - t->stored_bytes : 0);
     reply_send(du->op.base.conn, &r);
     op_finish(&du->op);
 }
@@ -244,8 +245,8 @@ static void status_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "cache_misses");
     msgpack_pack_uint64(&r.pk, ss.cache_misses);
     if (ss.read_cache) {
-        const char *const names[] = {"read_cache_bytes", "read_cache_size",
-                                     "read_cache_hits",  "read_cache_misses",
+        const char *const names[] = {"read_cache_bytes",   "read_cache_size",
+                                     "read_cache_hits",    "read_cache_misses",
                                      "read_cache_fetched", "read_cache_damaged"};
         const uint64_t values[] = {ss.rc_bytes,  ss.rc_max,     ss.rc_hits,
                                    ss.rc_misses, ss.rc_fetched, ss.rc_damaged};

@@ -16,7 +16,7 @@
 #include "proto/util.h"
 
 struct op *op_new(struct conn *c, uint64_t id, enum op_kind kind, size_t size,
-                           void (*clear)(struct op *op))
+                  void (*clear)(struct op *op))
 {
     /* Every kind's struct begins with its struct op, so this is the whole allocation. */
     struct op *op = calloc(1, size);
@@ -114,7 +114,7 @@ void op_reply_status_error(struct op *op, int status)
 /* ---- field validation ---- */
 
 int op_get_string(const msgpack_object *map, const char *key, size_t max, bool allow_empty,
-                        char **out)
+                  char **out)
 {
     const char *p;
     size_t len;
@@ -184,4 +184,3 @@ bool op_take_ref(struct op *op, const msgpack_object *map, char **ref, size_t *l
     }
     return true;
 }
-

@@ -64,7 +64,7 @@ static inline struct op *op_of(struct request *req)
  * memory.
  */
 struct op *op_new(struct conn *c, uint64_t id, enum op_kind kind, size_t size,
-                           void (*clear)(struct op *op));
+                  void (*clear)(struct op *op));
 /* Removes the op from its connection and frees it, unless a worker job still uses it. */
 void op_finish(struct op *op);
 /* Runs `work_cb` on a worker thread and `done` on the loop; `work` belongs to the op. */
@@ -79,7 +79,7 @@ void op_reply_status_error(struct op *op, int status);
 
 /* Copies a str field into a new C string; NULL when absent. -EINVAL when invalid. */
 int op_get_string(const msgpack_object *map, const char *key, size_t max, bool allow_empty,
-                        char **out);
+                  char **out);
 /* Copies a non-empty str object of at most `max` bytes without NUL; -EINVAL when invalid. */
 int op_copy_str(const msgpack_object *o, size_t max, char **out);
 void op_free_strings(char **v, size_t n);

@@ -63,7 +63,6 @@ struct packer_batch {
     int status;
 };
 
-
 int packer_new(struct packer **out, uv_loop_t *loop, struct backend *be, struct db *db,
                const struct packer_config *cfg, struct packer_resume *resume)
 {
@@ -88,8 +87,9 @@ int packer_new(struct packer **out, uv_loop_t *loop, struct backend *be, struct 
     }
     pk->max_inflight = 1;
     if (!backend_has(be, BACKEND_CAP_APPEND))
-        pk->max_inflight = be->parallel < 2 ? 1 : be->parallel < PACKER_PUTS_MAX ? be->parallel
-                                                                                  : PACKER_PUTS_MAX;
+        pk->max_inflight = be->parallel < 2                 ? 1
+                           : be->parallel < PACKER_PUTS_MAX ? be->parallel
+                                                            : PACKER_PUTS_MAX;
     uv_idle_init(loop, &pk->kick);
     pk->kick.data = pk;
     *out = pk;
@@ -311,8 +311,8 @@ static void batch_written(struct packer_batch *b, int status)
             pk->nindex = 0;
         }
         batch_fail(b, status == BACKEND_E_UNAVAILABLE ? PACKER_E_UNAVAILABLE
-                      : status < 0                   ? status
-                                                     : -EIO);
+                      : status < 0                    ? status
+                                                      : -EIO);
         rotate_pending(pk);
         batch_start(pk);
         return;

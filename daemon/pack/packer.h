@@ -146,4 +146,3 @@ int packer_rotate(struct packer *pk, void (*cb)(void *ctx), void *ctx);
 /* Sequence number of the pack being written now (0 before the first). */
 uint64_t packer_open_seq(const struct packer *pk);
 void packer_get_stats(const struct packer *pk, struct packer_stats *out);
-

@@ -112,8 +112,7 @@ void rc_on_async(uv_async_t *h)
  * A new entry for a slice of `len` bytes, FETCHING, with its fetch queued for
  * the loop (the caller sends the wake-up). Under the lock. NULL when out of memory.
  */
-struct rc_entry *rc_start_fetch(struct readcache *rc, uint64_t pack, uint32_t slice,
-                                    uint32_t len)
+struct rc_entry *rc_start_fetch(struct readcache *rc, uint64_t pack, uint32_t slice, uint32_t len)
 {
     struct rc_entry *e = calloc(1, sizeof(*e));
     struct rc_fetch *f = calloc(1, sizeof(*f));
@@ -210,4 +209,3 @@ static void write_done(uv_work_t *work, int status)
     }
     free(f);
 }
-

@@ -81,8 +81,8 @@ static void page_crcs(const uint8_t *data, uint32_t len, uint32_t crc[READCACHE_
 {
     for (uint32_t i = 0; i < READCACHE_PAGES; i++) {
         uint32_t at = i * READCACHE_PAGE;
-        crc[i] = at < len ? pack_crc32c(0, data + at, len - at < READCACHE_PAGE ? len - at
-                                                                                 : READCACHE_PAGE)
+        crc[i] = at < len ? pack_crc32c(0, data + at,
+                                        len - at < READCACHE_PAGE ? len - at : READCACHE_PAGE)
                           : 0;
     }
 }

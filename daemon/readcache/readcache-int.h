@@ -134,7 +134,6 @@ struct readcache {
     uv_async_t async;
 };
 
-
 struct rc_entry *rc_lookup(struct readcache *rc, uint64_t pack, uint32_t slice);
 void rc_insert(struct readcache *rc, struct rc_entry *e);
 /* Takes an entry out of the table (and the LRU list, and the byte count, when on disk). */
@@ -154,7 +153,6 @@ void rc_unlink_slice(struct readcache *rc, uint64_t pack, uint32_t slice);
  * for the loop (the caller sends the wake-up). Under the lock; NULL when out
  * of memory.
  */
-struct rc_entry *rc_start_fetch(struct readcache *rc, uint64_t pack, uint32_t slice,
-                                uint32_t len);
+struct rc_entry *rc_start_fetch(struct readcache *rc, uint64_t pack, uint32_t slice, uint32_t len);
 /* The loop side: starts the fetches queued (rc->async). */
 void rc_on_async(uv_async_t *h);

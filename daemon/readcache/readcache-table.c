@@ -99,4 +99,3 @@ void rc_unlink_slice(struct readcache *rc, uint64_t pack, uint32_t slice)
     readcache_file_name(name, pack, slice);
     unlinkat(rc->dirfd, name, 0);
 }
-

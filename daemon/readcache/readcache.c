@@ -7,8 +7,8 @@
  * readers wait for it. LOADED: its bytes are in memory, served from there
  * while a worker job writes them to a file. ON_DISK: only the file is left,
  * and the slice is in the LRU list. A fetch that fails leaves its entry
- * FAILED, out of the table, until its waiters have seen why. One mutex guards the table, the list and
- * every entry's fields; it is never held for I/O or copying.
+ * FAILED, out of the table, until its waiters have seen why. One mutex guards the table, the list
+ * and every entry's fields; it is never held for I/O or copying.
  *
  * An entry leaves the table when it is evicted, dropped, or its fetch fails;
  * its memory goes once nobody uses it any more (no reader holds a reference
@@ -131,7 +131,8 @@ static bool read_ahead(struct readcache *rc, uint64_t pack, uint32_t slice, uint
     return queued;
 }
 
-/* Takes the slice's on-disk entry out of the table (its file is gone or bad); counts a damaged one. */
+/* Takes the slice's on-disk entry out of the table (its file is gone or bad); counts a damaged one.
+ */
 static void forget_file(struct readcache *rc, uint64_t pack, uint32_t slice, bool bad)
 {
     struct rc_entry *e;
@@ -518,4 +519,3 @@ struct readcache *readcache_free(struct readcache *rc)
     uv_close((uv_handle_t *)&rc->async, on_closed);
     return NULL;
 }
-

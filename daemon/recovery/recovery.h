@@ -54,9 +54,8 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
  * (cairn.db.v1-<time>). Runs the loop itself. 0, or negative errno with the
  * reason in err (the directory is then unchanged).
  */
-int upgrade_run(uv_loop_t *loop, struct backend *be, const char *backend_url,
-                const char *db_path, uint64_t pack_size, int level, size_t max_text, char *err,
-                size_t err_len);
+int upgrade_run(uv_loop_t *loop, struct backend *be, const char *backend_url, const char *db_path,
+                uint64_t pack_size, int level, size_t max_text, char *err, size_t err_len);
 /* Removes format 1 objects left beside packs (after an upgrade, or one cut short). */
 void upgrade_cleanup(const char *backend_url);
 /* The directory of a local backend URL ("local:/path", "file:///path"). */

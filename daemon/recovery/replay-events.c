@@ -31,7 +31,7 @@
 struct event {
     struct db_pending_entry pend;
     struct entry e;
-    int verdict; /* 0 apply, else refused (a STORE_E_* or RECORD_E_BAD) */
+    int verdict;  /* 0 apply, else refused (a STORE_E_* or RECORD_E_BAD) */
     bool skipped; /* a delete that applies only when unnamed, and did not */
 };
 

@@ -74,19 +74,21 @@ bool replay_prefetch_take(struct replay *rp, const char *key, uint64_t off, uint
                           uint8_t **out, size_t *out_len);
 void replay_prefetch_free(struct replay *rp);
 /* An append at `off` (with no iovecs: cut the object there, and make it durable). */
-int replay_append(const struct recovery_parts *rv, const char *key, uint64_t off, const struct iovec *iov,
-                  unsigned iovcnt);
+int replay_append(const struct recovery_parts *rv, const char *key, uint64_t off,
+                  const struct iovec *iov, unsigned iovcnt);
 /* One page of a listing (the caller fills in the prefix and cursor): its status. */
 int replay_list(const struct recovery_parts *rv, struct backend_list *list);
 /* A delete; an object already gone is not a failure. */
 int replay_del(const struct recovery_parts *rv, const char *key);
 /* One database transaction running `apply`. */
-int replay_commit(const struct recovery_parts *rv, int (*apply)(struct db_txn *txn, void *ctx), void *ctx);
+int replay_commit(const struct recovery_parts *rv, int (*apply)(struct db_txn *txn, void *ctx),
+                  void *ctx);
 /* Runs fn on a worker (where store reads may block) while the loop keeps turning. */
 int replay_job(const struct recovery_parts *rv, void (*fn)(void *ctx), void *ctx);
 /* The same for n (at most REPLAY_JOBS_MAX) contexts at once, on as many workers. */
 #define REPLAY_JOBS_MAX 16
-int replay_jobs(const struct recovery_parts *rv, void (*fn)(void *ctx), void *const *ctxs, size_t n);
+int replay_jobs(const struct recovery_parts *rv, void (*fn)(void *ctx), void *const *ctxs,
+                size_t n);
 
 /* ---- one pack (replay-pack.c) ---- */
 

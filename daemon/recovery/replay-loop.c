@@ -48,8 +48,8 @@ int replay_get(struct replay *rp, const char *key, uint64_t off, uint64_t len, u
     return 0;
 }
 
-int replay_append(const struct recovery_parts *rv, const char *key, uint64_t off, const struct iovec *iov,
-                  unsigned iovcnt)
+int replay_append(const struct recovery_parts *rv, const char *key, uint64_t off,
+                  const struct iovec *iov, unsigned iovcnt)
 {
     struct backend_append app = {.offset = off, .iov = iov, .iovcnt = iovcnt};
     bool done = false;

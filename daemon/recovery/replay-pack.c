@@ -438,8 +438,7 @@ static int try_sealed(struct replay *rp, uint64_t size, struct pack_trailer *t,
     free(tail);
     if (r != 0)
         return r;
-    r = replay_get(rp, rp->key, t->index_off, (uint64_t)t->count * PACK_INDEX_ENTRY, &ibytes,
-                   &len);
+    r = replay_get(rp, rp->key, t->index_off, (uint64_t)t->count * PACK_INDEX_ENTRY, &ibytes, &len);
     if (r != 0)
         return r;
     r = len == (uint64_t)t->count * PACK_INDEX_ENTRY && pack_index_parse(ibytes, len, t, idx) == 0

@@ -50,8 +50,9 @@ static void on_read(struct backend_req *req)
     rd->pf->pending--;
 }
 
-static void start_read(const struct recovery_parts *rv, struct replay_prefetch *pf, struct prefetch_pack *p,
-                       struct prefetch_read *rd, uint64_t off, uint64_t len)
+static void start_read(const struct recovery_parts *rv, struct replay_prefetch *pf,
+                       struct prefetch_pack *p, struct prefetch_read *rd, uint64_t off,
+                       uint64_t len)
 {
     rd->pf = pf;
     rd->get = (struct backend_get){.offset = off, .length = len, .max_len = (size_t)len};
@@ -102,9 +103,10 @@ int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_
             start_read(rv, pf, p, &p->head, 0, head);
         /* The tail only where it is not inside the head already. */
         if (size > head)
-            start_read(rv, pf, p, &p->tail,
-                       size - (size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN),
-                       size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN);
+            start_read(
+                rv, pf, p, &p->tail,
+                size - (size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN),
+                size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN);
     }
     while (pf->pending)
         uv_run(rv->loop, UV_RUN_ONCE);

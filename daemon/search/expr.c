@@ -109,4 +109,3 @@ int search_fts_group(const struct search_query *q, size_t g, char **out)
     sb_group(&b, &q->groups[g], SEARCH_ALTS_NONE);
     return sbuf_done(&b, out);
 }
-

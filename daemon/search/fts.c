@@ -277,8 +277,8 @@ struct search_run {
  * Runs one tier of the search with `limit` and `offset` (a filter-only
  * listing when there is nothing to match). Appends the rows.
  */
-static int run_query(struct search_run *sr, bool match, const struct search_tier *t,
-                     uint64_t limit, uint64_t offset)
+static int run_query(struct search_run *sr, bool match, const struct search_tier *t, uint64_t limit,
+                     uint64_t offset)
 {
     const struct search_params *p = sr->p;
     const struct search_query *q = sr->q;
@@ -344,7 +344,8 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
     return r;
 }
 
-/* How many documents a tier has, when that is at most `upto` (to skip past it): read and counted. */
+/* How many documents a tier has, when that is at most `upto` (to skip past it): read and counted.
+ */
 static int count_tier(struct search_run *sr, const struct search_tier *t, uint64_t upto,
                       uint64_t *count)
 {

@@ -276,7 +276,7 @@ static int do_catch_up(struct ix_batch *b)
         if (stale > 0) {
             /* Entries that cannot be taken out exactly any more: start the index afresh. */
             if ((r = ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
-                                       "DELETE FROM indexed;")) < 0)
+                                      "DELETE FROM indexed;")) < 0)
                 return r;
         }
     }
@@ -302,7 +302,7 @@ void ix_batch_work(struct ix_batch *b)
     /* An entry could not be taken out exactly: everything is indexed again. */
     if (r == 0 && b->rebuild)
         r = ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
-                              "DELETE FROM indexed;");
+                             "DELETE FROM indexed;");
     if (r == 0 && b->removals)
         r = do_removals(b);
     for (struct ix_item *it = b->items; r == 0 && it; it = it->next)

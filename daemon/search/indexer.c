@@ -103,7 +103,7 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     /* Derived data: NORMAL keeps it consistent after a crash; what it lost is redone. */
     if (ix_exec(ix->sql, "PRAGMA journal_mode=WAL") < 0 ||
         ix_exec(ix->sql, backend_sync_disabled() ? "PRAGMA synchronous=OFF"
-                                                  : "PRAGMA synchronous=NORMAL") < 0 ||
+                                                 : "PRAGMA synchronous=NORMAL") < 0 ||
         ix_exec(ix->sql, schema_sql) < 0)
         goto fail;
     attach = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS meta_db", db_path(db));

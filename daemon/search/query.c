@@ -240,4 +240,3 @@ int search_parse(const char *text, size_t len, struct search_query *q, const cha
         search_query_clear(q);
     return r;
 }
-

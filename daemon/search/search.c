@@ -45,8 +45,7 @@ struct search_job {
 };
 
 /* A hit's snippet: from its text, or from its names when the text has no match. */
-static int snippet(struct search *s, const struct search_query *q, bool match,
-                   struct search_hit *h)
+static int snippet(struct search *s, const struct search_query *q, bool match, struct search_hit *h)
 {
     char *text = NULL;
     size_t len = 0;

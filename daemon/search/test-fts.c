@@ -232,14 +232,12 @@ static void test_search_filters(void **state)
     corpus(&s, *state);
     expect_hits(&s, "fox", (struct search_params){.mime = "text/plain"}, (const int[]){0}, 1);
     expect_hits(&s, "fox", (struct search_params){.mime = "text/html"}, NULL, 0);
-    expect_hits(&s, "fox", (struct search_params){.tags = blue, .ntags = 1}, (const int[]){1},
-                1);
+    expect_hits(&s, "fox", (struct search_params){.tags = blue, .ntags = 1}, (const int[]){1}, 1);
     expect_hits(&s, "fox", (struct search_params){.tags = both, .ntags = 2}, NULL, 0);
     expect_hits(&s, "fox tag:red", (struct search_params){0}, (const int[]){0}, 1);
     expect_hits(&s, "fox tag:red", (struct search_params){.tags = blue, .ntags = 1}, NULL, 0);
     /* Any of a document's names matches the glob. */
-    expect_hits(&s, "fox", (struct search_params){.name_glob = "dog-copy*"}, (const int[]){1},
-                1);
+    expect_hits(&s, "fox", (struct search_params){.name_glob = "dog-copy*"}, (const int[]){1}, 1);
     expect_hits(&s, "fox", (struct search_params){.name_glob = "*.txt"}, (const int[]){0}, 1);
     /* created >= after, created < before. */
     expect_hits(&s, "fox", (struct search_params){.has_after = true, .after = 2000},
@@ -254,14 +252,14 @@ static void test_search_filters(void **state)
     /* Without words: a listing by the filters, newest first; deleted documents are not in it. */
     expect_hits(&s, "tag:red", (struct search_params){0}, (const int[]){2, 0}, 2);
     expect_hits(&s, "tag:red", (struct search_params){.tags = blue, .ntags = 1}, NULL, 0);
-    expect_hits(&s, "tag:red", (struct search_params){.tags = red, .ntags = 1},
-                (const int[]){2, 0}, 2);
+    expect_hits(&s, "tag:red", (struct search_params){.tags = red, .ntags = 1}, (const int[]){2, 0},
+                2);
     expect_hits(&s, "tag:red", (struct search_params){.limit = 1, .offset = 1}, (const int[]){0},
                 1);
     expect_hits(&s, "tag:red", (struct search_params){.has_before = true, .before = 3000},
                 (const int[]){0}, 1);
-    expect_hits(&s, "tag:blue", (struct search_params){.mime = "text/markdown"},
-                (const int[]){1}, 1);
+    expect_hits(&s, "tag:blue", (struct search_params){.mime = "text/markdown"}, (const int[]){1},
+                1);
     fts_destroy(&s.fts);
 }
 

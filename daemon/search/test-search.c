@@ -58,7 +58,8 @@ static void test_words_and_operators(void **state)
     /* identifiers: also split at capitals, and run together */
     expect_expr("EpollWait", "(((\"EpollWait\" OR \"Epoll Wait\")))");
     expect_expr("epoll_wait()", "(((\"epoll_wait()\" OR \"epollwait\")))");
-    expect_expr("HTTPClient.send", "(((\"HTTPClient.send\" OR \"HTTP Client send\" OR \"HTTPClientsend\")))");
+    expect_expr("HTTPClient.send",
+                "(((\"HTTPClient.send\" OR \"HTTP Client send\" OR \"HTTPClientsend\")))");
     expect_expr("ipv6Addr", "(((\"ipv6Addr\" OR \"ipv6 Addr\")))");
     expect_expr("keyB*", "((\"keyB\" *))");
     expect_expr("keyb*", "((\"keyb\" *))");

@@ -120,7 +120,8 @@ static size_t trigrams(const char *text, size_t len, bool padded, uint32_t *keys
 static size_t term_buckets(const char *text, size_t len, uint32_t *out, size_t max)
 {
     uint32_t keys[VOCAB_MAX_WORD + 2];
-    size_t nk = trigrams(text, len, true, keys, max < VOCAB_MAX_WORD + 2 ? max : VOCAB_MAX_WORD + 2);
+    size_t nk =
+        trigrams(text, len, true, keys, max < VOCAB_MAX_WORD + 2 ? max : VOCAB_MAX_WORD + 2);
     size_t n = 0;
 
     for (size_t i = 0; i < nk; i++) {
@@ -218,8 +219,8 @@ static bool is_ascii(const char *s, size_t len)
     return true;
 }
 
-void vocab_candidates(struct vocab *v, const char *word, size_t len, unsigned maxd,
-                      bool contained, vocab_candidate_fn *fn, void *ctx)
+void vocab_candidates(struct vocab *v, const char *word, size_t len, unsigned maxd, bool contained,
+                      vocab_candidate_fn *fn, void *ctx)
 {
     uint32_t keys[VOCAB_MAX_WORD + 2], inner[VOCAB_MAX_WORD];
     size_t nkeys, ninner = 0, ntouched = 0;

@@ -47,5 +47,5 @@ const struct vocab_term *vocab_find(const struct vocab *v, const char *text, siz
  * thread-safe: it uses the vocabulary's scratch space.
  */
 typedef void vocab_candidate_fn(void *ctx, const struct vocab_term *t);
-void vocab_candidates(struct vocab *v, const char *word, size_t len, unsigned maxd,
-                      bool contained, vocab_candidate_fn *fn, void *ctx);
+void vocab_candidates(struct vocab *v, const char *word, size_t len, unsigned maxd, bool contained,
+                      vocab_candidate_fn *fn, void *ctx);

@@ -309,4 +309,3 @@ int sbuf_done(struct sbuf *b, char **out)
     *out = b->s;
     return 0;
 }
-

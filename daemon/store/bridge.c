@@ -108,4 +108,3 @@ int store_bridge_read(struct store *st, const char *key, uint64_t off, void *buf
     *got = br.got;
     return br.status;
 }
-

@@ -14,8 +14,8 @@ struct cache_entry {
     struct cache_entry *hnext;       /* hash chain */
     struct cache_entry *prev, *next; /* LRU list, most recent first */
     unsigned refs;
-    bool linked;          /* in the table and the list; else freed at the last release */
-    atomic_bool checked;  /* the bytes were hashed and match the id (cache_set_checked) */
+    bool linked;         /* in the table and the list; else freed at the last release */
+    atomic_bool checked; /* the bytes were hashed and match the id (cache_set_checked) */
     uint8_t data[];
 };
 

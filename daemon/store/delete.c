@@ -23,7 +23,7 @@
 /* One document the delete touches. */
 struct delete_doc {
     char hash[PROTO_HASH_HEX + 1];
-    bool deleted; /* predicted by the resolve, then what the commit did */
+    bool deleted;       /* predicted by the resolve, then what the commit did */
     int64_t kept_rowid; /* by name: its row id when kept with a name fewer, else 0 */
 };
 
@@ -63,8 +63,8 @@ static void delete_end(struct store_delete *del, int status)
         res = (struct store_delete_result){
             .hash = del->doc.hash,
             .name = name,
-            .names = name ? (const char *const *)&del->doc.name
-                          : (const char *const *)del->doc.names,
+            .names =
+                name ? (const char *const *)&del->doc.name : (const char *const *)del->doc.names,
             .nnames = name ? 1 : del->doc.nnames,
             .deleted = del->deleted,
             .ndeleted = ndeleted,
@@ -212,8 +212,8 @@ static void delete_committed(struct packer_group *g, int status)
                 store_index_changed(st, del->docs[i].kept_rowid, NULL, 0);
     }
     /* DB_E_NOT_FOUND: deleted meanwhile by someone else. */
-    delete_end(del, status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE
-                                                   : store_status_from_db(status));
+    delete_end(del,
+               status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE : store_status_from_db(status));
 }
 
 static void resolve_done(uv_work_t *work, int status)

@@ -41,7 +41,8 @@ int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, siz
 
 /* ---- records ---- */
 
-/* Reads a whole record into buf (loc->len bytes): 0, RECORD_E_BAD, STORE_E_UNAVAILABLE or -errno. */
+/* Reads a whole record into buf (loc->len bytes): 0, RECORD_E_BAD, STORE_E_UNAVAILABLE or -errno.
+ */
 static int read_record_into(struct store *st, const struct db_loc *loc, bool cached, uint8_t *buf)
 {
     size_t got = 0;

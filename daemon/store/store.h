@@ -191,7 +191,8 @@ struct store_verify_result {
  * is valid during the call.
  */
 typedef void store_verify_cb(void *userdata, int status, const struct store_verify_result *res);
-/* `progress` (may be NULL) is updated while it runs: bytes of packs read (or of chunks, with refs). */
+/* `progress` (may be NULL) is updated while it runs: bytes of packs read (or of chunks, with refs).
+ */
 int store_verify(struct store *st, const char *const *refs, size_t nrefs,
                  struct store_progress *progress, store_verify_cb *done, void *userdata);
 
@@ -205,9 +206,10 @@ int store_verify(struct store *st, const char *const *refs, size_t nrefs,
  * during the call only.
  */
 struct store_delete_result {
-    const char *hash;  /* the document the ref resolved to */
-    const char *name;  /* by name: the name, else NULL */
-    const char *const *names; /* the names removed: by name the name, else the document's, oldest first */
+    const char *hash; /* the document the ref resolved to */
+    const char *name; /* by name: the name, else NULL */
+    const char *const
+        *names; /* the names removed: by name the name, else the document's, oldest first */
     size_t nnames;
     const char *const *deleted; /* the documents deleted (hashes) */
     size_t ndeleted;

@@ -57,13 +57,13 @@ struct http_req {
     void *userdata;
 
     /* Results. */
-    int result;         /* 0: `status` holds the response, else HTTP_E_* or negative errno */
-    long status;        /* HTTP status */
-    uint8_t *resp;      /* malloc'd response body, owned by the caller after done */
+    int result;    /* 0: `status` holds the response, else HTTP_E_* or negative errno */
+    long status;   /* HTTP status */
+    uint8_t *resp; /* malloc'd response body, owned by the caller after done */
     size_t resp_len;
-    uint64_t total_size;     /* from Content-Range ".../N"; UINT64_MAX when absent */
-    uint64_t content_length; /* UINT64_MAX when absent */
-    uint32_t retry_after_ms; /* from Retry-After (seconds), 0 when absent */
+    uint64_t total_size;         /* from Content-Range ".../N"; UINT64_MAX when absent */
+    uint64_t content_length;     /* UINT64_MAX when absent */
+    uint32_t retry_after_ms;     /* from Retry-After (seconds), 0 when absent */
     char error[CURL_ERROR_SIZE]; /* curl's text for a network failure */
 
     /* Private. */

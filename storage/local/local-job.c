@@ -35,4 +35,3 @@ int local_queue(struct backend *be, struct backend_req *req, uv_work_cb fn)
         free(job);
     return r;
 }
-

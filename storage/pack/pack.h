@@ -191,7 +191,8 @@ static inline size_t pack_index_size(size_t count)
     return count * PACK_INDEX_ENTRY + PACK_TRAILER_SIZE;
 }
 
-/* Writes the index and trailer into out (pack_index_size(count) bytes); index_off is where they go. */
+/* Writes the index and trailer into out (pack_index_size(count) bytes); index_off is where they go.
+ */
 void pack_index_encode(uint8_t *out, const struct pack_index_entry *entries, size_t count,
                        uint64_t index_off, uint64_t seq);
 

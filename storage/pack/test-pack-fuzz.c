@@ -189,8 +189,8 @@ static void write_huge(struct input *in)
                                       UINT64_MAX,
                                       PACK_MAX_SIZE,
                                       UINT64_MAX - PACK_TRAILER_SIZE};
-    uint64_t v = test_rng_below(3) == 0 ? test_rng_next()
-                                        : values[test_rng_below(sizeof(values) / 8)];
+    uint64_t v =
+        test_rng_below(3) == 0 ? test_rng_next() : values[test_rng_below(sizeof(values) / 8)];
     size_t width = test_rng_below(2) ? 8 : 4;
     size_t pos = pick_field(in);
     uint8_t b[8];

@@ -308,10 +308,8 @@ static void test_block_hostile(void **state)
 int test_pack_index_run(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_index_round_trip),
-        cmocka_unit_test(test_index_hostile_entries),
-        cmocka_unit_test(test_index_damaged),
-        cmocka_unit_test(test_block_round_trip),
+        cmocka_unit_test(test_index_round_trip), cmocka_unit_test(test_index_hostile_entries),
+        cmocka_unit_test(test_index_damaged),    cmocka_unit_test(test_block_round_trip),
         cmocka_unit_test(test_block_hostile),
     };
 

@@ -378,14 +378,10 @@ static void test_scan_sealed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pack_key),
-        cmocka_unit_test(test_header),
-        cmocka_unit_test(test_record_round_trip),
-        cmocka_unit_test(test_record_truncated),
-        cmocka_unit_test(test_record_bit_flips),
-        cmocka_unit_test(test_record_bad_header),
-        cmocka_unit_test(test_scan_intact),
-        cmocka_unit_test(test_scan_torn_tail),
+        cmocka_unit_test(test_pack_key),          cmocka_unit_test(test_header),
+        cmocka_unit_test(test_record_round_trip), cmocka_unit_test(test_record_truncated),
+        cmocka_unit_test(test_record_bit_flips),  cmocka_unit_test(test_record_bad_header),
+        cmocka_unit_test(test_scan_intact),       cmocka_unit_test(test_scan_torn_tail),
         cmocka_unit_test(test_scan_sealed),
     };
 

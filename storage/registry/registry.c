@@ -42,7 +42,8 @@ int backend_new(struct backend **out, uv_loop_t *loop, const char *url, const ch
 
     *msg = NULL;
     if (!ops) {
-        *msg = "unknown backend (supported: local:/PATH, file:///PATH, sftp://USER@HOST[:PORT]/PATH)";
+        *msg =
+            "unknown backend (supported: local:/PATH, file:///PATH, sftp://USER@HOST[:PORT]/PATH)";
         return -EINVAL;
     }
     return backend_new_ops(out, loop, ops, url, msg);

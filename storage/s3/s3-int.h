@@ -51,7 +51,7 @@ struct s3_be {
     unsigned deletes_inflight; /* DELETE and DeleteObjects requests */
     uv_timer_t delete_timer;
     bool delete_timer_open;
-    char msg[512];     /* open's explanation of a failure */
+    char msg[512]; /* open's explanation of a failure */
     /* R2 temporary credentials: renewed by a timer, and at once after ExpiredToken. */
     uv_timer_t renew_timer;
     struct http_req renew_req;
@@ -67,7 +67,7 @@ struct s3_op {
     struct s3_be *sb;
     struct backend_req *req;
     void (*done)(struct s3_op *op); /* the answer is in http */
-    struct s3_op *next; /* sb->ops */
+    struct s3_op *next;             /* sb->ops */
     uv_work_t work;
     bool hashing, cancelled;
     bool batch; /* a DeleteObjects of several requests (s3-delete.c) */
@@ -79,7 +79,6 @@ struct s3_op {
     char extra_names[4][32];
     char *h_token; /* "x-amz-security-token: ..." when there is a session token */
 };
-
 
 /* The object's name in the bucket: PREFIX/KEY, or KEY without a prefix. */
 int s3_object_name(const struct s3_opts *o, const char *key, char *out, size_t len);
@@ -94,9 +93,8 @@ int s3_op_prepare(struct s3_op *op, const char *method, const char *name,
                   const struct s3_param *query, size_t nquery, const char *const *extra,
                   size_t nextra, size_t body_max);
 /* s3_op_prepare, then starts it on the loop. */
-int s3_op_send(struct s3_op *op, const char *method, const char *name,
-               const struct s3_param *query, size_t nquery, const char *const *extra,
-               size_t nextra, size_t body_max);
+int s3_op_send(struct s3_op *op, const char *method, const char *name, const struct s3_param *query,
+               size_t nquery, const char *const *extra, size_t nextra, size_t body_max);
 /* Takes the op off sb's list of attempts in flight. */
 void s3_op_unlink(struct s3_op *op);
 /* A HEAD or DELETE of req's object, answered to `done`: 0, or negative errno if it cannot start. */

@@ -26,8 +26,8 @@ static void on_http_done(struct http_req *http)
 /* The object's name in the bucket: PREFIX/KEY, or KEY without a prefix. */
 int s3_object_name(const struct s3_opts *o, const char *key, char *out, size_t len)
 {
-    int n = o->prefix[0] ? snprintf(out, len, "%s/%s", o->prefix, key)
-                         : snprintf(out, len, "%s", key);
+    int n =
+        o->prefix[0] ? snprintf(out, len, "%s/%s", o->prefix, key) : snprintf(out, len, "%s", key);
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
@@ -81,8 +81,8 @@ void s3_op_complete(struct s3_op *op, int status)
  * bucket itself), `query` its raw parameters, `extra` more headers to sign.
  */
 int s3_op_prepare(struct s3_op *op, const char *method, const char *name,
-                      const struct s3_param *query, size_t nquery, const char *const *extra,
-                      size_t nextra, size_t body_max)
+                  const struct s3_param *query, size_t nquery, const char *const *extra,
+                  size_t nextra, size_t body_max)
 {
     struct s3_be *sb = op->sb;
     struct s3_header hdrs[4];
@@ -127,7 +127,8 @@ int s3_op_prepare(struct s3_op *op, const char *method, const char *name,
     if (r < 0)
         return r;
     r = snprintf(op->http.url, sizeof(op->http.url), "%s://%s%s%s%s",
-                 sb->o.https ? "https" : "http", sb->o.request_host, op->sig->path, op->sig->query[0] ? "?" : "", op->sig->query);
+                 sb->o.https ? "https" : "http", sb->o.request_host, op->sig->path,
+                 op->sig->query[0] ? "?" : "", op->sig->query);
     if (r < 0 || (size_t)r >= sizeof(op->http.url))
         return -ENAMETOOLONG;
     snprintf(op->h_host, sizeof(op->h_host), "Host: %s", sb->o.request_host);
@@ -157,9 +158,8 @@ int s3_op_prepare(struct s3_op *op, const char *method, const char *name,
     return 0;
 }
 
-int s3_op_send(struct s3_op *op, const char *method, const char *name,
-                   const struct s3_param *query, size_t nquery, const char *const *extra,
-                   size_t nextra, size_t body_max)
+int s3_op_send(struct s3_op *op, const char *method, const char *name, const struct s3_param *query,
+               size_t nquery, const char *const *extra, size_t nextra, size_t body_max)
 {
     int r = s3_op_prepare(op, method, name, query, nquery, extra, nextra, body_max);
     return r < 0 ? r : http_start(op->sb->http, &op->http);
@@ -277,4 +277,3 @@ int s3_op_abandon(struct s3_op *op, int r)
     s3_op_free(op);
     return r;
 }
-

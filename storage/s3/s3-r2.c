@@ -131,8 +131,8 @@ int s3_r2_fetch_blocking(struct s3_be *sb, char *msg, size_t msg_len)
     if (r == BACKEND_E_UNAVAILABLE)
         r = -EHOSTUNREACH;
     if (r == 0)
-        backend_log(BACKEND_LOG_INFO, "r2: temporary credentials for %s, valid %u s",
-                    sb->o.bucket, sb->o.temp_ttl_s);
+        backend_log(BACKEND_LOG_INFO, "r2: temporary credentials for %s, valid %u s", sb->o.bucket,
+                    sb->o.temp_ttl_s);
     return r;
 }
 

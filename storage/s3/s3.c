@@ -61,9 +61,9 @@ static int finish_get(struct s3_op *op)
 
 struct list_ctx {
     struct backend_list *list;
-    size_t cap;       /* entries allocated */
-    size_t skip;      /* length of "PREFIX/" */
-    const char *want; /* the list's own prefix ("packs/") */
+    size_t cap;                 /* entries allocated */
+    size_t skip;                /* length of "PREFIX/" */
+    const char *want;           /* the list's own prefix ("packs/") */
     char last[BACKEND_MAX_KEY]; /* the page's last key, without PREFIX/: the next cursor */
     bool last_ok;
 };
@@ -256,8 +256,8 @@ static int s3_get(struct backend *be, struct backend_req *req)
     if (get->offset || get->length != BACKEND_TO_END) {
         /* A read of nothing still asks for one byte, to tell a missing object. */
         uint64_t last = get->length == BACKEND_TO_END ? 0
-                        : get->length ? get->offset + get->length - 1
-                                      : get->offset;
+                        : get->length                 ? get->offset + get->length - 1
+                                                      : get->offset;
         if (get->length == BACKEND_TO_END)
             snprintf(op->h_range, sizeof(op->h_range), "Range: bytes=%" PRIu64 "-", get->offset);
         else
@@ -302,7 +302,8 @@ static int s3_list(struct backend *be, struct backend_req *req)
 
     if ((r = s3_object_name(&sb->o, req->key, prefix, sizeof(prefix))) < 0)
         return r;
-    snprintf(max_keys, sizeof(max_keys), "%zu", list->max_keys ? list->max_keys : BACKEND_LIST_PAGE);
+    snprintf(max_keys, sizeof(max_keys), "%zu",
+             list->max_keys ? list->max_keys : BACKEND_LIST_PAGE);
     q[nq++] = (struct s3_param){"list-type", "2"};
     q[nq++] = (struct s3_param){"max-keys", max_keys};
     q[nq++] = (struct s3_param){"prefix", prefix};
@@ -375,8 +376,7 @@ static int probe(struct s3_be *sb)
         /* s3_op_send() starts an asynchronous request; the probe needs the same one, blocking. */
         r = s3_op_prepare(&op, "GET", "", q, 3, NULL, 0, S3_ERROR_BODY_MAX);
         if (r < 0) {
-            set_msg(sb, "s3: cannot build the first request: %s",
-                     strerror(-r));
+            set_msg(sb, "s3: cannot build the first request: %s", strerror(-r));
             return r;
         }
         http_perform(&sb->http_opts, &op.http);
@@ -386,38 +386,36 @@ static int probe(struct s3_be *sb)
         if (op.http.result == 0 && op.http.status == 200)
             return 0;
         if (op.http.result == HTTP_E_TLS) {
-            set_msg(sb, "s3: TLS to %s failed: %s", sb->o.endpoint,
-                     op.http.error);
+            set_msg(sb, "s3: TLS to %s failed: %s", sb->o.endpoint, op.http.error);
             return -EPROTO;
         }
         bool transient = op.http.result == HTTP_E_NETWORK || op.http.status >= 500 ||
                          op.http.status == 429 || op.http.status == 408;
         if (!transient) {
             if (op.http.status == 403 || op.http.status == 401)
-                set_msg(sb,
-                         "s3: %s refused our credentials (%s): %s%s%s", sb->o.endpoint,
-                         sb->creds.origin, err.code[0] ? err.code : "HTTP 403",
-                         err.message[0] ? ": " : "", err.message);
+                set_msg(sb, "s3: %s refused our credentials (%s): %s%s%s", sb->o.endpoint,
+                        sb->creds.origin, err.code[0] ? err.code : "HTTP 403",
+                        err.message[0] ? ": " : "", err.message);
             else if (op.http.status == 404)
-                set_msg(sb, "s3: bucket %s does not exist at %s (%s)",
-                         sb->o.bucket, sb->o.endpoint, err.code[0] ? err.code : "HTTP 404");
+                set_msg(sb, "s3: bucket %s does not exist at %s (%s)", sb->o.bucket, sb->o.endpoint,
+                        err.code[0] ? err.code : "HTTP 404");
             else
-                set_msg(sb, "s3: %s answered HTTP %ld %s%s%s",
-                         sb->o.endpoint, op.http.status, err.code, err.message[0] ? ": " : "",
-                         err.message);
+                set_msg(sb, "s3: %s answered HTTP %ld %s%s%s", sb->o.endpoint, op.http.status,
+                        err.code, err.message[0] ? ": " : "", err.message);
             return op.http.status == 403 || op.http.status == 401 ? -EACCES : -EIO;
         }
         if (uv_hrtime() / 1000000 + delay_ms >= give_up) {
             if (op.http.result)
-                set_msg(sb, "s3: cannot reach %s: %s", sb->o.endpoint,
-                         op.http.error);
+                set_msg(sb, "s3: cannot reach %s: %s", sb->o.endpoint, op.http.error);
             else
-                set_msg(sb, "s3: %s still answers HTTP %ld %s",
-                         sb->o.endpoint, op.http.status, err.code);
+                set_msg(sb, "s3: %s still answers HTTP %ld %s", sb->o.endpoint, op.http.status,
+                        err.code);
             return -EHOSTUNREACH;
         }
         backend_log(BACKEND_LOG_WARN, "s3: %s not ready (%s), trying again", sb->o.endpoint,
-                    op.http.result ? op.http.error : err.code[0] ? err.code : "server error");
+                    op.http.result ? op.http.error
+                    : err.code[0]  ? err.code
+                                   : "server error");
         usleep(delay_ms * 1000);
         if (delay_ms < 5000)
             delay_ms *= 2;
@@ -454,8 +452,7 @@ static int s3_open(struct backend *be, const char *url, const char **msg)
     } else if ((r = s3_signer_set_credentials(sb->signer, sb->creds.access_key_id,
                                               sb->creds.secret_access_key,
                                               sb->creds.session_token)) < 0) {
-        set_msg(sb, "s3: the credentials from %s are malformed",
-                 sb->creds.origin);
+        set_msg(sb, "s3: the credentials from %s are malformed", sb->creds.origin);
         goto fail;
     }
     backend_log(BACKEND_LOG_INFO, "s3: credentials from %s", sb->creds.origin);
@@ -515,11 +512,11 @@ static void s3_close(struct backend *be)
     s3_r2_stop(s3_of(be), on_renewal_stopped);
 }
 
-#define S3_OPS(scheme)                                                                   \
-    {                                                                                    \
-        .name = scheme, .caps = 0, .priv_size = sizeof(struct s3_be), .open = s3_open,   \
-        .close = s3_close, .put = s3_put, .get = s3_get, .head = s3_head, .del = s3_del, \
-        .list = s3_list, .cancel = s3_cancel, .describe = be_describe,                   \
+#define S3_OPS(scheme)                                                                             \
+    {                                                                                              \
+        .name = scheme, .caps = 0, .priv_size = sizeof(struct s3_be), .open = s3_open,             \
+        .close = s3_close, .put = s3_put, .get = s3_get, .head = s3_head, .del = s3_del,           \
+        .list = s3_list, .cancel = s3_cancel, .describe = be_describe,                             \
     }
 
 const struct backend_ops backend_s3_ops = S3_OPS("s3");

@@ -282,8 +282,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_s3_defaults), cmocka_unit_test(test_s3_every_option),
         cmocka_unit_test(test_prefix),      cmocka_unit_test(test_r2),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_short_timeout),      cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_errors),      cmocka_unit_test(test_short_timeout),
+        cmocka_unit_test(test_describe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

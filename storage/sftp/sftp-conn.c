@@ -147,7 +147,8 @@ static void prefer_known_types(LIBSSH2_SESSION *ssh, LIBSSH2_KNOWNHOSTS *kh,
 static void fingerprint(LIBSSH2_SESSION *ssh, char *out, size_t len)
 {
     static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const unsigned char *h = (const unsigned char *)libssh2_hostkey_hash(ssh, LIBSSH2_HOSTKEY_HASH_SHA256);
+    const unsigned char *h =
+        (const unsigned char *)libssh2_hostkey_hash(ssh, LIBSSH2_HOSTKEY_HASH_SHA256);
     size_t o = snprintf(out, len, "SHA256:");
 
     if (!h) {
@@ -172,7 +173,8 @@ static int record_host(LIBSSH2_KNOWNHOSTS *kh, struct libssh2_knownhost *added, 
     size_t n;
     FILE *f;
 
-    if (libssh2_knownhost_writeline(kh, added, line, sizeof(line), &n, LIBSSH2_KNOWNHOST_FILE_OPENSSH))
+    if (libssh2_knownhost_writeline(kh, added, line, sizeof(line), &n,
+                                    LIBSSH2_KNOWNHOST_FILE_OPENSSH))
         return -EINVAL;
     f = fopen(file, "a");
     if (!f)
@@ -286,7 +288,8 @@ static int authenticate(struct sftp_conn *c, const struct sftp_opts *o, char *ms
 
     if (o->key[0]) {
         if (access(o->key, R_OK) < 0) {
-            snprintf(msg, msg_len, "sftp: cannot read the key file %s: %s", o->key, strerror(errno));
+            snprintf(msg, msg_len, "sftp: cannot read the key file %s: %s", o->key,
+                     strerror(errno));
             return -errno;
         }
         if (libssh2_userauth_publickey_fromfile_ex(c->ssh, o->user, ulen, NULL, o->key, NULL) == 0)
@@ -296,8 +299,8 @@ static int authenticate(struct sftp_conn *c, const struct sftp_opts *o, char *ms
             return 0;
         for (size_t i = 0; home && i < sizeof(defaults) / sizeof(defaults[0]); i++) {
             snprintf(path, sizeof(path), "%s/%s", home, defaults[i]);
-            if (access(path, R_OK) == 0 &&
-                libssh2_userauth_publickey_fromfile_ex(c->ssh, o->user, ulen, NULL, path, NULL) == 0)
+            if (access(path, R_OK) == 0 && libssh2_userauth_publickey_fromfile_ex(
+                                               c->ssh, o->user, ulen, NULL, path, NULL) == 0)
                 return 0;
         }
     }
@@ -305,7 +308,8 @@ static int authenticate(struct sftp_conn *c, const struct sftp_opts *o, char *ms
         snprintf(msg, msg_len, "sftp: %s timed out during authentication", o->host);
         return BACKEND_E_UNAVAILABLE;
     }
-    snprintf(msg, msg_len, "sftp: authentication failed for %s@%s with %s (only keys are used: "
+    snprintf(msg, msg_len,
+             "sftp: authentication failed for %s@%s with %s (only keys are used: "
              "key=FILE, ssh-agent, or ~/.ssh/id_*; passphrases need ssh-agent)",
              o->user, o->host, o->key[0] ? o->key : "ssh-agent and the default keys");
     return -EACCES;

@@ -32,7 +32,7 @@
 
 struct sftp_opts {
     char user[128];
-    char host[256];         /* without the brackets of an IPv6 literal */
+    char host[256]; /* without the brackets of an IPv6 literal */
     unsigned port;
     char root[SFTP_MAX_PATH]; /* remote directory: absolute, or relative to the home ("/~/x") */
     char key[SFTP_MAX_PATH];  /* private key file; "" tries ssh-agent, then ~/.ssh/id_* */

@@ -81,7 +81,7 @@ static int sync_handle(struct sftp_ctx *x, LIBSSH2_SFTP_HANDLE *h)
     if (rc == -EOPNOTSUPP) {
         if (!atomic_exchange(x->no_fsync, true))
             backend_log(BACKEND_LOG_WARN, "sftp: the server does not support fsync@openssh.com; "
-                             "writes are not synced, durability is up to the server");
+                                          "writes are not synced, durability is up to the server");
         return 0;
     }
     return rc;
@@ -151,7 +151,8 @@ static int replace(struct sftp_ctx *x, const char *tmp, const char *final, const
     sftp_forget_handle(x->conn, key);
     rc = libssh2_sftp_unlink_ex(s, final, (unsigned)strlen(final));
     if (rc == 0)
-        rc = libssh2_sftp_rename_ex(s, tmp, (unsigned)strlen(tmp), final, (unsigned)strlen(final), 0);
+        rc = libssh2_sftp_rename_ex(s, tmp, (unsigned)strlen(tmp), final, (unsigned)strlen(final),
+                                    0);
     return rc == 0 ? 0 : sftp_status(x->conn, rc);
 }
 
@@ -441,7 +442,8 @@ static int remove_temporaries(struct sftp_ctx *x, const char *root, unsigned *re
     size_t ndirs = 0;
     int rc;
 
-    h = libssh2_sftp_open_ex(x->conn->sftp, root, (unsigned)strlen(root), 0, 0, LIBSSH2_SFTP_OPENDIR);
+    h = libssh2_sftp_open_ex(x->conn->sftp, root, (unsigned)strlen(root), 0, 0,
+                             LIBSSH2_SFTP_OPENDIR);
     if (!h)
         return sftp_status(x->conn, libssh2_session_last_errno(x->conn->ssh));
     while ((rc = libssh2_sftp_readdir_ex(h, name, sizeof(name), NULL, 0, &st)) > 0) {

@@ -60,7 +60,7 @@ struct sftp_be {
     unsigned pending;
     atomic_bool no_fsync;
     atomic_uint_fast64_t epoch; /* see sftp_ctx */
-    atomic_uint connected; /* sessions open, for log messages */
+    atomic_uint connected;      /* sessions open, for log messages */
 };
 
 static struct sftp_be *sftp_of(struct backend *be)

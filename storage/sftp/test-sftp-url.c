@@ -95,24 +95,24 @@ static void test_refusals(void **state)
     const char *bad[] = {
         "sftp:/u@h/p",
         "s3://b/p",
-        "sftp://h/p",                      /* no user */
-        "sftp://@h/p",                     /* empty user */
-        "sftp://u@/p",                     /* no host */
-        "sftp://u@h",                      /* no path */
-        "sftp://u@h?key=x",                /* no path */
-        "sftp://u@h:0/p",                  /* port 0 */
-        "sftp://u@h:65536/p",              /* port too large */
-        "sftp://u@h:22x/p",                /* junk port */
-        "sftp://u@h:/p",                   /* empty port */
-        "sftp://u@[::1/p",                 /* unclosed bracket */
-        "sftp://u@[::1]x/p",               /* junk after bracket */
-        "sftp://u@h/p%00x",                /* NUL smuggled in */
-        "sftp://u@h/p%4",                  /* short escape */
-        "sftp://u@h/p%zz",                 /* bad escape */
-        "sftp://u@h/p?frobnicate=1",       /* unknown parameter */
-        "sftp://u@h/p?key",                /* no value */
-        "sftp://u@h/p?key=",               /* empty value */
-        "sftp://u@h/p?connections=0",      /* out of range */
+        "sftp://h/p",                 /* no user */
+        "sftp://@h/p",                /* empty user */
+        "sftp://u@/p",                /* no host */
+        "sftp://u@h",                 /* no path */
+        "sftp://u@h?key=x",           /* no path */
+        "sftp://u@h:0/p",             /* port 0 */
+        "sftp://u@h:65536/p",         /* port too large */
+        "sftp://u@h:22x/p",           /* junk port */
+        "sftp://u@h:/p",              /* empty port */
+        "sftp://u@[::1/p",            /* unclosed bracket */
+        "sftp://u@[::1]x/p",          /* junk after bracket */
+        "sftp://u@h/p%00x",           /* NUL smuggled in */
+        "sftp://u@h/p%4",             /* short escape */
+        "sftp://u@h/p%zz",            /* bad escape */
+        "sftp://u@h/p?frobnicate=1",  /* unknown parameter */
+        "sftp://u@h/p?key",           /* no value */
+        "sftp://u@h/p?key=",          /* empty value */
+        "sftp://u@h/p?connections=0", /* out of range */
         "sftp://u@h/p?connections=65",
         "sftp://u@h/p?connections=-1",
         "sftp://u@h/p?timeout=99",
@@ -145,8 +145,8 @@ static void test_long(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_full),     cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_forms),    cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_full),  cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_forms), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

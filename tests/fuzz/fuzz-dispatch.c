@@ -154,8 +154,8 @@ struct client {
     uv_buf_t out;
     uint8_t *in;
     size_t in_len, in_cap;
-    bool ids_known;   /* only op segments were sent: every reply id is in ids[] */
-    bool ids[256];    /* the ids the input sent */
+    bool ids_known; /* only op segments were sent: every reply id is in ids[] */
+    bool ids[256];  /* the ids the input sent */
     unsigned replies, failed;
     uint8_t *first; /* a copy of the first reply's payload, when asked for */
     size_t first_len;
@@ -164,7 +164,8 @@ struct client {
     bool eof, closed;
 };
 
-__attribute__((noreturn)) static void fuzz_fail(const char *what, const uint8_t *payload, size_t len)
+__attribute__((noreturn)) static void fuzz_fail(const char *what, const uint8_t *payload,
+                                                size_t len)
 {
     fprintf(stderr, "fuzz-dispatch: %s (reply of %zu bytes:", what, len);
     for (size_t i = 0; i < len && i < 64; i++)
@@ -350,7 +351,8 @@ static void exchange(struct client *cl)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
     memcpy(sa.sun_path, fz.sock, sizeof(fz.sock));
-    /* A listening Unix socket takes the connection into its backlog at once; the loop accepts it. */
+    /* A listening Unix socket takes the connection into its backlog at once; the loop accepts it.
+     */
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         perror("fuzz-dispatch: connect");
         abort();
@@ -538,8 +540,8 @@ static uint64_t fingerprint(void)
 
 static void daemon_start(const char *data_dir)
 {
-    char *argv[] = {"cairnd", "--config", fz.conf, "--socket", fz.sock, "--data-dir",
-                    (char *)data_dir, NULL};
+    char *argv[] = {"cairnd", "--config",   fz.conf,          "--socket",
+                    fz.sock,  "--data-dir", (char *)data_dir, NULL};
     struct sigaction saved_int, saved_term;
     struct config cfg;
     char err[1024];
@@ -598,8 +600,8 @@ static void pack_doc(msgpack_sbuffer *sb, const struct fuzz_doc *doc, uint64_t i
     if (!content)
         abort();
     for (size_t k = 0; k < len; k++)
-        content[k] = doc->blob ? fuzz_blob_byte(doc->period ? k % doc->period : k)
-                               : (uint8_t)doc->text[k];
+        content[k] =
+            doc->blob ? fuzz_blob_byte(doc->period ? k % doc->period : k) : (uint8_t)doc->text[k];
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
     do {
         size_t n = len - off > FUZZ_DOC_PIECE ? FUZZ_DOC_PIECE : len - off;

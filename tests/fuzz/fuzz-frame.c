@@ -7,10 +7,11 @@
 #include "proto/proto.h"
 #include "tests/fuzz/fuzz.h"
 
-static const char *const keys[] = {"op", "id", "ref", "name", "tags", "meta", "mime", "data", "more",
-                                   "limit", "offset", "length", "query", "after", "client", "versions",
-                                   "error", "code", "message", "hash", "size", "items", "cursor",
-                                   "prefix", "names", "unnamed", "dry_run", "deleted"};
+static const char *const keys[] = {"op",      "id",      "ref",     "name",     "tags",   "meta",
+                                   "mime",    "data",    "more",    "limit",    "offset", "length",
+                                   "query",   "after",   "client",  "versions", "error",  "code",
+                                   "message", "hash",    "size",    "items",    "cursor", "prefix",
+                                   "names",   "unnamed", "dry_run", "deleted"};
 
 static void read_fields(const msgpack_object *map)
 {

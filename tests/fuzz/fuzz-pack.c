@@ -34,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size >= PACK_HEADER_SIZE + PACK_TRAILER_SIZE &&
         pack_trailer_parse(data + size - PACK_TRAILER_SIZE, size, &t) == 0 &&
         t.index_off <= size - PACK_TRAILER_SIZE &&
-        pack_index_parse(data + t.index_off, size - PACK_TRAILER_SIZE - t.index_off, &t, &entries) == 0)
+        pack_index_parse(data + t.index_off, size - PACK_TRAILER_SIZE - t.index_off, &t,
+                         &entries) == 0)
         free(entries);
     return 0;
 }

@@ -38,13 +38,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(rec); /* a payload the format cannot hold (empty) */
         return 0;
     }
-    if (record_block_open(rec, PACK_RECORD_HEADER + part.len, &chunks, &count, &raw, &raw_len) == 0) {
+    if (record_block_open(rec, PACK_RECORD_HEADER + part.len, &chunks, &count, &raw, &raw_len) ==
+        0) {
         free(chunks);
         free(raw);
         raw = NULL;
     }
-    if (type != PACK_REC_BLOCK &&
-        record_seal_open(rec, PACK_RECORD_HEADER + part.len, type, id, 1u << 20, &raw, &raw_len) == 0)
+    if (type != PACK_REC_BLOCK && record_seal_open(rec, PACK_RECORD_HEADER + part.len, type, id,
+                                                   1u << 20, &raw, &raw_len) == 0)
         free(raw);
     free(rec);
     return 0;

@@ -15,7 +15,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 #include <stdlib.h>
 #include <string.h>
 
-/* A NUL-terminated copy of an input (malloc'd), for parsers of C strings. NULL when out of memory. */
+/* A NUL-terminated copy of an input (malloc'd), for parsers of C strings. NULL when out of memory.
+ */
 static inline char *fuzz_cstr(const uint8_t *data, size_t size)
 {
     char *s = malloc(size + 1);
