@@ -16,6 +16,8 @@ CAIRN_DEB_PACKAGES=(
     # and libfaketime sets its clock a day ahead
     strace faketime
     libsystemd-dev
+    # scripts/check-format (the test `format`) checks every C file against .clang-format
+    clang-format
     # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py
     # (which skips what is missing); installing it does not make systemd PID 1.
     systemd
