@@ -6,7 +6,9 @@
  * (the data directory). Not for use outside daemon/app.
  */
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct daemon;
 
@@ -23,8 +25,20 @@ void daemon_stop_listening(struct daemon *d);
 int daemon_sync_data_dir(const char *data_dir);
 /* Takes cairnd.lock in the data directory: 0, or DAEMON_E_* with err. */
 int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size_t err_len);
-/* --rebuild-index: moves the database aside and removes the index. 0, or DAEMON_E_SETUP. */
-int daemon_set_aside_db(const char *db_path, const char *index_path, long now, char *err,
-                        size_t err_len);
+/*
+ * Moves the database aside as DB.WHY.NOW (--rebuild-index: "before-rebuild";
+ * a database of format 2: "format2") and removes the index. 0, or
+ * DAEMON_E_SETUP.
+ */
+int daemon_set_aside_db(const char *db_path, const char *index_path, const char *why, long now,
+                        char *err, size_t err_len);
 /* A failed rebuild: what it wrote goes aside, the old database comes back (closed db). */
 void daemon_undo_rebuild(const struct daemon *d);
+/*
+ * This daemon's writer id (DATA_DIR/writer, made at the first start) and
+ * whether writer 0's packs are its own: they are when the data directory
+ * held a store from before writers had ids (`had_store` at that first start).
+ * 0, or DAEMON_E_SETUP with err.
+ */
+int daemon_writer(const char *data_dir, bool had_store, uint64_t *id, bool *owns0, char *err,
+                  size_t err_len);

@@ -220,9 +220,25 @@ static int open_db(struct daemon *d, const struct config *cfg, const char *url, 
         d->upgraded = true;
         r = db_new(&d->db, &d->loop, db_path);
     }
+    if (r == DB_E_FORMAT2) {
+        /*
+         * Format 2 ordered names by arrival and knew one writer: the
+         * database is made anew from the packs, the old one kept aside.
+         */
+        long now = (long)time(NULL);
+        if ((r = daemon_set_aside_db(db_path, d->index_path, "format2", now, err, err_len)) != 0)
+            return r;
+        log_info("the database was of format 2: made anew from the packs (the old one is "
+                 "%s.format2.%ld)",
+                 db_path, now);
+        d->db_renewed = true;
+        r = db_new(&d->db, &d->loop, db_path);
+    }
     if (r != 0) {
         snprintf(err, err_len, "metadata database %s: %s", db_path,
-                 r == DB_E_OLD_FORMAT ? "still format 1" : strerror(-r));
+                 r == DB_E_OLD_FORMAT ? "still format 1"
+                 : r > 0              ? "of an older format"
+                                      : strerror(-r));
         return DAEMON_E_SETUP;
     }
     return 0;
@@ -233,6 +249,11 @@ static int read_cache_pack_size(void *ctx, uint64_t pack, uint64_t *size)
     int r = db_pack_size(ctx, pack, size);
 
     return r == DB_E_NOT_FOUND ? -ENOENT : r > 0 ? -EIO : r;
+}
+
+static int read_cache_pack_key(void *ctx, uint64_t pack, char *key, size_t len)
+{
+    return db_pack_key(ctx, pack, key, len);
 }
 
 /*
@@ -247,11 +268,14 @@ static int open_read_cache(struct daemon *d, const struct config *cfg, char *err
     const char *msg;
     int r;
 
+    /* A database made anew numbers packs anew: what the cache kept is another pack's. */
+    if (d->db_renewed && (r = readcache_clear(cfg->read_cache_dir)) < 0)
+        log_warn("read cache %s: cannot empty it: %s", cfg->read_cache_dir, strerror(-r));
     if (backend_has(d->be, BACKEND_CAP_READ_SYNC) || size == 0 || cfg->rebuild_index ||
         cfg->upgrade)
         return 0;
     r = readcache_new(&d->rc, &d->loop, d->be, cfg->read_cache_dir, size, read_cache_pack_size,
-                      d->db, &msg);
+                      read_cache_pack_key, d->db, &msg);
     if (r < 0) {
         snprintf(err, err_len, "read cache %s: %s: %s", cfg->read_cache_dir,
                  msg ? msg : "cannot open", strerror(-r));
@@ -278,8 +302,9 @@ static int open_store(struct daemon *d, const struct config *cfg, const struct s
 
     if ((r = store_new(&d->store, &d->loop, d->be, d->db, d->rc, scfg)) < 0)
         return r;
-    r = recovery_replay(&(struct recovery_parts){&d->loop, d->store, d->be, d->db},
-                        cfg->rebuild_index, &resume, d->replay_summary, sizeof(d->replay_summary));
+    r = recovery_replay(
+        &(struct recovery_parts){&d->loop, d->store, d->be, d->db, d->writer, d->owns_writer0},
+        cfg->rebuild_index, &resume, d->replay_summary, sizeof(d->replay_summary));
     if (r == 0)
         r = packer_new(&d->pk, &d->loop, d->be, d->db, &pcfg, &resume);
     free(resume.index);
@@ -382,13 +407,20 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     d->be->ops->describe(d->be, d->backend_desc, sizeof(d->backend_desc));
     snprintf(db_path, sizeof(db_path), "%s/cairn.db", cfg->data_dir);
     snprintf(index_path, sizeof(index_path), "%s/search.db", cfg->data_dir);
+    snprintf(d->db_path, sizeof(d->db_path), "%s", db_path);
+    snprintf(d->index_path, sizeof(d->index_path), "%s", index_path);
+    /* A data directory with a database and no writer id held a store from before writer ids. */
+    r = daemon_writer(cfg->data_dir, access(db_path, F_OK) == 0, &d->writer, &d->owns_writer0, err,
+                      err_len);
+    if (r)
+        return r;
     if (cfg->rebuild_index) {
         /* From here on daemon_free() puts the old database back unless the rebuild succeeds. */
         d->rebuilding = true;
+        d->db_renewed = true;
         d->aside_stamp = (long)time(NULL);
-        snprintf(d->db_path, sizeof(d->db_path), "%s", db_path);
-        snprintf(d->index_path, sizeof(d->index_path), "%s", index_path);
-        r = daemon_set_aside_db(db_path, index_path, d->aside_stamp, err, err_len);
+        r = daemon_set_aside_db(db_path, index_path, "before-rebuild", d->aside_stamp, err,
+                                err_len);
         if (r)
             return r;
     }

@@ -51,6 +51,9 @@ struct daemon {
     struct gc *gc;
     struct server *srv;
     char replay_summary[512]; /* what recovery brought back from the packs */
+    uint64_t writer;          /* this daemon's writer id (DATA_DIR/writer) */
+    bool owns_writer0;        /* writer 0's packs are its own too */
+    bool db_renewed;          /* the database is made anew at this start (rebuild, format 2) */
     bool stopping, listening;
     bool activated;  /* the listener came from systemd (socket activation) */
     bool notify;     /* NOTIFY_SOCKET is set */

@@ -5,6 +5,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/random.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,14 +31,27 @@
  * created it and crashed before any sync. Directories above it are taken
  * as they are.
  */
-int daemon_sync_data_dir(const char *data_dir)
+/* Makes a directory's entries durable: 0 or negative errno. */
+static int sync_dir(const char *dir)
 {
-    char parent[PATH_MAX];
-    char *slash;
     int fd, r = 0;
 
     if (backend_sync_disabled())
         return 0;
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
+int daemon_sync_data_dir(const char *data_dir)
+{
+    char parent[PATH_MAX];
+    char *slash;
+
     snprintf(parent, sizeof(parent), "%s", data_dir);
     for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--)
         parent[n - 1] = '\0';
@@ -42,13 +60,7 @@ int daemon_sync_data_dir(const char *data_dir)
         snprintf(parent, sizeof(parent), ".");
     else
         slash[slash == parent ? 1 : 0] = '\0';
-    fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        r = -errno;
-    close(fd);
-    return r;
+    return sync_dir(parent);
 }
 
 int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size_t err_len)
@@ -93,15 +105,15 @@ int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size
  */
 static const char *const db_suffixes[] = {"", "-wal", "-shm"};
 
-int daemon_set_aside_db(const char *db_path, const char *index_path, long now, char *err,
-                        size_t err_len)
+int daemon_set_aside_db(const char *db_path, const char *index_path, const char *why, long now,
+                        char *err, size_t err_len)
 {
     const char *const *suffixes = db_suffixes;
     char from[PATH_MAX + 32], to[PATH_MAX + 64];
 
     for (size_t i = 0; i < ARRAY_SIZE(db_suffixes); i++) {
         snprintf(from, sizeof(from), "%s%s", db_path, suffixes[i]);
-        snprintf(to, sizeof(to), "%s.before-rebuild.%ld%s", db_path, now, suffixes[i]);
+        snprintf(to, sizeof(to), "%s.%s.%ld%s", db_path, why, now, suffixes[i]);
         if (rename(from, to) < 0 && errno != ENOENT) {
             snprintf(err, err_len, "cannot move %s aside: %s", from, strerror(errno));
             return DAEMON_E_SETUP;
@@ -153,4 +165,70 @@ void daemon_undo_rebuild(const struct daemon *d)
         log_error("rebuild failed: what it wrote is in %s.failed-rebuild.%ld, "
                   "no database is in place",
                   d->db_path, d->aside_stamp);
+}
+
+/* ---- the writer's identity ---- */
+
+/*
+ * DATA_DIR/writer: this daemon's writer id (pack.h) in sixteen hex digits,
+ * and "owns writer 0" on a second line when the data directory held a store
+ * from before writers had ids (its packs are writer 0's). Made once, at the
+ * first start, and synced with its directory: the packs carry the id.
+ */
+#define WRITER_FILE "writer"
+#define WRITER_OWNS0 "owns writer 0"
+
+static int read_writer(int fd, uint64_t *id, bool *owns0)
+{
+    char buf[64], *end;
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+    if (n < 17 || buf[16] != '\n')
+        return -EINVAL;
+    buf[n] = '\0';
+    buf[16] = '\0';
+    *id = strtoull(buf, &end, 16);
+    if (*end || *id == 0)
+        return -EINVAL;
+    *owns0 = strcmp(buf + 17, WRITER_OWNS0 "\n") == 0;
+    return *owns0 || buf[17] == '\0' ? 0 : -EINVAL;
+}
+
+int daemon_writer(const char *data_dir, bool had_store, uint64_t *id, bool *owns0, char *err,
+                  size_t err_len)
+{
+    char path[PATH_MAX + 16], tmp[PATH_MAX + 32], line[64];
+    int fd, n, r;
+
+    snprintf(path, sizeof(path), "%s/" WRITER_FILE, data_dir);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        r = read_writer(fd, id, owns0);
+        close(fd);
+        if (r < 0)
+            snprintf(err, err_len, "%s: not a writer id (sixteen hex digits on a line)", path);
+        return r < 0 ? DAEMON_E_SETUP : 0;
+    }
+    if (errno != ENOENT) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        return DAEMON_E_SETUP;
+    }
+    do {
+        if (getrandom(id, sizeof(*id), 0) != sizeof(*id)) {
+            snprintf(err, err_len, "cannot draw a writer id: %s", strerror(errno));
+            return DAEMON_E_SETUP;
+        }
+    } while (*id == 0);
+    *owns0 = had_store;
+    n = snprintf(line, sizeof(line), "%016" PRIx64 "\n%s", *id, had_store ? WRITER_OWNS0 "\n" : "");
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || write(fd, line, (size_t)n) != n || (!backend_sync_disabled() && fsync(fd) < 0) ||
+        close(fd) < 0 || rename(tmp, path) < 0 || sync_dir(data_dir) < 0) {
+        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            unlink(tmp);
+        return DAEMON_E_SETUP;
+    }
+    return 0;
 }

@@ -135,7 +135,8 @@ void gc_reap(struct gc *gc)
         if (rp->running || rp->barrier > oldest)
             continue;
         rp->running = true;
-        pack_key(rp->del.req.key, sizeof(rp->del.req.key), rp->seq);
+        if (db_pack_key(gc->db, rp->seq, rp->del.req.key, sizeof(rp->del.req.key)) < 0)
+            continue; /* no such writer: cannot happen for a pack the database names */
         rp->del.req.cb = reap_deleted;
         rp->dbw.apply = reap_apply;
         rp->dbw.done = reap_dropped;

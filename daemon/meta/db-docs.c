@@ -20,11 +20,12 @@
 const char *const db_docs_sql[DB_S_COUNT_] = {
     [DB_S_DOC_BY_HASH] = "SELECT id FROM documents WHERE hash = ?1",
     [DB_S_DOC_BY_PREFIX] = "SELECT id FROM documents WHERE hash >= ?1 AND hash < ?1 || 'g' LIMIT 2",
-    [DB_S_DOC_BY_NAME] = "SELECT doc FROM names WHERE name = ?1 ORDER BY seq DESC LIMIT 1",
+    [DB_S_DOC_BY_NAME] = "SELECT doc FROM names WHERE name = ?1 ORDER BY t DESC, eid DESC LIMIT 1",
     [DB_S_DOC_BY_ID] = "SELECT hash, size, stored_size, chunks, mime, created, text, depth,"
                        " manifest, index_gen FROM documents WHERE id = ?1",
-    [DB_S_NEWEST_NAME] = "SELECT name FROM names WHERE doc = ?1 ORDER BY seq DESC LIMIT 1",
-    [DB_S_NAMES_OF_DOC] = "SELECT name FROM names WHERE doc = ?1 GROUP BY name ORDER BY MIN(seq)",
+    [DB_S_NEWEST_NAME] = "SELECT name FROM names WHERE doc = ?1 ORDER BY t DESC, eid DESC LIMIT 1",
+    [DB_S_NAMES_OF_DOC] =
+        "SELECT name FROM names WHERE doc = ?1 GROUP BY name ORDER BY MIN(t), MIN(eid)",
     [DB_S_TAGS_OF_DOC] = "SELECT tag FROM tags WHERE doc = ?1 ORDER BY tag",
     [DB_S_META_OF_DOC] = "SELECT key, value FROM meta WHERE doc = ?1 ORDER BY key",
     [DB_S_META_GET] = "SELECT value FROM meta WHERE doc = ?1 AND key = ?2",
@@ -33,7 +34,7 @@ const char *const db_docs_sql[DB_S_COUNT_] = {
                         " ?8, ?9, 1)",
     [DB_S_DOC_DELETE] = "DELETE FROM documents WHERE id = ?1",
     [DB_S_DOC_INDEX_BUMP] = "UPDATE documents SET index_gen = index_gen + 1 WHERE id = ?1",
-    [DB_S_NAME_INSERT] = "INSERT INTO names(name, doc, added) VALUES(?1, ?2, ?3)",
+    [DB_S_NAME_INSERT] = "INSERT INTO names(name, doc, added, t, eid) VALUES(?1, ?2, ?3, ?4, ?5)",
     [DB_S_TAG_INSERT] = "INSERT OR IGNORE INTO tags(doc, tag) VALUES(?1, ?2)",
     [DB_S_META_UPSERT] = "INSERT INTO meta(doc, key, value) VALUES(?1, ?2, ?3)"
                          " ON CONFLICT(doc, key) DO UPDATE SET value = excluded.value",
@@ -418,7 +419,8 @@ static int insert_doc(struct db_conn *c, const struct db_add *add, const char *h
 }
 
 /* Adds a name version unless the name already points here; *changed when it did not. */
-static int add_name(struct db_conn *c, const char *name, int64_t id, int64_t now, bool *changed)
+static int add_name(struct db_conn *c, const struct db_add *add, int64_t id, int64_t now,
+                    bool *changed)
 {
     int64_t current = -1;
     sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_NAME, db_docs_sql);
@@ -426,16 +428,18 @@ static int add_name(struct db_conn *c, const char *name, int64_t id, int64_t now
 
     if (!s)
         return -EIO;
-    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 1, add->name, -1, SQLITE_STATIC);
     if ((r = db_query_id(c, s, &current)) < 0)
         return r;
     if (current == id)
         return 0;
     if (!(s = db_stmt(c, DB_S_NAME_INSERT, db_docs_sql)))
         return -EIO;
-    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 1, add->name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, id);
     sqlite3_bind_int64(s, 3, now);
+    sqlite3_bind_int64(s, 4, (int64_t)add->event_ns);
+    sqlite3_bind_blob(s, 5, add->event_id, PROTO_HASH_LEN, SQLITE_STATIC);
     *changed = true;
     return db_step_done(c, s);
 }
@@ -506,7 +510,7 @@ int db_txn_add(struct db_txn *txn, struct db_add *add)
     add->created = (r == DB_E_NOT_FOUND);
     if (add->created && (r = insert_doc(c, add, hex, now, &id)) < 0)
         return r;
-    if (add->name && add->name[0] && (r = add_name(c, add->name, id, now, &changed)) < 0)
+    if (add->name && add->name[0] && (r = add_name(c, add, id, now, &changed)) < 0)
         return r;
     if ((r = add_tags_meta(c, add, id, &changed)) < 0)
         return r;

@@ -61,6 +61,8 @@ enum db_stmt_id {
     DB_S_JOURNAL_APPLIED,
     DB_S_JOURNAL_REFUSED,
     DB_S_JOURNAL_NEWEST,
+    DB_S_JOURNAL_LATER,
+    DB_S_JOURNAL_OF_DOC,
     DB_S_PACK_SET,
     DB_S_PACK_DROP,
     DB_S_PACKS,
@@ -125,6 +127,7 @@ struct db_conn {
 };
 
 struct db_txn {
+    struct db *db;
     struct db_conn *c;
     unsigned depth; /* nested savepoints open */
 };
@@ -143,6 +146,10 @@ struct db {
     struct db_write *batch;
     bool batch_running;
     uv_work_t batch_work;
+    /* Writer ids by local index (db-writers.c): only ever grows; writers[0] is 0. */
+    pthread_mutex_t writers_lock;
+    uint64_t *writers;
+    size_t nwriters, writers_cap;
 };
 
 /* ---- db.c ---- */
@@ -166,6 +173,12 @@ int db_errno(int rc);
 int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out);
 /* The row id of the document with this hash (64 lowercase hex): 0, DB_E_NOT_FOUND or -EIO. */
 int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id);
+
+/* ---- db-writers.c ---- */
+
+/* Loads the writers the database knows (at db_new): 0 or negative errno. */
+int db_writers_load(struct db *db);
+void db_writers_free(struct db *db);
 
 /* ---- db-docs.c ---- */
 

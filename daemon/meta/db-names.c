@@ -19,7 +19,7 @@ const char *const db_names_sql[DB_S_COUNT_] = {
     /* Every document the name points to, its newest version first. */
     [DB_S_NAME_DOCS] = "SELECT d.hash, NOT EXISTS (SELECT 1 FROM names m WHERE m.doc = d.id"
                        " AND m.name != ?1) FROM names n JOIN documents d ON d.id = n.doc"
-                       " WHERE n.name = ?1 GROUP BY d.id ORDER BY MAX(n.seq) DESC",
+                       " WHERE n.name = ?1 GROUP BY d.id ORDER BY MAX(n.t) DESC, MAX(n.eid) DESC",
     [DB_S_NAME_UNLINK] = "DELETE FROM names WHERE name = ?1 AND doc = ?2",
     [DB_S_DOC_NAMED] = "SELECT doc FROM names WHERE doc = ?1 LIMIT 1",
     /*
@@ -30,18 +30,20 @@ const char *const db_names_sql[DB_S_COUNT_] = {
      */
     [DB_S_LIST_NAMES] =
         "SELECT n.doc, n.name, n.added FROM names n WHERE n.name > ?1"
-        " AND n.name >= ?4 AND n.seq = (SELECT MAX(x.seq) FROM names x"
-        " WHERE x.name = n.name) AND (?3 IS NULL OR EXISTS (SELECT 1 FROM"
+        " AND n.name >= ?4 AND n.seq = (SELECT x.seq FROM names x"
+        " WHERE x.name = n.name ORDER BY x.t DESC, x.eid DESC LIMIT 1) AND (?3 IS NULL OR EXISTS "
+        "(SELECT 1 FROM"
         " tags t WHERE t.doc = n.doc AND t.tag = ?3))" NAME_IN_PATH " ORDER BY n.name LIMIT ?2",
     /* du: the names from ?1 up to ?2 (NULL: no bound), in the path ?5 as above. */
-    [DB_S_DU_NAMES] =
-        "SELECT COUNT(*), COALESCE(SUM(d.size), 0) FROM names n JOIN documents d"
-        " ON d.id = n.doc WHERE n.name >= ?1 AND (?2 IS NULL OR n.name < ?2)"
-        " AND n.seq = (SELECT MAX(x.seq) FROM names x WHERE x.name = n.name)" NAME_IN_PATH,
+    [DB_S_DU_NAMES] = "SELECT COUNT(*), COALESCE(SUM(d.size), 0) FROM names n JOIN documents d"
+                      " ON d.id = n.doc WHERE n.name >= ?1 AND (?2 IS NULL OR n.name < ?2)"
+                      " AND n.seq = (SELECT x.seq FROM names x WHERE x.name = n.name"
+                      " ORDER BY x.t DESC, x.eid DESC LIMIT 1)" NAME_IN_PATH,
     [DB_S_DU_DOCS] = "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored_size), 0)"
                      " FROM documents WHERE id IN (SELECT n.doc FROM names n WHERE n.name >= ?1"
-                     " AND (?2 IS NULL OR n.name < ?2) AND n.seq = (SELECT MAX(x.seq)"
-                     " FROM names x WHERE x.name = n.name)" NAME_IN_PATH ")",
+                     " AND (?2 IS NULL OR n.name < ?2) AND n.seq = (SELECT x.seq"
+                     " FROM names x WHERE x.name = n.name ORDER BY x.t DESC, x.eid DESC"
+                     " LIMIT 1)" NAME_IN_PATH ")",
     /* Documents no name points to, in hash order after ?1, with the tag ?3 (NULL: any). */
     [DB_S_LIST_UNNAMED] = "SELECT d.id FROM documents d WHERE d.hash > ?1 AND NOT EXISTS"
                           " (SELECT 1 FROM names n WHERE n.doc = d.id) AND (?3 IS NULL OR"

@@ -32,12 +32,19 @@ const char *const db_store_sql[DB_S_COUNT_] = {
                          " condemned = 0 WHERE segments.condemned != 0",
     [DB_S_JOURNAL_PUT] = "INSERT OR IGNORE INTO journal(hash, pack, off, len, doc, time, op,"
                          " applied) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    /*
+     * The journal's order: by time, then (one `rm NAME` writes its unnames
+     * and deletes at one time) unnames before deletes before adds, then by id.
+     */
     [DB_S_JOURNAL_PENDING] = "SELECT hash, pack, off, len FROM journal WHERE applied = 0"
-                             /* One `rm NAME` writes its unnames and deletes at one time. */
-                             " ORDER BY time, op DESC LIMIT ?1",
+                             " ORDER BY time, op DESC, hash LIMIT ?1",
     [DB_S_JOURNAL_APPLIED] = "UPDATE journal SET applied = 1 WHERE hash = ?1",
     [DB_S_JOURNAL_REFUSED] = "DELETE FROM journal WHERE hash = ?1",
     [DB_S_JOURNAL_NEWEST] = "SELECT COALESCE(MAX(time), 0) FROM journal",
+    [DB_S_JOURNAL_LATER] = "SELECT 1 FROM journal WHERE doc = ?1 AND applied = 1 AND (time > ?2"
+                           " OR (time = ?2 AND (op < ?3 OR (op = ?3 AND hash > ?4)))) LIMIT 1",
+    [DB_S_JOURNAL_OF_DOC] = "SELECT hash, pack, off, len FROM journal WHERE doc = ?1"
+                            " AND applied = 1 ORDER BY time, op DESC, hash",
     [DB_S_PACK_SET] = "INSERT INTO packs(seq, size, state) VALUES(?1, ?2, ?3)"
                       " ON CONFLICT(seq) DO UPDATE SET size = excluded.size,"
                       " state = excluded.state",
@@ -212,6 +219,80 @@ int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
         return -EIO;
     sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
     return db_step_done(txn->c, s);
+}
+
+int db_journal_later(struct db *db, const uint8_t doc[PROTO_HASH_LEN], uint64_t time_ns, int op,
+                     const uint8_t id[PROTO_HASH_LEN], bool *later)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int rc;
+
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_JOURNAL_LATER, db_store_sql))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_blob(s, 1, doc, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)time_ns);
+    sqlite3_bind_int(s, 3, op);
+    sqlite3_bind_blob(s, 4, id, PROTO_HASH_LEN, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    *later = rc == SQLITE_ROW;
+    sqlite3_reset(s);
+    db_reader_release(db, c);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+int db_journal_of_doc(struct db *db, const uint8_t doc[PROTO_HASH_LEN],
+                      struct db_pending_entry **out, size_t *n)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    struct db_pending_entry *v = NULL;
+    size_t count = 0, cap = 0;
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *out = NULL;
+    *n = 0;
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_JOURNAL_OF_DOC, db_store_sql))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_blob(s, 1, doc, PROTO_HASH_LEN, SQLITE_STATIC);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (sqlite3_column_bytes(s, 0) != PROTO_HASH_LEN)
+            continue;
+        if (count == cap) {
+            cap = cap ? cap * 2 : 8;
+            struct db_pending_entry *grown = realloc(v, cap * sizeof(*grown));
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            v = grown;
+        }
+        memset(&v[count], 0, sizeof(v[count]));
+        memcpy(v[count].id, sqlite3_column_blob(s, 0), PROTO_HASH_LEN);
+        v[count].loc.pack = (uint64_t)sqlite3_column_int64(s, 1);
+        v[count].loc.off = (uint64_t)sqlite3_column_int64(s, 2);
+        v[count].loc.len = (uint32_t)sqlite3_column_int64(s, 3);
+        count++;
+    }
+    sqlite3_reset(s);
+    db_reader_release(db, c);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    if (r < 0) {
+        free(v);
+        return r;
+    }
+    *out = v;
+    *n = count;
+    return 0;
 }
 
 int db_journal_newest(struct db *db, uint64_t *time_ns)

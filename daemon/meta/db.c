@@ -41,13 +41,20 @@ static const char schema_sql[] =
     " depth INTEGER NOT NULL,"
     " manifest BLOB NOT NULL,"
     " index_gen INTEGER NOT NULL);"
+    /*
+     * A name's versions, ordered by the events that made them (the journal
+     * entry's time, then its id): the same order on every daemon, whatever
+     * order the events arrived in.
+     */
     "CREATE TABLE IF NOT EXISTS names("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
     " name TEXT NOT NULL,"
     " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
-    " added INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS names_by_name ON names(name, seq);"
-    "CREATE INDEX IF NOT EXISTS names_by_doc ON names(doc, seq);"
+    " added INTEGER NOT NULL,"
+    " t INTEGER NOT NULL,"
+    " eid BLOB NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS names_by_name ON names(name, t, eid);"
+    "CREATE INDEX IF NOT EXISTS names_by_doc ON names(doc, t, eid);"
     "CREATE TABLE IF NOT EXISTS tags("
     " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
     " tag TEXT NOT NULL,"
@@ -58,6 +65,13 @@ static const char schema_sql[] =
     " key TEXT NOT NULL,"
     " value TEXT NOT NULL,"
     " PRIMARY KEY(doc, key)) WITHOUT ROWID;"
+    /*
+     * The writers whose packs the database knows, by the local index that a
+     * pack's number carries (DB_PACK_NUMBER); index 0 is writer 0.
+     */
+    "CREATE TABLE IF NOT EXISTS writers("
+    " idx INTEGER PRIMARY KEY,"
+    " id INTEGER NOT NULL UNIQUE);"
     /* Where the records are: packs, and the rows that point into them. */
     "CREATE TABLE IF NOT EXISTS packs("
     " seq INTEGER PRIMARY KEY,"
@@ -303,7 +317,8 @@ void db_snapshot_end(struct db *db, struct db_conn *c)
 
 /*
  * Format 1 (one object per chunk, reference counts) is converted by
- * upgrade.c; a newer format than this build knows is refused.
+ * upgrade.c; format 2 (names ordered by arrival, packs of one writer) is
+ * made anew from the packs; a newer format than this build knows is refused.
  */
 static int check_format(struct db_conn *c)
 {
@@ -319,6 +334,8 @@ static int check_format(struct db_conn *c)
         return -EIO;
     if (version == 1)
         return DB_E_OLD_FORMAT;
+    if (version == 2)
+        return DB_E_FORMAT2;
     if (version > DB_FORMAT) {
         log_error("database: format %d is newer than this cairnd (format %d)", version, DB_FORMAT);
         return -EPROTO;
@@ -350,9 +367,13 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
         db_free(db);
         return r;
     }
-    if (exec(db->writer, schema_sql) || exec(db->writer, "PRAGMA user_version=2")) {
+    if (exec(db->writer, schema_sql) || exec(db->writer, "PRAGMA user_version=3")) {
         db_free(db);
         return -EIO;
+    }
+    if ((r = db_writers_load(db)) < 0) {
+        db_free(db);
+        return r;
     }
     *out = db;
     return 0;
@@ -393,6 +414,7 @@ struct db *db_free(struct db *db)
         close_conn(db->writer);
     }
     pthread_mutex_destroy(&db->pool_lock);
+    db_writers_free(db);
     free(db->path);
     free(db);
     return NULL;
@@ -403,7 +425,7 @@ struct db *db_free(struct db *db)
 static void batch_work(uv_work_t *work)
 {
     struct db *db = container_of(work, struct db, batch_work);
-    struct db_txn txn = {db->writer, 0};
+    struct db_txn txn = {db, db->writer, 0};
     bool durable = false;
     int r;
 

@@ -32,6 +32,7 @@
 #include <uv.h>
 
 #include "proto/proto.h"
+#include "storage/pack/pack.h"
 
 struct db;
 struct db_txn;
@@ -42,9 +43,10 @@ enum {
     DB_E_AMBIGUOUS,
     DB_E_INVALID_QUERY,
     DB_E_OLD_FORMAT, /* db_new: a database of format 1; upgrade.c converts it */
+    DB_E_FORMAT2,    /* db_new: a database of format 2; it is made anew from the packs */
 };
 
-#define DB_FORMAT 2
+#define DB_FORMAT 3
 
 struct db_doc {
     int64_t rowid;
@@ -97,6 +99,9 @@ struct db_add {
     size_t root_len;
     bool text;          /* index the content */
     int64_t created_at; /* Unix seconds: the journal entry's time */
+    /* The journal entry's time (ns) and id: where its name version stands among others. */
+    uint64_t event_ns;
+    uint8_t event_id[PROTO_HASH_LEN];
     /* Outputs. */
     bool created;
     bool index_changed; /* what the index holds of it changed: it needs (re)indexing */
@@ -113,7 +118,7 @@ struct db_write {
     struct db_write *next_;
 };
 
-/* 0, DB_E_OLD_FORMAT (nothing changed), or negative errno. */
+/* 0, DB_E_OLD_FORMAT or DB_E_FORMAT2 (nothing changed), or negative errno. */
 int db_new(struct db **out, uv_loop_t *loop, const char *path);
 struct db *db_free(struct db *db);
 const char *db_path(const struct db *db);
@@ -197,6 +202,28 @@ struct db_du {
 };
 int db_du(struct db *db, const char *prefix, bool path, struct db_du *du);
 
+/* ---- writers and the numbers of their packs (db-writers.c) ---- */
+
+/*
+ * A pack's number in the database: the local index of its writer above the
+ * pack's seq (pack.h). Writer 0 has index 0; the others get 1, 2, 3... in
+ * the order this database first meets them, so a number means nothing
+ * outside this database: the backend knows a pack by its key.
+ */
+#define DB_PACK_NUMBER(widx, seq) (((uint64_t)(widx) << 48) | (seq))
+#define DB_PACK_WIDX(pack) ((unsigned)((pack) >> 48))
+#define DB_PACK_SEQ(pack) ((pack)&PACK_SEQ_MAX)
+#define DB_MAX_WRITERS 65535u
+
+/* The backend key of pack number `pack` (any thread): 0, or -ENOENT for an unknown writer. */
+int db_pack_key(struct db *db, uint64_t pack, char *key, size_t len);
+/* The id of writer index widx (any thread): 0, or -ENOENT. */
+int db_writer_id(struct db *db, unsigned widx, uint64_t *id);
+/* The index of writer `id` if the database knows it (any thread): 0, or -ENOENT. */
+int db_writer_index(struct db *db, uint64_t id, unsigned *widx);
+/* Inside apply: the index of writer `id`, which becomes known now when new (-ENOSPC: too many). */
+int db_txn_writer(struct db_txn *txn, uint64_t id, unsigned *widx);
+
 /* ---- packs and records (db-store.c) ---- */
 
 enum db_pack_state {
@@ -250,6 +277,17 @@ struct db_pending_entry {
 int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out, size_t *n);
 /* The event is applied (or, with `drop`, refused: its row goes, its record is dead). */
 int db_txn_journal_applied(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool drop);
+/*
+ * Whether an applied journal entry of document `doc` comes after the entry
+ * (time_ns, op, id) in the journal's order (time, then unnames, deletes and
+ * adds, then id): that entry arrives late, and the document's state is
+ * worked out again from all its entries.
+ */
+int db_journal_later(struct db *db, const uint8_t doc[PROTO_HASH_LEN], uint64_t time_ns, int op,
+                     const uint8_t id[PROTO_HASH_LEN], bool *later);
+/* The applied journal entries of a document, in the journal's order (malloc'd). */
+int db_journal_of_doc(struct db *db, const uint8_t doc[PROTO_HASH_LEN],
+                      struct db_pending_entry **out, size_t *n);
 /* The time of the newest journal entry (0 when none): new entries come after it. */
 int db_journal_newest(struct db *db, uint64_t *time_ns);
 /* Creates or updates a pack's row. */

@@ -149,6 +149,10 @@ int test_doc_add(struct test_db *e, struct test_doc *d, struct db_add *out)
     add.root_len = d->nroot * MANIFEST_ENTRY;
     add.text = d->text;
     add.created_at = d->created_at;
+    /* Each add a later event than the one before, as the journal's times are. */
+    static uint64_t events;
+    add.event_ns = ++events;
+    memcpy(add.event_id, &add.event_ns, sizeof(add.event_ns));
     r = test_db_run(e, add_apply, &add, false);
     if (out)
         *out = add;

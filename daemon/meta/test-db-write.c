@@ -271,6 +271,8 @@ static void add_of(struct db_add *add, struct test_doc *d)
     add->tags = d->tags;
     add->ntags = d->tags[0] ? 1 : 0;
     add->root = d->root;
+    static uint64_t events;
+    add->event_ns = ++events;
 }
 
 static int op_apply(struct db_txn *txn, struct db_write *w)

@@ -47,6 +47,8 @@ struct packer {
     struct packer_stats stats;
 };
 
+/* The key of one of the writer's packs (packer-seal.c). */
+void packer_key(struct packer *pk, uint64_t pack, char *key, size_t len);
 /* A failed backend call, for the log (packer-seal.c). */
 const char *packer_status_str(int status);
 /*

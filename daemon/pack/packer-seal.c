@@ -17,6 +17,15 @@
 #include "storage/backend.h"
 #include "storage/pack/pack.h"
 
+void packer_key(struct packer *pk, uint64_t pack, char *key, size_t len)
+{
+    /* The pack writer writes its own writer's packs, which the database always knows. */
+    if (db_pack_key(pk->db, pack, key, len) < 0) {
+        log_error("pack %016" PRIx64 ": no such writer", pack);
+        key[0] = '\0'; /* no key: the backend refuses it */
+    }
+}
+
 /* A failed backend call, for the log. */
 const char *packer_status_str(int status)
 {
@@ -99,7 +108,7 @@ void packer_seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
         free(s);
         s = NULL;
     } else if (s && (s->bytes = malloc(len))) {
-        pack_index_encode(s->bytes, pk->index, pk->nindex, size, seq);
+        pack_index_encode(s->bytes, pk->index, pk->nindex, size, DB_PACK_SEQ(seq));
         s->pk = pk;
         s->cb = cb;
         s->ctx = ctx;
@@ -107,7 +116,7 @@ void packer_seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
         s->size = size + len;
         s->iov.iov_base = s->bytes;
         s->iov.iov_len = len;
-        pack_key(s->app.req.key, sizeof(s->app.req.key), seq);
+        packer_key(pk, seq, s->app.req.key, sizeof(s->app.req.key));
         s->app.req.cb = on_sealed;
         s->app.offset = size;
         s->app.iov = &s->iov;

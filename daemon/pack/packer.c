@@ -59,6 +59,7 @@ struct packer_batch {
     size_t bytes; /* of its records, counted in pk->inflight_bytes */
     bool io_done, io_started;
     int io_status;
+    unsigned renumbered; /* numbers skipped because they existed */
     struct db_write dbw;
     int status;
 };
@@ -298,7 +299,7 @@ static void batch_written(struct packer_batch *b, int status)
         crash_point("batch-written");
     if (status != 0) {
         char key[BACKEND_MAX_KEY];
-        pack_key(key, sizeof(key), b->seq);
+        packer_key(pk, b->seq, key, sizeof(key));
         log_error("pack %s: writing %" PRIu64 " bytes failed: %s", key, b->end - b->start,
                   packer_status_str(status));
         if (!b->whole_pack && (pk->size == 0 || status == BACKEND_E_NOT_FOUND)) {
@@ -351,9 +352,48 @@ static void on_append(struct backend_req *req)
     batch_io_done(b, req->status, true);
 }
 
+/* A whole-pack batch under another number: its records, header and trailer. */
+static void renumber(struct packer_batch *b, uint64_t seq)
+{
+    b->seq = seq;
+    for (struct packer_group *g = b->groups; g; g = g->next_) {
+        for (size_t i = 0; i < g->nrecs; i++)
+            if (!g->recs[i].merged)
+                g->recs[i].pack = seq;
+    }
+    for (size_t i = 0; i < b->nshared; i++)
+        b->shared[i].pack = seq;
+    pack_header_encode(b->header, DB_PACK_SEQ(seq));
+    pack_index_encode(b->index_bytes, b->index, b->nindex, b->end - pack_index_size(b->nindex),
+                      DB_PACK_SEQ(seq));
+}
+
+/* Numbers a whole-pack batch skips when they exist already, at most. */
+#define PACKER_EXISTS_RETRIES 4
+
 static void on_put(struct backend_req *req)
 {
     struct packer_batch *b = container_of(req, struct packer_batch, io.put.req);
+    struct packer *pk = b->pk;
+
+    /*
+     * The number is taken: by a write of an earlier life of this daemon that
+     * landed after all (its put was cut by a kill, or reported failed). That
+     * pack is this writer's own orphan, and replay orders its entries where
+     * they belong; this batch goes under the next number.
+     */
+    if (req->status == BACKEND_E_EXISTS && b->renumbered < PACKER_EXISTS_RETRIES) {
+        char key[BACKEND_MAX_KEY];
+        packer_key(pk, b->seq, key, sizeof(key));
+        log_warn("pack %s exists already (an earlier write of this writer); the batch goes under "
+                 "the next number",
+                 key);
+        b->renumbered++;
+        renumber(b, pk->next_seq++);
+        packer_key(pk, b->seq, b->io.put.req.key, sizeof(b->io.put.req.key));
+        if (backend_put(pk->be, &b->io.put) == 0)
+            return;
+    }
     batch_io_done(b, req->status, true);
 }
 
@@ -465,8 +505,8 @@ static void batch_write(struct packer_batch *b)
     }
     if (!b->whole_pack)
         b->seq = pk->seq;
-    pack_key(key, sizeof(key), b->seq);
-    pack_header_encode(b->header, b->seq);
+    packer_key(pk, b->seq, key, sizeof(key));
+    pack_header_encode(b->header, DB_PACK_SEQ(b->seq));
     b->start = b->whole_pack ? 0 : pk->size;
     if (b->start == 0) {
         b->iov[0].iov_base = b->header;
@@ -482,7 +522,7 @@ static void batch_write(struct packer_batch *b)
         if (!(b->index_bytes = malloc(len))) {
             r = -ENOMEM;
         } else {
-            pack_index_encode(b->index_bytes, b->index, b->nindex, b->end, b->seq);
+            pack_index_encode(b->index_bytes, b->index, b->nindex, b->end, DB_PACK_SEQ(b->seq));
             b->iov[b->iovcnt].iov_base = b->index_bytes;
             b->iov[b->iovcnt].iov_len = len;
             b->iovcnt++;

@@ -76,7 +76,7 @@ void test_pack_path(const struct test_env *e, uint64_t seq, char *out, size_t le
 {
     char key[BACKEND_MAX_KEY];
 
-    pack_key(key, sizeof(key), seq);
+    pack_key(key, sizeof(key), 0, seq);
     snprintf(out, len, "%s/%s", e->root, key);
 }
 

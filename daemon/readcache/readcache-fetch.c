@@ -91,12 +91,13 @@ void rc_on_async(uv_async_t *h)
     while (q) {
         struct rc_fetch *f = q;
         q = q->next;
-        pack_key(f->get.req.key, sizeof(f->get.req.key), f->e->pack);
+        int r = rc->pack_key(rc->ctx, f->e->pack, f->get.req.key, sizeof(f->get.req.key));
         f->get.req.cb = on_fetched;
         f->get.offset = (uint64_t)f->e->slice * READCACHE_SLICE;
         f->get.length = f->e->len;
         f->get.max_len = READCACHE_SLICE;
-        int r = backend_get(rc->be, &f->get);
+        if (r == 0)
+            r = backend_get(rc->be, &f->get);
         if (r < 0) {
             pthread_mutex_lock(&rc->lock);
             fetch_failed(rc, f, r);

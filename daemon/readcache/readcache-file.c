@@ -364,3 +364,29 @@ uint64_t readcache_default_size(const char *dir)
         size = READCACHE_MIN_BYTES;
     return size;
 }
+
+int readcache_clear(const char *dir)
+{
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    struct dirent *de;
+    DIR *d;
+
+    if (dirfd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!(d = fdopendir(dirfd))) {
+        int r = -errno;
+        close(dirfd);
+        return r;
+    }
+    while ((de = readdir(d))) {
+        uint64_t pack;
+        uint32_t slice;
+        size_t nl = strlen(de->d_name);
+        /* Only what the cache makes: slice files and their half-written ".tmp"s. */
+        if (parse_name(de->d_name, &pack, &slice) ||
+            (nl > 4 && strcmp(de->d_name + nl - 4, ".tmp") == 0))
+            unlinkat(dirfd, de->d_name, 0);
+    }
+    closedir(d);
+    return 0;
+}

@@ -112,6 +112,7 @@ struct readcache {
     uv_loop_t *loop;
     struct backend *be;
     readcache_size_fn *pack_size;
+    readcache_key_fn *pack_key;
     void *ctx;
     int dirfd;
     uint64_t max_bytes;

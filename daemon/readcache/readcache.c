@@ -431,7 +431,8 @@ static int take_stock(struct readcache *rc)
 }
 
 int readcache_new(struct readcache **out, uv_loop_t *loop, struct backend *be, const char *dir,
-                  uint64_t max_bytes, readcache_size_fn *pack_size_fn, void *ctx, const char **msg)
+                  uint64_t max_bytes, readcache_size_fn *pack_size_fn,
+                  readcache_key_fn *pack_key_fn, void *ctx, const char **msg)
 {
     struct readcache *rc = calloc(1, sizeof(*rc));
     uint64_t slices = max_bytes / (READCACHE_HEADER + READCACHE_SLICE / 2);
@@ -444,6 +445,7 @@ int readcache_new(struct readcache **out, uv_loop_t *loop, struct backend *be, c
     rc->loop = loop;
     rc->be = be;
     rc->pack_size = pack_size_fn;
+    rc->pack_key = pack_key_fn;
     rc->ctx = ctx;
     rc->max_bytes = max_bytes;
     /* About two slices a bucket when full of half-full slices. */

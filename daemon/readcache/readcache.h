@@ -47,6 +47,8 @@ struct readcache;
 
 /* How far a pack's records go: 0, -ENOENT for an unknown pack, or negative errno. Any thread. */
 typedef int readcache_size_fn(void *ctx, uint64_t pack, uint64_t *size);
+/* The backend key of a pack: 0, or -ENOENT for an unknown pack. Any thread. */
+typedef int readcache_key_fn(void *ctx, uint64_t pack, char *key, size_t len);
 
 struct readcache_stats {
     uint64_t bytes, max_bytes, slices;
@@ -64,7 +66,8 @@ struct readcache_stats {
  * negative errno, with *msg saying what failed.
  */
 int readcache_new(struct readcache **out, uv_loop_t *loop, struct backend *be, const char *dir,
-                  uint64_t max_bytes, readcache_size_fn *pack_size, void *ctx, const char **msg);
+                  uint64_t max_bytes, readcache_size_fn *pack_size, readcache_key_fn *pack_key,
+                  void *ctx, const char **msg);
 /*
  * Only when readcache_busy() is false. Its handle closes asynchronously: the
  * memory goes in the close callback, so the caller runs the loop afterwards.
@@ -91,6 +94,13 @@ void readcache_drop(struct readcache *rc, uint64_t pack, uint64_t off, uint64_t 
 /* Loop thread: forgets every slice of a pack (it was deleted; its number may come back). */
 void readcache_forget_pack(struct readcache *rc, uint64_t pack);
 void readcache_get_stats(struct readcache *rc, struct readcache_stats *out);
+
+/*
+ * Empties the cache directory `dir` of slices (blocking; when no cache is
+ * open on it): when the database is made anew, its pack numbers may stand
+ * for other packs. 0 or negative errno; a missing directory is empty.
+ */
+int readcache_clear(const char *dir);
 
 /*
  * The bound when the configuration leaves it out: READCACHE_DEFAULT_PERCENT

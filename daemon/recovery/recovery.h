@@ -37,13 +37,19 @@ struct recovery_parts {
     struct store *st; /* reads records back; its journal times start after the newest found */
     struct backend *be;
     struct db *db;
+    /* This daemon's writer id (pack.h), and whether writer 0's packs are its own too. */
+    uint64_t writer;
+    bool owns_writer0;
 };
 
 /*
- * Replays what the database lacks from the packs; with `rebuild` (an empty
- * database) every chunk is read back and checked. Fills *resume with where
- * the pack writer goes on, and summary with what came back, in a sentence
- * (empty when nothing). 0 or negative errno (logged).
+ * Replays what the database lacks from the packs, every writer's; with
+ * `rebuild` (an empty database) every chunk is read back and checked. Only
+ * this daemon's own packs are ever changed (a torn tail cut, an open pack
+ * sealed); another writer's pack is read once it is sealed. Fills *resume
+ * with where the pack writer goes on (its writer's index in the database,
+ * its next pack, an open pack to continue), and summary with what came
+ * back, in a sentence (empty when nothing). 0 or negative errno (logged).
  */
 int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct packer_resume *resume,
                     char *summary, size_t summary_len);

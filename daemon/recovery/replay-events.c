@@ -1,10 +1,20 @@
 /*
  * Recovery, step 3: the journal entries replay found in the packs and the
- * database lacked are applied in time order, a page at a time. A worker
- * reads each entry back and checks that what an add names is there (for a
- * rebuild: reads every chunk back and checks it); the loop then applies the
- * page in one transaction. An add that fails its check is refused and
- * logged, and its record becomes dead weight for gc.
+ * database lacked are applied in the journal's order (time, then unnames,
+ * deletes and adds, then id), a page at a time. A worker reads each entry
+ * back and checks that what an add names is there (for a rebuild: reads
+ * every chunk back and checks it); the loop then applies the page in one
+ * transaction. An add that fails its check is refused and logged, and its
+ * record becomes dead weight for gc.
+ *
+ * Entries of several writers, and of a pack whose write was reported failed
+ * but landed, do not arrive in the journal's order. An entry that comes
+ * after the database applied a later one of the same document is late: the
+ * document is then worked out again from all its entries in order (they are
+ * read back from their packs), so every daemon, every start and every
+ * rebuild end with the same documents, whatever order the entries came in.
+ * A name's versions are ordered by their entries' times and ids, so names
+ * need nothing more.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -28,11 +38,20 @@
  */
 #define REPLAY_CHECKERS 8
 
+/* An applied entry of a document whose late entry makes it be worked out again. */
+struct past_entry {
+    uint8_t id[PROTO_HASH_LEN];
+    struct entry e;
+};
+
 struct event {
     struct db_pending_entry pend;
     struct entry e;
     int verdict;  /* 0 apply, else refused (a STORE_E_* or RECORD_E_BAD) */
     bool skipped; /* a delete that applies only when unnamed, and did not */
+    /* Late: the document's applied entries, in order (NULL when it is not late). */
+    struct past_entry *past;
+    size_t npast;
 };
 
 struct event_page {
@@ -63,6 +82,75 @@ static int check_chunk(void *ctx, const struct manifest_entry *chunk)
     return store_check_chunk(rp->rv.st, chunk->hash, chunk->bytes);
 }
 
+/* Reads a journal entry back from its pack: 0, RECORD_E_BAD, BACKEND_E_* or negative errno. */
+static int read_entry(const struct recovery_parts *rv, const struct db_pending_entry *pend,
+                      struct entry *e)
+{
+    uint8_t *bytes = malloc(pend->loc.len ? pend->loc.len : 1), *raw;
+    size_t got = 0, raw_len;
+    int r = bytes ? store_read_pack(rv->st, pend->loc.pack, pend->loc.off, bytes, pend->loc.len,
+                                    &got, false)
+                  : -ENOMEM;
+
+    if (r == 0 && got != pend->loc.len)
+        r = RECORD_E_BAD;
+    if (r == 0)
+        r = record_seal_open(bytes, got, PACK_REC_ENTRY, pend->id, OBJECTS_MAX_ENTRY, &raw,
+                             &raw_len);
+    free(bytes);
+    if (r == 0) {
+        r = objects_entry_decode(raw, raw_len, e);
+        free(raw);
+        if (r == -EBADMSG)
+            r = RECORD_E_BAD;
+    }
+    return r;
+}
+
+static void past_free(struct event *ev)
+{
+    for (size_t i = 0; i < ev->npast; i++)
+        objects_entry_clear(&ev->past[i].e);
+    free(ev->past);
+    ev->past = NULL;
+    ev->npast = 0;
+}
+
+/*
+ * When the document has an applied entry later than this one, reads all its
+ * applied entries back (the event's own is not among them). 0, or a
+ * failure: an entry of the document that cannot be read makes the event
+ * wait (it stays pending) rather than work the document out without it.
+ */
+static int load_past(const struct recovery_parts *rv, struct event *ev)
+{
+    struct db_pending_entry *rows;
+    bool later;
+    size_t n;
+    int r = db_journal_later(rv->db, ev->e.doc, ev->e.time_ns, (int)ev->e.op, ev->pend.id, &later);
+
+    if (r < 0 || !later)
+        return r;
+    if ((r = db_journal_of_doc(rv->db, ev->e.doc, &rows, &n)) < 0)
+        return r;
+    if (n && !(ev->past = calloc(n, sizeof(*ev->past))))
+        r = -ENOMEM;
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        memcpy(ev->past[i].id, rows[i].id, PROTO_HASH_LEN);
+        if ((r = read_entry(rv, &rows[i], &ev->past[i].e)) == 0)
+            ev->npast++;
+    }
+    free(rows);
+    if (r != 0) {
+        past_free(ev);
+        return r > 0 ? -EIO : r;
+    }
+    /* A document with no applied entry left is not late: nothing to redo. */
+    if (ev->npast == 0)
+        past_free(ev);
+    return 0;
+}
+
 static void slice_work(void *arg)
 {
     struct event_slice *sl = arg;
@@ -71,23 +159,7 @@ static void slice_work(void *arg)
 
     for (size_t i = sl->from; sl->status == 0 && i < sl->to; i++) {
         struct event *ev = &pg->ev[i];
-        uint8_t *bytes = malloc(ev->pend.loc.len ? ev->pend.loc.len : 1), *raw;
-        size_t got = 0, raw_len;
-        int r = bytes ? store_read_pack(rv->st, ev->pend.loc.pack, ev->pend.loc.off, bytes,
-                                        ev->pend.loc.len, &got, false)
-                      : -ENOMEM;
-        if (r == 0 && got != ev->pend.loc.len)
-            r = RECORD_E_BAD;
-        if (r == 0)
-            r = record_seal_open(bytes, got, PACK_REC_ENTRY, ev->pend.id, OBJECTS_MAX_ENTRY, &raw,
-                                 &raw_len);
-        free(bytes);
-        if (r == 0) {
-            r = objects_entry_decode(raw, raw_len, &ev->e);
-            free(raw);
-            if (r == -EBADMSG)
-                r = RECORD_E_BAD;
-        }
+        int r = read_entry(rv, &ev->pend, &ev->e);
         if (r == 0 && ev->e.op == ENTRY_ADD) {
             r = store_walk_manifest(rv->st, ev->e.depth, ev->e.root, ev->e.root_len, 0, check_chunk,
                                     pg->rp);
@@ -96,8 +168,8 @@ static void slice_work(void *arg)
             r = STORE_E_INTEGRITY; /* unreadable: refused, not fatal */
         if (r == -ENOMEM || r == -EIO || r == STORE_E_UNAVAILABLE)
             sl->status = r < 0 ? r : -EIO;
-        else
-            ev->verdict = r;
+        else if ((ev->verdict = r) == 0 && (r = load_past(rv, ev)) < 0)
+            sl->status = r;
     }
 }
 
@@ -129,59 +201,109 @@ static int page_check(struct event_page *pg)
     return 0;
 }
 
+/* Applies one entry; *skipped when it is a delete that applies only when unnamed, and did not. */
+static int apply_entry(struct db_txn *txn, const struct entry *e, const uint8_t id[PROTO_HASH_LEN],
+                       bool *skipped)
+{
+    char hex[PROTO_HASH_HEX + 1];
+    int r;
+
+    *skipped = false;
+    proto_hex_encode(e->doc, PROTO_HASH_LEN, hex);
+    if (e->op == ENTRY_UNNAME) {
+        int64_t rowid;
+        return db_txn_unname(txn, e->name, hex, &rowid);
+    }
+    if (e->op == ENTRY_DELETE && e->if_unnamed) {
+        bool deleted;
+        r = db_txn_delete_if_unnamed(txn, hex, &deleted);
+        *skipped = r == 0 && !deleted;
+        return r;
+    }
+    if (e->op == ENTRY_DELETE) {
+        r = db_txn_delete(txn, hex);
+        return r == DB_E_NOT_FOUND ? 0 : r;
+    }
+    struct db_add add = {
+        .size = e->size,
+        .nchunks = e->nchunks,
+        .stored = e->stored,
+        .mime = e->mime,
+        .name = e->name,
+        .tags = (const char *const *)e->tags,
+        .ntags = e->ntags,
+        .meta_keys = (const char *const *)e->meta_keys,
+        .meta_values = (const char *const *)e->meta_values,
+        .nmeta = e->nmeta,
+        .depth = e->depth,
+        .root = e->root,
+        .root_len = e->root_len,
+        .text = e->text,
+        .created_at = (int64_t)(e->time_ns / 1000000000u),
+        .event_ns = e->time_ns,
+    };
+    memcpy(add.hash, e->doc, PROTO_HASH_LEN);
+    memcpy(add.event_id, id, PROTO_HASH_LEN);
+    return db_txn_add(txn, &add);
+}
+
+/* Whether entry a comes before entry b in the journal's order. */
+static bool before(const struct entry *a, const uint8_t aid[PROTO_HASH_LEN], const struct entry *b,
+                   const uint8_t bid[PROTO_HASH_LEN])
+{
+    if (a->time_ns != b->time_ns)
+        return a->time_ns < b->time_ns;
+    if (a->op != b->op)
+        return a->op > b->op;
+    return memcmp(aid, bid, PROTO_HASH_LEN) < 0;
+}
+
+/*
+ * A late entry: the document is worked out anew, from nothing, by its
+ * applied entries and this one in the journal's order.
+ */
+static int redo_document(struct db_txn *txn, struct event *ev)
+{
+    char hex[PROTO_HASH_HEX + 1];
+    bool mine_done = false, skipped;
+    int r;
+
+    proto_hex_encode(ev->e.doc, PROTO_HASH_LEN, hex);
+    r = db_txn_delete(txn, hex);
+    if (r != 0 && r != DB_E_NOT_FOUND)
+        return r;
+    r = 0;
+    for (size_t i = 0; r == 0 && i <= ev->npast; i++) {
+        if (!mine_done &&
+            (i == ev->npast || before(&ev->e, ev->pend.id, &ev->past[i].e, ev->past[i].id))) {
+            mine_done = true;
+            r = apply_entry(txn, &ev->e, ev->pend.id, &skipped);
+            ev->skipped = skipped;
+        }
+        if (r == 0 && i < ev->npast)
+            r = apply_entry(txn, &ev->past[i].e, ev->past[i].id, &skipped);
+    }
+    return r;
+}
+
 static int page_apply(struct db_txn *txn, void *ctx)
 {
     struct event_page *pg = ctx;
-    char hex[PROTO_HASH_HEX + 1];
     int r = 0;
 
     for (size_t i = 0; r == 0 && i < pg->n; i++) {
         struct event *ev = &pg->ev[i];
-        struct entry *e = &ev->e;
         if (ev->verdict != 0) {
             r = db_txn_journal_applied(txn, ev->pend.id, true);
             continue;
         }
-        proto_hex_encode(e->doc, PROTO_HASH_LEN, hex);
-        if (e->op == ENTRY_UNNAME) {
-            int64_t rowid;
-            r = db_txn_unname(txn, e->name, hex, &rowid);
-        } else if (e->op == ENTRY_DELETE && e->if_unnamed) {
-            bool deleted;
-            r = db_txn_delete_if_unnamed(txn, hex, &deleted);
-            /* As when it was written: a delete that did not apply keeps no row. */
-            if (r == 0 && !deleted) {
-                ev->skipped = true;
-                r = db_txn_journal_applied(txn, ev->pend.id, true);
-                continue;
-            }
-        } else if (e->op == ENTRY_DELETE) {
-            r = db_txn_delete(txn, hex);
-            if (r == DB_E_NOT_FOUND)
-                r = 0;
-        } else {
-            struct db_add add = {
-                .size = e->size,
-                .nchunks = e->nchunks,
-                .stored = e->stored,
-                .mime = e->mime,
-                .name = e->name,
-                .tags = (const char *const *)e->tags,
-                .ntags = e->ntags,
-                .meta_keys = (const char *const *)e->meta_keys,
-                .meta_values = (const char *const *)e->meta_values,
-                .nmeta = e->nmeta,
-                .depth = e->depth,
-                .root = e->root,
-                .root_len = e->root_len,
-                .text = e->text,
-                .created_at = (int64_t)(e->time_ns / 1000000000u),
-            };
-            memcpy(add.hash, e->doc, PROTO_HASH_LEN);
-            r = db_txn_add(txn, &add);
-        }
+        if (ev->past)
+            r = redo_document(txn, ev);
+        else
+            r = apply_entry(txn, &ev->e, ev->pend.id, &ev->skipped);
+        /* As when it was written: a delete that did not apply keeps no row. */
         if (r == 0)
-            r = db_txn_journal_applied(txn, ev->pend.id, false);
+            r = db_txn_journal_applied(txn, ev->pend.id, ev->skipped);
     }
     return r;
 }
@@ -227,6 +349,7 @@ int replay_events(struct replay *rp)
                 rp->added += ev->e.op == ENTRY_ADD;
             }
             objects_entry_clear(&ev->e);
+            past_free(ev);
         }
         free(pg.ev);
         if (r != 0)

@@ -43,7 +43,8 @@ struct replay_prefetch;
 
 struct replay {
     struct recovery_parts rv;
-    bool rebuild; /* the database started empty: every chunk is read back and checked */
+    unsigned own_widx; /* this daemon's writer in the database (db.h) */
+    bool rebuild;      /* the database started empty: every chunk is read back and checked */
     struct replay_prefetch *prefetch; /* the window read ahead, or NULL */
     struct replay_row rows[REPLAY_ROWS];
     size_t nrows;
@@ -95,13 +96,16 @@ int replay_jobs(const struct recovery_parts *rv, void (*fn)(void *ctx), void *co
 /*
  * Brings the database up to what pack `seq` (`size` bytes on the backend)
  * holds beyond `known`, the size the database has for it (0: it knows none
- * of it). *state and *new_size are what its row must say now. The newest
- * pack, when open, is handed to the pack writer in `resume`; an older one
- * left open is sealed. 0, 1 when the pack is left alone (not a pack, or
- * unreadable as one), BACKEND_E_* or negative errno.
+ * of it). *state and *new_size are what its row must say now. Of this
+ * daemon's `own` packs the newest, when open, is handed to the pack writer
+ * in `resume`, and an older one left open is sealed. Another writer's pack
+ * is only read: once it is sealed (or, of writer 0, record by record). 0, 1
+ * when the pack is left alone (not a pack, unreadable as one, or another
+ * writer's not sealed yet), BACKEND_E_* or negative errno.
  */
-int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool newest,
-                     struct packer_resume *resume, enum db_pack_state *state, uint64_t *new_size);
+int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool own,
+                     bool newest, struct packer_resume *resume, enum db_pack_state *state,
+                     uint64_t *new_size);
 
 /* ---- journal entries (replay-events.c) ---- */
 

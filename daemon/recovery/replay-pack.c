@@ -433,8 +433,10 @@ static int try_sealed(struct replay *rp, uint64_t size, struct pack_trailer *t,
     r = replay_get(rp, rp->key, size - PACK_TRAILER_SIZE, PACK_TRAILER_SIZE, &tail, &len);
     if (r != 0)
         return r;
-    r = len == PACK_TRAILER_SIZE && pack_trailer_parse(tail, size, t) == 0 && t->seq == rp->seq ? 0
-                                                                                                : 1;
+    r = len == PACK_TRAILER_SIZE && pack_trailer_parse(tail, size, t) == 0 &&
+                t->seq == DB_PACK_SEQ(rp->seq)
+            ? 0
+            : 1;
     free(tail);
     if (r != 0)
         return r;
@@ -458,7 +460,7 @@ static int seal(struct replay *rp, uint64_t valid_end, enum db_pack_state *state
 
     if (!ibytes)
         return -ENOMEM;
-    pack_index_encode(ibytes, rp->index, rp->nindex, valid_end, rp->seq);
+    pack_index_encode(ibytes, rp->index, rp->nindex, valid_end, DB_PACK_SEQ(rp->seq));
     struct iovec iov = {ibytes, ilen};
     r = replay_append(&rp->rv, rp->key, valid_end, &iov, 1);
     free(ibytes);
@@ -470,8 +472,9 @@ static int seal(struct replay *rp, uint64_t valid_end, enum db_pack_state *state
     return r;
 }
 
-int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool newest,
-                     struct packer_resume *resume, enum db_pack_state *state, uint64_t *new_size)
+int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool own,
+                     bool newest, struct packer_resume *resume, enum db_pack_state *state,
+                     uint64_t *new_size)
 {
     const struct recovery_parts *rv = &rp->rv;
     struct pack_trailer t;
@@ -482,14 +485,15 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
     int r;
 
     rp->seq = seq;
-    pack_key(rp->key, sizeof(rp->key), seq);
+    if (db_pack_key(rv->db, seq, rp->key, sizeof(rp->key)) < 0)
+        return 1; /* cannot be: the listing made the writer known */
     rp->nindex = 0;
     r = replay_get(rp, rp->key, 0, PACK_HEADER_SIZE, &hdr, &len);
     if (r != 0)
         return r;
     r = pack_header_decode(hdr, len, &hseq);
     free(hdr);
-    if (r != 0 || hseq != seq) {
+    if (r != 0 || hseq != DB_PACK_SEQ(seq)) {
         log_error("replay: %s does not start with its pack header; left alone", rp->key);
         return 1;
     }
@@ -504,9 +508,26 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
         *new_size = size;
         return r < 0 ? r : rows_flush(rp);
     }
+    if (!own && DB_PACK_WIDX(seq) != 0) {
+        /* Another writer's pack is read once it is sealed: it may be appending to it now. */
+        log_debug("replay: %s is not sealed yet; read later", rp->key);
+        return 1;
+    }
     if (!backend_has(rv->be, BACKEND_CAP_APPEND)) {
         log_error("replay: %s has no valid index; left alone", rp->key);
         return 1;
+    }
+    if (!own) {
+        /*
+         * Writer 0's pack, left open by a store from before writers had
+         * ids, and not ours: read as it is, never changed. Its writer goes
+         * on under an id of its own, so it stays as it is.
+         */
+        if ((r = scan_open(rp, size, known, &valid_end)) != 0 || (r = rows_flush(rp)) != 0)
+            return r;
+        *new_size = valid_end;
+        *state = DB_PACK_OPEN;
+        return 0;
     }
     /*
      * Sync what the file holds before the scan commits rows for it: after a

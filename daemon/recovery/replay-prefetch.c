@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/meta/db.h"
 #include "daemon/pack/packer.h"
 #include "daemon/recovery/replay-int.h"
 #include "daemon/store/store.h"
@@ -97,7 +98,8 @@ int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_
         uint64_t head = size < REPLAY_PREFETCH_SPAN ? size : REPLAY_PREFETCH_SPAN;
 
         p->seq = seqs[i];
-        pack_key(p->key, sizeof(p->key), p->seq);
+        if (db_pack_key(rv->db, p->seq, p->key, sizeof(p->key)) < 0)
+            p->key[0] = '\0'; /* cannot be: the listing made the writer known */
         p->head.get.req.status = p->tail.get.req.status = -ENOENT;
         if (head)
             start_read(rv, pf, p, &p->head, 0, head);

@@ -45,9 +45,39 @@
 /* ---- the packs on the backend against the database ---- */
 
 struct listed {
-    uint64_t seq, size;
+    uint64_t pack, size; /* pack: its number in the database */
 };
 
+static int by_pack(const void *a, const void *b)
+{
+    const struct listed *x = a, *y = b;
+    return x->pack < y->pack ? -1 : x->pack > y->pack;
+}
+
+static int writer_apply(struct db_txn *txn, void *ctx)
+{
+    unsigned widx;
+    return db_txn_writer(txn, *(const uint64_t *)ctx, &widx);
+}
+
+/* The number in the database of a listed pack, its writer made known when new. */
+static int listed_number(const struct recovery_parts *rv, uint64_t writer, uint64_t seq,
+                         uint64_t *pack)
+{
+    unsigned widx;
+    int r;
+
+    if (db_writer_index(rv->db, writer, &widx) < 0) {
+        if ((r = replay_commit(rv, writer_apply, &writer)) != 0)
+            return r < 0 ? r : -EIO;
+        if (db_writer_index(rv->db, writer, &widx) < 0)
+            return -EIO;
+    }
+    *pack = DB_PACK_NUMBER(widx, seq);
+    return 0;
+}
+
+/* Every pack on the backend, by its number in the database. */
 static int list_packs(const struct recovery_parts *rv, struct listed **out, size_t *n)
 {
     struct backend_list list = {0};
@@ -58,17 +88,17 @@ static int list_packs(const struct recovery_parts *rv, struct listed **out, size
     *out = NULL;
     *n = 0;
     do {
-        snprintf(list.req.key, sizeof(list.req.key), "packs/");
+        snprintf(list.req.key, sizeof(list.req.key), PACK_KEY_PREFIX);
         if ((r = replay_list(rv, &list)) != 0)
             break;
-        for (size_t i = 0; i < list.nentries; i++) {
-            const char *name = list.entries[i].key + strlen("packs/");
-            char *end;
-            uint64_t seq = strtoull(name, &end, 16);
-            if (strlen(name) != 16 || *end || seq == 0) {
+        for (size_t i = 0; r == 0 && i < list.nentries; i++) {
+            uint64_t writer, seq, pack;
+            if (pack_key_parse(list.entries[i].key, &writer, &seq) < 0) {
                 log_warn("replay: ignoring %s, which is not a pack", list.entries[i].key);
                 continue;
             }
+            if ((r = listed_number(rv, writer, seq, &pack)) < 0)
+                break;
             if (count == cap) {
                 cap = cap ? cap * 2 : 64;
                 struct listed *grown = realloc(v, cap * sizeof(*grown));
@@ -78,7 +108,7 @@ static int list_packs(const struct recovery_parts *rv, struct listed **out, size
                 }
                 v = grown;
             }
-            v[count++] = (struct listed){seq, list.entries[i].size};
+            v[count++] = (struct listed){pack, list.entries[i].size};
         }
         snprintf(list.cursor, sizeof(list.cursor), "%s", list.next_cursor);
         backend_list_reset(&list);
@@ -88,6 +118,9 @@ static int list_packs(const struct recovery_parts *rv, struct listed **out, size
         free(v);
         return r < 0 ? r : -EIO;
     }
+    /* Key order is not number order (writer 0's keys sort among the others'): the rows' is. */
+    if (count)
+        qsort(v, count, sizeof(*v), by_pack);
     *out = v;
     *n = count;
     return 0;
@@ -123,11 +156,21 @@ static int drop_row(const struct recovery_parts *rv, uint64_t seq)
  */
 static int pack_missing(const struct recovery_parts *rv, const struct db_pack *p)
 {
+    char key[BACKEND_MAX_KEY];
+
     if (p->state == DB_PACK_DELETING)
         return drop_row(rv, p->seq);
-    log_error("replay: pack %016" PRIx64 " is missing from the backend; what it held is lost",
-              p->seq);
+    if (db_pack_key(rv->db, p->seq, key, sizeof(key)) < 0)
+        snprintf(key, sizeof(key), "%016" PRIx64, p->seq);
+    log_error("replay: pack %s is missing from the backend; what it held is lost", key);
     return 0;
+}
+
+/* Whether a pack is this daemon's to change: its own writer's, or writer 0's when it owns those. */
+static bool own_pack(const struct replay *rp, uint64_t pack)
+{
+    unsigned widx = DB_PACK_WIDX(pack);
+    return widx == rp->own_widx || (widx == 0 && rp->rv.owns_writer0);
 }
 
 /* A pack on the backend, with its row in the database (p) or without one (NULL). */
@@ -135,20 +178,26 @@ static int pack_listed(struct replay *rp, const struct listed *l, const struct d
                        bool newest, struct packer_resume *resume)
 {
     const struct recovery_parts *rv = &rp->rv;
-    struct pack_update u = {.seq = l->seq};
+    struct pack_update u = {.seq = l->pack};
+    bool own = own_pack(rp, l->pack);
     int r;
 
     if (p && p->state == DB_PACK_DELETING) {
         /* A repack's deletion that a crash interrupted: finish it (nobody reads it yet). */
         char key[BACKEND_MAX_KEY];
-        pack_key(key, sizeof(key), p->seq);
+        if (db_pack_key(rv->db, p->seq, key, sizeof(key)) < 0)
+            return -EIO;
         if ((r = replay_del(rv, key)) != 0)
             return r;
         return drop_row(rv, p->seq);
     }
     if (p && p->state == DB_PACK_SEALED && p->size == l->size)
         return 0;
-    r = replay_read_pack(rp, l->seq, l->size, p ? p->size : 0, newest, resume, &u.state, &u.size);
+    /* Writer 0's pack left open, and not ours: nobody appends to it any more. */
+    if (!own && p && p->state == DB_PACK_OPEN && p->size == l->size)
+        return 0;
+    r = replay_read_pack(rp, l->pack, l->size, p ? p->size : 0, own, newest, resume, &u.state,
+                         &u.size);
     if (r == 1)
         return 0; /* left alone, and said why */
     return r != 0 ? r : replay_commit(rv, pack_update_apply, &u);
@@ -157,9 +206,9 @@ static int pack_listed(struct replay *rp, const struct listed *l, const struct d
 /* Whether pack_listed() reads a listed pack: unknown, or known otherwise than as it is. */
 static bool will_read(const struct listed *l, const struct db_pack *known, size_t nknown, size_t *k)
 {
-    while (*k < nknown && known[*k].seq < l->seq)
+    while (*k < nknown && known[*k].seq < l->pack)
         (*k)++;
-    if (*k == nknown || known[*k].seq != l->seq)
+    if (*k == nknown || known[*k].seq != l->pack)
         return true;
     const struct db_pack *p = &known[*k];
     return p->state != DB_PACK_DELETING && !(p->state == DB_PACK_SEALED && p->size == l->size);
@@ -181,7 +230,7 @@ static size_t prefetch_window(struct replay *rp, const struct listed *listed, si
     for (; i < nlisted && n < REPLAY_PREFETCH_WINDOW; i++) {
         if (!will_read(&listed[i], known, nknown, &k))
             continue;
-        seqs[n] = listed[i].seq;
+        seqs[n] = listed[i].pack;
         sizes[n++] = listed[i].size;
     }
     if (replay_prefetch_start(rp, seqs, sizes, n) < 0)
@@ -207,31 +256,34 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
         return r;
     }
     /*
-     * Listings come in name order, which is sequence order (fixed-width hex),
-     * and so do the rows. A number the database still has is never used
-     * again, even for a pack that is gone: its rows may still point there.
+     * Both come in number order. This daemon's next pack comes after every
+     * pack of its writer listed or known: a number the database still has
+     * is never used again, even for a pack that is gone (its rows may still
+     * point there). Only its own newest pack may stay open.
      */
     for (size_t j = 0; j < nlisted; j++) {
-        if (listed[j].seq >= resume->next_seq)
-            resume->next_seq = listed[j].seq + 1;
-        newest_open = listed[j].seq; /* only the newest pack may stay open */
+        if (DB_PACK_WIDX(listed[j].pack) != rp->own_widx)
+            continue;
+        if (listed[j].pack >= resume->next_seq)
+            resume->next_seq = listed[j].pack + 1;
+        newest_open = listed[j].pack;
     }
     for (size_t j = 0; j < nknown; j++) {
-        if (known[j].seq >= resume->next_seq)
+        if (DB_PACK_WIDX(known[j].seq) == rp->own_widx && known[j].seq >= resume->next_seq)
             resume->next_seq = known[j].seq + 1;
     }
     tty_progress_init(&progress, rp->rebuild);
     for (size_t j = 0; j < nlisted; j++)
         total_bytes += listed[j].size;
     while (r == 0 && (i < nlisted || k < nknown)) {
-        if (k < nknown && (i == nlisted || known[k].seq < listed[i].seq)) {
+        if (k < nknown && (i == nlisted || known[k].seq < listed[i].pack)) {
             r = pack_missing(rv, &known[k++]);
             continue;
         }
         if (i == window_end)
             window_end = prefetch_window(rp, listed, nlisted, i, known, nknown);
-        const struct db_pack *p = k < nknown && known[k].seq == listed[i].seq ? &known[k++] : NULL;
-        r = pack_listed(rp, &listed[i], p, listed[i].seq == newest_open, resume);
+        const struct db_pack *p = k < nknown && known[k].seq == listed[i].pack ? &known[k++] : NULL;
+        r = pack_listed(rp, &listed[i], p, newest_open && listed[i].pack == newest_open, resume);
         read_bytes += listed[i].size;
         i++;
         tty_progress_draw(&progress, "rebuild: read", read_bytes >> 20, total_bytes >> 20,
@@ -256,8 +308,11 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
         return -ENOMEM;
     rp->rv = *parts;
     rp->rebuild = rebuild;
-    resume->next_seq = 1;
-    r = replay_packs(rp, resume);
+    /* This daemon's writer first: its packs are numbered under its index. */
+    r = listed_number(&rp->rv, parts->writer, 1, &resume->next_seq);
+    rp->own_widx = DB_PACK_WIDX(resume->next_seq);
+    if (r == 0)
+        r = replay_packs(rp, resume);
     if (r == 0)
         r = replay_events(rp);
     if (r == 0 && (r = db_journal_newest(parts->db, &newest)) == 0 && newest > rp->max_time)

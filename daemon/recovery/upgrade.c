@@ -115,7 +115,8 @@ static int pack_flush(struct upgrade *u)
     pack_index_encode(ibytes, u->index, u->nindex, u->len, u->seq);
     iov[0] = (struct iovec){u->buf, u->len};
     iov[1] = (struct iovec){ibytes, ilen};
-    pack_key(put.req.key, sizeof(put.req.key), u->seq);
+    /* Packs of writer 0: a store of format 1 had one writer. */
+    pack_key(put.req.key, sizeof(put.req.key), 0, u->seq);
     put.req.cb = put_done;
     put.req.userdata = &done;
     put.iov = iov;

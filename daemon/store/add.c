@@ -623,6 +623,8 @@ static void final_send(struct store_add *add)
     d->text = text_acc_text(&add->text, &text_len) != NULL;
     /* The time the journal recorded, so a rebuild restores exactly this. */
     d->created_at = (int64_t)(add->entry_ns / 1000000000u);
+    d->event_ns = add->entry_ns;
+    memcpy(d->event_id, add->entry.id, PROTO_HASH_LEN);
     add->final_recs = add->last;
     add->last = (struct rec_list){0};
     if (add_list_push(&add->final_recs, &add->entry) < 0) {

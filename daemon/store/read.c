@@ -30,8 +30,10 @@ int store_read_pack(struct store *st, uint64_t seq, uint64_t off, void *buf, siz
                     size_t *got, bool cached)
 {
     char key[BACKEND_MAX_KEY];
+    int r = db_pack_key(st->db, seq, key, sizeof(key));
 
-    pack_key(key, sizeof(key), seq);
+    if (r < 0)
+        return BACKEND_E_NOT_FOUND; /* a pack of a writer the database does not know */
     if (backend_has(st->be, BACKEND_CAP_READ_SYNC))
         return backend_read_sync(st->be, key, off, buf, len, got);
     if (cached && st->rcache)

@@ -80,9 +80,51 @@ static void be64_write(uint8_t *p, uint64_t v)
 
 /* ---- a pack's key ---- */
 
-void pack_key(char *key, size_t len, uint64_t seq)
+void pack_key(char *key, size_t len, uint64_t writer, uint64_t seq)
 {
-    snprintf(key, len, PACK_KEY_PREFIX "%016" PRIx64, seq);
+    if (writer == 0)
+        snprintf(key, len, PACK_KEY_PREFIX "%016" PRIx64, seq);
+    else
+        snprintf(key, len, PACK_KEY_PREFIX "%016" PRIx64 "-%016" PRIx64, writer, seq);
+}
+
+/* Sixteen lower-case hex digits at s: 0 with their value, else -EINVAL. */
+static int hex16(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        if (c >= '0' && c <= '9')
+            v = v << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v = v << 4 | (uint64_t)(c - 'a' + 10);
+        else
+            return -EINVAL;
+    }
+    *out = v;
+    return 0;
+}
+
+int pack_key_parse(const char *key, uint64_t *writer, uint64_t *seq)
+{
+    size_t plen = strlen(PACK_KEY_PREFIX), len = strlen(key);
+
+    if (len <= plen || memcmp(key, PACK_KEY_PREFIX, plen) != 0)
+        return -EINVAL;
+    key += plen;
+    len -= plen;
+    if (len == 16) {
+        *writer = 0;
+        if (hex16(key, seq) < 0)
+            return -EINVAL;
+    } else if (len == 33 && key[16] == '-') {
+        if (hex16(key, writer) < 0 || hex16(key + 17, seq) < 0 || *writer == 0)
+            return -EINVAL;
+    } else {
+        return -EINVAL;
+    }
+    return *seq == 0 || *seq > PACK_SEQ_MAX ? -EINVAL : 0;
 }
 
 /* ---- pack header ---- */

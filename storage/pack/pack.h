@@ -89,11 +89,27 @@ enum pack_idx_type {
 
 /* ---- a pack's key in the backend ---- */
 
-/* The keys of all packs start with this: they are the backend's "packs/" directory. */
+/*
+ * Several daemons may write to one bucket; each is a writer with an id of
+ * its own (random, never 0), and numbers its packs 1, 2, 3... (its seqs, at
+ * most PACK_SEQ_MAX). A pack's key is its writer's id and its seq, so no two
+ * writers can ever make the same key: "packs/<writer>-<seq>", each sixteen
+ * lower-case hex digits. Writer 0 is the one writer of a store made before
+ * writers had ids: its packs are "packs/<seq>".
+ */
 #define PACK_KEY_PREFIX "packs/"
+#define PACK_SEQ_MAX ((1ull << 48) - 1)
+/* "packs/" and two sixteen-digit numbers with a dash, and the NUL. */
+#define PACK_KEY_MAX 40
 
-/* The key of pack `seq`: "packs/%016llx" (sixteen lower-case hex digits). */
-void pack_key(char *key, size_t len, uint64_t seq);
+/* The key of writer's pack seq (cut to len - 1 bytes when len is too short). */
+void pack_key(char *key, size_t len, uint64_t writer, uint64_t seq);
+/*
+ * The writer and seq of a pack's key: 0, or -EINVAL when it is no pack's
+ * key (another shape, a seq of 0 or past PACK_SEQ_MAX, or a writer of 0
+ * written out).
+ */
+int pack_key_parse(const char *key, uint64_t *writer, uint64_t *seq);
 
 /* ---- pack header ---- */
 

@@ -61,17 +61,49 @@ static void assert_seen(const struct seen *s, const struct tpack *tp, const uint
 static void test_pack_key(void **state)
 {
     char key[64], small[8 + 1];
+    uint64_t writer, seq;
 
-    pack_key(key, sizeof(key), 0x2a);
+    /* Writer 0, of stores from before writers had ids. */
+    pack_key(key, sizeof(key), 0, 0x2a);
     assert_string_equal(key, "packs/000000000000002a");
-    pack_key(key, sizeof(key), 0);
-    assert_string_equal(key, "packs/0000000000000000");
-    pack_key(key, sizeof(key), UINT64_MAX);
-    assert_string_equal(key, "packs/ffffffffffffffff");
+    assert_int_equal(pack_key_parse(key, &writer, &seq), 0);
+    assert_int_equal(writer, 0);
+    assert_int_equal(seq, 0x2a);
+    pack_key(key, sizeof(key), 0, PACK_SEQ_MAX);
+    assert_string_equal(key, "packs/0000ffffffffffff");
     assert_memory_equal(key, PACK_KEY_PREFIX, strlen(PACK_KEY_PREFIX));
+    /* A writer's own. */
+    pack_key(key, sizeof(key), 0x0123456789abcdefull, 7);
+    assert_string_equal(key, "packs/0123456789abcdef-0000000000000007");
+    assert_true(strlen(key) < PACK_KEY_MAX);
+    assert_int_equal(pack_key_parse(key, &writer, &seq), 0);
+    assert_int_equal(writer, 0x0123456789abcdefull);
+    assert_int_equal(seq, 7);
+    pack_key(key, sizeof(key), UINT64_MAX, PACK_SEQ_MAX);
+    assert_int_equal(pack_key_parse(key, &writer, &seq), 0);
+    assert_int_equal(writer, UINT64_MAX);
+    assert_int_equal(seq, PACK_SEQ_MAX);
+    /* Whatever else is no pack. */
+    static const char *const bad[] = {
+        "packs/",
+        "packs/0000000000000000",
+        "packs/0001000000000000",
+        "packs/000000000000002A",
+        "packs/000000000000002",
+        "packs/000000000000002a0",
+        "packs/0000000000000000-0000000000000001",
+        "packs/0123456789abcdef-0000000000000000",
+        "packs/0123456789abcdef_0000000000000001",
+        "packs/0123456789abcdef-000000000000001",
+        "other/000000000000002a",
+        "packs/x.tmp",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (pack_key_parse(bad[i], &writer, &seq) != -EINVAL)
+            fail_msg("%s was taken for a pack's key", bad[i]);
     /* A buffer too short gets a cut key, terminated, and nothing past its end. */
     small[8] = 'x';
-    pack_key(small, 8, 0x2a);
+    pack_key(small, 8, 0, 0x2a);
     assert_string_equal(small, "packs/0");
     assert_int_equal(small[8], 'x');
 }

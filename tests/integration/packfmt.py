@@ -251,14 +251,17 @@ class Pack:
         self.data = data
         if len(data) < HEADER_SIZE or data[:8] != PACK_MAGIC:
             raise PackFormatError("%s: no pack header" % path)
-        (self.seq,) = struct.unpack_from(">Q", data, 8)
+        # hseq: the seq its header and trailer carry; seq: its number in the
+        # database once read_packs() knows it (the header's until then)
+        (self.hseq,) = struct.unpack_from(">Q", data, 8)
+        self.seq = self.hseq
         self.records = []
         self.index = None
         self.tail = None
         self.sealed = False
         trailer = parse_trailer(data)
         limit = self.size
-        if trailer is not None and trailer[3] == self.seq:
+        if trailer is not None and trailer[3] == self.hseq:
             index_off, count, index_crc, _ = trailer
             ibytes = memoryview(data)[index_off:index_off + count * INDEX_ENTRY]
             if crc32c(ibytes) == index_crc:
@@ -311,17 +314,75 @@ def pack_dir(data_dir):
     return os.path.join(data_dir, "objects", "packs")
 
 
+SEQ_BITS = 48  # a pack's number in the database: its writer's index above its seq
+
+
+def _hex16(s):
+    return len(s) == 16 and all(c in "0123456789abcdef" for c in s)
+
+
+def parse_pack_name(name):
+    """(writer, seq) of a pack's name (the key after "packs/"): "<seq>" for
+    writer 0, "<writer>-<seq>" for the others (storage/pack/pack.h); None
+    for anything else."""
+    if _hex16(name):
+        return 0, int(name, 16)
+    if len(name) == 33 and name[16] == "-" and _hex16(name[:16]) and _hex16(name[17:]):
+        return int(name[:16], 16), int(name[17:], 16)
+    return None
+
+
+def pack_name(writer, seq):
+    return "%016x" % seq if writer == 0 else "%016x-%016x" % (writer, seq)
+
+
+def writer_indexes(data_dir):
+    """{writer id: index} from the database's writers table (writer 0 is 0)."""
+    import sqlite3
+
+    out = {0: 0}
+    path = os.path.join(data_dir, "cairn.db")
+    if not os.path.exists(path):
+        return out
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=30)
+    try:
+        for idx, wid in db.execute("SELECT idx, id FROM writers"):
+            out[wid & (2**64 - 1)] = idx
+    except sqlite3.OperationalError:
+        pass  # a database of an older format
+    finally:
+        db.close()
+    return out
+
+
+def pack_number(writer, seq, indexes):
+    """A pack's number as the database has it, from {writer id: index}; a
+    writer the database does not know gets an index past all it knows."""
+    if writer not in indexes:
+        indexes[writer] = max(indexes.values()) + 1
+    return (indexes[writer] << SEQ_BITS) | seq
+
+
+def own_writer(data_dir):
+    """This data directory's writer id (DATA_DIR/writer)."""
+    with open(os.path.join(data_dir, "writer")) as f:
+        return int(f.readline(), 16)
+
+
 def list_packs(data_dir):
-    """[(seq, path)] of every pack file of a data directory, by sequence number."""
+    """[(number, path)] of every pack file of a data directory, by the
+    number the database gives it."""
     d = pack_dir(data_dir)
     out = []
     try:
         names = os.listdir(d)
     except FileNotFoundError:
         return []
-    for name in names:
-        if len(name) == 16 and all(c in "0123456789abcdef" for c in name):
-            out.append((int(name, 16), os.path.join(d, name)))
+    indexes = writer_indexes(data_dir)
+    for name in sorted(names):
+        parsed = parse_pack_name(name)
+        if parsed is not None:
+            out.append((pack_number(parsed[0], parsed[1], indexes), os.path.join(d, name)))
     return sorted(out)
 
 
@@ -337,7 +398,13 @@ def read_pack(path, check_crc=True):
 
 
 def read_packs(data_dir, check_crc=True):
-    return [read_pack(p, check_crc) for _, p in list_packs(data_dir)]
+    """The packs of a data directory, each with .seq its number in the database."""
+    out = []
+    for number, path in list_packs(data_dir):
+        pack = read_pack(path, check_crc)
+        pack.seq = number
+        out.append(pack)
+    return out
 
 
 def read_record_at(path, offset, check_crc=True):

@@ -4,7 +4,7 @@ real `cairnd` and `cairn`, checked against the pack files on disk.
 
 Chunk ids are predicted with a reference implementation of cairn's
 content-defined chunking (FastCDC as documented in compress/cdc.h, default
-parameters), and the packs (DATA_DIR/objects/packs/<seq>) are read with the
+parameters), and the packs (DATA_DIR/objects/packs/<writer>-<seq>) are read with the
 reference reader packfmt.py, so the tests name the exact block records a
 document's chunks live in, check the daemon cuts where the format says
 (also across its internal 1 MiB segments), and damage chosen bytes on disk.

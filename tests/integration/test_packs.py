@@ -319,8 +319,9 @@ class TornTail(dd.RebuildHelpers, dd.DedupCase):
             pf.xor_byte(pack.path, pf.record_file_offsets(first)["raw"] + 1000)
             # A newer pack (a bare header), as if the writer had moved on: the
             # damaged pack is not the newest any more, and replay seals it.
-            with open(os.path.join(pf.pack_dir(self.d.data_dir), "%016x" % (pack.seq + 1)), "wb") as f:
-                f.write(pf.PACK_MAGIC + (pack.seq + 1).to_bytes(8, "big"))
+            newer = pf.pack_name(pf.own_writer(self.d.data_dir), pack.hseq + 1)
+            with open(os.path.join(pf.pack_dir(self.d.data_dir), newer), "wb") as f:
+                f.write(pf.PACK_MAGIC + (pack.hseq + 1).to_bytes(8, "big"))
 
         docs, hashes, pack = self.damaged_open_pack(damage)
         self.d.start()
@@ -352,7 +353,8 @@ class TornTail(dd.RebuildHelpers, dd.DedupCase):
         [(seq, path)] = pf.list_packs(self.d.data_dir)
         os.unlink(path)
         self.d.start()
-        self.assertIn("pack %016x is missing from the backend" % seq, self.last_start_log())
+        self.assertIn("pack packs/%s is missing from the backend" % os.path.basename(path),
+                      self.last_start_log())
         content = os.urandom(200 * KiB)
         hb = dd.add(self.d, content, "-n", "b")
         self.assertEqual([s for s, _ in pf.list_packs(self.d.data_dir)], [seq + 1])

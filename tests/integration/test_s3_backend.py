@@ -74,7 +74,7 @@ def daemon_output(d):
 
 
 def is_pack_name(name):
-    return len(name) == 16 and all(c in "0123456789abcdef" for c in name)
+    return pf.parse_pack_name(name) is not None
 
 
 class S3Daemon(ct.Daemon):
@@ -192,7 +192,8 @@ class S3Case(ct.StoreChecks, unittest.TestCase):
             except pf.PackFormatError as e:
                 self.fail("pack %s in the bucket does not parse: %s" % (key, e))
             self.assertTrue(pack.sealed, "pack %s in the bucket is not sealed: %r" % (key, pack))
-            self.assertEqual(pack.seq, int(name, 16), "pack %s holds sequence number %d" % (key, pack.seq))
+            self.assertEqual(pack.hseq, pf.parse_pack_name(name)[1],
+                             "pack %s holds sequence number %d" % (key, pack.hseq))
             out[key] = pack
         return out
 

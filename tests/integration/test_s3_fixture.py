@@ -237,6 +237,19 @@ class Faults(S3Case):
         self.assertIsNone(self.stored("lost"))
         self.assertEqual(self.faulted("reset_request"), 1)
 
+    def test_lost_answer_after_the_write(self):
+        """`lost`: the put is carried out, and no byte of its answer comes;
+        a create-only put refused then is lost the same way."""
+        self.srv.faults(1.0, ["lost"])
+        rc, code, data, err = self.put("orphan", b"stored, never answered", max_time=2)
+        self.assertEqual(rc, 28, err)  # operation timed out
+        rc, code, data, err = self.put("orphan", b"again", max_time=2,
+                                       headers=["If-None-Match: *"])
+        self.assertEqual(rc, 28, err)
+        self.assertEqual(self.faulted("lost"), 2)
+        self.srv.control(clear_faults=True)
+        self.assertEqual(self.stored("orphan"), b"stored, never answered")
+
     def test_truncate_is_curl_error_18(self):
         self.srv.faults(1.0, ["truncate"])
         rc, code, data, err = self.get("obj")

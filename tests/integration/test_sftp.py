@@ -24,7 +24,7 @@ sshd per test, sshfixture.py; skipped when openssh-server is missing):
 
 The remote store of each test is a directory of the test's temp dir, reached
 through sshd as the current user, so the tests read the pack files the
-server wrote directly (packfmt.py): PATH/packs/<16 hex digits> are sealed
+server wrote directly (packfmt.py): PATH/packs/<writer>-<seq> are sealed
 packs, PATH/packs/.tmp-* files being written.
 """
 
@@ -53,7 +53,7 @@ TMP_PREFIX = ".tmp-"
 
 
 def is_pack_name(name):
-    return len(name) == 16 and all(c in "0123456789abcdef" for c in name)
+    return pf.parse_pack_name(name) is not None
 
 
 class SftpCase(ct.StoreChecks, unittest.TestCase):
@@ -118,7 +118,8 @@ class SftpCase(ct.StoreChecks, unittest.TestCase):
                 self.fail("remote pack %s (%d bytes) does not parse: %s" % (name, files[name], e))
             self.assertTrue(pack.sealed, "remote pack %s (%d bytes) is not a complete sealed pack: %r, "
                             "tail: %s" % (name, files[name], pack, pack.tail))
-            self.assertEqual(pack.seq, int(name, 16), "pack %s holds sequence number %d" % (name, pack.seq))
+            self.assertEqual(pack.hseq, pf.parse_pack_name(name)[1],
+                             "pack %s holds sequence number %d" % (name, pack.hseq))
             self.assertTrue(pack.records, "sealed pack %s without records" % name)
             self.assertEqual([e.key() for e in pack.index], [e.key() for e in pack.expected_index()],
                              "pack %s: its index does not match its records" % name)

@@ -12,7 +12,8 @@
  *   - checks x-amz-content-sha256 against the body;
  *   - implements `If-None-Match: *` on PUT (412 PreconditionFailed);
  *   - injects faults (503 SlowDown, 500 InternalError, connection resets,
- *     stalls, truncated bodies) and latency, and can play "server gone";
+ *     stalls, truncated bodies, answers lost after the request was carried
+ *     out) and latency, and can play "server gone";
  *   - stands in for Cloudflare's R2 temporary credentials API.
  *
  * Usage:
@@ -253,7 +254,9 @@ FilesystemStore.prototype.putObject = async function putObject(object) {
 // ---------------------------------------------------------------- state
 
 const LATENCY_PROFILES = { clean: 0, rtt20: 20, rtt50: 50, rtt100: 100 };
-const FAULT_KINDS = ['503', '500', 'reset', 'reset_request', 'stall', 'truncate'];
+// lost: the request is carried out, and then no byte of the answer comes
+// (the client gives up not knowing that it happened: an orphan write).
+const FAULT_KINDS = ['503', '500', 'reset', 'reset_request', 'stall', 'truncate', 'lost'];
 
 // Settings changed by POST /control; see CONTROL_DOC below.
 const settings = {
@@ -773,6 +776,10 @@ async function handleS3(req, res) {
       entry.status = err.status;
       entry.error = err.code;
       if (err.code !== 'PreconditionFailed') bump(counters.rejected, err.code);
+      if (fault === 'lost') {
+        stallSocket(req.socket); // the answer is lost, a refusal as any other
+        return;
+      }
       s3Error(res, err.status, err.code, err.message);
       return;
     }
@@ -784,6 +791,12 @@ async function handleS3(req, res) {
   }
 
   const { up, answer } = result;
+  if (fault === 'lost') {
+    entry.status = up.statusCode;
+    if (answer === null) up.resume(); // drained, never sent
+    stallSocket(req.socket);
+    return;
+  }
   if (fault === 'reset' || fault === 'stall' || fault === 'truncate') {
     if (answer !== null) {
       const { Readable } = require('stream');
