@@ -147,6 +147,8 @@ void config_print(const struct config *cfg, FILE *out)
     put_u64(out, cfg, "store", "chunk_max", cfg->chunk_max);
     put_u64(out, cfg, "store", "pack_size", cfg->pack_size);
     put_uint(out, cfg, "store", "repack_threshold", cfg->repack_threshold);
+    snprintf(buf, sizeof(buf), "%llums", (unsigned long long)cfg->refresh_interval_ms);
+    put(out, cfg, "store", "refresh_interval", buf);
     put_u64(out, cfg, "store", "cache_size", cfg->cache_size);
     put(out, cfg, "store", "read_cache_dir", cfg->read_cache_dir);
     if (cfg->read_cache_auto)

@@ -132,6 +132,33 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
+/*
+ * Parses a duration: a whole number and a unit, ms, s, m, h or d (no unit:
+ * seconds), into milliseconds; up to max_ms.
+ */
+static int parse_duration(const char *s, uint64_t max_ms, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        uint64_t ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+
+    if (errno || end == s || s[0] == '-')
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(end, units[i].unit) == 0) {
+            if (v > max_ms / units[i].ms)
+                return -EINVAL;
+            *out = v * units[i].ms;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
 {
     char *end;
@@ -195,6 +222,15 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             if (parse_uint(value, 1, 100, &u))
                 return "repack_threshold must be a percentage from 1 to 100";
             cfg->repack_threshold = u;
+            return NULL;
+        }
+        if (strcmp(key, "refresh_interval") == 0) {
+            uint64_t ms;
+            if (parse_duration(value, 86400000, &ms))
+                return "refresh_interval must be a duration such as 5s or 500ms (0: never on its "
+                       "own), "
+                       "at most a day";
+            cfg->refresh_interval_ms = ms;
             return NULL;
         }
         if (strcmp(key, "cache_size") == 0) {
@@ -360,6 +396,7 @@ static void set_defaults(struct config *cfg)
     cfg->max_text = 16 * 1024 * 1024;
     cfg->pack_size = 16 * 1024 * 1024;
     cfg->repack_threshold = 50;
+    cfg->refresh_interval_ms = 5000;
     cfg->cache_size = 64 * 1024 * 1024;
     cfg->read_cache_auto = true;
     cfg->max_connections = 4096;

@@ -36,6 +36,8 @@ struct config {
     size_t max_text;
     uint64_t pack_size;
     unsigned repack_threshold; /* percent alive below which gc rewrites a pack */
+    /* How often other writers' packs are looked for in the bucket (0: only when asked). */
+    uint64_t refresh_interval_ms;
     uint64_t cache_size;
     /* Remote backends' read cache: its directory (absolute once loaded) and bound in bytes
      * (0: none; with read_cache_auto, the bound comes from the free space at start). */

@@ -298,10 +298,12 @@ static int open_store(struct daemon *d, const struct config *cfg, const struct s
     struct packer_resume resume = {0};
     struct packer_config pcfg = {cfg->pack_size, cfg->compression_level};
     struct gc_config gcfg = {cfg->repack_threshold, cfg->pack_size, cfg->compression_level};
+    struct recovery_parts parts;
     int r;
 
     if ((r = store_new(&d->store, &d->loop, d->be, d->db, d->rc, scfg)) < 0)
         return r;
+    parts = (struct recovery_parts){&d->loop, d->store, d->be, d->db, d->writer, d->owns_writer0};
     r = recovery_replay(
         &(struct recovery_parts){&d->loop, d->store, d->be, d->db, d->writer, d->owns_writer0},
         cfg->rebuild_index, &resume, d->replay_summary, sizeof(d->replay_summary));
@@ -313,9 +315,14 @@ static int open_store(struct daemon *d, const struct config *cfg, const struct s
     store_set_writer(d->store, d->pk);
     if ((r = search_new(&d->search, &d->loop, d->store, d->db, index_path, cfg->max_text)) < 0)
         return r;
-    return gc_new(&d->gc, &d->loop,
-                  &(struct gc_parts){d->store, d->search, d->db, d->be, d->pk, d->rc, &d->reserve},
-                  &gcfg);
+    r = gc_new(&d->gc, &d->loop,
+               &(struct gc_parts){d->store, d->search, d->db, d->be, d->pk, d->rc, &d->reserve},
+               &gcfg);
+    /* A rebuild or an upgrade ends once done: what others write meanwhile is not its business. */
+    if (r == 0 && !cfg->rebuild_index && !cfg->upgrade)
+        r = refresh_new(&d->refresh, &parts, recovery_own_writer(&resume),
+                        cfg->refresh_interval_ms);
+    return r;
 }
 
 /* Lets a daemon serving a thousand clients have the descriptors for them. */
@@ -448,7 +455,9 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
                                 .st = d->store,
                                 .search = d->search,
                                 .gc = d->gc,
+                                .refresh = d->refresh,
                                 .db = d->db,
+                                .writer = d->writer,
                                 .backend_desc = d->backend_desc,
                                 .max_connections = cfg->max_connections,
                             });
@@ -475,7 +484,8 @@ static void drained(void *ctx, int status)
 static bool busy(const struct daemon *d)
 {
     return (d->pk && packer_busy(d->pk)) || (d->search && search_busy(d->search)) ||
-           (d->gc && gc_busy(d->gc)) || (d->rc && readcache_busy(d->rc));
+           (d->gc && gc_busy(d->gc)) || (d->rc && readcache_busy(d->rc)) ||
+           (d->refresh && refresh_busy(d->refresh));
 }
 
 int daemon_drain(struct daemon *d)
@@ -524,6 +534,7 @@ struct daemon *daemon_free(struct daemon *d)
     uv_run(&d->loop, UV_RUN_DEFAULT);
     /* Each part before the parts it uses. */
     d->srv = server_free(d->srv);
+    d->refresh = refresh_free(d->refresh);
     d->gc = gc_free(d->gc);
     d->search = search_free(d->search);
     d->store = store_free(d->store);

@@ -21,6 +21,7 @@ struct db;
 struct gc;
 struct packer;
 struct readcache;
+struct refresh;
 struct search;
 struct server;
 struct store;
@@ -49,6 +50,7 @@ struct daemon {
     struct store *store;
     struct search *search;
     struct gc *gc;
+    struct refresh *refresh; /* the other writers' packs, while serving */
     struct server *srv;
     char replay_summary[512]; /* what recovery brought back from the packs */
     uint64_t writer;          /* this daemon's writer id (DATA_DIR/writer) */

@@ -17,7 +17,9 @@ struct server {
     struct store *st;
     struct search *search;
     struct gc *gc;
+    struct refresh *refresh;
     struct db *db;
+    uint64_t writer;
     char backend_desc[256];
     unsigned max_connections;
     const struct conn_handler *handler; /* dispatch's */

@@ -20,6 +20,7 @@
 
 struct db;
 struct gc;
+struct refresh;
 struct search;
 struct server;
 struct store;
@@ -30,7 +31,9 @@ struct server_parts {
     struct store *st;
     struct search *search;
     struct gc *gc;
+    struct refresh *refresh; /* NULL: none */
     struct db *db;
+    uint64_t writer;          /* for status: this daemon's writer id */
     const char *backend_desc; /* for status: the backend, without secrets */
     unsigned max_connections;
 };

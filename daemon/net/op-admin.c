@@ -4,6 +4,7 @@
  * through a callback; job_running keeps their op alive until it does.
  */
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "daemon/meta/db.h"
 #include "daemon/net/op.h"
 #include "daemon/gc/gc.h"
+#include "daemon/recovery/recovery.h"
 #include "daemon/search/search.h"
 #include "daemon/store/store.h"
 
@@ -186,6 +188,40 @@ static void status_work(uv_work_t *work)
     st->status = db_totals(st->op.srv->db, &st->totals);
 }
 
+/*
+ * The writers of the bucket (PROTOCOL.md `status`): this daemon's own id,
+ * and each other writer known with how far this daemon has read it.
+ */
+static void pack_writers(msgpack_packer *pk, uint64_t own, const struct refresh_writer *w, size_t n)
+{
+    uint64_t now = uv_hrtime() / 1000000;
+    char hex[17];
+    size_t others = 0;
+
+    for (size_t i = 0; i < n; i++)
+        others += w[i].id != own;
+    snprintf(hex, sizeof(hex), "%016" PRIx64, own);
+    proto_pack_cstr(pk, "writer");
+    proto_pack_cstr(pk, hex);
+    proto_pack_cstr(pk, "writers");
+    msgpack_pack_array(pk, (uint32_t)others);
+    for (size_t i = 0; i < n; i++) {
+        if (w[i].id == own)
+            continue;
+        snprintf(hex, sizeof(hex), "%016" PRIx64, w[i].id);
+        msgpack_pack_map(pk, 4);
+        proto_pack_cstr(pk, "id");
+        proto_pack_cstr(pk, hex);
+        proto_pack_cstr(pk, "packs_read");
+        msgpack_pack_uint64(pk, w[i].packs);
+        proto_pack_cstr(pk, "newest_pack");
+        msgpack_pack_uint64(pk, w[i].newest);
+        /* How long ago its packs were last listed: -1 when never. */
+        proto_pack_cstr(pk, "seen_ms_ago");
+        msgpack_pack_int64(pk, w[i].seen_ms ? (int64_t)(now - w[i].seen_ms) : -1);
+    }
+}
+
 static void status_done(uv_work_t *work, int status)
 {
     struct op_status *st = container_of(work, struct op_status, work);
@@ -204,7 +240,12 @@ static void status_done(uv_work_t *work, int status)
     struct search_stats xs;
     store_get_stats(srv->st, &ss);
     search_get_stats(srv->search, &xs);
-    reply_begin(&r, st->op.base.id, true, 21 + (ss.read_cache ? 6 : 0));
+    struct refresh_stats rs;
+    struct refresh_writer *writers = NULL;
+    size_t nwriters = 0;
+    if (srv->refresh)
+        refresh_get_stats(srv->refresh, &rs, &writers, &nwriters);
+    reply_begin(&r, st->op.base.id, true, 23 + (ss.read_cache ? 6 : 0));
     proto_pack_cstr(&r.pk, "version");
     proto_pack_cstr(&r.pk, CAIRN_VERSION);
     proto_pack_cstr(&r.pk, "protocol");
@@ -259,6 +300,8 @@ static void status_done(uv_work_t *work, int status)
     msgpack_pack_uint64(&r.pk, xs.pending);
     proto_pack_cstr(&r.pk, "connections");
     msgpack_pack_uint32(&r.pk, srv->nconns);
+    pack_writers(&r.pk, srv->writer, writers, nwriters);
+    free(writers);
     reply_send(st->op.base.conn, &r);
     op_finish(&st->op);
 }

@@ -36,6 +36,7 @@ enum op_kind {
     OP_GC,
     OP_VERIFY,
     OP_DU,
+    OP_REFRESH,
 };
 
 /* The part every operation shares; it must be the first member of each kind's struct. */
@@ -105,6 +106,7 @@ void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_du(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_search(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_gc(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_refresh(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_verify(struct conn *c, uint64_t id, const msgpack_object *map);
 
 /* op-add.c: the connection is going away; aborts the store's add and its flow-control hold. */

@@ -23,7 +23,9 @@ int server_new(struct server **out, const struct server_parts *parts)
     srv->st = parts->st;
     srv->search = parts->search;
     srv->gc = parts->gc;
+    srv->refresh = parts->refresh;
     srv->db = parts->db;
+    srv->writer = parts->writer;
     snprintf(srv->backend_desc, sizeof(srv->backend_desc), "%s", parts->backend_desc);
     srv->max_connections = parts->max_connections;
     srv->handler = &dispatch_handler;

@@ -43,7 +43,8 @@ struct recovery_parts {
 };
 
 /*
- * Replays what the database lacks from the packs, every writer's; with
+ * Replays what the database lacks from the packs, every writer's, after
+ * making this daemon's writer known in the bucket (writers/); with
  * `rebuild` (an empty database) every chunk is read back and checked. Only
  * this daemon's own packs are ever changed (a torn tail cut, an open pack
  * sealed); another writer's pack is read once it is sealed. Fills *resume
@@ -53,6 +54,8 @@ struct recovery_parts {
  */
 int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct packer_resume *resume,
                     char *summary, size_t summary_len);
+/* The index of this daemon's own writer in the database (after recovery_replay). */
+unsigned recovery_own_writer(const struct packer_resume *resume);
 
 /*
  * Converts the format 1 database at db_path and the objects under the
@@ -62,6 +65,53 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
  */
 int upgrade_run(uv_loop_t *loop, struct backend *be, const char *backend_url, const char *db_path,
                 uint64_t pack_size, int level, size_t max_text, char *err, size_t err_len);
+/* ---- the writers of a bucket ---- */
+
+/*
+ * Each writer has an object of its own under writers/ ("writers/<id>", the
+ * id in sixteen hex digits), put once, at its first start: how the others
+ * learn that it exists before it has written a pack.
+ */
+#define RECOVERY_WRITERS_DIR "writers/"
+/* The writer id of a key under writers/: 0, or -EINVAL. */
+int recovery_writer_key_parse(const char *key, uint64_t *id);
+
+/* ---- refresh: the other writers' packs, while serving ---- */
+
+struct refresh;
+
+struct refresh_writer {
+    uint64_t id;
+    unsigned widx;    /* its index in the database */
+    uint64_t newest;  /* the newest of its packs this daemon knows (its seq) */
+    uint64_t packs;   /* its packs a refresh read */
+    uint64_t seen_ms; /* when its packs were last listed (monotonic ms; 0: never) */
+};
+
+struct refresh_stats {
+    uint64_t passes, failures;
+    uint64_t added, deleted, refused; /* the other writers' entries applied */
+    uint64_t last_ok_ms;              /* monotonic ms of the last pass that succeeded (0: none) */
+};
+
+/*
+ * Starts the refresh of a daemon whose own writer has index own_widx: a
+ * pass every interval_ms (0: only when asked), on a thread of its own, the
+ * loop doing its requests and commits. 0 or negative errno.
+ */
+int refresh_new(struct refresh **out, const struct recovery_parts *parts, unsigned own_widx,
+                uint64_t interval_ms);
+/* Stops it (a running pass is waited for); its handles close asynchronously. Returns NULL. */
+struct refresh *refresh_free(struct refresh *rf);
+/* A pass runs, or is asked for. */
+bool refresh_busy(const struct refresh *rf);
+/* cb(ctx, status) once a pass that starts after this call has ended. 0 or -ENOMEM. */
+typedef void refresh_cb(void *ctx, int status);
+int refresh_now(struct refresh *rf, refresh_cb *cb, void *ctx);
+/* Counters, and a copy of the writers known (malloc'd, the caller frees it). */
+void refresh_get_stats(struct refresh *rf, struct refresh_stats *out,
+                       struct refresh_writer **writers, size_t *nwriters);
+
 /* Removes format 1 objects left beside packs (after an upgrade, or one cut short). */
 void upgrade_cleanup(const char *backend_url);
 /* The directory of a local backend URL ("local:/path", "file:///path"). */

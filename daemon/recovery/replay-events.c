@@ -193,7 +193,7 @@ static int page_check(struct event_page *pg)
         slices[i] = (struct event_slice){pg, from < pg->n ? from : pg->n, to, 0};
         ctxs[i] = &slices[i];
     }
-    if ((r = replay_jobs(&pg->rp->rv, slice_work, ctxs, k)) != 0)
+    if ((r = replay_jobs(pg->rp, slice_work, ctxs, k)) != 0)
         return r;
     for (size_t i = 0; i < k; i++)
         if (slices[i].status != 0)
@@ -201,9 +201,25 @@ static int page_check(struct event_page *pg)
     return 0;
 }
 
+/* A document whose index entry must be made again (the writer thread, while replay waits). */
+static void changed(struct replay *rp, int64_t rowid)
+{
+    if (rowid <= 0)
+        return;
+    if (rp->nchanged == rp->changed_cap) {
+        size_t cap = rp->changed_cap ? rp->changed_cap * 2 : 64;
+        int64_t *grown = realloc(rp->changed, cap * sizeof(*grown));
+        if (!grown)
+            return; /* the index finds it when it next looks over the database */
+        rp->changed = grown;
+        rp->changed_cap = cap;
+    }
+    rp->changed[rp->nchanged++] = rowid;
+}
+
 /* Applies one entry; *skipped when it is a delete that applies only when unnamed, and did not. */
-static int apply_entry(struct db_txn *txn, const struct entry *e, const uint8_t id[PROTO_HASH_LEN],
-                       bool *skipped)
+static int apply_entry(struct replay *rp, struct db_txn *txn, const struct entry *e,
+                       const uint8_t id[PROTO_HASH_LEN], bool *skipped)
 {
     char hex[PROTO_HASH_HEX + 1];
     int r;
@@ -211,17 +227,21 @@ static int apply_entry(struct db_txn *txn, const struct entry *e, const uint8_t 
     *skipped = false;
     proto_hex_encode(e->doc, PROTO_HASH_LEN, hex);
     if (e->op == ENTRY_UNNAME) {
-        int64_t rowid;
-        return db_txn_unname(txn, e->name, hex, &rowid);
+        int64_t rowid = 0;
+        r = db_txn_unname(txn, e->name, hex, &rowid);
+        changed(rp, rowid);
+        return r;
     }
     if (e->op == ENTRY_DELETE && e->if_unnamed) {
         bool deleted;
         r = db_txn_delete_if_unnamed(txn, hex, &deleted);
         *skipped = r == 0 && !deleted;
+        rp->removed |= r == 0 && deleted;
         return r;
     }
     if (e->op == ENTRY_DELETE) {
         r = db_txn_delete(txn, hex);
+        rp->removed |= r == 0;
         return r == DB_E_NOT_FOUND ? 0 : r;
     }
     struct db_add add = {
@@ -244,7 +264,9 @@ static int apply_entry(struct db_txn *txn, const struct entry *e, const uint8_t 
     };
     memcpy(add.hash, e->doc, PROTO_HASH_LEN);
     memcpy(add.event_id, id, PROTO_HASH_LEN);
-    return db_txn_add(txn, &add);
+    if ((r = db_txn_add(txn, &add)) == 0 && add.index_changed)
+        changed(rp, add.rowid);
+    return r;
 }
 
 /* Whether entry a comes before entry b in the journal's order. */
@@ -262,7 +284,7 @@ static bool before(const struct entry *a, const uint8_t aid[PROTO_HASH_LEN], con
  * A late entry: the document is worked out anew, from nothing, by its
  * applied entries and this one in the journal's order.
  */
-static int redo_document(struct db_txn *txn, struct event *ev)
+static int redo_document(struct replay *rp, struct db_txn *txn, struct event *ev)
 {
     char hex[PROTO_HASH_HEX + 1];
     bool mine_done = false, skipped;
@@ -272,16 +294,17 @@ static int redo_document(struct db_txn *txn, struct event *ev)
     r = db_txn_delete(txn, hex);
     if (r != 0 && r != DB_E_NOT_FOUND)
         return r;
+    rp->removed |= r == 0;
     r = 0;
     for (size_t i = 0; r == 0 && i <= ev->npast; i++) {
         if (!mine_done &&
             (i == ev->npast || before(&ev->e, ev->pend.id, &ev->past[i].e, ev->past[i].id))) {
             mine_done = true;
-            r = apply_entry(txn, &ev->e, ev->pend.id, &skipped);
+            r = apply_entry(rp, txn, &ev->e, ev->pend.id, &skipped);
             ev->skipped = skipped;
         }
         if (r == 0 && i < ev->npast)
-            r = apply_entry(txn, &ev->past[i].e, ev->past[i].id, &skipped);
+            r = apply_entry(rp, txn, &ev->past[i].e, ev->past[i].id, &skipped);
     }
     return r;
 }
@@ -298,9 +321,9 @@ static int page_apply(struct db_txn *txn, void *ctx)
             continue;
         }
         if (ev->past)
-            r = redo_document(txn, ev);
+            r = redo_document(pg->rp, txn, ev);
         else
-            r = apply_entry(txn, &ev->e, ev->pend.id, &ev->skipped);
+            r = apply_entry(pg->rp, txn, &ev->e, ev->pend.id, &ev->skipped);
         /* As when it was written: a delete that did not apply keeps no row. */
         if (r == 0)
             r = db_txn_journal_applied(txn, ev->pend.id, ev->skipped);
@@ -333,7 +356,7 @@ int replay_events(struct replay *rp)
         free(pend);
         r = page_check(&pg);
         if (r == 0)
-            r = replay_commit(rv, page_apply, &pg);
+            r = replay_commit(rp, page_apply, &pg);
         for (size_t i = 0; i < n; i++) {
             struct event *ev = &pg.ev[i];
             if (r == 0 && ev->verdict != 0) {

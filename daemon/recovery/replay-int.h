@@ -10,6 +10,7 @@
  * outside these files.
  */
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,8 +44,9 @@ struct replay_prefetch;
 
 struct replay {
     struct recovery_parts rv;
-    unsigned own_widx; /* this daemon's writer in the database (db.h) */
-    bool rebuild;      /* the database started empty: every chunk is read back and checked */
+    struct replay_bridge *bridge; /* a refresh's, on its thread; NULL: at start, on the loop */
+    unsigned own_widx;            /* this daemon's writer in the database (db.h) */
+    bool rebuild; /* the database started empty: every chunk is read back and checked */
     struct replay_prefetch *prefetch; /* the window read ahead, or NULL */
     struct replay_row rows[REPLAY_ROWS];
     size_t nrows;
@@ -56,6 +58,10 @@ struct replay {
     /* Totals for the summary. */
     uint64_t packs_read, records, torn_bytes, damaged, sealed, added, deleted, refused;
     uint64_t max_time;
+    /* What the entries applied changed, for the search index (a refresh tells it). */
+    int64_t *changed; /* documents created, or whose names, tags or metadata changed */
+    size_t nchanged, changed_cap;
+    bool removed; /* some document was deleted */
 };
 
 /* ---- waiting for the loop (replay-loop.c) ---- */
@@ -74,22 +80,48 @@ int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_
 bool replay_prefetch_take(struct replay *rp, const char *key, uint64_t off, uint64_t len,
                           uint8_t **out, size_t *out_len);
 void replay_prefetch_free(struct replay *rp);
+/* A whole object (flags: BACKEND_PUT_*): 0, BACKEND_E_*, or negative errno. */
+int replay_put(struct replay *rp, const char *key, const void *data, size_t len, unsigned flags);
 /* An append at `off` (with no iovecs: cut the object there, and make it durable). */
-int replay_append(const struct recovery_parts *rv, const char *key, uint64_t off,
-                  const struct iovec *iov, unsigned iovcnt);
+int replay_append(struct replay *rp, const char *key, uint64_t off, const struct iovec *iov,
+                  unsigned iovcnt);
 /* One page of a listing (the caller fills in the prefix and cursor): its status. */
-int replay_list(const struct recovery_parts *rv, struct backend_list *list);
+int replay_list(struct replay *rp, struct backend_list *list);
 /* A delete; an object already gone is not a failure. */
-int replay_del(const struct recovery_parts *rv, const char *key);
+int replay_del(struct replay *rp, const char *key);
 /* One database transaction running `apply`. */
-int replay_commit(const struct recovery_parts *rv, int (*apply)(struct db_txn *txn, void *ctx),
-                  void *ctx);
+int replay_commit(struct replay *rp, int (*apply)(struct db_txn *txn, void *ctx), void *ctx);
 /* Runs fn on a worker (where store reads may block) while the loop keeps turning. */
-int replay_job(const struct recovery_parts *rv, void (*fn)(void *ctx), void *ctx);
+int replay_job(struct replay *rp, void (*fn)(void *ctx), void *ctx);
 /* The same for n (at most REPLAY_JOBS_MAX) contexts at once, on as many workers. */
 #define REPLAY_JOBS_MAX 16
-int replay_jobs(const struct recovery_parts *rv, void (*fn)(void *ctx), void *const *ctxs,
-                size_t n);
+int replay_jobs(struct replay *rp, void (*fn)(void *ctx), void *const *ctxs, size_t n);
+
+/*
+ * A refresh's way to the loop: calls queued by its thread, started by the
+ * loop when `async` fires (replay_bridge_run), each waited for under `lock`.
+ */
+struct replay_call;
+struct replay_bridge {
+    uv_async_t async;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct replay_call *queue;
+};
+/* On the loop thread: starts the calls queued. */
+void replay_bridge_run(struct replay_bridge *b);
+
+/* ---- the packs on the backend against the database (replay.c) ---- */
+
+/* The number in the database of a writer's pack seq, its writer made known when new. */
+int replay_pack_number(struct replay *rp, uint64_t writer, uint64_t seq, uint64_t *pack);
+/*
+ * A pack listed with `size` bytes, with its row in the database (p) or
+ * without one (NULL): read as far as the database lacks it, and its row
+ * brought up to date. `newest` and `resume` as for replay_read_pack.
+ */
+int replay_pack_listed(struct replay *rp, uint64_t pack, uint64_t size, const struct db_pack *p,
+                       bool newest, struct packer_resume *resume);
 
 /* ---- one pack (replay-pack.c) ---- */
 

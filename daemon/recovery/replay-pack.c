@@ -46,7 +46,7 @@ static int rows_flush(struct replay *rp)
     int r = 0;
 
     if (rp->nrows)
-        r = replay_commit(&rp->rv, rows_apply, rp);
+        r = replay_commit(rp, rows_apply, rp);
     rp->nrows = 0;
     return r;
 }
@@ -462,7 +462,7 @@ static int seal(struct replay *rp, uint64_t valid_end, enum db_pack_state *state
         return -ENOMEM;
     pack_index_encode(ibytes, rp->index, rp->nindex, valid_end, DB_PACK_SEQ(rp->seq));
     struct iovec iov = {ibytes, ilen};
-    r = replay_append(&rp->rv, rp->key, valid_end, &iov, 1);
+    r = replay_append(rp, rp->key, valid_end, &iov, 1);
     free(ibytes);
     if (r == 0) {
         *state = DB_PACK_SEALED;
@@ -534,7 +534,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
      * kill, appended bytes may be in the page cache and not on disk, and the
      * database must never name what a power loss could still take away.
      */
-    if ((r = replay_append(rv, rp->key, size, NULL, 0)) != 0)
+    if ((r = replay_append(rp, rp->key, size, NULL, 0)) != 0)
         return r;
     if ((r = scan_open(rp, size, known, &valid_end)) != 0 || (r = rows_flush(rp)) != 0)
         return r;
@@ -543,7 +543,7 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
         rp->torn_bytes += size - valid_end;
     }
     /* Cut the tail (a torn write past what the database knows). */
-    if (valid_end < size && (r = replay_append(rv, rp->key, valid_end, NULL, 0)) != 0)
+    if (valid_end < size && (r = replay_append(rp, rp->key, valid_end, NULL, 0)) != 0)
         return r;
     *new_size = valid_end;
     *state = DB_PACK_OPEN;

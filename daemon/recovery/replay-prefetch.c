@@ -82,6 +82,9 @@ void replay_prefetch_free(struct replay *rp)
 
 int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_t *sizes, size_t n)
 {
+    /* Only at start: a refresh's thread reads as it goes. */
+    if (rp->bridge)
+        return -ENOTSUP;
     const struct recovery_parts *rv = &rp->rv;
     struct replay_prefetch *pf;
 

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/base/log.h"
 #include "daemon/pack/packer.h"
@@ -60,15 +61,14 @@ static int writer_apply(struct db_txn *txn, void *ctx)
     return db_txn_writer(txn, *(const uint64_t *)ctx, &widx);
 }
 
-/* The number in the database of a listed pack, its writer made known when new. */
-static int listed_number(const struct recovery_parts *rv, uint64_t writer, uint64_t seq,
-                         uint64_t *pack)
+int replay_pack_number(struct replay *rp, uint64_t writer, uint64_t seq, uint64_t *pack)
 {
+    const struct recovery_parts *rv = &rp->rv;
     unsigned widx;
     int r;
 
     if (db_writer_index(rv->db, writer, &widx) < 0) {
-        if ((r = replay_commit(rv, writer_apply, &writer)) != 0)
+        if ((r = replay_commit(rp, writer_apply, &writer)) != 0)
             return r < 0 ? r : -EIO;
         if (db_writer_index(rv->db, writer, &widx) < 0)
             return -EIO;
@@ -78,7 +78,7 @@ static int listed_number(const struct recovery_parts *rv, uint64_t writer, uint6
 }
 
 /* Every pack on the backend, by its number in the database. */
-static int list_packs(const struct recovery_parts *rv, struct listed **out, size_t *n)
+static int list_packs(struct replay *rp, struct listed **out, size_t *n)
 {
     struct backend_list list = {0};
     struct listed *v = NULL;
@@ -89,7 +89,7 @@ static int list_packs(const struct recovery_parts *rv, struct listed **out, size
     *n = 0;
     do {
         snprintf(list.req.key, sizeof(list.req.key), PACK_KEY_PREFIX);
-        if ((r = replay_list(rv, &list)) != 0)
+        if ((r = replay_list(rp, &list)) != 0)
             break;
         for (size_t i = 0; r == 0 && i < list.nentries; i++) {
             uint64_t writer, seq, pack;
@@ -97,7 +97,7 @@ static int list_packs(const struct recovery_parts *rv, struct listed **out, size
                 log_warn("replay: ignoring %s, which is not a pack", list.entries[i].key);
                 continue;
             }
-            if ((r = listed_number(rv, writer, seq, &pack)) < 0)
+            if ((r = replay_pack_number(rp, writer, seq, &pack)) < 0)
                 break;
             if (count == cap) {
                 cap = cap ? cap * 2 : 64;
@@ -140,10 +140,10 @@ static int pack_update_apply(struct db_txn *txn, void *ctx)
 }
 
 /* The pack's row goes: the pack itself is gone. */
-static int drop_row(const struct recovery_parts *rv, uint64_t seq)
+static int drop_row(struct replay *rp, uint64_t seq)
 {
     struct pack_update u = {.seq = seq, .drop = true};
-    return replay_commit(rv, pack_update_apply, &u);
+    return replay_commit(rp, pack_update_apply, &u);
 }
 
 /*
@@ -154,12 +154,13 @@ static int drop_row(const struct recovery_parts *rv, uint64_t seq)
  * now, whatever the pack's number. Any other missing pack is data lost: its
  * row stays, so status and verify go on showing it.
  */
-static int pack_missing(const struct recovery_parts *rv, const struct db_pack *p)
+static int pack_missing(struct replay *rp, const struct db_pack *p)
 {
+    const struct recovery_parts *rv = &rp->rv;
     char key[BACKEND_MAX_KEY];
 
     if (p->state == DB_PACK_DELETING)
-        return drop_row(rv, p->seq);
+        return drop_row(rp, p->seq);
     if (db_pack_key(rv->db, p->seq, key, sizeof(key)) < 0)
         snprintf(key, sizeof(key), "%016" PRIx64, p->seq);
     log_error("replay: pack %s is missing from the backend; what it held is lost", key);
@@ -173,10 +174,10 @@ static bool own_pack(const struct replay *rp, uint64_t pack)
     return widx == rp->own_widx || (widx == 0 && rp->rv.owns_writer0);
 }
 
-/* A pack on the backend, with its row in the database (p) or without one (NULL). */
-static int pack_listed(struct replay *rp, const struct listed *l, const struct db_pack *p,
+int replay_pack_listed(struct replay *rp, uint64_t pack, uint64_t size, const struct db_pack *p,
                        bool newest, struct packer_resume *resume)
 {
+    const struct listed one = {pack, size}, *l = &one;
     const struct recovery_parts *rv = &rp->rv;
     struct pack_update u = {.seq = l->pack};
     bool own = own_pack(rp, l->pack);
@@ -187,9 +188,9 @@ static int pack_listed(struct replay *rp, const struct listed *l, const struct d
         char key[BACKEND_MAX_KEY];
         if (db_pack_key(rv->db, p->seq, key, sizeof(key)) < 0)
             return -EIO;
-        if ((r = replay_del(rv, key)) != 0)
+        if ((r = replay_del(rp, key)) != 0)
             return r;
-        return drop_row(rv, p->seq);
+        return drop_row(rp, p->seq);
     }
     if (p && p->state == DB_PACK_SEALED && p->size == l->size)
         return 0;
@@ -200,7 +201,7 @@ static int pack_listed(struct replay *rp, const struct listed *l, const struct d
                          &u.size);
     if (r == 1)
         return 0; /* left alone, and said why */
-    return r != 0 ? r : replay_commit(rv, pack_update_apply, &u);
+    return r != 0 ? r : replay_commit(rp, pack_update_apply, &u);
 }
 
 /* Whether pack_listed() reads a listed pack: unknown, or known otherwise than as it is. */
@@ -249,7 +250,7 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
     uint64_t newest_open = 0;
     int r;
 
-    if ((r = list_packs(rv, &listed, &nlisted)) != 0)
+    if ((r = list_packs(rp, &listed, &nlisted)) != 0)
         return r;
     if ((r = db_packs(rv->db, &known, &nknown)) < 0) {
         free(listed);
@@ -277,13 +278,14 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
         total_bytes += listed[j].size;
     while (r == 0 && (i < nlisted || k < nknown)) {
         if (k < nknown && (i == nlisted || known[k].seq < listed[i].pack)) {
-            r = pack_missing(rv, &known[k++]);
+            r = pack_missing(rp, &known[k++]);
             continue;
         }
         if (i == window_end)
             window_end = prefetch_window(rp, listed, nlisted, i, known, nknown);
         const struct db_pack *p = k < nknown && known[k].seq == listed[i].pack ? &known[k++] : NULL;
-        r = pack_listed(rp, &listed[i], p, newest_open && listed[i].pack == newest_open, resume);
+        r = replay_pack_listed(rp, listed[i].pack, listed[i].size, p,
+                               newest_open && listed[i].pack == newest_open, resume);
         read_bytes += listed[i].size;
         i++;
         tty_progress_draw(&progress, "rebuild: read", read_bytes >> 20, total_bytes >> 20,
@@ -293,6 +295,46 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
     replay_prefetch_free(rp);
     free(listed);
     free(known);
+    return r;
+}
+
+int recovery_writer_key_parse(const char *key, uint64_t *id)
+{
+    size_t plen = strlen(RECOVERY_WRITERS_DIR);
+    char *end;
+
+    if (strncmp(key, RECOVERY_WRITERS_DIR, plen) != 0 || strlen(key + plen) != 16)
+        return -EINVAL;
+    for (const char *c = key + plen; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return -EINVAL;
+    *id = strtoull(key + plen, &end, 16);
+    return *id ? 0 : -EINVAL;
+}
+
+unsigned recovery_own_writer(const struct packer_resume *resume)
+{
+    return DB_PACK_WIDX(resume->next_seq);
+}
+
+/* This daemon's object under writers/, put once: the others know of it before its first pack. */
+static int register_writer(struct replay *rp)
+{
+    char key[BACKEND_MAX_KEY], text[256], host[128] = "";
+    int n, r;
+
+    gethostname(host, sizeof(host) - 1);
+    for (char *c = host; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
+    snprintf(key, sizeof(key), RECOVERY_WRITERS_DIR "%016" PRIx64, rp->rv.writer);
+    n = snprintf(text, sizeof(text), "cairn writer %016" PRIx64 "\nhost %s\n", rp->rv.writer, host);
+    r = replay_put(rp, key, text, (size_t)n, BACKEND_PUT_CREATE);
+    if (r == BACKEND_E_EXISTS)
+        return 0;
+    if (r != 0)
+        log_error("replay: cannot put %s: %s", key,
+                  r < 0 ? strerror(-r) : "the backend is unavailable");
     return r;
 }
 
@@ -309,8 +351,10 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
     rp->rv = *parts;
     rp->rebuild = rebuild;
     /* This daemon's writer first: its packs are numbered under its index. */
-    r = listed_number(&rp->rv, parts->writer, 1, &resume->next_seq);
+    r = replay_pack_number(rp, parts->writer, 1, &resume->next_seq);
     rp->own_widx = DB_PACK_WIDX(resume->next_seq);
+    if (r == 0)
+        r = register_writer(rp);
     if (r == 0)
         r = replay_packs(rp, resume);
     if (r == 0)
@@ -329,6 +373,7 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
     if (r != 0)
         log_error("replay: %s", r < 0 ? strerror(-r) : "the backend is unavailable");
     free(rp->index);
+    free(rp->changed);
     free(rp);
     return r < 0 ? r : (r ? -EIO : 0);
 }

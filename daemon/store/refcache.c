@@ -233,3 +233,10 @@ void refcache_forget_doc(struct refcache *rc, const char *hash_hex)
             remove_entry(rc, e);
     }
 }
+
+void refcache_forget_all(struct refcache *rc)
+{
+    rc->epoch++;
+    while (rc->head)
+        remove_entry(rc, rc->head);
+}

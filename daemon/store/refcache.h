@@ -40,3 +40,5 @@ void refcache_insert(struct refcache *rc, const char *ref, size_t len, const str
 void refcache_forget_name(struct refcache *rc, const char *name);
 /* A document is gone: every entry that resolves to it goes. */
 void refcache_forget_doc(struct refcache *rc, const char *hash_hex);
+/* The database changed in ways the store did not make (another writer's events): all go. */
+void refcache_forget_all(struct refcache *rc);

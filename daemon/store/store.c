@@ -71,6 +71,15 @@ void store_index_removed(struct store *st)
         st->index.removed(st->index.ctx);
 }
 
+void store_external_changes(struct store *st, const int64_t *rowids, size_t n, bool removed)
+{
+    refcache_forget_all(st->refs);
+    for (size_t i = 0; i < n; i++)
+        store_index_changed(st, rowids[i], NULL, 0);
+    if (removed)
+        store_index_removed(st);
+}
+
 void store_set_ops_ended_hook(struct store *st, const struct store_ops_hook *hook)
 {
     st->ops_ended = hook ? *hook : (struct store_ops_hook){0};

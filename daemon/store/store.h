@@ -278,6 +278,14 @@ struct store_ops_hook {
 };
 void store_set_ops_ended_hook(struct store *st, const struct store_ops_hook *hook);
 
+/*
+ * The database took events the store did not make (another writer's,
+ * applied by recovery's refresh): resolved references are forgotten, and
+ * the search index learns of the documents `rowids` (created, or their names,
+ * tags or metadata changed) and, with `removed`, of deletions.
+ */
+void store_external_changes(struct store *st, const int64_t *rowids, size_t n, bool removed);
+
 /* Journal entries get times after this one (ns since the epoch): the newest in the packs. */
 void store_set_entry_floor(struct store *st, uint64_t time_ns);
 

@@ -74,8 +74,9 @@
  * them in: the start-up checks that the daemon's list is this one, so a new
  * op cannot stay out of reach of the fuzzer unnoticed.
  */
-static const char *const fuzz_ops[] = {"hello", "add",    "data",   "get", "delete", "list",
-                                       "stat",  "status", "search", "gc",  "verify", "du"};
+static const char *const fuzz_ops[] = {"hello",  "add",  "data",   "get",    "delete",
+                                       "list",   "stat", "status", "search", "gc",
+                                       "verify", "du",   "refresh"};
 enum {
     FUZZ_RAW_FRAME = ARRAY_SIZE(fuzz_ops),
     FUZZ_RAW_BYTES,

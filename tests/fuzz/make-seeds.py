@@ -207,7 +207,7 @@ MCP = {
 
 # -- fuzz-dispatch: segments "kind id body" joined by SEP (fuzz-dispatch.c) --
 OPS = ["hello", "add", "data", "get", "delete", "list", "stat", "status", "search", "gc", "verify",
-       "du"]
+       "du", "refresh"]
 RAW_FRAME, RAW_BYTES, HANG_UP = len(OPS), len(OPS) + 1, len(OPS) + 2
 SEP = b"\xc1\xc1\xc1\xc1"
 
@@ -265,6 +265,7 @@ def dispatch():
         "verify": [seg("verify", 13, {"refs": ["bin/blob", README], "progress": True})],
         "verify-all": [seg("verify", 13)],
         "du": [seg("du", 14, {"prefix": "usr/share/", "path": True})],
+        "refresh": [seg("refresh", 17)],
         "raw-frame": [seg(RAW_FRAME, 0, mp({"id": 15, "op": "no_such_op"}))],
         "raw-bytes": [seg(RAW_BYTES, 0, b"\x00\x10\x00\x01" + mp({"id": 16, "op": "status"}))],
         # an add, then reads of it, its deletion and a gc, pipelined

@@ -68,6 +68,55 @@ class Naming(SharedCase):
         b.stop()
 
 
+class Visibility(SharedCase):
+    def refresh(self, d):
+        with d.connect() as c:
+            r = c.call("refresh")
+        self.assertIs(r.get("ok"), True, ct.short(r))
+
+    def test_adds_names_and_deletes_reach_every_daemon(self):
+        ds = [self.daemon() for _ in range(3)]
+        for d in ds:
+            d.start()
+        docs = {}
+        for i, d in enumerate(ds):
+            for k in range(3):
+                content = os.urandom(2000 + k)
+                docs["d%d/%d" % (i, k)] = (self.add_ok(d, content, name="d%d/%d" % (i, k)), content)
+        for d in ds:
+            self.refresh(d)
+        for d in ds:
+            for name, (h, content) in docs.items():
+                self.assertEqual(d.cli("get", name).stdout, content, "%s on %s" % (name, d.data_dir))
+                self.assertEqual(d.cli("get", h).stdout, content)
+        # A delete on one daemon holds on every daemon; a name given on one
+        # points at its newest content on all.
+        self.assertEqual(ds[1].cli("rm", "d0/0").returncode, 0)
+        newer = os.urandom(3000)
+        self.add_ok(ds[2], newer, name="d1/1")
+        for d in ds:
+            self.refresh(d)
+        for d in ds:
+            self.assertEqual(d.cli("stat", docs["d0/0"][0], check_exit=None).returncode, 1,
+                             "the deleted document is still on %s" % d.data_dir)
+            self.assertEqual(d.cli("get", "d1/1").stdout, newer)
+        # Text one daemon added is found by every daemon's search.
+        self.add_ok(ds[0], b"a zanzibarian quokka wrote this\n", name="note.txt", mime="text/plain")
+        for d in ds:
+            self.refresh(d)
+        for d in ds:
+            out = d.cli("search", "quokka").stdout.decode()
+            self.assertIn("note.txt", out, "search on %s: %r" % (d.data_dir, out))
+        listings = [d.cli("ls").stdout for d in ds]
+        self.assertEqual(listings[0], listings[1])
+        self.assertEqual(listings[1], listings[2])
+        for d in ds:
+            st = d.status()
+            self.assertEqual(len(st["writers"]), 2, st)
+        for d in ds:
+            d.stop()
+
+
 class OrphanPack(SharedCase):
     def test_orphan_entries_take_their_place_in_the_journal(self):
         # Puts time out quickly: an orphan is a put the daemon gave up on.
