@@ -137,6 +137,9 @@ struct backend_del {
 struct backend_entry {
     char key[BACKEND_MAX_KEY];
     uint64_t size;
+    /* When the object was last written, by the server's clock, in seconds since 1970; 0 when the
+     * server does not say. */
+    int64_t mtime;
 };
 
 /*

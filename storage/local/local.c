@@ -165,7 +165,7 @@ static int collect_keys(DIR *d, const struct backend_list *list, size_t dir_len,
     return 0;
 }
 
-/* Fills in sizes; entries that vanished meanwhile (a concurrent delete) are left out. */
+/* Fills in sizes and times; entries that vanished meanwhile (a concurrent delete) are left out. */
 static int stat_entries(int dir_fd, size_t dir_len, struct backend_entry *entries, size_t *n)
 {
     size_t kept = 0;
@@ -180,6 +180,7 @@ static int stat_entries(int dir_fd, size_t dir_len, struct backend_entry *entrie
         if (!S_ISREG(st.st_mode))
             continue;
         entries[i].size = (uint64_t)st.st_size;
+        entries[i].mtime = (int64_t)st.st_mtim.tv_sec;
         if (kept != i)
             entries[kept] = entries[i];
         kept++;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -460,6 +461,8 @@ static void test_local_list_paging(void **state)
             assert_true(seen < nkeys);
             snprintf(key, sizeof(key), "packs/%s", sorted[seen]);
             assert_string_equal(list.entries[i].key, key);
+            /* When it was written, by the file system's clock (written just now). */
+            assert_true(llabs(list.entries[i].mtime - (int64_t)time(NULL)) < 600);
             for (size_t k = 0; k < N; k++) {
                 if (strcmp(names[k], sorted[seen]) == 0)
                     assert_int_equal(list.entries[i].size, k + 1);

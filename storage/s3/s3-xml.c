@@ -380,6 +380,59 @@ static int parse_bool(const char *s, bool *out)
     return 0;
 }
 
+/* Days from 1970-01-01 to y-m-d of the proleptic Gregorian calendar. */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+/* n decimal digits at s, as a number; -1 when they are not all digits. */
+static int digits(const char *s, unsigned n)
+{
+    int v = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+int s3_xml_parse_time(const char *s, int64_t *out)
+{
+    static const unsigned mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int y, mo, d, h, mi, sec;
+    size_t len = strlen(s), i = 19;
+
+    if (len < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':')
+        return -EBADMSG;
+    y = digits(s, 4);
+    mo = digits(s + 5, 2);
+    d = digits(s + 8, 2);
+    h = digits(s + 11, 2);
+    mi = digits(s + 14, 2);
+    sec = digits(s + 17, 2);
+    if (y < 1970 || mo < 1 || mo > 12 || d < 1 || (unsigned)d > mdays[mo - 1] || h < 0 ||
+        h > 23 || mi < 0 || mi > 59 || sec < 0 || sec > 60)
+        return -EBADMSG;
+    if (s[i] == '.') {
+        /* Fractions of a second: read, not kept. */
+        for (i++; s[i] >= '0' && s[i] <= '9'; i++)
+            ;
+        if (s[i - 1] == '.')
+            return -EBADMSG;
+    }
+    if (s[i] != 'Z' || s[i + 1] != '\0')
+        return -EBADMSG;
+    *out = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec;
+    return 0;
+}
+
 static void xml_init(struct xml *x, const char *buf, size_t len)
 {
     memset(x, 0, sizeof(*x));
@@ -395,6 +448,7 @@ enum list_field {
     LF_NONE,
     LF_KEY,
     LF_SIZE,
+    LF_MTIME,
     LF_TRUNCATED,
     LF_TOKEN,
     LF_KEY_COUNT,
@@ -407,12 +461,13 @@ struct list_walk {
     struct s3_list_page *page;
     enum list_field field;
     unsigned field_depth;
-    bool in_contents, have_key, have_size;
+    bool in_contents, have_key, have_size, have_mtime;
     unsigned seen; /* bit per page-level field, to refuse repeats */
     uint64_t size;
+    int64_t mtime;
     size_t key_len;
     char key[S3_XML_MAX_KEY + 1];
-    char small[32]; /* numbers and booleans */
+    char small[32]; /* numbers, booleans and times */
     struct text text;
 };
 
@@ -427,7 +482,8 @@ static int list_open(struct xml *x, struct list_walk *w)
     if (x->depth == 2) {
         if (tok_is(x, "Contents")) {
             w->in_contents = true;
-            w->have_key = w->have_size = false;
+            w->have_key = w->have_size = w->have_mtime = false;
+            w->mtime = 0;
             return 0;
         }
         f = tok_is(x, "IsTruncated")             ? LF_TRUNCATED
@@ -440,8 +496,12 @@ static int list_open(struct xml *x, struct list_walk *w)
             w->seen |= 1u << f;
         }
     } else if (x->depth == 3 && w->in_contents) {
-        f = tok_is(x, "Key") ? LF_KEY : tok_is(x, "Size") ? LF_SIZE : LF_NONE;
-        if ((f == LF_KEY && w->have_key) || (f == LF_SIZE && w->have_size))
+        f = tok_is(x, "Key")            ? LF_KEY
+            : tok_is(x, "Size")         ? LF_SIZE
+            : tok_is(x, "LastModified") ? LF_MTIME
+                                        : LF_NONE;
+        if ((f == LF_KEY && w->have_key) || (f == LF_SIZE && w->have_size) ||
+            (f == LF_MTIME && w->have_mtime))
             return -EBADMSG;
     }
     w->field = f;
@@ -477,6 +537,9 @@ static int list_close(struct xml *x, struct list_walk *w)
         case LF_SIZE:
             w->have_size = true;
             return parse_u64(w->small, &w->size);
+        case LF_MTIME:
+            w->have_mtime = true;
+            return s3_xml_parse_time(w->small, &w->mtime);
         case LF_TRUNCATED:
             return parse_bool(w->small, &w->page->truncated);
         case LF_KEY_COUNT:
@@ -492,7 +555,7 @@ static int list_close(struct xml *x, struct list_walk *w)
             return -EBADMSG;
         w->page->entries++;
         if (w->cb) {
-            int r = w->cb(w->opaque, w->key, w->key_len, w->size);
+            int r = w->cb(w->opaque, w->key, w->key_len, w->size, w->mtime);
             if (r)
                 return r;
         }

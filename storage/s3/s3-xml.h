@@ -25,10 +25,15 @@
 
 /*
  * One <Contents> entry of a list page: key[0..key_len) is decoded UTF-8 and
- * NUL-terminated. The callback returns 0 to go on; anything else stops the
- * parse, which returns that value.
+ * NUL-terminated; mtime is its <LastModified> in seconds since 1970 (0 when
+ * the server gave none). The callback returns 0 to go on; anything else
+ * stops the parse, which returns that value.
  */
-typedef int (*s3_xml_list_cb)(void *opaque, const char *key, size_t key_len, uint64_t size);
+typedef int (*s3_xml_list_cb)(void *opaque, const char *key, size_t key_len, uint64_t size,
+                              int64_t mtime);
+
+/* An ISO 8601 time in UTC as S3 writes it ("2026-12-02T08:45:19.000Z"): 0 or -EBADMSG. */
+int s3_xml_parse_time(const char *s, int64_t *out);
 
 struct s3_list_page {
     bool truncated;                    /* <IsTruncated>true</IsTruncated> */

@@ -68,7 +68,8 @@ struct list_ctx {
     bool last_ok;
 };
 
-static int on_list_entry(void *opaque, const char *name, size_t len, uint64_t size)
+static int on_list_entry(void *opaque, const char *name, size_t len, uint64_t size,
+                         int64_t mtime)
 {
     struct list_ctx *c = opaque;
     struct backend_list *list = c->list;
@@ -95,6 +96,7 @@ static int on_list_entry(void *opaque, const char *name, size_t len, uint64_t si
     struct backend_entry *e = &list->entries[list->nentries++];
     memcpy(e->key, key, len - c->skip + 1);
     e->size = size;
+    e->mtime = mtime;
     return 0;
 }
 

@@ -26,9 +26,10 @@ struct seen {
     unsigned n;
     char key[MAX_SEEN][S3_XML_MAX_KEY + 1];
     uint64_t size[MAX_SEEN];
+    int64_t mtime[MAX_SEEN];
 };
 
-static int collect(void *opaque, const char *key, size_t key_len, uint64_t size)
+static int collect(void *opaque, const char *key, size_t key_len, uint64_t size, int64_t mtime)
 {
     struct seen *s = opaque;
 
@@ -36,6 +37,7 @@ static int collect(void *opaque, const char *key, size_t key_len, uint64_t size)
     if (s->n == MAX_SEEN)
         return -ENOSPC;
     memcpy(s->key[s->n], key, key_len + 1);
+    s->mtime[s->n] = mtime;
     s->size[s->n++] = size;
     return 0;
 }
@@ -85,6 +87,8 @@ static void test_page(void **state)
     assert_int_equal(seen.size[0], 16777216);
     assert_string_equal(seen.key[1], "cairn/packs/000000000000002b");
     assert_true(seen.size[1] == UINT64_MAX);
+    assert_int_equal(seen.mtime[0], 1706203142);
+    assert_int_equal(seen.mtime[1], 1706203143);
     assert_false(page.truncated);
     assert_true(page.has_key_count);
     assert_int_equal(page.key_count, 2);
@@ -112,6 +116,47 @@ static void test_entities(void **state)
     assert_int_equal(seen.size[1], 7);
     assert_string_equal(seen.key[2], "caf\xc3\xa9 /xy");
     assert_false(page.has_key_count);
+}
+
+static void test_times(void **state)
+{
+    int64_t t;
+
+    (void)state;
+    assert_int_equal(s3_xml_parse_time("1970-01-01T00:00:00Z", &t), 0);
+    assert_int_equal(t, 0);
+    assert_int_equal(s3_xml_parse_time("2000-02-29T00:00:00.5Z", &t), 0);
+    assert_int_equal(t, 951782400);
+    assert_int_equal(s3_xml_parse_time("2100-12-31T23:59:59.123456Z", &t), 0);
+    assert_int_equal(t, 4133980799);
+    static const char *const bad[] = {
+        "",
+        "2024-01-25",
+        "2024-01-25T17:19:02",
+        "2024-01-25T17:19:02+01:00",
+        "2024-13-25T17:19:02Z",
+        "2024-02-30T17:19:02Z",
+        "2024-01-25T24:00:00Z",
+        "2024-01-25T17:19:02.Z",
+        "2024-01-25T17:19:02ZZ",
+        "1969-12-31T23:59:59Z",
+        "2O24-01-25T17:19:02Z",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(s3_xml_parse_time(bad[i], &t), -EBADMSG);
+    /* No <LastModified>: 0; a bad one or two of them fail the page. */
+    assert_int_equal(list("<ListBucketResult><Contents><Key>k</Key><Size>1</Size></Contents>"
+                          "</ListBucketResult>"),
+                     0);
+    assert_int_equal(seen.mtime[0], 0);
+    assert_int_equal(list("<ListBucketResult><Contents><Key>k</Key><Size>1</Size>"
+                          "<LastModified>yesterday</LastModified></Contents></ListBucketResult>"),
+                     -EBADMSG);
+    assert_int_equal(list("<ListBucketResult><Contents><Key>k</Key><Size>1</Size>"
+                          "<LastModified>2024-01-25T17:19:02Z</LastModified>"
+                          "<LastModified>2024-01-25T17:19:02Z</LastModified></Contents>"
+                          "</ListBucketResult>"),
+                     -EBADMSG);
 }
 
 static void test_truncated(void **state)
@@ -365,6 +410,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_page),
         cmocka_unit_test(test_entities),
+        cmocka_unit_test(test_times),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_key_limits),

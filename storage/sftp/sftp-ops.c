@@ -394,6 +394,7 @@ static int list_op(struct sftp_ctx *x, struct backend_list *list)
         if (!backend_key_valid(e->key) || strcmp(e->key, list->cursor) <= 0)
             continue;
         e->size = st.flags & LIBSSH2_SFTP_ATTR_SIZE ? st.filesize : 0;
+        e->mtime = st.flags & LIBSSH2_SFTP_ATTR_ACMODTIME ? (int64_t)st.mtime : 0;
         n++;
     }
     if (r == 0 && rc < 0)

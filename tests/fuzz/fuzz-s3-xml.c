@@ -8,12 +8,12 @@
 #include "storage/s3/s3-xml.h"
 #include "tests/fuzz/fuzz.h"
 
-static int on_key(void *opaque, const char *key, size_t key_len, uint64_t size)
+static int on_key(void *opaque, const char *key, size_t key_len, uint64_t size, int64_t mtime)
 {
     size_t *total = opaque;
 
     /* The key must be as long as said and NUL-terminated: read all of it. */
-    *total += strlen(key) == key_len ? key_len + size % 2 : 0;
+    *total += strlen(key) == key_len ? key_len + size % 2 + (mtime > 0) : 0;
     return 0;
 }
 

@@ -10,7 +10,9 @@
  *     the Authorization header names: the main key pair, or a temporary key
  *     this server issued (which also needs its x-amz-security-token);
  *   - checks x-amz-content-sha256 against the body;
- *   - implements `If-None-Match: *` on PUT (412 PreconditionFailed);
+ *   - implements `If-None-Match: *` on PUT (412 PreconditionFailed), unless
+ *     told to ignore it ("conditional_writes": false, as some S3-compatible
+ *     stores do);
  *   - injects faults (503 SlowDown, 500 InternalError, connection resets,
  *     stalls, truncated bodies, answers lost after the request was carried
  *     out) and latency, and can play "server gone";
@@ -276,6 +278,7 @@ const settings = {
   api_down: false,
   api_fault: null,
   seed: null,
+  conditional_writes: true, // false: If-None-Match is ignored, as some S3-compatible stores do
 };
 
 function freshCounters() {
@@ -745,7 +748,8 @@ async function handleS3(req, res) {
   }
 
   const forward = async () => {
-    if (req.method === 'PUT' && req.headers['if-none-match'] !== undefined && target.key !== '') {
+    if (req.method === 'PUT' && req.headers['if-none-match'] !== undefined && target.key !== '' &&
+        settings.conditional_writes) {
       if (req.headers['if-none-match'].trim() !== '*')
         throw new Rejection(501, 'NotImplemented', 'If-None-Match on PUT takes only *');
       const head = await upstream('HEAD', rawPath, { 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' }, null);
@@ -848,6 +852,7 @@ const CONTROL_KEYS = {
   api_down: v => typeof v === 'boolean',
   api_fault: v => v === null || v === '500' || v === '403' || v === 'bad_json',
   seed: v => v === null || Number.isInteger(v),
+  conditional_writes: v => typeof v === 'boolean',
 };
 const CONTROL_ACTIONS = ['reset_counters', 'expire_temp_keys', 'clear_faults'];
 
