@@ -417,8 +417,8 @@ int s3_xml_parse_time(const char *s, int64_t *out)
     h = digits(s + 11, 2);
     mi = digits(s + 14, 2);
     sec = digits(s + 17, 2);
-    if (y < 1970 || mo < 1 || mo > 12 || d < 1 || (unsigned)d > mdays[mo - 1] || h < 0 ||
-        h > 23 || mi < 0 || mi > 59 || sec < 0 || sec > 60)
+    if (y < 1970 || mo < 1 || mo > 12 || d < 1 || (unsigned)d > mdays[mo - 1] || h < 0 || h > 23 ||
+        mi < 0 || mi > 59 || sec < 0 || sec > 60)
         return -EBADMSG;
     if (s[i] == '.') {
         /* Fractions of a second: read, not kept. */

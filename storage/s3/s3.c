@@ -68,8 +68,7 @@ struct list_ctx {
     bool last_ok;
 };
 
-static int on_list_entry(void *opaque, const char *name, size_t len, uint64_t size,
-                         int64_t mtime)
+static int on_list_entry(void *opaque, const char *name, size_t len, uint64_t size, int64_t mtime)
 {
     struct list_ctx *c = opaque;
     struct backend_list *list = c->list;

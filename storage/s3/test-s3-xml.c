@@ -408,16 +408,11 @@ static void test_prefixes_and_flips(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_page),
-        cmocka_unit_test(test_entities),
-        cmocka_unit_test(test_times),
-        cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_key_limits),
-        cmocka_unit_test(test_callback),
-        cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_error),
-        cmocka_unit_test(test_prefixes_and_flips),
+        cmocka_unit_test(test_page),     cmocka_unit_test(test_entities),
+        cmocka_unit_test(test_times),    cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_empty),    cmocka_unit_test(test_key_limits),
+        cmocka_unit_test(test_callback), cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_error),    cmocka_unit_test(test_prefixes_and_flips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
