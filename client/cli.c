@@ -77,7 +77,12 @@ static const struct command {
      "metadata and creation time.\n"},
     {"status", cli_cmd_status,
      "cairn status\n\n"
-     "Shows the daemon's state: version, backend, documents, bytes, cache, connections.\n"},
+     "Shows the daemon's state: version, backend, documents, bytes, cache, connections,\n"
+     "its writer id, and each other writer of a shared bucket with how far it has read it.\n"},
+    {"refresh", cli_cmd_refresh,
+     "cairn refresh\n\n"
+     "Reads now what the other daemons of a shared bucket have written since this one\n"
+     "last looked (it also does so every [store] refresh_interval); returns once it has.\n"},
     {"search", cli_cmd_search,
      "cairn search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
      "             [--after DATE] [--before DATE] [--fuzzy] [--all] QUERY...\n\n"
@@ -177,6 +182,7 @@ void cli_print_usage(FILE *out)
           "  du [-h] [PREFIX]  logical, unique and stored bytes under a path prefix\n"
           "  stat REF        show a document's details\n"
           "  status          show the daemon's state\n"
+          "  refresh         read now what the other daemons of a shared bucket wrote\n"
           "  gc              remove chunks no document uses any more\n"
           "  verify [REF]... re-read and re-hash stored chunks (all without REF)\n"
           "  search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"

@@ -90,6 +90,7 @@ int cli_cmd_stat(struct cli *cli, int argc, char **argv);
 int cli_cmd_status(struct cli *cli, int argc, char **argv);
 int cli_cmd_search(struct cli *cli, int argc, char **argv);
 int cli_cmd_gc(struct cli *cli, int argc, char **argv);
+int cli_cmd_refresh(struct cli *cli, int argc, char **argv);
 int cli_cmd_verify(struct cli *cli, int argc, char **argv);
 int cli_cmd_mcp(struct cli *cli, int argc, char **argv);
 int cli_cmd_du(struct cli *cli, int argc, char **argv);

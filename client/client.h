@@ -184,6 +184,8 @@ typedef void client_job_progress_fn(void *userdata, const char *phase, uint64_t 
                                     uint64_t total);
 void client_set_job_progress(struct client *c, client_job_progress_fn *fn, void *userdata);
 int client_gc(struct client *c, const msgpack_object **reply);
+/* Reads what the bucket's other writers have written since this daemon last looked. */
+int client_refresh(struct client *c, const msgpack_object **reply);
 /*
  * Sends a whole document of at most PROTO_MAX_DATA bytes as one add frame and
  * returns without waiting: *id is the request to await (client_await_next).

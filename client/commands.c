@@ -526,8 +526,49 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
                                        "read_cache_damaged",
                                        "index_pending",
                                        "connections",
+                                       "writer",
                                        NULL};
-    return reply_command(cli, argc, argv, client_status, keys, NULL);
+    int status = parse_operands(cli, argc, argv, 0, 0, "");
+    const msgpack_object *reply, *writers;
+    struct client *c;
+    int r;
+
+    if (status >= 0)
+        return status;
+    if (!(c = cli_client(cli)))
+        return CLI_EXIT_UNREACHABLE;
+    if ((r = client_status(c, &reply)) != 0)
+        return cli_fail(cli, NULL, r);
+    if (cli->json)
+        return print_reply(cli, reply, keys);
+    cli_print_fields(stdout, reply, keys);
+    /* The other writers of a shared bucket, one line each. */
+    writers = proto_map_get(reply, "writers");
+    for (uint32_t i = 0;
+         writers && writers->type == MSGPACK_OBJECT_ARRAY && i < writers->via.array.size; i++) {
+        const msgpack_object *w = &writers->via.array.ptr[i];
+        const char *id = "";
+        size_t id_len = 0;
+        uint64_t packs = 0, newest = 0, ago = 0;
+        /* -1 when never listed */
+        bool listed = proto_get_uint(w, "seen_ms_ago", &ago) == 0;
+        proto_get_str(w, "id", &id, &id_len);
+        proto_get_uint(w, "packs_read", &packs);
+        proto_get_uint(w, "newest_pack", &newest);
+        printf("other writer: %.*s, %" PRIu64 " packs read, newest %" PRIu64 ", ", (int)id_len, id,
+               packs, newest);
+        if (!listed)
+            printf("not listed yet\n");
+        else
+            printf("listed %.1f s ago\n", (double)ago / 1000.0);
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_refresh(struct cli *cli, int argc, char **argv)
+{
+    static const char *const keys[] = {NULL};
+    return reply_command(cli, argc, argv, client_refresh, keys, NULL);
 }
 
 int cli_cmd_gc(struct cli *cli, int argc, char **argv)

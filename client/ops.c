@@ -164,6 +164,11 @@ int client_gc(struct client *c, const msgpack_object **reply)
     return r < 0 ? r : await_job(c, id, reply);
 }
 
+int client_refresh(struct client *c, const msgpack_object **reply)
+{
+    return call(c, "refresh", NULL, reply);
+}
+
 int client_verify(struct client *c, const char *const *refs, size_t nrefs,
                   const msgpack_object **reply)
 {

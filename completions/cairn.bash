@@ -7,7 +7,7 @@ _cairn()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
     local global_opts='--socket --config --json --no-autostart -q --quiet -v --verbose --help -V --version'
-    local commands='add get rm delete ls list du stat status gc verify search mcp mount help'
+    local commands='add get rm delete ls list du stat status refresh gc verify search mcp mount help'
     COMPREPLY=()
 
     # bash splits --socket=PATH and --config=FILE at '='.

@@ -3,7 +3,7 @@
 # already answers (`cairn --no-autostart ls`, at most 1 second; it never
 # starts one).
 
-set -l commands add get rm delete ls list du stat status gc verify search mcp mount help
+set -l commands add get rm delete ls list du stat status refresh gc verify search mcp mount help
 
 function __cairn_refs
     set -l tokens (commandline -opc)
@@ -39,6 +39,7 @@ complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'ls list' -d
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a du -d 'Bytes under a path prefix'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a stat -d "Show a document's details"
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a status -d "Show the daemon's state"
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a refresh -d 'Read now what the other daemons of a shared bucket wrote'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Reclaim what no document uses any more'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a verify -d 'Re-read and check stored chunks'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a search -d 'Ranked full-text search'

@@ -227,9 +227,8 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
         if (strcmp(key, "refresh_interval") == 0) {
             uint64_t ms;
             if (parse_duration(value, 86400000, &ms))
-                return "refresh_interval must be a duration such as 5s or 500ms (0: never on its "
-                       "own), "
-                       "at most a day";
+                return "refresh_interval must be a duration such as 5s or 500ms, at most a day "
+                       "(0: only when asked)";
             cfg->refresh_interval_ms = ms;
             return NULL;
         }

@@ -714,7 +714,7 @@ class Help(unittest.TestCase):
         for cmd, option in (("add", "--recursive"), ("get", "--output"), ("rm", "REF"),
                             ("delete", "REF"), ("ls", "--tag"), ("list", "--tag"),
                             ("stat", "REF"), ("status", "status"), ("search", "--fuzzy"),
-                            ("gc", "gc"), ("verify", "REF"), ("help", "COMMAND")):
+                            ("refresh", "refresh"), ("gc", "gc"), ("verify", "REF"), ("help", "COMMAND")):
             with self.subTest(cmd=cmd):
                 a = ct.run_cli(cmd, "--help").stdout
                 b = ct.run_cli("help", cmd).stdout

@@ -70,9 +70,9 @@ class Naming(SharedCase):
 
 class Visibility(SharedCase):
     def refresh(self, d):
-        with d.connect() as c:
-            r = c.call("refresh")
-        self.assertIs(r.get("ok"), True, ct.short(r))
+        """`cairn refresh`: returns once d has read what the others wrote."""
+        p = d.cli("refresh")
+        self.assertEqual(p.stdout, b"")
 
     def test_adds_names_and_deletes_reach_every_daemon(self):
         ds = [self.daemon() for _ in range(3)]
@@ -113,6 +113,12 @@ class Visibility(SharedCase):
         for d in ds:
             st = d.status()
             self.assertEqual(len(st["writers"]), 2, st)
+            self.assertEqual(int(st["writer"], 16), pf.own_writer(d.data_dir))
+            lines = d.cli("status").stdout.decode().splitlines()
+            self.assertIn("writer: %s" % st["writer"], lines)
+            others = [ln for ln in lines if ln.startswith("other writer: ")]
+            self.assertEqual(sorted(ln.split()[2].rstrip(",") for ln in others),
+                             sorted(w["id"] for w in st["writers"]), lines)
         for d in ds:
             d.stop()
 
