@@ -396,6 +396,25 @@ def record_payloads():
     return seeds
 
 
+# -- fuzz-gcmark: the shared bucket's gc objects (daemon/format/gcmark.h) --
+W, X = "00a1b2c3d4e5f607", "1122334455667788"
+GCMARK = {
+    "mark": ("cairn gc mark 1\nwriter %s\ngen 0000000000000003\n"
+             "pack packs/%s-0000000000000001\npack packs/%s-0000000000000002\n"
+             "copy packs/%s-0000000000000009\n" % (W, W, W, W)).encode(),
+    "mark-legacy": ("cairn gc mark 1\nwriter %s\ngen 0000000000000001\n"
+                    "pack packs/0000000000000004\n" % W).encode(),
+    "done": ("cairn gc done 1\nwriter %s\ngen 0000000000000003\n"
+             "copy packs/%s-000000000000000a\n" % (W, W)).encode(),
+    "empty-mark": ("cairn gc mark 1\nwriter %s\ngen 0000000000000002\n" % W).encode(),
+    "bad-key": ("cairn gc mark 1\nwriter %s\ngen 0000000000000002\npack chunks/ab\n" % W).encode(),
+    "key-mark": ("gc/%s-0000000000000003" % W).encode(),
+    "key-done": ("gc/%s-0000000000000003.done" % W).encode(),
+    "key-ack": ("gc/%s-0000000000000003.ack-%s" % (W, X)).encode(),
+    "key-lock": ("locks/gc-%s" % W).encode(),
+}
+
+
 def write(name, seeds):
     d = os.path.join(HERE, "corpus", name)
     os.makedirs(d, exist_ok=True)
@@ -419,6 +438,7 @@ def main():
     write("mcp-input", MCP)
     write("pack", packs())
     write("record", record_payloads())
+    write("gcmark", GCMARK)
     write("dispatch", dispatch())
     with open(os.path.join(HERE, "fuzz-dispatch.dict"), "w") as f:
         f.write(dispatch_dict())
