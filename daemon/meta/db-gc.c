@@ -14,10 +14,10 @@
  * its document is left. An unname entry is dead once its document is
  * deleted at or after its time (`rm NAME` writes the delete at the same
  * time), or when no earlier add entry (which could have brought the name)
- * is left. While a repacked pack waits to be deleted (DB_PACK_DELETING), no
- * delete or unname entry is dead: the pack may still hold an add entry whose
- * row is gone, and a rebuild from the packs would bring that add back
- * without them.
+ * is left. While a repacked pack waits to be deleted (DB_PACK_DELETING, or
+ * DB_PACK_MARKED on a shared bucket), no delete or unname entry is dead: the
+ * pack may still hold an add entry whose row is gone, and a rebuild from the
+ * packs would bring that add back without them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -32,7 +32,7 @@
 #define JOURNAL_DEAD                                                                               \
     "((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1"              \
     " AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM packs p"                   \
-    " WHERE p.state = 2) AND (NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"             \
+    " WHERE p.state IN (2, 3)) AND (NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"             \
     " AND x.op = 0 AND x.time < j.time) OR (j.op = 2 AND EXISTS (SELECT 1 FROM journal x"          \
     " WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time)))))"
 
@@ -214,8 +214,9 @@ int db_txn_condemn_page(struct db_txn *txn, enum db_record_table table,
         uint64_t to;
         if (!is_live && rows[i].condemned == 0 && gen != 0)
             to = gen;
-        else if (is_live && rows[i].condemned != 0)
-            to = 0;
+        else if (is_live && rows[i].condemned != 0 &&
+                 rows[i].condemned != (uint64_t)DB_CONDEMNED_MARKED)
+            to = 0; /* a marked pack's rows stay condemned: its writer decides what lives */
         else
             continue;
         if (!(s = db_stmt(c, chunks ? DB_S_CHUNK_CONDEMN : DB_S_SEGMENT_CONDEMN, db_gc_sql))) {

@@ -30,8 +30,12 @@ const char *const db_store_sql[DB_S_COUNT_] = {
                          " ON CONFLICT(hash) DO UPDATE SET pack = excluded.pack,"
                          " off = excluded.off, len = excluded.len, size = excluded.size,"
                          " condemned = 0 WHERE segments.condemned != 0",
-    [DB_S_JOURNAL_PUT] = "INSERT OR IGNORE INTO journal(hash, pack, off, len, doc, time, op,"
-                         " applied) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    /* An entry known keeps its row, unless that points into a marked pack: it follows the copy. */
+    [DB_S_JOURNAL_PUT] = "INSERT INTO journal(hash, pack, off, len, doc, time, op, applied)"
+                         " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                         " ON CONFLICT(hash) DO UPDATE SET pack = excluded.pack,"
+                         " off = excluded.off, len = excluded.len"
+                         " WHERE journal.pack IN (SELECT seq FROM packs WHERE state = 3)",
     /*
      * The journal's order: by time, then (one `rm NAME` writes its unnames
      * and deletes at one time) unnames before deletes before adds, then by id.

@@ -113,6 +113,18 @@ static const char schema_sql[] =
     " doc INTEGER PRIMARY KEY,"
     " depth INTEGER NOT NULL,"
     " manifest BLOB NOT NULL);"
+    /*
+     * The shared bucket's gc marks this daemon knows (db-marks.c): its own
+     * runs' and the other writers', by writer id and run, with how far each
+     * has come here.
+     */
+    "CREATE TABLE IF NOT EXISTS marks("
+    " writer INTEGER NOT NULL,"
+    " gen INTEGER NOT NULL,"
+    " state INTEGER NOT NULL,"
+    " barrier INTEGER NOT NULL,"
+    " body BLOB NOT NULL,"
+    " PRIMARY KEY(writer, gen)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS state("
     " key TEXT PRIMARY KEY,"
     " value INTEGER NOT NULL) WITHOUT ROWID;";

@@ -230,6 +230,12 @@ enum db_pack_state {
     DB_PACK_OPEN = 0,     /* being appended to */
     DB_PACK_SEALED = 1,   /* complete with its index; never changes */
     DB_PACK_DELETING = 2, /* repacked: its object goes once no reader needs it */
+    /*
+     * Marked by its writer's gc (db-marks.c): its live records are copied
+     * elsewhere, and it goes once every writer has let go of it. Its rows
+     * still read, but dedup never picks them.
+     */
+    DB_PACK_MARKED = 3,
 };
 
 struct db_pack {
@@ -254,15 +260,17 @@ int db_segment_find(struct db *db, const uint8_t hash[PROTO_HASH_LEN], struct db
 
 /*
  * A new copy of a chunk (segment) is durable at loc: it becomes the row's
- * location if the row is new or condemned (and is then live again); a live
- * row keeps its location and the new copy is dead weight for gc.
+ * location if the row is new or condemned, a marked pack's rows included (and
+ * is then live again); a live row keeps its location and the new copy is
+ * dead weight for gc.
  */
 int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                      const struct db_loc *loc);
 int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                        const struct db_loc *loc);
 /*
- * A journal entry is durable at loc (an entry already known keeps its row).
+ * A journal entry is durable at loc (an entry already known keeps its row,
+ * unless that is in a marked pack: then it moves to loc).
  * `op` is the entry's enum entry_op (objects.h). `applied`: its event is applied in the same
  * transaction; replay records the entries it finds unapplied and applies them in time order after.
  */
@@ -354,6 +362,51 @@ int db_txn_row_move(struct db_txn *txn, const struct db_pack_row *row, const str
 int db_txn_row_drop(struct db_txn *txn, const struct db_pack_row *row);
 /* How many rows still point into pack `seq` (a repack must leave none). */
 int db_txn_pack_rows_left(struct db_txn *txn, uint64_t seq, uint64_t *n);
+
+/* ---- the shared bucket's gc marks (db-marks.c) ---- */
+
+/*
+ * A chunk or segment row of a marked pack carries this as its condemnation:
+ * dedup never picks it, a sweep never revives it, and a copy put anywhere
+ * becomes its location (db_txn_chunk_put); a journal entry of a marked pack
+ * likewise follows a copy of it.
+ */
+#define DB_CONDEMNED_MARKED INT64_MAX
+
+enum db_mark_state {
+    /* This daemon's own runs. */
+    DB_MARK_OWN_COPIED = 1, /* the packs are marked here; the mark is not in the bucket yet */
+    DB_MARK_OWN_PUBLISHED = 2, /* in the bucket: waiting for the other writers */
+    DB_MARK_OWN_DONE = 3,      /* the packs are deleted, the done object is in the bucket */
+    /* Another writer's. */
+    DB_MARK_SEEN = 11,  /* its packs are marked here; acknowledged once `barrier` has passed */
+    DB_MARK_ACKED = 12, /* this daemon's acknowledgement is in the bucket */
+    DB_MARK_GONE = 13,  /* its packs are deleted and forgotten here */
+};
+
+struct db_mark {
+    uint64_t writer, gen;
+    enum db_mark_state state;
+    uint64_t barrier; /* SEEN: the first operation that started after the packs were marked */
+    char *body;       /* the mark's body (gcmark.h), malloc'd */
+    size_t body_len;
+};
+/* Creates or updates a mark's row. */
+int db_txn_mark_set(struct db_txn *txn, const struct db_mark *m);
+/* Every mark the database knows, by writer and run (malloc'd; db_marks_free). */
+int db_marks(struct db *db, struct db_mark **out, size_t *n);
+void db_marks_free(struct db_mark *m, size_t n);
+/*
+ * Pack `pack` is marked: its state becomes DB_PACK_MARKED and its chunk and
+ * segment rows DB_CONDEMNED_MARKED. A pack the database does not know is
+ * left alone (*known false).
+ */
+int db_txn_pack_mark(struct db_txn *txn, uint64_t pack, bool *known);
+/*
+ * Pack `pack` is gone for good: every row still pointing into it goes, and
+ * its own row; *rows says how many rows went.
+ */
+int db_txn_pack_forget(struct db_txn *txn, uint64_t pack, uint64_t *rows);
 
 /* ---- the search index's queue (db-docs.c) ---- */
 

@@ -596,6 +596,124 @@ static void test_row_move_drop(void **state)
     assert_usage(e, 0, (const uint64_t[]){0, 5 + 50 + 70, 25 + 11, 0});
 }
 
+/* ---- the shared bucket's marks (db-marks.c) -------------------------------- */
+
+struct mark_ctx {
+    uint64_t pack, rows;
+    bool known, forget;
+    struct db_mark m;
+};
+
+static int mark_apply(struct db_txn *txn, void *ctx)
+{
+    struct mark_ctx *c = ctx;
+    int r = c->m.writer ? db_txn_mark_set(txn, &c->m) : 0;
+
+    if (r == 0 && c->pack)
+        r = c->forget ? db_txn_pack_forget(txn, c->pack, &c->rows)
+                      : db_txn_pack_mark(txn, c->pack, &c->known);
+    return r;
+}
+
+static void test_marked_pack(void **state)
+{
+    struct test_db *e = *state;
+    uint8_t a[PROTO_HASH_LEN], b[PROTO_HASH_LEN], j[PROTO_HASH_LEN], doc[PROTO_HASH_LEN];
+    const uint8_t(*both)[PROTO_HASH_LEN] = (const uint8_t(*)[PROTO_HASH_LEN])a;
+    struct test_live live = {.hashes = both, .n = 1};
+    struct db_loc in7 = {.pack = 7, .off = 16, .len = 100, .size = 50, .stored = 9};
+    struct db_loc in8 = {.pack = 8, .off = 16, .len = 100, .size = 50, .stored = 9};
+    struct db_loc loc;
+    struct mark_ctx c = {0};
+    struct db_mark *marks;
+    uint64_t condemned = 0, revived = 0;
+    uint32_t stored;
+    size_t n;
+
+    test_hash(a, 0xa0, 1);
+    test_hash(b, 0xb0, 2);
+    test_hash(j, 0xc0, 3);
+    test_hash(doc, 0xd0, 4);
+    assert_int_equal(test_pack_set(e, 7, 1000, DB_PACK_SEALED), 0);
+    assert_int_equal(test_pack_set(e, 8, 1000, DB_PACK_SEALED), 0);
+    assert_int_equal(test_chunk_put(e, a, &in7), 0);
+    in7.off += 100;
+    assert_int_equal(test_segment_put(e, b, &in7), 0);
+    in7.off += 100;
+    assert_int_equal(test_journal_put(e, j, &in7, doc, 5, false, true), 0);
+
+    /* A pack the database does not know: nothing happens. */
+    c.pack = 99;
+    assert_int_equal(test_db_run(e, mark_apply, &c, false), 0);
+    assert_false(c.known);
+    /* Pack 7 marked: its rows read, but dedup no longer picks them. */
+    c.pack = 7;
+    c.m = (struct db_mark){.writer = 0xa1,
+                           .gen = 3,
+                           .state = DB_MARK_SEEN,
+                           .barrier = 12,
+                           .body = "mark body",
+                           .body_len = 9};
+    assert_int_equal(test_db_run(e, mark_apply, &c, false), 0);
+    assert_true(c.known);
+    assert_int_equal(test_db_query(e, "SELECT state FROM packs WHERE seq = 7"), DB_PACK_MARKED);
+    assert_int_equal(db_chunk_lookup(e->db, a, &stored), DB_E_NOT_FOUND);
+    assert_int_equal(db_chunk_find(e->db, a, &loc), 0);
+    assert_int_equal(loc.pack, 7);
+    /* A sweep that finds it referenced leaves it condemned: its writer decides what lives. */
+    assert_int_equal(test_sweep(e, DB_TABLE_CHUNKS, &live, 4, 10, &condemned, &revived, NULL), 0);
+    assert_int_equal(revived, 0);
+    assert_int_equal(db_chunk_lookup(e->db, a, &stored), DB_E_NOT_FOUND);
+    /* While a pack is marked, no delete entry is dead (a rebuild would bring its add back). */
+    assert_int_equal(test_db_query(e, "SELECT count(*) FROM packs WHERE state IN (2, 3)"), 1);
+    /* Copies elsewhere become the rows' locations: chunk, segment and journal entry alike. */
+    assert_int_equal(test_chunk_put(e, a, &in8), 0);
+    in8.off += 100;
+    assert_int_equal(test_segment_put(e, b, &in8), 0);
+    in8.off += 100;
+    assert_int_equal(test_journal_put(e, j, &in8, doc, 5, false, false), 0);
+    assert_int_equal(db_chunk_find(e->db, a, &loc), 0);
+    assert_int_equal(loc.pack, 8);
+    assert_int_equal(db_chunk_lookup(e->db, a, &stored), 0);
+    assert_int_equal(db_segment_find(e->db, b, &loc), 0);
+    assert_int_equal(loc.pack, 8);
+    assert_int_equal(test_db_query(e, "SELECT pack FROM journal"), 8);
+    /* The entry keeps having been applied. */
+    assert_int_equal(test_db_query(e, "SELECT applied FROM journal"), 1);
+    /* A known entry in a pack that is not marked keeps its row. */
+    in7.off += 100;
+    assert_int_equal(test_journal_put(e, j, &in7, doc, 5, false, false), 0);
+    assert_int_equal(test_db_query(e, "SELECT pack FROM journal"), 8);
+
+    /* Forgetting pack 8 takes its rows and its row with it. */
+    c = (struct mark_ctx){.pack = 8, .forget = true};
+    assert_int_equal(test_db_run(e, mark_apply, &c, false), 0);
+    assert_int_equal(c.rows, 3);
+    assert_int_equal(test_db_query(e, "SELECT count(*) FROM packs WHERE seq = 8"), 0);
+    assert_int_equal(db_chunk_find(e->db, a, &loc), DB_E_NOT_FOUND);
+
+    /* The marks as they were set, and updated. */
+    assert_int_equal(db_marks(e->db, &marks, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(marks[0].writer, 0xa1);
+    assert_int_equal(marks[0].gen, 3);
+    assert_int_equal(marks[0].state, DB_MARK_SEEN);
+    assert_int_equal(marks[0].barrier, 12);
+    assert_string_equal(marks[0].body, "mark body");
+    db_marks_free(marks, n);
+    c = (struct mark_ctx){
+        .m = {.writer = 0xa1, .gen = 3, .state = DB_MARK_ACKED, .body = "x", .body_len = 1}};
+    assert_int_equal(test_db_run(e, mark_apply, &c, false), 0);
+    c.m.gen = 2;
+    assert_int_equal(test_db_run(e, mark_apply, &c, false), 0);
+    assert_int_equal(db_marks(e->db, &marks, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(marks[0].gen, 2);
+    assert_int_equal(marks[1].state, DB_MARK_ACKED);
+    assert_int_equal(marks[1].body_len, 1);
+    db_marks_free(marks, n);
+}
+
 int test_db_gc_run(void)
 {
     const struct CMUnitTest tests[] = {
@@ -608,6 +726,7 @@ int test_db_gc_run(void)
                                         test_db_teardown),
         cmocka_unit_test_setup_teardown(test_pack_rows, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_row_move_drop, test_db_setup, test_db_teardown),
+        cmocka_unit_test_setup_teardown(test_marked_pack, test_db_setup, test_db_teardown),
     };
     return cmocka_run_group_tests_name("database: gc", tests, NULL, NULL);
 }
