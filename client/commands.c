@@ -574,8 +574,8 @@ int cli_cmd_refresh(struct cli *cli, int argc, char **argv)
 int cli_cmd_gc(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {
-        "packs_rewritten", "packs_deleted", "bytes_reclaimed", "bytes_dead",
-        "chunks_removed",  "packs_failed",  "failure",         NULL};
+        "packs_rewritten", "packs_deleted", "bytes_reclaimed", "bytes_dead", "chunks_removed",
+        "packs_pending",   "bytes_pending", "packs_failed",    "failure",    NULL};
     return reply_command(cli, argc, argv, client_gc, keys, "gc");
 }
 

@@ -32,6 +32,15 @@ int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size
  */
 int daemon_set_aside_db(const char *db_path, const char *index_path, const char *why, long now,
                         char *err, size_t err_len);
+/*
+ * DB.stale: the database lacks what another writer's gc removed, and the
+ * next start makes it anew from the bucket (the old one kept as DB.stale.NOW).
+ * Mark: 0 or negative errno (errno set); is: whether it is marked; clear:
+ * after the new database stands.
+ */
+int daemon_mark_stale(const char *db_path);
+bool daemon_is_stale(const char *db_path);
+void daemon_clear_stale(const char *db_path);
 /* A failed rebuild: what it wrote goes aside, the old database comes back (closed db). */
 void daemon_undo_rebuild(const struct daemon *d);
 /*

@@ -149,6 +149,10 @@ void config_print(const struct config *cfg, FILE *out)
     put_uint(out, cfg, "store", "repack_threshold", cfg->repack_threshold);
     snprintf(buf, sizeof(buf), "%llums", (unsigned long long)cfg->refresh_interval_ms);
     put(out, cfg, "store", "refresh_interval", buf);
+    snprintf(buf, sizeof(buf), "%llums", (unsigned long long)cfg->gc_grace_ms);
+    put(out, cfg, "store", "gc_grace", buf);
+    snprintf(buf, sizeof(buf), "%llums", (unsigned long long)cfg->max_clock_skew_ms);
+    put(out, cfg, "store", "max_clock_skew", buf);
     put_u64(out, cfg, "store", "cache_size", cfg->cache_size);
     put(out, cfg, "store", "read_cache_dir", cfg->read_cache_dir);
     if (cfg->read_cache_auto)

@@ -232,6 +232,21 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             cfg->refresh_interval_ms = ms;
             return NULL;
         }
+        if (strcmp(key, "max_clock_skew") == 0) {
+            uint64_t ms;
+            if (parse_duration(value, 86400000, &ms))
+                return "max_clock_skew must be a duration such as 60s or 5m, at most a day "
+                       "(0: not checked)";
+            cfg->max_clock_skew_ms = ms;
+            return NULL;
+        }
+        if (strcmp(key, "gc_grace") == 0) {
+            uint64_t ms;
+            if (parse_duration(value, 30ull * 86400000, &ms) || ms < 1000)
+                return "gc_grace must be a duration such as 1h or 30m, from 1s to 30d";
+            cfg->gc_grace_ms = ms;
+            return NULL;
+        }
         if (strcmp(key, "cache_size") == 0) {
             /* A read decodes a whole block (up to 1 MiB): the cache must hold a few. */
             if (parse_size(value, &sz) || sz < 4u * 1024 * 1024 || sz > 64ull * 1024 * 1024 * 1024)
@@ -396,6 +411,8 @@ static void set_defaults(struct config *cfg)
     cfg->pack_size = 16 * 1024 * 1024;
     cfg->repack_threshold = 50;
     cfg->refresh_interval_ms = 5000;
+    cfg->gc_grace_ms = 3600000;
+    cfg->max_clock_skew_ms = 60000;
     cfg->cache_size = 64 * 1024 * 1024;
     cfg->read_cache_auto = true;
     cfg->max_connections = 4096;

@@ -38,6 +38,8 @@ struct config {
     unsigned repack_threshold; /* percent alive below which gc rewrites a pack */
     /* How often other writers' packs are looked for in the bucket (0: only when asked). */
     uint64_t refresh_interval_ms;
+    uint64_t gc_grace_ms; /* a shared bucket's gc waits this long for writers that do not answer */
+    uint64_t max_clock_skew_ms; /* refuse to start when the clock is further off the bucket's */
     uint64_t cache_size;
     /* Remote backends' read cache: its directory (absolute once loaded) and bound in bytes
      * (0: none; with read_cache_auto, the bound comes from the free space at start). */

@@ -142,6 +142,13 @@ static void on_signal(uv_signal_t *s, int signum)
         return;
     }
     log_info("received %s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    daemon_stop(d);
+}
+
+void daemon_stop(struct daemon *d)
+{
+    if (d->stopping)
+        return;
     d->stopping = true;
     if (d->notify) {
         unsigned n = connections(d);
@@ -292,37 +299,90 @@ static int open_read_cache(struct daemon *d, const struct config *cfg, char *err
  * crash may have lost its last commits) through it; then the pack writer
  * goes on where the packs end, and the search index and gc join.
  */
+/* Whether the database knows a writer other than this daemon (and writer 0). */
+static bool other_writers(struct daemon *d)
+{
+    uint64_t id;
+
+    for (unsigned widx = 1; db_writer_id(d->db, widx, &id) == 0; widx++)
+        if (id != d->writer)
+            return true;
+    return false;
+}
+
+/* A refresh found the database lacking what another writer's gc removed (recovery.h). */
+static void on_stale(void *ctx)
+{
+    struct daemon *d = ctx;
+
+    if (d->stale)
+        return;
+    d->stale = true;
+    if (daemon_mark_stale(d->db_path) < 0)
+        log_error("cannot mark the database for a rebuild: %s", strerror(errno));
+    log_error("the database lacks what another daemon's gc removed while this one was away: "
+              "cairnd stops, and its next start makes the database anew from the bucket");
+    daemon_stop(d);
+}
+
 static int open_store(struct daemon *d, const struct config *cfg, const struct store_config *scfg,
                       const char *index_path)
 {
     struct packer_resume resume = {0};
     struct packer_config pcfg = {cfg->pack_size, cfg->compression_level};
-    struct gc_config gcfg = {cfg->repack_threshold, cfg->pack_size, cfg->compression_level};
-    struct recovery_parts parts;
+    struct recovery_parts parts = {.loop = &d->loop,
+                                   .st = NULL,
+                                   .be = d->be,
+                                   .db = d->db,
+                                   .writer = d->writer,
+                                   .owns_writer0 = d->owns_writer0,
+                                   .gc_grace_ms = cfg->gc_grace_ms,
+                                   .fresh_db = d->db_renewed,
+                                   .max_clock_skew_s = cfg->max_clock_skew_ms / 1000,
+                                   .stale = on_stale,
+                                   .stale_ctx = d};
     int r;
 
     if ((r = store_new(&d->store, &d->loop, d->be, d->db, d->rc, scfg)) < 0)
         return r;
-    parts = (struct recovery_parts){&d->loop, d->store, d->be, d->db, d->writer, d->owns_writer0};
-    r = recovery_replay(
-        &(struct recovery_parts){&d->loop, d->store, d->be, d->db, d->writer, d->owns_writer0},
-        cfg->rebuild_index, &resume, d->replay_summary, sizeof(d->replay_summary));
+    parts.st = d->store;
+    r = recovery_replay(&parts, cfg->rebuild_index, &resume, d->replay_summary,
+                        sizeof(d->replay_summary));
     if (r == 0)
         r = packer_new(&d->pk, &d->loop, d->be, d->db, &pcfg, &resume);
     free(resume.index);
     if (r < 0)
         return r;
     store_set_writer(d->store, d->pk);
+    /* What dedup knows of the bucket's gc marks is as of the replay (store.h). */
+    store_set_gc_grace(d->store, cfg->gc_grace_ms);
+    store_set_bucket_seen(d->store, uv_hrtime() / 1000000);
+    if (other_writers(d))
+        packer_set_shared(d->pk);
     if ((r = search_new(&d->search, &d->loop, d->store, d->db, index_path, cfg->max_text)) < 0)
         return r;
-    r = gc_new(&d->gc, &d->loop,
-               &(struct gc_parts){d->store, d->search, d->db, d->be, d->pk, d->rc, &d->reserve},
-               &gcfg);
     /* A rebuild or an upgrade ends once done: what others write meanwhile is not its business. */
-    if (r == 0 && !cfg->rebuild_index && !cfg->upgrade)
-        r = refresh_new(&d->refresh, &parts, recovery_own_writer(&resume),
-                        cfg->refresh_interval_ms);
-    return r;
+    if (!cfg->rebuild_index && !cfg->upgrade &&
+        (r = refresh_new(&d->refresh, &parts, recovery_own_writer(&resume),
+                         cfg->refresh_interval_ms)) < 0)
+        return r;
+    if (d->refresh)
+        refresh_set_packer(d->refresh, d->pk);
+    struct gc_config gcfg = {.repack_below = cfg->repack_threshold,
+                             .pack_size = cfg->pack_size,
+                             .compression_level = cfg->compression_level,
+                             .own_widx = recovery_own_writer(&resume),
+                             .owns_writer0 = d->owns_writer0};
+    return gc_new(&d->gc, &d->loop,
+                  &(struct gc_parts){.rf = d->refresh,
+                                     .st = d->store,
+                                     .search = d->search,
+                                     .db = d->db,
+                                     .be = d->be,
+                                     .pk = d->pk,
+                                     .rc = d->rc,
+                                     .reserve = &d->reserve},
+                  &gcfg);
 }
 
 /* Lets a daemon serving a thousand clients have the descriptors for them. */
@@ -431,19 +491,45 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         if (r)
             return r;
     }
+    bool stale = !cfg->rebuild_index && daemon_is_stale(db_path);
+    if (stale) {
+        long now = (long)time(NULL);
+        if ((r = daemon_set_aside_db(db_path, index_path, "stale", now, err, err_len)) != 0)
+            return r;
+        log_info("the database lacked what another daemon's gc removed: made anew from the "
+                 "bucket (the old one is %s.stale.%ld)",
+                 db_path, now);
+        d->db_renewed = true;
+    }
     if ((r = open_db(d, cfg, url, db_path, err, err_len)) != 0)
         return r;
     if ((r = open_read_cache(d, cfg, err, err_len)) != 0)
         return r;
     if (d->notify)
         sysd_notify("STATUS=replaying packs");
-    if ((r = open_store(d, cfg, &scfg, index_path)) < 0) {
+    if ((r = open_store(d, cfg, &scfg, index_path)) == -ESTALE) {
+        if (daemon_mark_stale(db_path) < 0)
+            log_error("cannot mark the database for a rebuild: %s", strerror(errno));
+        snprintf(err, err_len,
+                 "the database lacks what another daemon's gc removed while this one "
+                 "was away: start cairnd again to make it anew from the bucket");
+        return DAEMON_E_SETUP;
+    }
+    if (r == -ERANGE) {
+        snprintf(err, err_len,
+                 "this machine's clock is too far off the bucket server's (see the "
+                 "log; [store] max_clock_skew)");
+        return DAEMON_E_SETUP;
+    }
+    if (r < 0) {
         snprintf(err, err_len, "%s: %s",
                  cfg->rebuild_index ? "rebuild: reading the packs from the backend failed"
                                     : "store",
                  strerror(-r));
         return DAEMON_E_SETUP;
     }
+    if (stale || cfg->rebuild_index)
+        daemon_clear_stale(db_path);
     if (d->replay_summary[0])
         log_info("recovered from the packs: %s", d->replay_summary);
     /* Format 1 objects left by an upgrade go once the new database stands. */
@@ -517,7 +603,7 @@ int daemon_run(struct daemon *d)
     notify_ready(d);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     log_info("stopped");
-    return 0;
+    return d->stale ? 1 : 0;
 }
 
 struct daemon *daemon_free(struct daemon *d)

@@ -56,6 +56,7 @@ struct daemon {
     uint64_t writer;          /* this daemon's writer id (DATA_DIR/writer) */
     bool owns_writer0;        /* writer 0's packs are its own too */
     bool db_renewed;          /* the database is made anew at this start (rebuild, format 2) */
+    bool stale; /* another writer's gc removed what this database has: rebuilt at the next start */
     bool stopping, listening;
     bool activated;  /* the listener came from systemd (socket activation) */
     bool notify;     /* NOTIFY_SOCKET is set */
@@ -90,6 +91,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
 int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len);
 /* Runs until a stop signal; returns 0 after a clean stop. */
 int daemon_run(struct daemon *d);
+/* Stops serving, as SIGTERM does: the loop ends once the clients are gone. */
+void daemon_stop(struct daemon *d);
 /* Runs the loop until the background work is done and the search index has caught up. */
 int daemon_drain(struct daemon *d);
 struct daemon *daemon_free(struct daemon *d);

@@ -232,3 +232,35 @@ int daemon_writer(const char *data_dir, bool had_store, uint64_t *id, bool *owns
     }
     return 0;
 }
+
+int daemon_mark_stale(const char *db_path)
+{
+    char path[PATH_MAX + 16];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s.stale", db_path);
+    fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int r = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return r;
+}
+
+bool daemon_is_stale(const char *db_path)
+{
+    char path[PATH_MAX + 16];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s.stale", db_path);
+    return lstat(path, &st) == 0;
+}
+
+void daemon_clear_stale(const char *db_path)
+{
+    char path[PATH_MAX + 16];
+
+    snprintf(path, sizeof(path), "%s.stale", db_path);
+    if (unlink(path) < 0 && errno != ENOENT)
+        log_warn("cannot remove %s: %s", path, strerror(errno));
+}

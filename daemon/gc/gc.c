@@ -23,6 +23,16 @@
  *      moved over in one synced commit, and the old pack deleted once no
  *      running operation can still read it. Packs with nothing alive are
  *      just deleted.
+ *
+ * A daemon that refreshes (recovery.h) shares its bucket, or may come to:
+ * another writer may have picked up any of its records. Then (marks.c has
+ * the whole protocol) the run takes the bucket's gc lease and reads every
+ * writer's packs first, so that the mark covers what all of them
+ * reference; finishes its earlier runs that every writer has let go of
+ * (their packs emptied of what lives now, then deleted, after their done
+ * object); then rewrites its mostly dead packs into marked ones, whose mark
+ * it puts in the bucket. When the bucket turns out to have no other writer,
+ * that mark finishes at once, and the run ends as one that deletes at once.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,109 +41,38 @@
 
 #include "daemon/gc/gc.h"
 
+#include "daemon/base/crash.h"
 #include "daemon/base/log.h"
 #include "daemon/base/reserve.h"
 #include "daemon/format/manifest.h"
-#include "daemon/gc/gc-int.h"
+#include "daemon/gc/gc-run.h"
 #include "daemon/meta/db.h"
+#include "daemon/pack/packer.h"
+#include "daemon/recovery/recovery.h"
 #include "daemon/search/search.h"
 #include "daemon/store/store.h"
 #include "proto/util.h"
 
-/* Rows swept per transaction. */
-#define GC_PAGE 2048
-/* Bloom filter: bits per expected id, hash functions, and the cap on its size. */
-#define GC_BLOOM_BITS_PER_ID 12
-#define GC_BLOOM_K 7
-#define GC_BLOOM_MIN_BYTES (64u * 1024)
-#define GC_BLOOM_MAX_BYTES (64u * 1024 * 1024)
-
-struct gc_waiter {
-    gc_cb *done;
-    void *userdata;
-    struct gc_waiter *next;
-};
-
-struct gc_root {
-    unsigned depth;
-    uint8_t *root;
-    size_t root_len;
-};
-
-enum gc_phase {
-    GC_GENERATION,
-    GC_MARK,
-    GC_SWEEP,
-    GC_REMARK,
-    GC_RESWEEP,
-    GC_REPACK,
-};
-
-struct gc_run {
-    struct gc *gc;
-    struct gc_waiter *waiters;
-    int status;
-    struct gc_result res;
-    enum gc_phase phase;
-    uint64_t gen, start_seq, barrier, safe_gen;
-    bool ops_at_start;
-    /* The mark. */
-    uint8_t *bloom;
-    uint64_t bloom_bits, seed;
-    struct gc_root *roots; /* of running gets, copied at the mark */
-    size_t nroots;
-    uv_work_t work;
-    /* The sweep. */
-    struct db_write dbw;
-    enum db_record_table table;
-    uint8_t cursor[PROTO_HASH_LEN];
-    bool revive_only, sweep_done;
-    uint64_t condemned, revived;
-};
-
-/* ---- the Bloom filter ---- */
-
-static void bloom_positions(const struct gc_run *run, const uint8_t *hash, uint64_t pos[])
-{
-    uint64_t a, b;
-
-    /* Ids are SHA-256: their bits are uniform already; the seed varies them per run. */
-    memcpy(&a, hash, 8);
-    memcpy(&b, hash + 8, 8);
-    a ^= run->seed;
-    b = (b ^ (run->seed >> 1)) | 1;
-    for (int i = 0; i < GC_BLOOM_K; i++)
-        pos[i] = (a + (uint64_t)i * b) % run->bloom_bits;
-}
-
-static void bloom_add(struct gc_run *run, const uint8_t *hash)
-{
-    uint64_t pos[GC_BLOOM_K];
-    bloom_positions(run, hash, pos);
-    for (int i = 0; i < GC_BLOOM_K; i++)
-        run->bloom[pos[i] / 8] |= (uint8_t)(1u << (pos[i] % 8));
-}
-
-static bool bloom_has(void *ctx, const uint8_t hash[PROTO_HASH_LEN])
-{
-    struct gc_run *run = ctx;
-    uint64_t pos[GC_BLOOM_K];
-
-    bloom_positions(run, hash, pos);
-    for (int i = 0; i < GC_BLOOM_K; i++) {
-        if (!(run->bloom[pos[i] / 8] & (1u << (pos[i] % 8))))
-            return false;
-    }
-    return true;
-}
-
 /* ---- finishing ---- */
 
-static void gc_finish(struct gc_run *run)
+static void unleased(void *ctx, int status)
+{
+    if (status != 0)
+        log_warn("gc: the lease could not be given back; it lapses");
+    gc_run_finish(ctx);
+}
+
+void gc_run_finish(struct gc_run *run)
 {
     struct gc *gc = run->gc;
     struct gc_waiter *w = run->waiters;
 
+    /* The lease goes back first (it would lapse on its own, later). */
+    if (run->leased && !run->unleasing) {
+        run->unleasing = true;
+        if (refresh_lease_drop(gc->rf, unleased, run) == 0)
+            return;
+    }
     gc->run = NULL;
     if (run->status == 0)
         log_info("gc: %" PRIu64 " packs rewritten, %" PRIu64 " deleted, %" PRIu64
@@ -151,210 +90,8 @@ static void gc_finish(struct gc_run *run)
         free(run->roots[i].root);
     free(run->roots);
     free(run->bloom);
+    free(run->ready);
     free(run);
-}
-
-static uint64_t safe_generation(struct gc *gc);
-
-/* ---- mark (worker) ---- */
-
-static int mark_chunk(void *ctx, const struct manifest_entry *e)
-{
-    bloom_add(ctx, e->hash);
-    return 0;
-}
-
-static int mark_manifest(void *ctx, int64_t rowid, unsigned depth, const uint8_t *root,
-                         size_t root_len)
-{
-    struct gc_run *run = ctx;
-    return store_walk_manifest(run->gc->st, depth, root, root_len, STORE_WALK_SEGMENTS, mark_chunk,
-                               run);
-}
-
-static void mark_work(uv_work_t *work)
-{
-    struct gc_run *run = container_of(work, struct gc_run, work);
-    struct db_totals t;
-    uint64_t bytes;
-    int r;
-
-    /* gc must work on a full disk: it is how room comes back. */
-    if (run->gc->reserve)
-        reserve_adjust(run->gc->reserve);
-    if ((r = db_totals(run->gc->db, &t)) < 0) {
-        run->status = r;
-        return;
-    }
-    if (!run->bloom) {
-        bytes = (t.chunks + 1) * GC_BLOOM_BITS_PER_ID / 8;
-        if (bytes < GC_BLOOM_MIN_BYTES)
-            bytes = GC_BLOOM_MIN_BYTES;
-        if (bytes > GC_BLOOM_MAX_BYTES)
-            bytes = GC_BLOOM_MAX_BYTES;
-        run->bloom_bits = bytes * 8;
-        if (!(run->bloom = calloc(1, bytes))) {
-            run->status = -ENOMEM;
-            return;
-        }
-    }
-    r = db_each_manifest(run->gc->db, mark_manifest, run);
-    for (size_t i = 0; r == 0 && i < run->nroots; i++)
-        r = mark_manifest(run, -1, run->roots[i].depth, run->roots[i].root, run->roots[i].root_len);
-    /*
-     * A document whose manifest cannot be read cannot be marked: gc stops
-     * rather than condemn what it may still use.
-     */
-    if (r != 0)
-        run->status = r < 0 ? r : -EIO;
-}
-
-static void phase_next(struct gc_run *run);
-static void gc_repacked(void *ctx, int status);
-
-static void mark_done(uv_work_t *work, int status)
-{
-    struct gc_run *run = container_of(work, struct gc_run, work);
-
-    if (status < 0)
-        run->status = status;
-    phase_next(run);
-}
-
-/* The manifests running gets read: their chunks stay even if the document goes. */
-static int copy_roots(struct gc_run *run)
-{
-    struct gc *gc = run->gc;
-    size_t n = 0;
-
-    for (const struct store_op *op = store_first_op(gc->st); op; op = op->next)
-        n += op->root != NULL;
-    for (size_t i = 0; i < run->nroots; i++)
-        free(run->roots[i].root);
-    free(run->roots);
-    run->roots = calloc(n ? n : 1, sizeof(*run->roots));
-    run->nroots = 0;
-    if (!run->roots)
-        return -ENOMEM;
-    for (const struct store_op *op = store_first_op(gc->st); op; op = op->next) {
-        if (!op->root)
-            continue;
-        struct gc_root *r = &run->roots[run->nroots];
-        if (!(r->root = malloc(op->root_len ? op->root_len : 1)))
-            return -ENOMEM;
-        memcpy(r->root, op->root, op->root_len);
-        r->root_len = op->root_len;
-        r->depth = op->depth;
-        run->nroots++;
-    }
-    return 0;
-}
-
-static void mark_start(struct gc_run *run)
-{
-    int r = copy_roots(run);
-
-    /*
-     * Which condemnations may go is fixed before the mark's snapshot: only
-     * when every operation that could rely on a condemned row has ended by
-     * now are its commits in what the mark reads.
-     */
-    run->safe_gen = safe_generation(run->gc);
-    if (r == 0) {
-        if (run->bloom)
-            memset(run->bloom, 0, run->bloom_bits / 8);
-        run->seed = uv_hrtime() * 0x9e3779b97f4a7c15ull;
-        r = uv_queue_work(run->gc->loop, &run->work, mark_work, mark_done);
-    }
-    if (r < 0) {
-        run->status = r;
-        gc_finish(run);
-    }
-}
-
-/* ---- sweep (writer) ---- */
-
-static int sweep_apply(struct db_txn *txn, struct db_write *w)
-{
-    struct gc_run *run = container_of(w, struct gc_run, dbw);
-    /* A revive-only sweep condemns nothing: gen 0 asks for that. */
-    return db_txn_condemn_page(txn, run->table, run->cursor, GC_PAGE, bloom_has, run,
-                               run->revive_only ? 0 : run->gen, &run->condemned, &run->revived,
-                               &run->sweep_done);
-}
-
-static void sweep_step(struct gc_run *run);
-
-static void sweep_done(struct db_write *w)
-{
-    struct gc_run *run = container_of(w, struct gc_run, dbw);
-
-    if (w->status != 0) {
-        run->status = w->status < 0 ? w->status : -EIO;
-        gc_finish(run);
-        return;
-    }
-    if (run->sweep_done && run->table == DB_TABLE_CHUNKS) {
-        run->table = DB_TABLE_SEGMENTS;
-        memset(run->cursor, 0, sizeof(run->cursor));
-        run->sweep_done = false;
-    }
-    if (run->sweep_done) {
-        phase_next(run);
-        return;
-    }
-    sweep_step(run);
-}
-
-static void sweep_step(struct gc_run *run)
-{
-    run->dbw = (struct db_write){.apply = sweep_apply, .done = sweep_done};
-    db_write(run->gc->db, &run->dbw);
-}
-
-static void sweep_start(struct gc_run *run, bool revive_only)
-{
-    run->revive_only = revive_only;
-    run->table = DB_TABLE_CHUNKS;
-    memset(run->cursor, 0, sizeof(run->cursor));
-    run->sweep_done = false;
-    sweep_step(run);
-}
-
-/* ---- which condemnations are safe now ---- */
-
-/*
- * The newest run whose condemnations no running operation predates. Runs of
- * earlier lives of the daemon are all safe: their operations are gone.
- */
-static uint64_t safe_generation(struct gc *gc)
-{
-    uint64_t oldest = store_oldest_op(gc->st), safe = gc->safe_gen;
-    size_t i = 0;
-
-    for (; i < gc->nbarriers; i++) {
-        if (gc->barriers[i].barrier > oldest)
-            break;
-        safe = gc->barriers[i].gen;
-    }
-    /* The oldest operation only gets younger: barriers passed once stay passed. */
-    gc->safe_gen = safe;
-    if (i > 0) {
-        memmove(gc->barriers, gc->barriers + i, (gc->nbarriers - i) * sizeof(*gc->barriers));
-        gc->nbarriers -= i;
-    }
-    return safe;
-}
-
-static int record_barrier(struct gc *gc, uint64_t gen, uint64_t barrier)
-{
-    struct gc_barrier *grown = realloc(gc->barriers, (gc->nbarriers + 1) * sizeof(*grown));
-
-    if (!grown)
-        return -ENOMEM;
-    gc->barriers = grown;
-    gc->barriers[gc->nbarriers++] = (struct gc_barrier){gen, barrier};
-    return 0;
 }
 
 /* ---- progress ---- */
@@ -362,8 +99,11 @@ static int record_barrier(struct gc *gc, uint64_t gen, uint64_t barrier)
 bool gc_progress(struct gc *gc, struct store_progress *out)
 {
     static const char *const names[] = {
-        [GC_GENERATION] = "start", [GC_MARK] = "mark",     [GC_SWEEP] = "sweep",
-        [GC_REMARK] = "mark",      [GC_RESWEEP] = "sweep", [GC_REPACK] = "repack",
+        [GC_PENDING] = "start",      [GC_LEASE] = "start",       [GC_PASS] = "refresh",
+        [GC_PASS_AGAIN] = "refresh", [GC_GENERATION] = "start",  [GC_MARK] = "mark",
+        [GC_SWEEP] = "sweep",        [GC_REMARK] = "mark",       [GC_RESWEEP] = "sweep",
+        [GC_FINISH] = "repack",      [GC_REPACK] = "repack",     [GC_PUBLISH] = "repack",
+        [GC_LOOK] = "refresh",       [GC_FINISH_OWN] = "repack", [GC_END] = "repack",
     };
     const struct gc_run *run = gc->run;
 
@@ -372,7 +112,7 @@ bool gc_progress(struct gc *gc, struct store_progress *out)
     atomic_store_explicit(&out->phase, names[run->phase], memory_order_relaxed);
     /* Repack: the packs rewritten or deleted so far (the result counts them as they go). */
     atomic_store_explicit(
-        &out->done, run->phase == GC_REPACK ? run->res.packs_rewritten + run->res.packs_deleted : 0,
+        &out->done, run->phase >= GC_FINISH ? run->res.packs_rewritten + run->res.packs_deleted : 0,
         memory_order_relaxed);
     atomic_store_explicit(&out->total, 0, memory_order_relaxed);
     return true;
@@ -392,41 +132,289 @@ static void gen_done(struct db_write *w)
 
     if (w->status != 0) {
         run->status = w->status < 0 ? w->status : -EIO;
-        gc_finish(run);
+        gc_run_finish(run);
         return;
     }
-    phase_next(run);
+    gc_phase_next(run);
 }
 
-static void phase_next(struct gc_run *run)
+/* ---- the bucket's steps (rf only) ---- */
+
+static void step_done(void *ctx, int status)
+{
+    struct gc_run *run = ctx;
+
+    if (status != 0 && run->status == 0) {
+        run->status = status;
+        if (status == REFRESH_E_BUSY) {
+            run->status = GC_E_BUSY;
+            snprintf(run->res.failure, sizeof(run->res.failure),
+                     "the gc of writer %016" PRIx64 " runs on this bucket",
+                     refresh_lease_holder(run->gc->rf));
+        }
+    }
+    if (run->phase == GC_LEASE && status == 0) {
+        run->leased = true;
+        crash_point("gc-leased");
+    }
+    /* This run's mark is in the bucket; nothing is deleted yet. */
+    if (run->phase == GC_PUBLISH && run->fstep == FINISH_PUBLISH && status == 0)
+        crash_point("gc-marked");
+    gc_phase_next(run);
+}
+
+/* The copies are in the open pack of an appending backend: sealed, others can read them. */
+static void sealed(void *ctx)
+{
+    step_done(ctx, 0);
+}
+
+/*
+ * Alone in the bucket, the open pack stays open: a writer that comes later
+ * is seen by the next refresh, which seals it then (packer_set_shared).
+ */
+static void seal_then(struct gc_run *run, bool solo)
+{
+    if (solo || packer_rotate(run->gc->pk, sealed, run) != 0)
+        step_done(run, 0);
+}
+
+/* The marks of earlier runs that a crash left out of the bucket (worker). */
+static void pending_work(uv_work_t *work)
+{
+    struct gc_run *run = container_of(work, struct gc_run, work);
+    struct db_mark *rows;
+    uint64_t own;
+    size_t n;
+
+    if ((run->status = db_writer_id(run->gc->db, run->gc->cfg.own_widx, &own)) < 0 ||
+        (run->status = db_marks(run->gc->db, &rows, &n)) < 0)
+        return;
+    free(run->ready);
+    run->nready = run->next_ready = 0;
+    if (!(run->ready = calloc(n ? n : 1, sizeof(*run->ready))))
+        run->status = -ENOMEM;
+    for (size_t i = 0; run->ready && i < n; i++)
+        if (rows[i].writer == own &&
+            (rows[i].state == DB_MARK_OWN_COPIED || rows[i].state == DB_MARK_OWN_FINISHED))
+            run->ready[run->nready++] = rows[i].gen;
+    db_marks_free(rows, n);
+}
+
+static void pending_done(uv_work_t *work, int status)
+{
+    struct gc_run *run = container_of(work, struct gc_run, work);
+
+    if (status < 0)
+        run->status = status;
+    run->fstep = FINISH_SEAL;
+    gc_phase_next(run);
+}
+
+/* Publishes the pending marks one by one, each after sealing what it names. */
+static void pending_next(struct gc_run *run)
+{
+    if (run->next_ready == run->nready) {
+        run->phase = GC_LEASE;
+        refresh_lease_take(run->gc->rf, step_done, run) < 0 ? step_done(run, -ENOMEM) : (void)0;
+        return;
+    }
+    if (run->fstep == FINISH_SEAL) {
+        run->fstep = FINISH_PUBLISH;
+        seal_then(run, false);
+        return;
+    }
+    run->fstep = FINISH_SEAL;
+    if (refresh_publish(run->gc->rf, run->ready[run->next_ready++], step_done, run) < 0)
+        step_done(run, -ENOMEM);
+}
+
+static void finish_repacked(void *ctx, int status)
+{
+    step_done(ctx, status);
+}
+
+/*
+ * Finishes this daemon's mark `finishing`, a step per call: its packs
+ * emptied of what this run's mark reaches, the copies sealed, the done
+ * object put, then the packs deleted once no running operation reads them.
+ * Only while the lease surely holds.
+ */
+static bool finish_step(struct gc_run *run)
+{
+    struct gc *gc = run->gc;
+
+    switch (run->fstep) {
+    case FINISH_REPACK:
+        if (!refresh_lease_ok(gc->rf)) {
+            run->status = STORE_E_UNAVAILABLE;
+            snprintf(run->res.failure, sizeof(run->res.failure),
+                     "the gc lease could not be renewed");
+            return false;
+        }
+        run->fstep = FINISH_SEAL;
+        gc_repack(gc,
+                  &(struct gc_repack_args){.mode = GC_REPACK_FINISH,
+                                           .safe_gen = run->safe_gen,
+                                           .gen = run->finishing,
+                                           .live = gc_bloom_has,
+                                           .live_ctx = run},
+                  &run->res, finish_repacked, run);
+        return true;
+    case FINISH_SEAL:
+        run->fstep = FINISH_PUBLISH;
+        seal_then(run, run->solo);
+        return true;
+    case FINISH_PUBLISH:
+        run->fstep = FINISH_REAP;
+        if (refresh_publish(gc->rf, run->finishing, step_done, run) < 0)
+            step_done(run, -ENOMEM);
+        return true;
+    case FINISH_REAP:
+        /* The done object is in the bucket: the packs may go. */
+        gc_reap_finished(gc);
+        return false;
+    }
+    return false;
+}
+
+/* The next of the runs to finish; false when none is left. */
+static bool finish_next(struct gc_run *run)
+{
+    if (run->fstep != FINISH_REAP && run->finishing && finish_step(run))
+        return true;
+    if (run->fstep == FINISH_REAP && run->finishing) {
+        finish_step(run);
+        run->finishing = 0;
+    }
+    if (run->status != 0 || run->next_ready == run->nready)
+        return false;
+    run->finishing = run->ready[run->next_ready++];
+    run->fstep = FINISH_REPACK;
+    return finish_step(run);
+}
+
+static int take_view(struct gc_run *run)
+{
+    free(run->ready);
+    run->ready = NULL;
+    run->nready = run->next_ready = 0;
+    run->finishing = 0;
+    return refresh_gc_view(run->gc->rf, &run->ready, &run->nready, &run->solo);
+}
+
+static void gc_repacked(void *ctx, int status);
+
+/* Marks (or, not sharing, deletes) the packs of this stage. */
+static void repack_stage(struct gc_run *run)
+{
+    struct gc *gc = run->gc;
+
+    run->phase = GC_REPACK;
+    run->pending_before = run->res.packs_pending;
+    run->bytes_pending_before = run->res.bytes_pending;
+    gc_repack(gc,
+              &(struct gc_repack_args){.mode = gc->rf ? GC_REPACK_MARK : GC_REPACK_NOW,
+                                       .safe_gen = run->safe_gen,
+                                       .gen = run->mark_gen,
+                                       .dead = !run->live_stage},
+              &run->res, gc_repacked, run);
+}
+
+static int stage_gen_apply(struct db_txn *txn, struct db_write *w)
+{
+    struct gc_run *run = container_of(w, struct gc_run, dbw);
+    return db_txn_gc_generation(txn, &run->mark_gen);
+}
+
+static void stage_gen_done(struct db_write *w)
+{
+    struct gc_run *run = container_of(w, struct gc_run, dbw);
+
+    if (w->status != 0) {
+        run->status = w->status < 0 ? w->status : -EIO;
+        gc_run_finish(run);
+        return;
+    }
+    repack_stage(run);
+}
+
+/* After the dead packs, the live ones, under a number of their own; then the end. */
+static void stage_end(struct gc_run *run)
+{
+    if (run->live_stage || run->status != 0) {
+        run->phase = GC_END;
+        gc_phase_next(run);
+        return;
+    }
+    run->live_stage = true;
+    if (!run->stage_marked) {
+        /* Nothing was marked: the number is free for the next stage. */
+        repack_stage(run);
+        return;
+    }
+    run->dbw = (struct db_write){.apply = stage_gen_apply, .done = stage_gen_done};
+    db_write(run->gc->db, &run->dbw);
+}
+
+void gc_phase_next(struct gc_run *run)
 {
     struct gc *gc = run->gc;
 
     if (run->status != 0) {
-        gc_finish(run);
+        gc_run_finish(run);
         return;
     }
     switch (run->phase) {
+    case GC_PENDING:
+        if (!gc->rf) {
+            run->phase = GC_GENERATION;
+            run->dbw = (struct db_write){.apply = gen_apply, .done = gen_done};
+            db_write(gc->db, &run->dbw);
+            return;
+        }
+        pending_next(run);
+        break;
+    case GC_LEASE:
+        run->phase = GC_PASS;
+        if (refresh_now(gc->rf, step_done, run) < 0)
+            step_done(run, -ENOMEM);
+        break;
+    case GC_PASS:
+        if ((run->status = take_view(run)) < 0) {
+            gc_run_finish(run);
+            return;
+        }
+        run->phase = GC_PASS_AGAIN;
+        /* Alone, nobody else wrote packs since: one pass saw all. */
+        if (run->solo || refresh_now(gc->rf, step_done, run) < 0)
+            gc_phase_next(run);
+        break;
+    case GC_PASS_AGAIN:
+        run->phase = GC_GENERATION;
+        run->dbw = (struct db_write){.apply = gen_apply, .done = gen_done};
+        db_write(gc->db, &run->dbw);
+        break;
     case GC_GENERATION:
         run->phase = GC_MARK;
-        mark_start(run);
+        gc_mark_start(run);
         break;
     case GC_MARK:
         run->phase = GC_SWEEP;
-        sweep_start(run, false);
+        gc_sweep_start(run, false);
         break;
     case GC_SWEEP:
         /* Every operation that may have relied on a row condemned now started before this. */
         run->barrier = store_next_op(gc->st);
-        if ((run->status = record_barrier(gc, run->gen, run->barrier)) < 0) {
-            gc_finish(run);
+        if ((run->status = gc_record_barrier(gc, run->gen, run->barrier)) < 0) {
+            gc_run_finish(run);
             return;
         }
-        if (store_oldest_op(gc->st) >= run->barrier) {
+        if (store_oldest_add(gc->st) >= run->barrier) {
             if (run->ops_at_start || run->barrier != run->start_seq) {
                 /* They have all ended: mark again so what they committed is revived. */
                 run->phase = GC_REMARK;
-                mark_start(run);
+                gc_mark_start(run);
                 return;
             }
             /* None ran while gc did: the mark saw everything, so this run's condemnations may go.
@@ -434,18 +422,76 @@ static void phase_next(struct gc_run *run)
             run->safe_gen = run->gen;
         }
         run->phase = GC_RESWEEP;
-        phase_next(run);
+        gc_phase_next(run);
         break;
     case GC_REMARK:
         run->phase = GC_RESWEEP;
-        sweep_start(run, true);
+        gc_sweep_start(run, true);
         break;
     case GC_RESWEEP:
-        run->phase = GC_REPACK;
-        gc_repack(gc, run->safe_gen, &run->res, gc_repacked, run);
+        run->phase = GC_FINISH;
+        if (gc->rf && finish_next(run))
+            return;
+        gc_phase_next(run);
+        break;
+    case GC_FINISH:
+        if (finish_next(run))
+            return;
+        run->mark_gen = run->gen;
+        repack_stage(run);
         break;
     case GC_REPACK:
-        gc_finish(run);
+        run->stage_marked = gc->rf && run->res.packs_pending > run->pending_before;
+        if (!run->stage_marked) {
+            stage_end(run);
+            return;
+        }
+        run->phase = GC_PUBLISH;
+        run->fstep = FINISH_SEAL;
+        seal_then(run, run->solo);
+        break;
+    case GC_PUBLISH:
+        if (run->fstep == FINISH_SEAL) {
+            run->fstep = FINISH_PUBLISH;
+            if (refresh_publish(gc->rf, run->mark_gen, step_done, run) < 0)
+                step_done(run, -ENOMEM);
+            return;
+        }
+        /* Whether any writer has to let go of this run's packs: a pass tells. */
+        run->phase = GC_LOOK;
+        if (refresh_now(gc->rf, step_done, run) < 0)
+            step_done(run, -ENOMEM);
+        break;
+    case GC_LOOK: {
+        bool now = false;
+        if ((run->status = take_view(run)) < 0) {
+            gc_run_finish(run);
+            return;
+        }
+        for (size_t i = 0; i < run->nready; i++)
+            now |= run->ready[i] == run->mark_gen;
+        run->phase = GC_FINISH_OWN;
+        if (now) {
+            /* Alone in the bucket: the run deletes what it marked, as one that does so at once. */
+            run->ready[0] = run->mark_gen;
+            run->nready = 1;
+            if (finish_next(run))
+                return;
+        }
+        gc_phase_next(run);
+        break;
+    }
+    case GC_FINISH_OWN:
+        if (finish_next(run))
+            return;
+        if (run->status == 0 && run->nready == 1 && run->ready[0] == run->mark_gen) {
+            run->res.packs_pending = run->pending_before;
+            run->res.bytes_pending = run->bytes_pending_before;
+        }
+        stage_end(run);
+        break;
+    case GC_END:
+        gc_run_finish(run);
         break;
     }
 }
@@ -456,7 +502,7 @@ static void gc_repacked(void *ctx, int status)
 
     if (status != 0 && run->status == 0)
         run->status = status;
-    phase_next(run);
+    gc_phase_next(run);
 }
 
 static void ops_ended(void *ctx)
@@ -469,9 +515,16 @@ static void gc_begin(void *ctx, int status)
     struct gc_run *run = ctx;
 
     run->start_seq = store_next_op(run->gc->st);
-    run->ops_at_start = store_first_op(run->gc->st) != NULL;
-    run->dbw = (struct db_write){.apply = gen_apply, .done = gen_done};
-    db_write(run->gc->db, &run->dbw);
+    run->ops_at_start = store_oldest_add(run->gc->st) != store_next_op(run->gc->st);
+    run->phase = GC_PENDING;
+    if (!run->gc->rf) {
+        gc_phase_next(run);
+        return;
+    }
+    if (uv_queue_work(run->gc->loop, &run->work, pending_work, pending_done) < 0) {
+        run->status = -ENOMEM;
+        gc_run_finish(run);
+    }
 }
 
 int gc_run(struct gc *gc, gc_cb *done, void *userdata)
@@ -495,7 +548,7 @@ int gc_run(struct gc *gc, gc_cb *done, void *userdata)
     }
     run->gc = gc;
     run->waiters = w;
-    run->phase = GC_GENERATION;
+    run->phase = GC_PENDING;
     gc->run = run;
     /*
      * A deleted document's chunks stay until the search index has taken its
@@ -523,6 +576,7 @@ int gc_new(struct gc **out, uv_loop_t *loop, const struct gc_parts *parts,
     gc->pk = parts->pk;
     gc->rc = parts->rc;
     gc->reserve = parts->reserve;
+    gc->rf = parts->rf;
     gc->cfg = *cfg;
     /* Runs of earlier lives of the daemon are all safe: their operations are gone. */
     if ((r = db_gc_generation(gc->db, &gc->safe_gen)) < 0) {
@@ -540,6 +594,7 @@ struct gc *gc_free(struct gc *gc)
         return NULL;
     store_set_ops_ended_hook(gc->st, NULL);
     free(gc->barriers);
+    free(gc->finished);
     free(gc);
     return NULL;
 }

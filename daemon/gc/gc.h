@@ -24,6 +24,7 @@ struct backend;
 struct db;
 struct gc;
 struct packer;
+struct refresh;
 struct readcache;
 struct reserve;
 struct search;
@@ -34,10 +35,15 @@ struct gc_config {
     unsigned repack_below; /* rewrite packs less than this percent alive */
     uint64_t pack_size;    /* packs far larger than this are left alone */
     int compression_level; /* of blocks rebuilt from their live chunks */
+    /* This daemon's writer in the database (db.h): gc only ever changes its own packs. */
+    unsigned own_widx;
+    bool owns_writer0;
 };
 
 /* What gc lends and borrows: everything stays its owner's. */
 struct gc_parts {
+    /* The bucket's other writers: gc marks packs and waits for them (NULL: deletes at once). */
+    struct refresh *rf;
     struct store *st;
     struct search *search;
     struct db *db;
@@ -47,11 +53,17 @@ struct gc_parts {
     struct reserve *reserve; /* room kept for a full disk; NULL: none */
 };
 
+/* Another writer's gc runs on the bucket (its lease); the result's failure names it. */
+#define GC_E_BUSY 71
+
 struct gc_result {
     uint64_t packs_rewritten, packs_deleted;
     uint64_t bytes_reclaimed; /* pack bytes given back to the backend */
-    uint64_t bytes_dead;      /* dead bytes left in packs above the rewrite threshold */
-    uint64_t chunks_removed;  /* chunks no document used any more, gone now */
+    /* Packs rewritten or emptied and marked, deleted once every writer of the bucket has let
+     * go of them (or the grace period has passed), and the bytes that will then come back. */
+    uint64_t packs_pending, bytes_pending;
+    uint64_t bytes_dead;     /* dead bytes left in packs above the rewrite threshold */
+    uint64_t chunks_removed; /* chunks no document used any more, gone now */
     /* Packs that could not be rewritten (their dead bytes stay; gc went on with the
      * others), and why the first one could not. */
     uint64_t packs_failed;
@@ -67,6 +79,7 @@ struct gc *gc_free(struct gc *gc);
 /* Packs repacked and waiting for their readers to end, or being deleted. */
 bool gc_busy(const struct gc *gc);
 
+/* status: 0, GC_E_BUSY, STORE_E_UNAVAILABLE (the bucket), or negative errno; res always. */
 typedef void gc_cb(void *userdata, int status, const struct gc_result *res);
 int gc_run(struct gc *gc, gc_cb *done, void *userdata);
 /* The running gc's progress; false when none runs. */

@@ -12,6 +12,12 @@
  * Every step is safe to cut by a crash: before the commit the old pack is
  * intact and the copies are dead weight in the open pack; after it, replay
  * finds the pack marked for deletion and finishes the job.
+ *
+ * With other writers (gc-int.h, GC_REPACK_MARK and FINISH), the commit
+ * marks the pack instead and keeps its dead rows; the mark's row in the
+ * database names the marked packs and the packs that took the copies, in
+ * the same commit. Finishing the mark later empties the packs the same way,
+ * with what is alive then, and sets them all for deletion in one commit.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -21,6 +27,7 @@
 #include "compress/compress.h"
 #include "daemon/base/crash.h"
 #include "daemon/base/log.h"
+#include "daemon/format/gcmark.h"
 #include "daemon/pack/packer.h"
 #include "daemon/readcache/readcache.h"
 #include "daemon/format/record.h"
@@ -33,16 +40,6 @@
 
 /* A pack larger than this many times the configured size is left alone (not ours to read whole). */
 #define REPACK_MAX_FACTOR 4
-
-struct gc_reap {
-    uint64_t seq;
-    uint64_t barrier; /* operations older than this may still read the pack */
-    bool running;
-    struct backend_del del;
-    struct db_write dbw;
-    struct gc *gc;
-    struct gc_reap *next;
-};
 
 /* Where a live row's record went among the new records. */
 struct repack_move {
@@ -63,14 +60,25 @@ struct repack_pack {
     struct repack_move *moves;
     size_t nmoves;
     uint64_t copied, dropped_chunks;
+    size_t saved_npacks, saved_ncopies; /* the run's mark before this pack's commit */
     struct packer_group g;
     struct db_write dbw;
 };
 
 struct repack_run {
     struct gc *gc;
+    struct gc_repack_args a;
     uint64_t safe_gen;
     struct gc_result *res;
+    /* MARK: the run's mark so far; FINISH: the late copies (the done object) and the marked packs.
+     */
+    struct gcmark mark;
+    struct db_mark row;
+    uint64_t *marked;
+    size_t nmarked, next_marked;
+    bool failed;          /* a pack could not be done */
+    uint64_t pack_copied; /* what the pack being committed copies (its txn's) */
+    struct db_write dbw;  /* FINISH's last commit */
     gc_repack_cb *cb;
     void *ctx;
     uv_work_t work;
@@ -79,87 +87,6 @@ struct repack_run {
     struct db_pack_use *use;
     size_t nuse, next;
 };
-
-/* ---- deleting packs once nobody reads them ---- */
-
-static void reap_dropped(struct db_write *w)
-{
-    struct gc_reap *rp = container_of(w, struct gc_reap, dbw);
-    struct gc *gc = rp->gc;
-    struct gc_reap **pp = &gc->reaping;
-
-    while (*pp != rp)
-        pp = &(*pp)->next;
-    *pp = rp->next;
-    free(rp);
-    gc_reap(gc);
-}
-
-static int reap_apply(struct db_txn *txn, struct db_write *w)
-{
-    struct gc_reap *rp = container_of(w, struct gc_reap, dbw);
-    return db_txn_pack_drop(txn, rp->seq);
-}
-
-static void reap_deleted(struct backend_req *req)
-{
-    struct gc_reap *rp = container_of(req, struct gc_reap, del.req);
-
-    /* The old pack is gone; its row still says it is being deleted. */
-    crash_point("repack-deleted");
-    if (rp->gc->rc)
-        readcache_forget_pack(rp->gc->rc, rp->seq);
-    if (req->status != 0 && req->status != BACKEND_E_NOT_FOUND) {
-        /* The row stays marked: the next start (replay) tries again. */
-        log_warn("gc: deleting %s failed: %s", req->key,
-                 req->status < 0 ? strerror(-req->status) : "backend unavailable");
-        rp->dbw.apply = NULL;
-    }
-    if (!rp->dbw.apply) {
-        struct gc *gc = rp->gc;
-        struct gc_reap **pp = &gc->reaping;
-        while (*pp != rp)
-            pp = &(*pp)->next;
-        *pp = rp->next;
-        free(rp);
-        return;
-    }
-    db_write(rp->gc->db, &rp->dbw);
-}
-
-void gc_reap(struct gc *gc)
-{
-    uint64_t oldest = store_oldest_op(gc->st);
-
-    for (struct gc_reap *rp = gc->reaping; rp; rp = rp->next) {
-        if (rp->running || rp->barrier > oldest)
-            continue;
-        rp->running = true;
-        if (db_pack_key(gc->db, rp->seq, rp->del.req.key, sizeof(rp->del.req.key)) < 0)
-            continue; /* no such writer: cannot happen for a pack the database names */
-        rp->del.req.cb = reap_deleted;
-        rp->dbw.apply = reap_apply;
-        rp->dbw.done = reap_dropped;
-        if (backend_del(gc->be, &rp->del) < 0)
-            rp->running = false; /* tried again when the next operation ends */
-    }
-}
-
-static int reap_later(struct gc *gc, uint64_t seq)
-{
-    struct gc_reap *rp = calloc(1, sizeof(*rp));
-
-    if (!rp)
-        return -ENOMEM;
-    rp->gc = gc;
-    rp->seq = seq;
-    /* Operations that started before the commit may hold the old locations. */
-    rp->barrier = store_next_op(gc->st);
-    rp->next = gc->reaping;
-    gc->reaping = rp;
-    gc_reap(gc);
-    return 0;
-}
 
 /* ---- one pack (worker side) ---- */
 
@@ -350,6 +277,17 @@ static void pack_work(uv_work_t *work)
     int r;
 
     r = db_pack_rows(gc->db, p->seq, p->run->safe_gen, &p->rows, &p->nrows);
+    if (r == 0 && p->run->a.mode == GC_REPACK_FINISH) {
+        /* A marked pack's chunks and segments live if this run's mark reached them. */
+        bool any = false;
+        for (size_t i = 0; i < p->nrows; i++) {
+            struct db_pack_row *row = &p->rows[i];
+            if (row->kind != DB_ROW_ENTRY)
+                row->live = p->run->a.live(p->run->a.live_ctx, row->hash);
+            any |= row->live;
+        }
+        p->delete_only = !any;
+    }
     if (r != 0 || p->delete_only) {
         p->status = r;
         return;
@@ -374,9 +312,49 @@ static void pack_work(uv_work_t *work)
 
 /* ---- one pack (loop and writer side) ---- */
 
+/* A key the run's mark (or done object) names, once. */
+static int mark_key(struct repack_run *run, bool copy, uint64_t pack)
+{
+    char key[BACKEND_MAX_KEY];
+    size_t n = copy ? run->mark.ncopies : run->mark.npacks;
+    char(*v)[GCMARK_KEY_MAX] = copy ? run->mark.copies : run->mark.packs;
+
+    if (db_pack_key(run->gc->db, pack, key, sizeof(key)) < 0)
+        return -EIO;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i], key) == 0)
+            return 0;
+    return gcmark_add(&run->mark, copy, key);
+}
+
+/* The mark's row as the run has it now: MARK's body, or FINISH's done object. */
+static int mark_row_apply(struct db_txn *txn, struct repack_run *run, enum db_mark_state state)
+{
+    struct db_mark row = run->row;
+    char *body;
+    size_t len;
+    int r = gcmark_encode(&run->mark, &body, &len);
+
+    if (r < 0)
+        return r;
+    row.state = state;
+    row.copied = run->row.copied + run->pack_copied;
+    if (run->a.mode == GC_REPACK_MARK) {
+        row.body = body;
+        row.body_len = len;
+    } else {
+        row.done = body;
+        row.done_len = len;
+    }
+    r = db_txn_mark_set(txn, &row);
+    free(body);
+    return r;
+}
+
 static int pack_apply_rows(struct db_txn *txn, struct repack_pack *p)
 {
     bool *moved = calloc(p->nrows ? p->nrows : 1, sizeof(bool));
+    enum gc_repack_mode mode = p->run->a.mode;
     uint64_t left;
     int r = 0;
 
@@ -392,6 +370,9 @@ static int pack_apply_rows(struct db_txn *txn, struct repack_pack *p)
                             .stored = m->stored};
         r = db_txn_row_move(txn, &p->rows[m->row], &to);
         moved[m->row] = true;
+        /* The packs that take copies are named by the mark, or by the done object. */
+        if (r == 0 && mode != GC_REPACK_NOW)
+            r = mark_key(p->run, true, rec->pack);
     }
     for (size_t i = 0; r == 0 && i < p->nrows; i++) {
         if (moved[i])
@@ -401,15 +382,27 @@ static int pack_apply_rows(struct db_txn *txn, struct repack_pack *p)
             r = -EAGAIN;
             break;
         }
+        /* A marked pack keeps its dead rows until its mark finishes: its records still read. */
+        if (mode == GC_REPACK_MARK)
+            continue;
         r = db_txn_row_drop(txn, &p->rows[i]);
         p->dropped_chunks += p->rows[i].kind == DB_ROW_CHUNK;
     }
     free(moved);
+    if (r == 0 && mode == GC_REPACK_MARK) {
+        bool known;
+        if ((r = db_txn_pack_mark(txn, p->seq, &known)) == 0 &&
+            (r = mark_key(p->run, false, p->seq)) == 0)
+            r = mark_row_apply(txn, p->run, DB_MARK_OWN_COPIED);
+        return r;
+    }
     /* Nothing may point into the old pack any more, or it must stay. */
     if (r == 0 && (r = db_txn_pack_rows_left(txn, p->seq, &left)) == 0 && left > 0) {
         log_warn("gc: pack %016" PRIx64 " still has %" PRIu64 " rows; it stays", p->seq, left);
         r = -EAGAIN;
     }
+    if (r == 0 && mode == GC_REPACK_FINISH)
+        return mark_row_apply(txn, p->run, DB_MARK_OWN_PUBLISHED);
     if (r == 0)
         r = db_txn_pack_set(txn, p->seq, p->size, DB_PACK_DELETING);
     return r;
@@ -437,15 +430,31 @@ static void pack_end(struct repack_pack *p, int status)
     if (status == 0) {
         /* The database has moved over, synced; the old pack is still there. */
         crash_point("repack-committed");
-        res->bytes_reclaimed += p->size > p->copied ? p->size - p->copied : 0;
+        uint64_t back = p->size > p->copied ? p->size - p->copied : 0;
         res->chunks_removed += p->dropped_chunks;
-        if (p->delete_only)
+        run->row.copied += p->copied;
+        if (run->a.mode == GC_REPACK_FINISH) {
+            /* Emptied: it goes with the mark's other packs (gc_reap_finished). */
+        } else if (p->delete_only) {
             res->packs_deleted++;
-        else
+        } else {
             res->packs_rewritten++;
-        if (reap_later(run->gc, p->seq) < 0)
-            log_warn("gc: pack %016" PRIx64 " goes at the next start", p->seq);
-    } else if (status != -EAGAIN) {
+        }
+        if (run->a.mode == GC_REPACK_MARK) {
+            res->packs_pending++;
+            res->bytes_pending += back;
+        } else if (run->a.mode == GC_REPACK_NOW) {
+            res->bytes_reclaimed += back;
+            if (gc_reap_later(run->gc, p->seq) < 0)
+                log_warn("gc: pack %016" PRIx64 " goes at the next start", p->seq);
+        }
+    } else {
+        /* Nothing of this pack's commit stayed: nor in the mark. */
+        run->mark.npacks = p->saved_npacks;
+        run->mark.ncopies = p->saved_ncopies;
+        run->failed = true;
+    }
+    if (status != 0 && status != -EAGAIN) {
         const char *why = status < 0 ? strerror(-status)
                           : status == PACKER_E_UNAVAILABLE || status == STORE_E_UNAVAILABLE
                               ? "backend unavailable"
@@ -488,6 +497,9 @@ static void pack_done(uv_work_t *work, int status)
         pack_end(p, p->status);
         return;
     }
+    p->saved_npacks = run->mark.npacks;
+    p->saved_ncopies = run->mark.ncopies;
+    run->pack_copied = p->copied;
     if (p->nrecs == 0) {
         /* Nothing to copy: drop the rows and mark the pack, synced, in one write. */
         p->dbw = (struct db_write){.apply = write_apply, .done = write_done, .durable = true};
@@ -530,11 +542,95 @@ static bool worth_rewriting(const struct gc *gc, const struct db_pack_use *u)
     return dead > 0 && u->live * 100 < (u->live + dead) * gc->cfg.repack_below;
 }
 
-static void run_finish(struct repack_run *run)
+static const struct db_pack_use *use_of(const struct repack_run *run, uint64_t seq)
+{
+    for (size_t i = 0; i < run->nuse; i++)
+        if (run->use[i].seq == seq)
+            return &run->use[i];
+    return NULL;
+}
+
+static void run_end(struct repack_run *run)
 {
     run->cb(run->ctx, run->status);
     free(run->use);
+    free(run->marked);
+    free(run->row.body);
+    free(run->row.done);
+    gcmark_clear(&run->mark);
     free(run);
+}
+
+/* FINISH: the emptied packs are set for deletion with the done object's body, in one commit. */
+static int finished_apply(struct db_txn *txn, struct db_write *w)
+{
+    struct repack_run *run = container_of(w, struct repack_run, dbw);
+    int r = 0;
+
+    for (size_t i = 0; r == 0 && i < run->nmarked; i++) {
+        const struct db_pack_use *u = use_of(run, run->marked[i]);
+        if (u && u->state == DB_PACK_MARKED)
+            r = db_txn_pack_set(txn, u->seq, u->size, DB_PACK_DELETING);
+    }
+    return r == 0 ? mark_row_apply(txn, run, DB_MARK_OWN_FINISHED) : r;
+}
+
+static void finished_done(struct db_write *w)
+{
+    struct repack_run *run = container_of(w, struct repack_run, dbw);
+    struct gc *gc = run->gc;
+
+    run->status = w->status;
+    if (w->status == 0) {
+        /* They go once the done object is in the bucket (gc_reap_finished). */
+        free(gc->finished);
+        gc->finished = run->marked;
+        gc->nfinished = run->nmarked;
+        run->marked = NULL;
+        uint64_t sizes = 0;
+        for (size_t k = 0; k < gc->nfinished; k++) {
+            const struct db_pack_use *u = use_of(run, gc->finished[k]);
+            sizes += u ? u->size : 0;
+        }
+        /* What the packs gave back, less what their live records take in the copies. */
+        run->res->bytes_reclaimed += sizes > run->row.copied ? sizes - run->row.copied : 0;
+    }
+    run_end(run);
+}
+
+static void run_finish(struct repack_run *run)
+{
+    if (run->a.mode == GC_REPACK_FINISH && run->status == 0 && !run->failed) {
+        run->dbw =
+            (struct db_write){.apply = finished_apply, .done = finished_done, .durable = true};
+        db_write(run->gc->db, &run->dbw);
+        return;
+    }
+    run_end(run);
+}
+
+/* Whether gc may change a pack: this daemon's own writer's (or writer 0's, when it owns those). */
+static bool own_pack(const struct gc *gc, uint64_t seq)
+{
+    unsigned widx = DB_PACK_WIDX(seq);
+    return widx == gc->cfg.own_widx || (widx == 0 && gc->cfg.owns_writer0);
+}
+
+static int start_pack(struct repack_run *run, const struct db_pack_use *u, bool dead)
+{
+    struct repack_pack *p = calloc(1, sizeof(*p));
+
+    if (!p)
+        return -ENOMEM;
+    p->run = run;
+    p->seq = u->seq;
+    p->size = u->size;
+    p->delete_only = dead;
+    if (uv_queue_work(run->gc->loop, &p->work, pack_work, pack_done) < 0) {
+        free(p);
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 static void run_next(struct repack_run *run)
@@ -542,12 +638,24 @@ static void run_next(struct repack_run *run)
     struct gc *gc = run->gc;
     uint64_t open_seq = packer_open_seq(gc->pk);
 
-    while (run->next < run->nuse) {
+    /* FINISH: the mark's packs, whatever they hold; what lives now is worked out per pack. */
+    while (run->a.mode == GC_REPACK_FINISH && run->next_marked < run->nmarked) {
+        const struct db_pack_use *u = use_of(run, run->marked[run->next_marked++]);
+        if (!u || u->state != DB_PACK_MARKED || !own_pack(gc, u->seq))
+            continue;
+        if ((run->status = start_pack(run, u, false)) == 0)
+            return;
+        break;
+    }
+    while (run->a.mode != GC_REPACK_FINISH && run->next < run->nuse) {
         struct db_pack_use *u = &run->use[run->next++];
-        /* Written to now, or leaving already: not for rewriting. */
-        if (u->state != DB_PACK_SEALED || u->seq == open_seq || u->size == 0)
+        /* Written to now, or leaving already, or another writer's: not for rewriting. */
+        if (u->state != DB_PACK_SEALED || u->seq == open_seq || u->size == 0 ||
+            !own_pack(gc, u->seq))
             continue;
         bool dead = u->live_rows == 0;
+        if (run->a.mode == GC_REPACK_MARK && dead != run->a.dead)
+            continue;
         if (!dead && !worth_rewriting(gc, u)) {
             run->res->bytes_dead += dead_bytes(u);
             continue;
@@ -558,28 +666,57 @@ static void run_next(struct repack_run *run)
             run->res->bytes_dead += dead_bytes(u);
             continue;
         }
-        struct repack_pack *p = calloc(1, sizeof(*p));
-        if (!p) {
-            run->status = -ENOMEM;
-            break;
-        }
-        p->run = run;
-        p->seq = u->seq;
-        p->size = u->size;
-        p->delete_only = dead;
-        if (uv_queue_work(gc->loop, &p->work, pack_work, pack_done) < 0) {
-            free(p);
-            run->status = -ENOMEM;
-            break;
-        }
-        return; /* one pack at a time: memory holds one pack and its copy */
+        if ((run->status = start_pack(run, u, dead)) == 0)
+            return; /* one pack at a time: memory holds one pack and its copy */
+        break;
     }
     run_finish(run);
+}
+
+/* FINISH: the mark's row, and its packs as numbers (worker). */
+static int load_mark(struct repack_run *run)
+{
+    struct db *db = run->gc->db;
+    struct db_mark *rows;
+    struct gcmark m;
+    uint64_t own;
+    size_t n;
+    int r;
+
+    if ((r = db_writer_id(db, run->gc->cfg.own_widx, &own)) < 0 ||
+        (r = db_marks(db, &rows, &n)) < 0)
+        return r;
+    r = -ENOENT;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].writer != own || rows[i].gen != run->a.gen)
+            continue;
+        run->row = rows[i];
+        rows[i].body = rows[i].done = NULL;
+        r = 0;
+    }
+    db_marks_free(rows, n);
+    if (r < 0 || (r = gcmark_parse(run->row.body, run->row.body_len, &m)) < 0)
+        return r < 0 ? r : -EIO;
+    run->mark = (struct gcmark){.done = true, .writer = own, .gen = run->a.gen};
+    if (!(run->marked = calloc(m.npacks ? m.npacks : 1, sizeof(*run->marked))))
+        r = -ENOMEM;
+    for (size_t i = 0; r == 0 && i < m.npacks; i++) {
+        uint64_t w, seq;
+        unsigned widx = 0;
+        if (pack_key_parse(m.packs[i], &w, &seq) < 0 || (w && db_writer_index(db, w, &widx) < 0))
+            continue;
+        run->marked[run->nmarked++] = DB_PACK_NUMBER(widx, seq);
+    }
+    gcmark_clear(&m);
+    return r;
 }
 
 static void usage_work(uv_work_t *work)
 {
     struct repack_run *run = container_of(work, struct repack_run, work);
+
+    if (run->a.mode == GC_REPACK_FINISH && !run->marked && (run->status = load_mark(run)) < 0)
+        return;
     run->status = db_pack_usage(run->gc->db, run->safe_gen, &run->use, &run->nuse);
 }
 
@@ -627,7 +764,7 @@ static void usage_done(uv_work_t *work, int status)
     if (run->nuse > 1)
         qsort(run->use, run->nuse, sizeof(*run->use), use_cmp);
     /* The pack being written holds dead records too: sealed now, it can be rewritten. */
-    for (size_t i = 0; !run->rotated && i < run->nuse; i++) {
+    for (size_t i = 0; !run->rotated && run->a.mode != GC_REPACK_FINISH && i < run->nuse; i++) {
         struct db_pack_use *u = &run->use[i];
         if (u->seq == open_seq && u->state == DB_PACK_OPEN && u->size > 0 &&
             worth_rewriting(gc, u)) {
@@ -639,16 +776,23 @@ static void usage_done(uv_work_t *work, int status)
     run_next(run);
 }
 
-void gc_repack(struct gc *gc, uint64_t safe_gen, struct gc_result *res, gc_repack_cb *cb, void *ctx)
+void gc_repack(struct gc *gc, const struct gc_repack_args *a, struct gc_result *res,
+               gc_repack_cb *cb, void *ctx)
 {
     struct repack_run *run = calloc(1, sizeof(*run));
+    uint64_t own;
 
     if (!run) {
         cb(ctx, -ENOMEM);
         return;
     }
     run->gc = gc;
-    run->safe_gen = safe_gen;
+    run->a = *a;
+    run->safe_gen = a->safe_gen;
+    if (a->mode == GC_REPACK_MARK && db_writer_id(gc->db, gc->cfg.own_widx, &own) == 0) {
+        run->mark = (struct gcmark){.writer = own, .gen = a->gen};
+        run->row = (struct db_mark){.writer = own, .gen = a->gen, .state = DB_MARK_OWN_COPIED};
+    }
     run->res = res;
     run->cb = cb;
     run->ctx = ctx;

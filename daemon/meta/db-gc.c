@@ -14,10 +14,11 @@
  * its document is left. An unname entry is dead once its document is
  * deleted at or after its time (`rm NAME` writes the delete at the same
  * time), or when no earlier add entry (which could have brought the name)
- * is left. While a repacked pack waits to be deleted (DB_PACK_DELETING, or
- * DB_PACK_MARKED on a shared bucket), no delete or unname entry is dead: the
- * pack may still hold an add entry whose row is gone, and a rebuild from the
- * packs would bring that add back without them.
+ * is left. While a repacked pack waits to be deleted (DB_PACK_DELETING), no
+ * delete or unname entry is dead: the pack may still hold an add entry whose
+ * row is gone, and a rebuild from the packs would bring that add back
+ * without them. A marked pack (DB_PACK_MARKED) keeps its rows until it is
+ * emptied, so its add entries keep their deletes alive by the rules above.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -32,7 +33,7 @@
 #define JOURNAL_DEAD                                                                               \
     "((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1"              \
     " AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM packs p"                   \
-    " WHERE p.state IN (2, 3)) AND (NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"             \
+    " WHERE p.state = 2) AND (NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"             \
     " AND x.op = 0 AND x.time < j.time) OR (j.op = 2 AND EXISTS (SELECT 1 FROM journal x"          \
     " WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time)))))"
 
@@ -99,11 +100,20 @@ static int state_get(struct db_conn *c, const char *key, int64_t *v)
 int db_txn_gc_generation(struct db_txn *txn, uint64_t *gen)
 {
     sqlite3_stmt *s;
-    int64_t v;
+    int64_t v, marked = 0;
     int r = state_get(txn->c, "gc_gen", &v);
 
     if (r < 0)
         return r;
+    /*
+     * A database made anew from the bucket starts counting again, but the
+     * bucket's gc marks carry the runs' numbers: a run is numbered past them.
+     */
+    if (!(s = db_conn_prepare(txn->c, "SELECT COALESCE(MAX(gen), 0) FROM marks")) ||
+        db_query_id(txn->c, s, &marked) < 0)
+        return -EIO;
+    if (marked > v)
+        v = marked;
     if (!(s = db_stmt(txn->c, DB_S_STATE_SET, db_gc_sql)))
         return -EIO;
     sqlite3_bind_text(s, 1, "gc_gen", -1, SQLITE_STATIC);

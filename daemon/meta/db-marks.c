@@ -11,15 +11,19 @@
 
 #include "daemon/meta/db-int.h"
 
-static const char set_sql[] = "INSERT INTO marks(writer, gen, state, barrier, body)"
-                              " VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(writer, gen) DO UPDATE"
-                              " SET state = excluded.state, barrier = excluded.barrier,"
-                              " body = excluded.body";
+static const char set_sql[] =
+    "INSERT INTO marks(writer, gen, state, barrier, body, done, copied)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(writer, gen) DO UPDATE"
+    " SET state = excluded.state, barrier = excluded.barrier, body = excluded.body,"
+    " done = excluded.done, copied = excluded.copied";
 static const char list_sql[] =
-    "SELECT writer, gen, state, barrier, body FROM marks ORDER BY writer, gen";
+    "SELECT writer, gen, state, barrier, body, done, copied FROM marks ORDER BY writer, gen";
 static const char pack_state_sql[] = "UPDATE packs SET state = 3 WHERE seq = ?1";
 static const char chunks_mark_sql[] = "UPDATE chunks SET condemned = ?2 WHERE pack = ?1";
 static const char segments_mark_sql[] = "UPDATE segments SET condemned = ?2 WHERE pack = ?1";
+static const char relocate_sql[] = "UPDATE journal SET pack = ?2, off = ?3, len = ?4"
+                                   " WHERE hash = ?1 AND pack IN (SELECT seq FROM packs"
+                                   " WHERE state = 3)";
 static const char *const forget_sql[] = {
     "DELETE FROM chunks WHERE pack = ?1",
     "DELETE FROM segments WHERE pack = ?1",
@@ -38,13 +42,29 @@ int db_txn_mark_set(struct db_txn *txn, const struct db_mark *m)
     sqlite3_bind_int(s, 3, (int)m->state);
     sqlite3_bind_int64(s, 4, (int64_t)m->barrier);
     sqlite3_bind_blob(s, 5, m->body ? m->body : "", (int)m->body_len, SQLITE_STATIC);
+    sqlite3_bind_blob(s, 6, m->done ? m->done : "", (int)m->done_len, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 7, (int64_t)m->copied);
     return db_step_done(txn->c, s);
+}
+
+/* A copy of a blob column, NUL-terminated. */
+static int column_copy(sqlite3_stmt *s, int col, char **out, size_t *len)
+{
+    *len = (size_t)sqlite3_column_bytes(s, col);
+    if (!(*out = malloc(*len + 1)))
+        return -ENOMEM;
+    if (*len)
+        memcpy(*out, sqlite3_column_blob(s, col), *len);
+    (*out)[*len] = '\0';
+    return 0;
 }
 
 void db_marks_free(struct db_mark *m, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         free(m[i].body);
+        free(m[i].done);
+    }
     free(m);
 }
 
@@ -76,20 +96,16 @@ int db_marks(struct db *db, struct db_mark **out, size_t *n)
             cap = ncap;
         }
         struct db_mark *m = &v[count];
-        size_t len = (size_t)sqlite3_column_bytes(s, 4);
+        memset(m, 0, sizeof(*m));
         m->writer = (uint64_t)sqlite3_column_int64(s, 0);
         m->gen = (uint64_t)sqlite3_column_int64(s, 1);
         m->state = (enum db_mark_state)sqlite3_column_int(s, 2);
         m->barrier = (uint64_t)sqlite3_column_int64(s, 3);
-        if (!(m->body = malloc(len + 1))) {
-            r = -ENOMEM;
-            break;
-        }
-        if (len)
-            memcpy(m->body, sqlite3_column_blob(s, 4), len);
-        m->body[len] = '\0';
-        m->body_len = len;
+        m->copied = (uint64_t)sqlite3_column_int64(s, 6);
         count++;
+        if ((r = column_copy(s, 4, &m->body, &m->body_len)) < 0 ||
+            (r = column_copy(s, 5, &m->done, &m->done_len)) < 0)
+            break;
     }
     if (r == 0 && rc != SQLITE_DONE)
         r = -EIO;
@@ -144,4 +160,18 @@ int db_txn_pack_forget(struct db_txn *txn, uint64_t pack, uint64_t *rows)
             *rows += (uint64_t)sqlite3_changes(txn->c->sql);
     }
     return 0;
+}
+
+int db_txn_journal_relocate(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
+                            const struct db_loc *loc)
+{
+    sqlite3_stmt *s = db_conn_prepare(txn->c, relocate_sql);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)loc->pack);
+    sqlite3_bind_int64(s, 3, (int64_t)loc->off);
+    sqlite3_bind_int64(s, 4, loc->len);
+    return db_step_done(txn->c, s);
 }

@@ -124,6 +124,8 @@ static const char schema_sql[] =
     " state INTEGER NOT NULL,"
     " barrier INTEGER NOT NULL,"
     " body BLOB NOT NULL,"
+    " done BLOB NOT NULL,"
+    " copied INTEGER NOT NULL,"
     " PRIMARY KEY(writer, gen)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS state("
     " key TEXT PRIMARY KEY,"

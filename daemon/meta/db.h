@@ -375,9 +375,10 @@ int db_txn_pack_rows_left(struct db_txn *txn, uint64_t seq, uint64_t *n);
 
 enum db_mark_state {
     /* This daemon's own runs. */
-    DB_MARK_OWN_COPIED = 1, /* the packs are marked here; the mark is not in the bucket yet */
+    DB_MARK_OWN_COPIED = 1,    /* the packs are marked here; the mark is not in the bucket yet */
     DB_MARK_OWN_PUBLISHED = 2, /* in the bucket: waiting for the other writers */
-    DB_MARK_OWN_DONE = 3,      /* the packs are deleted, the done object is in the bucket */
+    DB_MARK_OWN_FINISHED = 3,  /* the packs are emptied and go; the done object is not in yet */
+    DB_MARK_OWN_DONE = 4,      /* the done object is in the bucket */
     /* Another writer's. */
     DB_MARK_SEEN = 11,  /* its packs are marked here; acknowledged once `barrier` has passed */
     DB_MARK_ACKED = 12, /* this daemon's acknowledgement is in the bucket */
@@ -390,6 +391,9 @@ struct db_mark {
     uint64_t barrier; /* SEEN: the first operation that started after the packs were marked */
     char *body;       /* the mark's body (gcmark.h), malloc'd */
     size_t body_len;
+    char *done; /* its done object's body, once it has one ("" before), malloc'd */
+    size_t done_len;
+    uint64_t copied; /* own runs: bytes of live records copied out of its packs */
 };
 /* Creates or updates a mark's row. */
 int db_txn_mark_set(struct db_txn *txn, const struct db_mark *m);
@@ -402,6 +406,9 @@ void db_marks_free(struct db_mark *m, size_t n);
  * left alone (*known false).
  */
 int db_txn_pack_mark(struct db_txn *txn, uint64_t pack, bool *known);
+/* A known journal entry's copy is at loc: its row moves there if it is in a marked pack. */
+int db_txn_journal_relocate(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
+                            const struct db_loc *loc);
 /*
  * Pack `pack` is gone for good: every row still pointing into it goes, and
  * its own row; *rows says how many rows went.

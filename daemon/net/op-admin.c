@@ -436,10 +436,12 @@ static void gc_done(void *userdata, int status, const struct gc_result *res)
         job_end(j);
         return;
     }
-    if (status != 0) {
+    if (status == GC_E_BUSY) {
+        reply_error(op->base.conn, op->base.id, PROTO_E_BUSY, res->failure);
+    } else if (status != 0) {
         op_reply_status_error(op, status);
     } else {
-        reply_begin(&r, op->base.id, true, res->packs_failed ? 7 : 5);
+        reply_begin(&r, op->base.id, true, res->packs_failed ? 9 : 7);
         proto_pack_cstr(&r.pk, "packs_rewritten");
         msgpack_pack_uint64(&r.pk, res->packs_rewritten);
         proto_pack_cstr(&r.pk, "packs_deleted");
@@ -450,6 +452,10 @@ static void gc_done(void *userdata, int status, const struct gc_result *res)
         msgpack_pack_uint64(&r.pk, res->bytes_dead);
         proto_pack_cstr(&r.pk, "chunks_removed");
         msgpack_pack_uint64(&r.pk, res->chunks_removed);
+        proto_pack_cstr(&r.pk, "packs_pending");
+        msgpack_pack_uint64(&r.pk, res->packs_pending);
+        proto_pack_cstr(&r.pk, "bytes_pending");
+        msgpack_pack_uint64(&r.pk, res->bytes_pending);
         if (res->packs_failed) {
             proto_pack_cstr(&r.pk, "packs_failed");
             msgpack_pack_uint64(&r.pk, res->packs_failed);

@@ -41,6 +41,8 @@ struct packer {
     unsigned txns, seals;
     uv_idle_t kick;
     bool kick_active;
+    /* Every batch a pack of its own, whatever the backend (packer_set_shared). */
+    bool whole_packs;
     /* packer_rotate waiting for the running append. */
     void (*rotate_cb)(void *ctx);
     void *rotate_ctx;

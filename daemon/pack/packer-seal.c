@@ -156,3 +156,18 @@ int packer_rotate(struct packer *pk, void (*cb)(void *ctx), void *ctx)
     packer_seal_start(pk, cb, ctx);
     return 0;
 }
+
+static void shared_sealed(void *ctx)
+{
+    (void)ctx;
+}
+
+void packer_set_shared(struct packer *pk)
+{
+    if (pk->whole_packs)
+        return;
+    pk->whole_packs = true;
+    /* What the open pack holds reaches the others once it is sealed: now. */
+    if (backend_has(pk->be, BACKEND_CAP_APPEND))
+        packer_rotate(pk, shared_sealed, NULL);
+}

@@ -589,11 +589,26 @@ static void merge_done(uv_work_t *work, int status)
     batch_write(b);
 }
 
+/* Groups past their not_after_ms fail (their order among events does not matter: none is written).
+ */
+static void fail_late(struct packer_group *late)
+{
+    if (late)
+        log_warn("packer: an add waited to be written longer than the bucket's gc allows "
+                 "(the bucket could not be read for half the grace period); it fails");
+    while (late) {
+        struct packer_group *next = late->next_;
+        late->done(late, PACKER_E_UNAVAILABLE);
+        late = next;
+    }
+}
+
 /* Takes the ready groups into a batch; merges their small blocks first when there are enough. */
 static void batch_start(struct packer *pk)
 {
     struct packer_batch *b;
-    struct packer_group **tail;
+    struct packer_group **tail, *late = NULL;
+    uint64_t now = uv_hrtime() / 1000000;
     size_t bytes = 0;
 
     if (pk->inflight >= pk->max_inflight || !pk->ready_head ||
@@ -610,6 +625,12 @@ static void batch_start(struct packer *pk)
     while (pk->ready_head) {
         struct packer_group *g = pk->ready_head;
         size_t gbytes = 0, gmergeable = 0;
+        if (g->not_after_ms && now > g->not_after_ms) {
+            pk->ready_head = g->next_;
+            g->next_ = late;
+            late = g;
+            continue;
+        }
         for (size_t i = 0; i < g->nrecs; i++) {
             gbytes += g->recs[i].len;
             gmergeable += g->recs[i].mergeable;
@@ -625,8 +646,13 @@ static void batch_start(struct packer *pk)
     }
     if (!pk->ready_head)
         pk->ready_tail = NULL;
+    if (!b->groups) {
+        free(b);
+        fail_late(late);
+        return;
+    }
     /* A pack of its own is numbered now, so that packs are numbered in batch order. */
-    b->whole_pack = !backend_has(pk->be, BACKEND_CAP_APPEND);
+    b->whole_pack = pk->whole_packs || !backend_has(pk->be, BACKEND_CAP_APPEND);
     if (b->whole_pack)
         b->seq = pk->next_seq++;
     if (pk->inflight_tail)
@@ -638,9 +664,12 @@ static void batch_start(struct packer *pk)
     b->bytes = bytes;
     pk->inflight_bytes += bytes;
     if (b->nmergeable >= PACKER_MERGE_MIN &&
-        uv_queue_work(pk->loop, &b->merge_work, merge_work, merge_done) == 0)
+        uv_queue_work(pk->loop, &b->merge_work, merge_work, merge_done) == 0) {
+        fail_late(late);
         return;
+    }
     batch_write(b);
+    fail_late(late);
 }
 
 /* ---- the batch's transaction (writer thread) ---- */

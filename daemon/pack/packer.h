@@ -93,6 +93,12 @@ struct packer_group {
     bool own_locations;
     /* The batch's commit must be synced (a repack deletes the old pack after it). */
     bool durable;
+    /*
+     * Monotonic ms after which the group may no longer be written (its
+     * dedup may rest on records that a gc of another writer deletes); it
+     * then fails with PACKER_E_UNAVAILABLE. 0: no bound.
+     */
+    uint64_t not_after_ms;
     /* Runs in the batch's transaction on the writer thread; NULL for none. */
     int (*apply)(struct db_txn *txn, struct packer_group *g);
     /*
@@ -145,4 +151,10 @@ int packer_rotate(struct packer *pk, void (*cb)(void *ctx), void *ctx);
 
 /* Sequence number of the pack being written now (0 before the first). */
 uint64_t packer_open_seq(const struct packer *pk);
+/*
+ * Other writers share the bucket: another writer reads a pack only once it
+ * is sealed, so the open pack is sealed now and from then on every batch is
+ * a sealed pack of its own (put create-only), on a backend with appends too.
+ */
+void packer_set_shared(struct packer *pk);
 void packer_get_stats(const struct packer *pk, struct packer_stats *out);

@@ -28,6 +28,7 @@
 
 struct backend;
 struct db;
+struct packer;
 struct packer_resume;
 struct store;
 
@@ -40,6 +41,20 @@ struct recovery_parts {
     /* This daemon's writer id (pack.h), and whether writer 0's packs are its own too. */
     uint64_t writer;
     bool owns_writer0;
+    /* How long a gc run of the shared bucket waits for writers that do not acknowledge it. */
+    uint64_t gc_grace_ms;
+    /* The database was made anew at this start (from the bucket): it cannot lack anything. */
+    bool fresh_db;
+    /* Refuse to start (-ERANGE) when the local clock is further off the server's (0: never). */
+    uint64_t max_clock_skew_s;
+    /*
+     * A refresh found a gc of another writer finished without this daemon
+     * while it still had records in the packs that gc deleted: the database
+     * may lack what that gc removed and must be rebuilt from the bucket (on
+     * the loop thread; NULL: only logged).
+     */
+    void (*stale)(void *ctx);
+    void *stale_ctx;
 };
 
 /*
@@ -50,7 +65,10 @@ struct recovery_parts {
  * sealed); another writer's pack is read once it is sealed. Fills *resume
  * with where the pack writer goes on (its writer's index in the database,
  * its next pack, an open pack to continue), and summary with what came
- * back, in a sentence (empty when nothing). 0 or negative errno (logged).
+ * back, in a sentence (empty when nothing). 0 or negative errno (logged);
+ * -ESTALE when the database lacks what another writer's gc removed while
+ * this daemon was away (it must be rebuilt), -ERANGE when this machine's
+ * clock is further off the bucket server's than max_clock_skew_s.
  */
 int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct packer_resume *resume,
                     char *summary, size_t summary_len);
@@ -88,6 +106,9 @@ struct refresh_writer {
     uint64_t seen_ms; /* when its packs were last listed (monotonic ms; 0: never) */
 };
 
+/* The gc lease belongs to another writer (refresh_lease_take). */
+#define REFRESH_E_BUSY 70
+
 struct refresh_stats {
     uint64_t passes, failures;
     uint64_t added, deleted, refused; /* the other writers' entries applied */
@@ -103,6 +124,8 @@ int refresh_new(struct refresh **out, const struct recovery_parts *parts, unsign
                 uint64_t interval_ms);
 /* Stops it (a running pass is waited for); its handles close asynchronously. Returns NULL. */
 struct refresh *refresh_free(struct refresh *rf);
+/* Once a pass finds another writer, the pack writer goes shared (packer_set_shared). */
+void refresh_set_packer(struct refresh *rf, struct packer *pk);
 /* A pass runs, or is asked for. */
 bool refresh_busy(const struct refresh *rf);
 /* cb(ctx, status) once a pass that starts after this call has ended. 0 or -ENOMEM. */
@@ -111,6 +134,31 @@ int refresh_now(struct refresh *rf, refresh_cb *cb, void *ctx);
 /* Counters, and a copy of the writers known (malloc'd, the caller frees it). */
 void refresh_get_stats(struct refresh *rf, struct refresh_stats *out,
                        struct refresh_writer **writers, size_t *nwriters);
+/* When the last pass that succeeded ended (monotonic ms; 0: none yet). */
+uint64_t refresh_last_ok(const struct refresh *rf);
+
+/*
+ * The shared bucket's gc (marks.c), for gc, on the loop thread; each
+ * callback comes on the loop thread.
+ *
+ * The lease: taken (0), another writer's (REFRESH_E_BUSY: see
+ * refresh_lease_holder), or the backend's failure. While it is held the
+ * refresh thread renews it; refresh_lease_ok says whether it still holds
+ * for certain (renewed within half its time to live).
+ */
+int refresh_lease_take(struct refresh *rf, refresh_cb *cb, void *ctx);
+int refresh_lease_drop(struct refresh *rf, refresh_cb *cb, void *ctx);
+bool refresh_lease_ok(struct refresh *rf);
+/* The lease's time to live for a grace period: a minute, less for grace periods under one. */
+uint64_t refresh_lease_ttl(uint64_t grace_ms);
+uint64_t refresh_lease_holder(struct refresh *rf);
+/* Puts this daemon's run gen's mark, or its done object, as its row in the database says. */
+int refresh_publish(struct refresh *rf, uint64_t gen, refresh_cb *cb, void *ctx);
+/*
+ * What the last pass found: this daemon's published runs that may finish
+ * (malloc'd copy), and whether the bucket has no other writer.
+ */
+int refresh_gc_view(struct refresh *rf, uint64_t **ready, size_t *n, bool *solo);
 
 /* Removes format 1 objects left beside packs (after an upgrade, or one cut short). */
 void upgrade_cleanup(const char *backend_url);

@@ -17,10 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/base/log.h"
 #include "daemon/meta/db.h"
+#include "daemon/pack/packer.h"
 #include "daemon/recovery/replay-int.h"
 #include "daemon/store/store.h"
 #include "proto/util.h"
@@ -38,13 +40,25 @@ struct refresh_waiter {
     struct refresh_waiter *next;
 };
 
+/* Work for the thread besides passes: the gc's steps in the bucket (marks.c). */
+enum task_kind { TASK_LEASE_TAKE, TASK_LEASE_DROP, TASK_PUBLISH };
+
+struct refresh_task {
+    enum task_kind kind;
+    uint64_t gen;
+    refresh_cb *cb;
+    void *ctx;
+    int status;
+    struct refresh_task *next;
+};
+
 struct refresh {
     struct recovery_parts parts;
     uint64_t interval_ms;
     unsigned own_widx;
     uv_timer_t timer;
     struct replay_bridge bridge; /* its async: the refresh thread's calls */
-    uv_async_t done_async;       /* a pass ended */
+    uv_async_t done_async;       /* a pass or a task ended */
     int open_handles;
     /* The thread, and what it is asked and answers, under mu. */
     pthread_t thread;
@@ -56,11 +70,31 @@ struct refresh {
     int result_status;
     struct refresh_writer *writers; /* the refresh thread's while it runs */
     size_t nwriters;
+    struct refresh_task *tasks, *tasks_done; /* asked, and done (newest first) */
+    struct refresh_marks marks;              /* the thread's */
+    struct packer *pk;                       /* goes shared once another writer is seen */
+    /* What the loop may read of marks, under mu. */
+    bool lease_held;
+    uint64_t lease_renewed_ms, lease_holder;
+    uint64_t *ready;
+    size_t nready;
+    bool solo, stale;
     /* Loop thread. */
     struct refresh_waiter *waiters; /* for the pass that runs now */
     struct refresh_waiter *queued;  /* asked during a pass: for the next one */
     struct refresh_stats stats;
 };
+
+static uint64_t mono_ms(void)
+{
+    return uv_hrtime() / 1000000;
+}
+
+/* What the loop is told: the backend's troubles are the store's "unavailable". */
+static int loop_status(int r)
+{
+    return r > 0 && r != REFRESH_E_BUSY ? STORE_E_UNAVAILABLE : r;
+}
 
 /* ---- the pass (the refresh thread) ---- */
 
@@ -163,8 +197,29 @@ static int list_packs_of(struct refresh *rf, struct replay *rp, struct refresh_w
     return r;
 }
 
+/* Under mu: what the loop may read of the marks' state. */
+static void marks_show(struct refresh *rf)
+{
+    struct refresh_marks *mk = &rf->marks;
+
+    rf->lease_held = mk->lease_held;
+    rf->lease_renewed_ms = mk->lease_renewed_ms;
+    rf->lease_holder = mk->lease_holder;
+    rf->solo = mk->solo;
+    rf->stale |= mk->stale;
+    free(rf->ready);
+    rf->ready = NULL;
+    rf->nready = 0;
+    if (mk->nready && (rf->ready = malloc(mk->nready * sizeof(*rf->ready)))) {
+        memcpy(rf->ready, mk->ready, mk->nready * sizeof(*rf->ready));
+        rf->nready = mk->nready;
+    }
+}
+
 static int pass(struct refresh *rf, struct replay *rp)
 {
+    uint64_t *ids = NULL;
+    size_t nids = 0;
     int r = list_writers(rf, rp);
 
     for (size_t i = 0; r == 0 && i < rf->nwriters; i++) {
@@ -173,35 +228,146 @@ static int pass(struct refresh *rf, struct replay *rp)
             continue;
         r = list_packs_of(rf, rp, &w);
         if (r == 0)
-            w.seen_ms = uv_hrtime() / 1000000;
+            w.seen_ms = mono_ms();
         pthread_mutex_lock(&rf->mu);
         rf->writers[i] = w;
         pthread_mutex_unlock(&rf->mu);
     }
-    return r == 0 ? replay_events(rp) : r;
+    if (r == 0)
+        r = replay_events(rp);
+    /* Then the gc objects: a mark names packs only once they are all in the bucket. */
+    if (r == 0 && !(ids = malloc((rf->nwriters + 1) * sizeof(*ids))))
+        r = -ENOMEM;
+    for (size_t i = 0; r == 0 && i < rf->nwriters; i++)
+        ids[nids++] = rf->writers[i].id;
+    if (r == 0)
+        r = marks_pass(rp, &rf->marks, ids, nids);
+    free(ids);
+    pthread_mutex_lock(&rf->mu);
+    marks_show(rf);
+    pthread_mutex_unlock(&rf->mu);
+    return r;
+}
+
+static struct replay *replay_for(struct refresh *rf)
+{
+    struct replay *rp = calloc(1, sizeof(*rp));
+
+    if (rp) {
+        rp->rv = rf->parts;
+        rp->bridge = &rf->bridge;
+        rp->own_widx = rf->own_widx;
+    }
+    return rp;
+}
+
+static void replay_end(struct replay *rp)
+{
+    if (rp) {
+        free(rp->index);
+        free(rp->changed);
+        free(rp);
+    }
+}
+
+static int run_task(struct refresh *rf, struct refresh_task *t)
+{
+    struct replay *rp = replay_for(rf);
+    int r = -ENOMEM;
+
+    if (rp) {
+        switch (t->kind) {
+        case TASK_LEASE_TAKE:
+            r = rf->marks.lease_held ? 0 : marks_lease_take(rp, &rf->marks);
+            if (r == 0 && llabs(rf->marks.skew_s) > 60)
+                log_warn("gc: this machine's clock is %lld s off the bucket server's",
+                         (long long)rf->marks.skew_s);
+            break;
+        case TASK_LEASE_DROP:
+            r = marks_lease_drop(rp, &rf->marks);
+            break;
+        case TASK_PUBLISH:
+            r = marks_publish(rp, &rf->marks, t->gen);
+            break;
+        }
+    }
+    replay_end(rp);
+    return r;
+}
+
+/* Under mu: the lease is held and due for renewal, at a third of its time to live. */
+static bool renew_due(const struct refresh *rf, uint64_t *at)
+{
+    const struct refresh_marks *mk = &rf->marks;
+
+    if (!mk->lease_held)
+        return false;
+    *at = mk->lease_renewed_ms + mk->lease_ttl_ms / 3;
+    return mono_ms() >= *at;
+}
+
+/* Under mu: waits for work, until `at` (monotonic ms) when not 0. */
+static void wait_until(struct refresh *rf, uint64_t at)
+{
+    struct timespec ts;
+    uint64_t now = mono_ms();
+
+    if (!at) {
+        pthread_cond_wait(&rf->cv, &rf->mu);
+        return;
+    }
+    if (at <= now)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (at - now) * 1000000;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&rf->cv, &rf->mu, &ts);
 }
 
 static void *refresh_thread(void *arg)
 {
     struct refresh *rf = arg;
+    uint64_t at = 0;
 
     pthread_mutex_lock(&rf->mu);
     for (;;) {
-        while (!rf->want && !rf->stop)
-            pthread_cond_wait(&rf->cv, &rf->mu);
+        while (!rf->want && !rf->stop && !rf->tasks && !renew_due(rf, &at))
+            wait_until(rf, rf->marks.lease_held ? at : 0);
         if (rf->stop)
             break;
+        if (rf->tasks) {
+            struct refresh_task *t = rf->tasks;
+            rf->tasks = t->next;
+            rf->running = true;
+            pthread_mutex_unlock(&rf->mu);
+            t->status = run_task(rf, t);
+            pthread_mutex_lock(&rf->mu);
+            marks_show(rf);
+            rf->running = false;
+            t->next = rf->tasks_done;
+            rf->tasks_done = t;
+            uv_async_send(&rf->done_async);
+            continue;
+        }
+        if (renew_due(rf, &at)) {
+            struct replay *rp = replay_for(rf);
+            pthread_mutex_unlock(&rf->mu);
+            if (rp)
+                marks_lease_renew(rp, &rf->marks);
+            replay_end(rp);
+            pthread_mutex_lock(&rf->mu);
+            /* A failed renewal is tried again a second later. */
+            if (rf->marks.lease_renewed_ms + rf->marks.lease_ttl_ms / 3 <= mono_ms())
+                rf->marks.lease_renewed_ms += 1000;
+            marks_show(rf);
+            continue;
+        }
         rf->want = false;
         rf->running = true;
         pthread_mutex_unlock(&rf->mu);
-        struct replay *rp = calloc(1, sizeof(*rp));
-        int r = -ENOMEM;
-        if (rp) {
-            rp->rv = rf->parts;
-            rp->bridge = &rf->bridge;
-            rp->own_widx = rf->own_widx;
-            r = pass(rf, rp);
-        }
+        struct replay *rp = replay_for(rf);
+        int r = rp ? pass(rf, rp) : -ENOMEM;
         pthread_mutex_lock(&rf->mu);
         rf->running = false;
         rf->finished = true;
@@ -239,13 +405,38 @@ static void on_bridge(uv_async_t *h)
     replay_bridge_run(&container_of(h, struct refresh, bridge.async)->bridge);
 }
 
+/* Tasks done: their callbacks, oldest first. */
+static void tasks_done(struct refresh *rf)
+{
+    struct refresh_task *t, *order = NULL;
+
+    pthread_mutex_lock(&rf->mu);
+    t = rf->tasks_done;
+    rf->tasks_done = NULL;
+    pthread_mutex_unlock(&rf->mu);
+    while (t) {
+        struct refresh_task *next = t->next;
+        t->next = order;
+        order = t;
+        t = next;
+    }
+    while (order) {
+        struct refresh_task *next = order->next;
+        order->cb(order->ctx, loop_status(order->status));
+        free(order);
+        order = next;
+    }
+}
+
 static void on_done(uv_async_t *h)
 {
     struct refresh *rf = h->data;
     struct refresh_waiter *w;
     struct replay *rp;
+    bool stale;
     int r;
 
+    tasks_done(rf);
     pthread_mutex_lock(&rf->mu);
     if (!rf->finished) {
         pthread_mutex_unlock(&rf->mu);
@@ -255,11 +446,12 @@ static void on_done(uv_async_t *h)
     r = rf->result_status;
     rf->result = NULL;
     rf->finished = false;
+    stale = rf->stale;
     pthread_cond_signal(&rf->cv);
     pthread_mutex_unlock(&rf->mu);
     rf->stats.passes++;
     if (r == 0) {
-        rf->stats.last_ok_ms = uv_hrtime() / 1000000;
+        rf->stats.last_ok_ms = mono_ms();
         rf->stats.added += rp->added;
         rf->stats.deleted += rp->deleted;
         rf->stats.refused += rp->refused;
@@ -267,15 +459,18 @@ static void on_done(uv_async_t *h)
             store_external_changes(rf->parts.st, rp->changed, rp->nchanged, rp->removed);
         /* Entries written from now on come after what the other writers wrote. */
         store_set_entry_floor(rf->parts.st, rp->max_time);
+        /* What the bucket's gc marked is known as of now (store.h). */
+        store_set_bucket_seen(rf->parts.st, rf->stats.last_ok_ms);
+        pthread_mutex_lock(&rf->mu);
+        bool solo = rf->solo;
+        pthread_mutex_unlock(&rf->mu);
+        if (!solo && rf->pk)
+            packer_set_shared(rf->pk);
     } else {
         rf->stats.failures++;
         log_warn("refresh: %s", r < 0 ? strerror(-r) : "the backend is unavailable");
     }
-    if (rp) {
-        free(rp->index);
-        free(rp->changed);
-        free(rp);
-    }
+    replay_end(rp);
     w = rf->waiters;
     rf->waiters = rf->queued;
     rf->queued = NULL;
@@ -283,10 +478,12 @@ static void on_done(uv_async_t *h)
         start_pass(rf);
     while (w) {
         struct refresh_waiter *next = w->next;
-        w->cb(w->ctx, r < 0 ? r : r ? -EIO : 0);
+        w->cb(w->ctx, loop_status(r));
         free(w);
         w = next;
     }
+    if (stale && rf->parts.stale)
+        rf->parts.stale(rf->parts.stale_ctx);
 }
 
 int refresh_new(struct refresh **out, const struct recovery_parts *parts, unsigned own_widx,
@@ -299,9 +496,24 @@ int refresh_new(struct refresh **out, const struct recovery_parts *parts, unsign
         return -ENOMEM;
     rf->parts = *parts;
     rf->own_widx = own_widx;
-    rf->interval_ms = interval_ms;
+    /*
+     * Marks must be seen well within the grace period, whatever the
+     * interval: at least four passes in it.
+     */
+    rf->interval_ms = parts->gc_grace_ms / 4;
+    if (interval_ms && interval_ms < rf->interval_ms)
+        rf->interval_ms = interval_ms;
+    if (rf->interval_ms == 0)
+        rf->interval_ms = 1;
+    rf->marks.own = parts->writer;
+    rf->marks.grace_ms = parts->gc_grace_ms;
+    rf->marks.lease_ttl_ms = refresh_lease_ttl(parts->gc_grace_ms);
     pthread_mutex_init(&rf->mu, NULL);
-    pthread_cond_init(&rf->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&rf->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&rf->bridge.lock, NULL);
     pthread_cond_init(&rf->bridge.cond, NULL);
     uv_timer_init(parts->loop, &rf->timer);
@@ -317,8 +529,7 @@ int refresh_new(struct refresh **out, const struct recovery_parts *parts, unsign
     if ((r = -pthread_create(&rf->thread, NULL, refresh_thread, rf)) < 0)
         return r;
     rf->thread_started = true;
-    if (interval_ms)
-        uv_timer_start(&rf->timer, on_timer, interval_ms, interval_ms);
+    uv_timer_start(&rf->timer, on_timer, rf->interval_ms, rf->interval_ms);
     return 0;
 }
 
@@ -333,6 +544,8 @@ static void on_closed(uv_handle_t *h)
     pthread_mutex_destroy(&rf->bridge.lock);
     pthread_cond_destroy(&rf->bridge.cond);
     free(rf->writers);
+    free(rf->ready);
+    free(rf->marks.ready);
     free(rf);
 }
 
@@ -367,11 +580,15 @@ struct refresh *refresh_free(struct refresh *rf)
             free(w);
         }
     }
-    if (rf->result) {
-        free(rf->result->index);
-        free(rf->result->changed);
-        free(rf->result);
+    replay_end(rf->result);
+    rf->result = NULL;
+    tasks_done(rf);
+    for (struct refresh_task *t = rf->tasks, *next; t; t = next) {
+        next = t->next;
+        t->cb(t->ctx, -ECANCELED);
+        free(t);
     }
+    rf->tasks = NULL;
     uv_close((uv_handle_t *)&rf->timer, on_closed);
     uv_close((uv_handle_t *)&rf->bridge.async, on_closed);
     uv_close((uv_handle_t *)&rf->done_async, on_closed);
@@ -380,7 +597,7 @@ struct refresh *refresh_free(struct refresh *rf)
 
 bool refresh_busy(const struct refresh *rf)
 {
-    return rf->waiters || rf->running || rf->finished;
+    return rf->waiters || rf->running || rf->finished || rf->tasks;
 }
 
 int refresh_now(struct refresh *rf, refresh_cb *cb, void *ctx)
@@ -419,4 +636,93 @@ void refresh_get_stats(struct refresh *rf, struct refresh_stats *out,
         *nwriters = rf->nwriters;
     }
     pthread_mutex_unlock(&rf->mu);
+}
+
+uint64_t refresh_last_ok(const struct refresh *rf)
+{
+    return rf->stats.last_ok_ms;
+}
+
+/* ---- the gc's steps in the bucket ---- */
+
+uint64_t refresh_lease_ttl(uint64_t grace_ms)
+{
+    /* A minute, but never much more than the grace period (tests run with seconds). */
+    uint64_t ttl = grace_ms < 60000 ? grace_ms : 60000;
+    return ttl < 3000 ? 3000 : ttl;
+}
+
+static int task_add(struct refresh *rf, enum task_kind kind, uint64_t gen, refresh_cb *cb,
+                    void *ctx)
+{
+    struct refresh_task *t = calloc(1, sizeof(*t)), **pp;
+
+    if (!t)
+        return -ENOMEM;
+    *t = (struct refresh_task){.kind = kind, .gen = gen, .cb = cb, .ctx = ctx};
+    pthread_mutex_lock(&rf->mu);
+    for (pp = &rf->tasks; *pp; pp = &(*pp)->next)
+        ;
+    *pp = t;
+    pthread_cond_signal(&rf->cv);
+    pthread_mutex_unlock(&rf->mu);
+    return 0;
+}
+
+int refresh_lease_take(struct refresh *rf, refresh_cb *cb, void *ctx)
+{
+    return task_add(rf, TASK_LEASE_TAKE, 0, cb, ctx);
+}
+
+int refresh_lease_drop(struct refresh *rf, refresh_cb *cb, void *ctx)
+{
+    return task_add(rf, TASK_LEASE_DROP, 0, cb, ctx);
+}
+
+int refresh_publish(struct refresh *rf, uint64_t gen, refresh_cb *cb, void *ctx)
+{
+    return task_add(rf, TASK_PUBLISH, gen, cb, ctx);
+}
+
+bool refresh_lease_ok(struct refresh *rf)
+{
+    bool ok;
+
+    pthread_mutex_lock(&rf->mu);
+    ok = rf->lease_held && mono_ms() < rf->lease_renewed_ms + rf->marks.lease_ttl_ms / 2;
+    pthread_mutex_unlock(&rf->mu);
+    return ok;
+}
+
+uint64_t refresh_lease_holder(struct refresh *rf)
+{
+    uint64_t w;
+
+    pthread_mutex_lock(&rf->mu);
+    w = rf->lease_holder;
+    pthread_mutex_unlock(&rf->mu);
+    return w;
+}
+
+int refresh_gc_view(struct refresh *rf, uint64_t **ready, size_t *n, bool *solo)
+{
+    int r = 0;
+
+    pthread_mutex_lock(&rf->mu);
+    *solo = rf->solo;
+    *n = 0;
+    *ready = malloc((rf->nready ? rf->nready : 1) * sizeof(**ready));
+    if (!*ready) {
+        r = -ENOMEM;
+    } else if (rf->nready) {
+        memcpy(*ready, rf->ready, rf->nready * sizeof(**ready));
+        *n = rf->nready;
+    }
+    pthread_mutex_unlock(&rf->mu);
+    return r;
+}
+
+void refresh_set_packer(struct refresh *rf, struct packer *pk)
+{
+    rf->pk = pk;
 }

@@ -46,7 +46,8 @@ struct replay {
     struct recovery_parts rv;
     struct replay_bridge *bridge; /* a refresh's, on its thread; NULL: at start, on the loop */
     unsigned own_widx;            /* this daemon's writer in the database (db.h) */
-    bool rebuild; /* the database started empty: every chunk is read back and checked */
+    bool rebuild;    /* the database started empty: every chunk is read back and checked */
+    bool relocating; /* replay_relocate: a known pack read again for the rows of marked packs */
     struct replay_prefetch *prefetch; /* the window read ahead, or NULL */
     struct replay_row rows[REPLAY_ROWS];
     size_t nrows;
@@ -97,6 +98,10 @@ int replay_job(struct replay *rp, void (*fn)(void *ctx), void *ctx);
 #define REPLAY_JOBS_MAX 16
 int replay_jobs(struct replay *rp, void (*fn)(void *ctx), void *const *ctxs, size_t n);
 
+/* Runs fn(ctx) on the loop thread (what belongs to it: the store's operations, the search index).
+ */
+void replay_on_loop(struct replay *rp, void (*fn)(void *ctx), void *ctx);
+
 /*
  * A refresh's way to the loop: calls queued by its thread, started by the
  * loop when `async` fires (replay_bridge_run), each waited for under `lock`.
@@ -138,6 +143,50 @@ int replay_pack_listed(struct replay *rp, uint64_t pack, uint64_t size, const st
 int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t known, bool own,
                      bool newest, struct packer_resume *resume, enum db_pack_state *state,
                      uint64_t *new_size);
+
+/*
+ * Reads the index of a sealed pack the database knows once more, so that the
+ * rows still in marked packs move to the copies it holds (a gc's copies, read
+ * before their mark was). A pack not known yet is left for its first read.
+ */
+int replay_relocate(struct replay *rp, uint64_t seq);
+
+/* ---- the shared bucket's gc (marks.c) ---- */
+
+/* What the refresh thread knows of the gc runs of the bucket; its own, but for what it hands on. */
+struct refresh_marks {
+    uint64_t own;      /* this daemon's writer id */
+    uint64_t grace_ms; /* how long a run waits for writers that do not acknowledge it */
+    /* The lease. */
+    bool lease_held;
+    uint64_t lease_ttl_ms;
+    int64_t lease_server_s;    /* the server's time when it was taken (its lock's mtime) */
+    uint64_t lease_mono_ms;    /* the local monotonic time then */
+    uint64_t lease_renewed_ms; /* when it was last put */
+    uint64_t lease_holder;     /* the writer that holds it, when taking it failed */
+    int64_t skew_s;            /* local clock minus the server's, when it was taken */
+    /* Found by the last pass. */
+    uint64_t *ready; /* this daemon's published runs that may finish */
+    size_t nready;
+    bool solo;  /* no other writer is registered */
+    bool stale; /* a run finished without this daemon while it had rows in its packs */
+    bool fresh; /* the database was made from the bucket just now: it cannot be stale */
+};
+
+/*
+ * After a pass has read the packs of `writers` (ids, this daemon's own
+ * among them): follows their gc objects (learns new marks, acknowledges
+ * them, forgets finished runs' packs) and finds this daemon's own runs that
+ * may finish.
+ */
+int marks_pass(struct replay *rp, struct refresh_marks *mk, const uint64_t *writers,
+               size_t nwriters);
+/* Puts this daemon's run gen's mark (its row DB_MARK_OWN_COPIED) or done object (FINISHED). */
+int marks_publish(struct replay *rp, struct refresh_marks *mk, uint64_t gen);
+/* 0 (held), REFRESH_E_BUSY (lease_holder has it), BACKEND_E_* or negative errno. */
+int marks_lease_take(struct replay *rp, struct refresh_marks *mk);
+int marks_lease_renew(struct replay *rp, struct refresh_marks *mk);
+int marks_lease_drop(struct replay *rp, struct refresh_marks *mk);
 
 /* ---- journal entries (replay-events.c) ---- */
 

@@ -308,3 +308,25 @@ int replay_jobs(struct replay *rp, void (*fn)(void *ctx), void *const *ctxs, siz
     call_and_wait(rp, &jc.call);
     return jc.status;
 }
+
+/* ---- a call on the loop thread ---- */
+
+struct loop_call {
+    struct replay_call call;
+    void (*fn)(void *ctx);
+    void *ctx;
+};
+
+static void loop_start(struct replay_call *c)
+{
+    struct loop_call *lc = container_of(c, struct loop_call, call);
+
+    lc->fn(lc->ctx);
+    call_done(c);
+}
+
+void replay_on_loop(struct replay *rp, void (*fn)(void *ctx), void *ctx)
+{
+    struct loop_call lc = {.call.start = loop_start, .fn = fn, .ctx = ctx};
+    call_and_wait(rp, &lc.call);
+}

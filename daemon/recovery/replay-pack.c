@@ -35,6 +35,8 @@ static int rows_apply(struct db_txn *txn, void *ctx)
             r = db_txn_chunk_put(txn, w->hash, &w->loc);
         else if (w->kind == DB_ROW_SEGMENT)
             r = db_txn_segment_put(txn, w->hash, &w->loc);
+        else if (rp->relocating)
+            r = db_txn_journal_relocate(txn, w->hash, &w->loc);
         else
             r = db_txn_journal_put(txn, w->hash, &w->loc, w->doc, w->time_ns, (int)w->op, false);
     }
@@ -397,6 +399,8 @@ static int read_sealed(struct replay *rp, const struct pack_trailer *t,
             w.kind = DB_ROW_SEGMENT;
             w.loc.size = e->raw_size;
             w.loc.stored = e->record_len;
+        } else if (rp->relocating) {
+            w.kind = DB_ROW_ENTRY; /* known already: only where it is now matters */
         } else {
             uint8_t *bytes;
             size_t len;
@@ -570,4 +574,31 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
     }
     /* An older pack left open: seal it with the index of what it holds. */
     return seal(rp, valid_end, state, new_size);
+}
+
+int replay_relocate(struct replay *rp, uint64_t seq)
+{
+    struct pack_trailer t;
+    struct pack_index_entry *idx;
+    uint64_t size;
+    int r;
+
+    /* Not read yet: its first read puts its records where they belong. */
+    if (db_pack_size(rp->rv.db, seq, &size) != 0)
+        return 0;
+    rp->seq = seq;
+    if (db_pack_key(rp->rv.db, seq, rp->key, sizeof(rp->key)) < 0)
+        return 0;
+    if ((r = try_sealed(rp, size, &t, &idx)) != 0) {
+        if (r == 1)
+            log_warn("replay: %s holds copies of a gc, but has no index; not read again", rp->key);
+        return r == 1 || r == BACKEND_E_NOT_FOUND ? 0 : r;
+    }
+    rp->relocating = true;
+    r = read_sealed(rp, &t, idx, 0);
+    if (r == 0)
+        r = rows_flush(rp);
+    rp->relocating = false;
+    free(idx);
+    return r;
 }

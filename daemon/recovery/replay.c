@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/base/log.h"
@@ -161,6 +162,9 @@ static int pack_missing(struct replay *rp, const struct db_pack *p)
 
     if (p->state == DB_PACK_DELETING)
         return drop_row(rp, p->seq);
+    /* Marked by its writer's gc, and deleted since: its done object says what follows. */
+    if (p->state == DB_PACK_MARKED)
+        return 0;
     if (db_pack_key(rv->db, p->seq, key, sizeof(key)) < 0)
         snprintf(key, sizeof(key), "%016" PRIx64, p->seq);
     log_error("replay: pack %s is missing from the backend; what it held is lost", key);
@@ -192,7 +196,8 @@ int replay_pack_listed(struct replay *rp, uint64_t pack, uint64_t size, const st
             return r;
         return drop_row(rp, p->seq);
     }
-    if (p && p->state == DB_PACK_SEALED && p->size == l->size)
+    /* Sealed, or marked by a gc (a sealed pack whose rows move): known as it is. */
+    if (p && (p->state == DB_PACK_SEALED || p->state == DB_PACK_MARKED) && p->size == l->size)
         return 0;
     /* Writer 0's pack left open, and not ours: nobody appends to it any more. */
     if (!own && p && p->state == DB_PACK_OPEN && p->size == l->size)
@@ -212,7 +217,8 @@ static bool will_read(const struct listed *l, const struct db_pack *known, size_
     if (*k == nknown || known[*k].seq != l->pack)
         return true;
     const struct db_pack *p = &known[*k];
-    return p->state != DB_PACK_DELETING && !(p->state == DB_PACK_SEALED && p->size == l->size);
+    return p->state != DB_PACK_DELETING &&
+           !((p->state == DB_PACK_SEALED || p->state == DB_PACK_MARKED) && p->size == l->size);
 }
 
 /*
@@ -312,6 +318,89 @@ int recovery_writer_key_parse(const char *key, uint64_t *id)
     return *id ? 0 : -EINVAL;
 }
 
+/*
+ * The gc objects of every writer the database knows (marks.c), at start:
+ * no operation runs yet, so new marks are acknowledged at once. -ESTALE when
+ * a gc finished without this daemon and removed what its database has.
+ */
+static int replay_marks(struct replay *rp, bool fresh)
+{
+    struct refresh_marks mk = {
+        .own = rp->rv.writer, .grace_ms = rp->rv.gc_grace_ms, .fresh = fresh};
+    uint64_t *ids = NULL, id;
+    size_t n = 0;
+    int r = 0;
+
+    for (unsigned widx = 1; db_writer_id(rp->rv.db, widx, &id) == 0; widx++) {
+        uint64_t *grown = realloc(ids, (n + 1) * sizeof(*grown));
+        if (!grown) {
+            free(ids);
+            return -ENOMEM;
+        }
+        (ids = grown)[n++] = id;
+    }
+    /* Twice: what the first pass saw learned, the second acknowledges. */
+    for (int i = 0; r == 0 && i < 2; i++)
+        r = marks_pass(rp, &mk, ids, n);
+    free(ids);
+    free(mk.ready);
+    return r == 0 && mk.stale ? -ESTALE : r;
+}
+
+/*
+ * What the bucket's server does, looked at once per start with an object of
+ * this writer's own (locks/probe-<id>): whether it refuses a second
+ * create-only put (If-None-Match: *), which nothing relies on but the log
+ * says; and its clock against this machine's, from the object's time.
+ */
+/* Whether the database knows a writer besides this one (and writer 0). */
+static bool shared_bucket(struct replay *rp)
+{
+    uint64_t id;
+
+    for (unsigned widx = 1; db_writer_id(rp->rv.db, widx, &id) == 0; widx++)
+        if (id != rp->rv.writer)
+            return true;
+    return false;
+}
+
+static int probe_bucket(struct replay *rp, int64_t *skew, bool *conditional, bool *timed)
+{
+    static const char body[] = "cairn probe\n";
+    struct backend_list list = {0};
+    char key[BACKEND_MAX_KEY];
+    int64_t before = (int64_t)time(NULL), mtime = 0;
+    int r;
+
+    snprintf(key, sizeof(key), "locks/probe-%016" PRIx64, rp->rv.writer);
+    r = replay_put(rp, key, body, sizeof(body) - 1, BACKEND_PUT_CREATE);
+    if (r == BACKEND_E_EXISTS && (r = replay_del(rp, key)) == 0)
+        r = replay_put(rp, key, body, sizeof(body) - 1, BACKEND_PUT_CREATE);
+    if (r != 0)
+        return r;
+    r = replay_put(rp, key, body, sizeof(body) - 1, BACKEND_PUT_CREATE);
+    *conditional = r == BACKEND_E_EXISTS;
+    if (r != 0 && r != BACKEND_E_EXISTS)
+        return r;
+    do {
+        snprintf(list.req.key, sizeof(list.req.key), "locks/");
+        if ((r = replay_list(rp, &list)) != 0)
+            break;
+        for (size_t i = 0; i < list.nentries; i++)
+            if (strcmp(list.entries[i].key, key) == 0)
+                mtime = list.entries[i].mtime;
+        snprintf(list.cursor, sizeof(list.cursor), "%s", list.next_cursor);
+        backend_list_reset(&list);
+    } while (list.cursor[0]);
+    backend_list_reset(&list);
+    if (r == 0)
+        r = replay_del(rp, key);
+    /* The server's time of the put against the middle of the local times around it. */
+    *timed = mtime != 0;
+    *skew = mtime ? (before + (int64_t)time(NULL)) / 2 - mtime : 0;
+    return r;
+}
+
 unsigned recovery_own_writer(const struct packer_resume *resume)
 {
     return DB_PACK_WIDX(resume->next_seq);
@@ -355,10 +444,37 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
     rp->own_widx = DB_PACK_WIDX(resume->next_seq);
     if (r == 0)
         r = register_writer(rp);
+    /* A database that knows no pack yet is made from the bucket now. */
+    struct db_pack *known = NULL;
+    size_t nknown = 0;
+    if (r == 0 && (r = db_packs(parts->db, &known, &nknown)) == 0)
+        free(known);
     if (r == 0)
         r = replay_packs(rp, resume);
+    int64_t skew = 0;
+    bool conditional = false, timed = false;
+    if (r == 0 && (r = probe_bucket(rp, &skew, &conditional, &timed)) == 0) {
+        log_info("bucket: create-only puts are %s; this machine's clock is %lld s %s its server's",
+                 conditional ? "refused when the object exists"
+                             : "not refused (If-None-Match is ignored)",
+                 (long long)llabs(skew), skew >= 0 ? "ahead of" : "behind");
+        /*
+         * Entry times order the bucket's history (README): once it has other
+         * writers, a clock far off is refused.
+         */
+        if (timed && parts->max_clock_skew_s && shared_bucket(rp) &&
+            llabs(skew) > (int64_t)parts->max_clock_skew_s) {
+            log_error("this machine's clock is %lld s off the bucket server's; at most %llu s "
+                      "([store] max_clock_skew) is allowed, or the journal's order would follow a "
+                      "wrong clock",
+                      (long long)llabs(skew), (unsigned long long)parts->max_clock_skew_s);
+            r = -ERANGE;
+        }
+    }
     if (r == 0)
         r = replay_events(rp);
+    if (r == 0)
+        r = replay_marks(rp, rebuild || parts->fresh_db || nknown == 0);
     if (r == 0 && (r = db_journal_newest(parts->db, &newest)) == 0 && newest > rp->max_time)
         rp->max_time = newest;
     store_set_entry_floor(parts->st, rp->max_time);
@@ -370,7 +486,7 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
                  " adds refused",
                  rp->records, rp->packs_read, rp->torn_bytes, rp->damaged, rp->sealed, rp->added,
                  rp->deleted, rp->refused);
-    if (r != 0)
+    if (r != 0 && r != -ESTALE && r != -ERANGE)
         log_error("replay: %s", r < 0 ? strerror(-r) : "the backend is unavailable");
     free(rp->index);
     free(rp->changed);

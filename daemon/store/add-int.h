@@ -90,6 +90,7 @@ struct store_add {
     const struct store_add_ops *ops;
     void *userdata;
     struct store_op op;
+    uint64_t deadline_ms; /* its records go out before then, or it fails (store_write_deadline) */
 
     EVP_MD_CTX *doc_ctx;  /* used by the running cut job only */
     struct text_acc text; /* likewise */

@@ -169,7 +169,9 @@ int store_add_begin(struct store *st, struct store_add_params *params,
     manifest_builder_init(&add->mb);
     st->active++;
     /* gc keeps what this add may come to reference until it ends. */
+    add->op.adds = true;
     store_op_begin(st, &add->op);
+    add->deadline_ms = store_write_deadline(st);
     *out = add;
     return 0;
 }
@@ -254,6 +256,7 @@ static void send_group(struct store_add *add, struct rec_list *recs)
     ag->g.recs = ag->recs.v;
     ag->g.nrecs = ag->recs.n;
     ag->g.done = group_done;
+    ag->g.not_after_ms = add->deadline_ms;
     add->groups++;
     packer_submit(add->st->packer, &ag->g);
 }
@@ -636,6 +639,7 @@ static void final_send(struct store_add *add)
     add->final.ticket = add->ticket;
     add->final.apply = final_apply;
     add->final.done = final_done;
+    add->final.not_after_ms = add->deadline_ms;
     add->committing = true;
     packer_submit(add->st->packer, &add->final);
 }

@@ -44,6 +44,8 @@ struct store {
     struct store_index_hooks index;
     struct store_ops_hook ops_ended;
     uint64_t last_entry_ns; /* recovery starts it at the newest entry in the packs */
+    /* The shared bucket's gc (store_set_bucket_seen): when its marks were last all seen. */
+    uint64_t bucket_seen_ms, gc_grace_ms;
     /* Worker-to-loop reads. */
     uv_async_t bridge_async;
     pthread_mutex_t bridge_lock;

@@ -91,6 +91,21 @@ void store_set_entry_floor(struct store *st, uint64_t time_ns)
         st->last_entry_ns = time_ns;
 }
 
+void store_set_bucket_seen(struct store *st, uint64_t mono_ms)
+{
+    st->bucket_seen_ms = mono_ms;
+}
+
+void store_set_gc_grace(struct store *st, uint64_t grace_ms)
+{
+    st->gc_grace_ms = grace_ms;
+}
+
+uint64_t store_write_deadline(const struct store *st)
+{
+    return st->gc_grace_ms && st->bucket_seen_ms ? st->bucket_seen_ms + st->gc_grace_ms / 2 : 0;
+}
+
 static void on_bridge_closed(uv_handle_t *h)
 {
     free(container_of((uv_async_t *)h, struct store, bridge_async));
@@ -180,6 +195,14 @@ const struct store_op *store_first_op(const struct store *st)
 uint64_t store_oldest_op(const struct store *st)
 {
     return st->ops_head ? st->ops_head->seq : st->next_op_seq;
+}
+
+uint64_t store_oldest_add(const struct store *st)
+{
+    for (const struct store_op *op = st->ops_head; op; op = op->next)
+        if (op->adds)
+            return op->seq;
+    return st->next_op_seq;
 }
 
 uint64_t store_next_op(const struct store *st)

@@ -256,6 +256,8 @@ void store_set_index_hooks(struct store *st, const struct store_index_hooks *hoo
  */
 struct store_op {
     uint64_t seq;
+    /* An add: dedup may have picked up records (gc waits for these; gets only read). */
+    bool adds;
     struct store_op *prev, *next;
     /* Gets: the manifest being read (borrowed from the get). */
     unsigned depth;
@@ -269,6 +271,11 @@ void store_op_end(struct store *st, struct store_op *op);
 const struct store_op *store_first_op(const struct store *st);
 /* Sequence number of the oldest running operation, or the next one when none runs. */
 uint64_t store_oldest_op(const struct store *st);
+/*
+ * The same for adds only: what gc's condemnations and the shared bucket's
+ * marks wait for (a get reads, it never makes a new reference).
+ */
+uint64_t store_oldest_add(const struct store *st);
 /* The sequence number the next operation to begin will get. */
 uint64_t store_next_op(const struct store *st);
 /* `fn` runs whenever the oldest running operation ends (gc may be waiting for that). */
@@ -288,6 +295,19 @@ void store_external_changes(struct store *st, const int64_t *rowids, size_t n, b
 
 /* Journal entries get times after this one (ns since the epoch): the newest in the packs. */
 void store_set_entry_floor(struct store *st, uint64_t time_ns);
+
+/*
+ * The bucket's gc marks were all seen at mono_ms (monotonic): dedup picks no
+ * record of a pack marked before then. An add relies on what dedup knew when
+ * it started, and a gc of another writer may delete a pack the grace period
+ * after marking it; so an add's records must be in the bucket well before:
+ * one still waiting to be written half the grace period after what it knew
+ * fails instead (STORE_E_UNAVAILABLE). grace_ms 0: no such bound.
+ */
+void store_set_bucket_seen(struct store *st, uint64_t mono_ms);
+void store_set_gc_grace(struct store *st, uint64_t grace_ms);
+/* The monotonic ms after which a write an operation starts now may not go out (0: none). */
+uint64_t store_write_deadline(const struct store *st);
 
 /*
  * Reads `len` bytes at `off` of pack `seq` into buf, blocking (worker

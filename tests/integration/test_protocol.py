@@ -639,7 +639,7 @@ class JobProgress(unittest.TestCase):
         self.assertIs(final.get("ok"), True, ct.short(final))
         self.assertGreater(final["chunks_removed"], 0)
         for t in ticks:
-            self.assertIn(t["progress"]["phase"], ("start", "mark", "sweep", "repack"))
+            self.assertIn(t["progress"]["phase"], ("start", "refresh", "mark", "sweep", "repack"))
         # without progress: one reply, as before
         rid = self.c.send_request("verify")
         self.assertNotIn("more", self.c.recv_for(rid, 120 * ct.SLOW))

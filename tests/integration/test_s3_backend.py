@@ -77,6 +77,13 @@ def is_pack_name(name):
     return pf.parse_pack_name(name) is not None
 
 
+def is_pack_key(key):
+    """A key of a pack: a pack name under packs/ (writers/ holds objects of
+    the same 16-hex-digit form that are no packs)."""
+    parts = key.rsplit("/", 2)
+    return len(parts) >= 2 and parts[-2] == "packs" and is_pack_name(parts[-1])
+
+
 class S3Daemon(ct.Daemon):
     """A Daemon whose environment holds only the credentials the test gives
     it, with HOME and XDG_CONFIG_HOME in an empty directory (no
@@ -182,7 +189,7 @@ class S3Case(ct.StoreChecks, unittest.TestCase):
         out = {}
         for key in self.keys(prefix):
             name = key.rsplit("/", 1)[-1]
-            if not is_pack_name(name):
+            if not is_pack_key(key):
                 continue
             path = self.srv.object_path(self.bucket, key)
             try:
@@ -541,7 +548,7 @@ class BigDocument(S3Case):
         # 2 GiB of records in Python would take longer than the round trip)
         npacks = 0
         for key in self.keys():
-            if not is_pack_name(key.rsplit("/", 1)[-1]):
+            if not is_pack_key(key):
                 continue
             with open(self.srv.object_path(self.bucket, key), "rb") as f:
                 self.assertEqual(f.read(8), pf.PACK_MAGIC, key)

@@ -7,14 +7,31 @@ per class; every test has its own prefix in the bucket.
 
   Naming         every daemon's packs carry its writer id: two daemons on one
                  prefix never write the same key
+  Visibility     adds, names, deletes and search reach every daemon
+  Workload       3 daemons, 4 clients on each adding, getting, naming and
+                 deleting at once: every acknowledged add reads back
+                 byte-exact on every daemon, every acknowledged delete holds
+                 on all, and ls, stat and search agree; the same on a server
+                 that ignores If-None-Match
+  Dedup          a daemon reuses the chunks another daemon stored
+  Gc             gc on one daemon while the others add and read: it marks,
+                 the others acknowledge, and the next gc deletes; kill -9 of
+                 the gc'ing daemon at each step, and of a writer mid-add;
+                 a writer gone past the grace period, and its rebuild; the
+                 lease, held by a daemon killed while holding it
   OrphanPack     a pack whose write was reported failed but landed is read
                  at the next start where its entries belong in the journal's
                  order: a newer name and a newer delete hold, and the same
                  after --rebuild-index
 """
+import hashlib
 import os
+import random
+import re
 import subprocess
 import sys
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +51,69 @@ def pack_writers(keys):
     return out
 
 
+KiB = 1024
+
+
 class SharedCase(S3Case):
+    # Refresh often. An add must reach the bucket within half the grace
+    # period of its daemon's last refresh: a minute is plenty even on a busy
+    # machine; tests that outwait the grace period make it short.
+    STORE_CONFIG = {"refresh_interval": "300ms", "gc_grace": "60s", "repack_threshold": "60"}
+
+    def shared(self, n, grace=None, intervals=None, **url_params):
+        """n daemons with their own data directories on this test's prefix,
+        started; intervals: each one's refresh_interval."""
+        ds = []
+        for i in range(n):
+            conf = os.path.join(self.base, "cairn-%s-%d.conf" % (self.prefix.replace("/", "-"), i))
+            store = dict(self.STORE_CONFIG, **({"gc_grace": grace} if grace else {}))
+            if intervals:
+                store["refresh_interval"] = intervals[i]
+            with open(conf, "w") as f:
+                f.write("[store]\n" + "".join("%s = %s\n" % kv for kv in store.items()))
+            ds.append(self.daemon(url=self.url(**url_params), args=["--config", conf]))
+        for d in ds:
+            d.start()
+        return ds
+
+    def refresh(self, d):
+        p = d.cli("refresh")
+        self.assertEqual(p.stdout, b"")
+
+    def refresh_all(self, ds):
+        for d in ds:
+            if d.running():
+                self.refresh(d)
+
+    def get_all(self, d, docs, when):
+        """Every {hash: content} reads back byte-exact from d."""
+        bad = []
+        with d.connect() as c:
+            for h, content in docs.items():
+                frames, got = c.get(h)
+                if got != content:
+                    bad.append((h[:12], ct.short(frames[-1])))
+        self.assertEqual(bad, [], "%s: %d of %d documents do not read back on %s\n%s" % (
+            when, len(bad), len(docs), d.data_dir, d.log_tail(2000)))
+
+    def gone_all(self, d, hashes, when):
+        with d.connect() as c:
+            for h in hashes:
+                frames, got = c.get(h)
+                self.assertEqual(ct.error_code(frames[-1]), "not_found",
+                                 "%s: deleted %s on %s: %r" % (when, h[:12], d.data_dir, ct.short(frames[-1])))
+
+    def verify(self, d, when):
+        p = d.cli("verify", check_exit=None)
+        self.assertEqual(p.returncode, 0, "%s: verify on %s exited %d:\n%s" % (
+            when, d.data_dir, p.returncode, p.stdout.decode()[-2000:]))
+
+    def gc(self, d):
+        with d.connect(timeout=300) as c:
+            r = c.call("gc", timeout=300 * ct.SLOW)
+        self.assertIs(r.get("ok"), True, ct.short(r))
+        return r
+
     def rebuild(self, d, timeout=300 * ct.SLOW):
         """cairnd --rebuild-index on d's data dir and backend; its output."""
         p = subprocess.run(d.command() + ["--rebuild-index"], env=d.env(), stdout=subprocess.PIPE,
@@ -119,6 +198,328 @@ class Visibility(SharedCase):
             others = [ln for ln in lines if ln.startswith("other writer: ")]
             self.assertEqual(sorted(ln.split()[2].rstrip(",") for ln in others),
                              sorted(w["id"] for w in st["writers"]), lines)
+        for d in ds:
+            d.stop()
+
+
+class Load:
+    """Clients adding, getting, naming and deleting on several daemons at
+    once, keeping what was acknowledged: docs {hash: content} added and not
+    deleted, deleted {hash}, names {name: hash} last given."""
+
+    def __init__(self, case, daemons, clients=4, seconds=6.0, big=False):
+        self.case, self.daemons, self.clients, self.seconds, self.big = case, daemons, clients, seconds, big
+        self.lock = threading.Lock()
+        self.docs, self.deleted, self.names = {}, set(), {}
+        self.errors = []
+        self.stop = threading.Event()
+        self.shared = os.urandom(256 * KiB)  # every daemon adds documents that share it
+
+    def client(self, di, ci):
+        d = self.daemons[di]
+        rnd = random.Random(di * 100 + ci)
+        mine = []
+        try:
+            with d.connect(timeout=120) as c:
+                i = 0
+                while not self.stop.is_set():
+                    i += 1
+                    op = rnd.random()
+                    if op < 0.55 or not mine:
+                        size = rnd.choice([300, 5000, 70 * KiB]) if not self.big else 300 * KiB
+                        content = (self.shared if rnd.random() < 0.3 else b"") + os.urandom(size)
+                        name = "w%d/c%d/%d" % (di, ci, i)
+                        r = c.add(content, name=name)
+                        if r.get("ok") is not True:
+                            self.errors.append(("add", d.data_dir, ct.short(r)))
+                            continue
+                        with self.lock:
+                            self.docs[r["hash"]] = content
+                            self.names[name] = r["hash"]
+                        mine.append(r["hash"])
+                    elif op < 0.8:
+                        h = rnd.choice(mine)
+                        frames, got = c.get(h)
+                        with self.lock:
+                            want = self.docs.get(h)
+                        if want is not None and got != want:
+                            self.errors.append(("get", d.data_dir, h[:12], ct.short(frames[-1])))
+                    elif op < 0.9:
+                        h = rnd.choice(mine)
+                        name = "w%d/c%d/alias-%d" % (di, ci, i)
+                        # a second name: the content added again under it (dedup makes it a name)
+                        with self.lock:
+                            content = self.docs.get(h)
+                        if content is None:
+                            continue
+                        r = c.add(content, name=name)
+                        if r.get("ok") is not True or r["hash"] != h:
+                            self.errors.append(("name", d.data_dir, ct.short(r)))
+                            continue
+                        with self.lock:
+                            self.names[name] = h
+                    else:
+                        h = mine.pop(rnd.randrange(len(mine)))
+                        r = c.call("delete", ref=h)
+                        if r.get("ok") is not True:
+                            self.errors.append(("delete", d.data_dir, ct.short(r)))
+                            continue
+                        with self.lock:
+                            self.docs.pop(h, None)
+                            self.deleted.add(h)
+                            for n in [n for n, v in self.names.items() if v == h]:
+                                del self.names[n]
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            self.errors.append(("client", d.data_dir, repr(e)))
+
+    def run(self):
+        threads = [threading.Thread(target=self.client, args=(di, ci), daemon=True)
+                   for di in range(len(self.daemons)) for ci in range(self.clients)]
+        for t in threads:
+            t.start()
+        time.sleep(self.seconds)
+        self.stop.set()
+        for t in threads:
+            t.join(300)
+        self.case.assertEqual(self.errors[:5], [], "%d operations failed\n%s" % (
+            len(self.errors), "\n".join(d.log_tail(1500) for d in self.daemons)))
+        # What one client deleted, no client added again meanwhile.
+        self.deleted -= set(self.docs)
+
+
+class Workload(SharedCase):
+    def workload(self):
+        ds = self.shared(3)
+        load = Load(self, ds)
+        load.run()
+        self.assertGreater(len(load.docs), 50)
+        self.refresh_all(ds)
+        for d in ds:
+            self.get_all(d, load.docs, "after the load")
+            self.gone_all(d, load.deleted, "after the load")
+            with d.connect() as c:
+                for name, h in sorted(load.names.items())[:40]:
+                    r = c.call("stat", ref=name)
+                    self.assertEqual(r.get("hash"), h, "%s on %s: %r" % (name, d.data_dir, ct.short(r)))
+        listings = [d.cli("ls").stdout for d in ds]
+        self.assertEqual(listings[0], listings[1])
+        self.assertEqual(listings[1], listings[2])
+        stats = [d.status() for d in ds]
+        self.assertEqual(len({s["documents"] for s in stats}), 1, [s["documents"] for s in stats])
+        for d in ds:
+            self.verify(d, "after the load")
+        return ds
+
+    def test_three_daemons_four_clients_each(self):
+        self.workload()
+
+    def test_a_server_that_ignores_if_none_match(self):
+        self.srv.control(conditional_writes=False)
+        try:
+            self.workload()
+        finally:
+            self.srv.control(conditional_writes=True)
+
+
+class Dedup(SharedCase):
+    def test_a_daemon_reuses_chunks_another_stored(self):
+        a, b = self.shared(2)
+        big = os.urandom(4 * ct.MiB)
+        self.add_ok(a, big, name="a/big")
+        self.refresh(b)
+        before = {w: list(v) for w, v in pack_writers(self.keys()).items()}
+        bw = pf.own_writer(b.data_dir)
+        h = self.add_ok(b, big + b"a few bytes more", name="b/big")
+        sizes = [len(open(self.srv.object_path(self.bucket, k), "rb").read())
+                 for k in self.keys() if "/packs/" in "/" + k
+                 and pf.parse_pack_name(k.rsplit("/", 1)[-1])
+                 and pf.parse_pack_name(k.rsplit("/", 1)[-1])[0] == bw]
+        self.assertLess(sum(sizes), 512 * KiB,
+                        "b wrote %d bytes for 4 MiB a had stored (%r)" % (sum(sizes), before))
+        self.assertEqual(b.cli("get", h).stdout, big + b"a few bytes more")
+        self.refresh(a)
+        self.assertEqual(a.cli("get", "b/big").stdout, big + b"a few bytes more")
+
+
+class Gc(SharedCase):
+    def populate(self, ds):
+        """Documents on each daemon, some shared by dedup; some deleted on
+        another daemon than the one that added them. Returns (keep, doomed)."""
+        keep, doomed = {}, set()
+        for i, d in enumerate(ds):
+            # The doomed documents' packs hold chunks the kept ones reuse:
+            # gc rewrites those packs (copies the live chunks) rather than
+            # only deleting them.
+            shared = [os.urandom(150 * KiB) for _ in range(3)]
+            for k in range(3):
+                doomed.add(self.add_ok(d, os.urandom(500 * KiB) + shared[k], name="doomed/%d/%d" % (i, k)))
+            for k in range(4):
+                content = shared[k % 3] + os.urandom(200 * KiB)
+                keep[self.add_ok(d, content, name="keep/%d/%d" % (i, k))] = content
+        self.refresh_all(ds)
+        for i, h in enumerate(sorted(doomed)):
+            r = ds[(i + 1) % len(ds)].cli("rm", h, check_exit=None)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        self.refresh_all(ds)
+        return keep, doomed
+
+    def own_packs(self, d):
+        return set(pack_writers(self.keys()).get(pf.own_writer(d.data_dir), []))
+
+    def check_everywhere(self, ds, keep, doomed, when):
+        self.refresh_all(ds)
+        for d in ds:
+            self.get_all(d, keep, when)
+            self.gone_all(d, doomed, when)
+            self.verify(d, when)
+
+    def test_gc_marks_the_others_let_go_then_it_deletes(self):
+        # b and c read the bucket only when asked (and every quarter of the
+        # grace period, 15 s): a's gc waits for them
+        a, b, c = ds = self.shared(3, intervals=["300ms", "0", "0"])
+        keep, doomed = self.populate(ds)
+        packs_before = self.own_packs(a)
+        load = Load(self, [b, c], clients=2, seconds=4)
+        t = threading.Thread(target=load.run, daemon=True)
+        t.start()
+        r1 = self.gc(a)
+        # b and c have yet to let go: a deletes nothing yet.
+        self.assertGreater(r1["packs_pending"], 0, r1)
+        self.assertGreater(r1["bytes_pending"], 0, r1)
+        self.assertEqual(r1["bytes_reclaimed"], 0, r1)
+        self.assertEqual(packs_before - self.own_packs(a), set(), "a deleted packs before the others let go")
+        t.join(120)
+        self.assertEqual(load.errors, [])
+        keep.update(load.docs)
+        doomed |= load.deleted
+        # b and c learn of the mark, and once their running operations have
+        # ended, acknowledge it
+        self.refresh_all(ds)
+        self.refresh_all(ds)
+        acks = [k for k in self.keys() if ".ack-" in k]
+        self.assertEqual(len(acks), 2, acks)
+        r2 = self.gc(a)
+        self.assertGreater(r2["bytes_reclaimed"], 0, r2)
+        self.assertGreater(len(packs_before - self.own_packs(a)), 0, "no pack of a was deleted")
+        self.check_everywhere(ds, keep, doomed, "after gc")
+        # The marked packs' documents still read after every daemon restarts.
+        for d in ds:
+            d.restart()
+        self.check_everywhere(ds, keep, doomed, "after gc and restarts")
+        for d in ds:
+            d.stop()
+
+    def test_kill9_of_the_gc_at_each_step_and_of_a_writer_mid_add(self):
+        for point in ("gc-leased", "repack-copied", "repack-committed", "gc-marked", "repack-deleted"):
+            with self.subTest(point=point):
+                self.prefix = "t-kill9-%s/store" % point
+                self.kill9_at(point)
+
+    def kill9_at(self, point):
+        a, b, c = ds = self.shared(3, intervals=["300ms", "0", "0"])
+        keep, doomed = self.populate(ds)
+        if point == "repack-deleted":
+            # the mark first, acknowledged; the crash comes when the next gc deletes
+            self.assertGreater(self.gc(a)["packs_pending"], 0)
+            self.refresh_all(ds)
+            self.refresh_all(ds)
+        a.stop()
+        a.extra_env["CAIRN_CRASH_AT"] = point
+        a.start()
+        # b adds while a's gc runs and dies; c is killed in the middle of an add
+        load = Load(self, [b], clients=2, seconds=3)
+        t = threading.Thread(target=load.run, daemon=True)
+        t.start()
+        cut = threading.Thread(target=lambda: self.add_interrupted(c), daemon=True)
+        cut.start()
+        with a.connect(timeout=120) as conn:
+            try:
+                conn.call("gc", timeout=120 * ct.SLOW)
+            except (ct.ConnectionClosed, OSError):
+                pass
+        rc = a.wait(30)
+        self.assertEqual(rc, -9, "cairnd did not die at %s\n%s" % (point, a.log_tail()))
+        ct._LIVE.discard(a.proc)
+        t.join(120)
+        cut.join(120)
+        self.assertEqual(load.errors, [])
+        keep.update(load.docs)
+        doomed |= load.deleted
+        del a.extra_env["CAIRN_CRASH_AT"]
+        a.start()
+        c.start()
+        self.check_everywhere(ds, keep, doomed, "after kill -9 at %s" % point)
+        # gc runs on: it finishes what the crash cut, and reclaims.
+        self.gc(a)
+        self.refresh_all(ds)
+        self.gc(a)
+        self.check_everywhere(ds, keep, doomed, "after gc following kill -9 at %s" % point)
+        for d in ds:
+            d.stop()
+
+    def add_interrupted(self, d):
+        """kill -9 of d in the middle of a large add."""
+        proc = d.proc
+        with d.connect(timeout=60) as conn:
+            rid = conn.next_id()
+            conn.send({"id": rid, "op": "add", "name": "cut", "data": os.urandom(200 * KiB),
+                       "more": True})
+            for _ in range(20):
+                conn.send({"id": rid, "op": "data", "data": os.urandom(200 * KiB), "more": True})
+            time.sleep(0.3)
+            proc.kill()
+        proc.wait(30)
+        ct._LIVE.discard(proc)
+
+    def test_a_writer_away_past_the_grace_period(self):
+        a, b, c = ds = self.shared(3, grace="6s")
+        keep, doomed = self.populate(ds)
+        c.kill9()
+        r1 = self.gc(a)
+        self.assertGreater(r1["packs_pending"], 0, r1)
+        self.refresh(b)
+        # c does not answer: within the grace period nothing goes
+        r2 = self.gc(a)
+        self.assertEqual(r2["bytes_reclaimed"], 0, r2)
+        time.sleep(7)
+        r3 = self.gc(a)
+        self.assertGreater(r3["bytes_reclaimed"], 0, r3)
+        self.assertIn("did not acknowledge", a.log_text())
+        # c comes back: its database may lack what that gc removed; it says so, and is made anew
+        c.start(wait=False)
+        rc = c.wait(60)
+        self.assertEqual(rc, 1, c.log_tail())
+        self.assertIn("another daemon's gc removed", c.log_text())
+        c.start()
+        self.assertIn("made anew from the bucket", c.log_text())
+        self.check_everywhere(ds, keep, doomed, "after c came back")
+        for d in ds:
+            d.stop()
+
+    def test_the_lease_of_a_daemon_killed_while_holding_it(self):
+        a, b = ds = self.shared(2, grace="6s")
+        keep, doomed = self.populate(ds)
+        a.stop()
+        a.extra_env["CAIRN_CRASH_AT"] = "gc-leased"
+        a.start()
+        with a.connect(timeout=60) as conn:
+            try:
+                conn.call("gc", timeout=60)
+            except (ct.ConnectionClosed, OSError):
+                pass
+        self.assertEqual(a.wait(30), -9)
+        ct._LIVE.discard(a.proc)
+        self.assertTrue([k for k in self.keys() if "/locks/gc-" in "/" + k], self.keys())
+        with b.connect() as conn:
+            r = conn.call("gc", timeout=60)
+        self.assertEqual(ct.error_code(r), "busy", ct.short(r))
+        self.assertIn("%016x" % pf.own_writer(a.data_dir), r["error"].get("message", ""))
+        # the lease lapses by the server's clock; then b's gc runs
+        time.sleep(7)
+        self.gc(b)
+        del a.extra_env["CAIRN_CRASH_AT"]
+        a.start()
+        self.check_everywhere(ds, keep, doomed, "after the lease lapsed")
         for d in ds:
             d.stop()
 
