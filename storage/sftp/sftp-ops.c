@@ -265,7 +265,7 @@ static int get_op(struct sftp_ctx *x, struct backend_get *get)
     if ((r = open_cached(x, get->req.key, &h)) != 0)
         return r;
     /* Only a read to the end, or one larger than allowed, needs the size first. */
-    if (want > get->max_len) {
+    if (want == BACKEND_TO_END || want > get->max_len) {
         int rc = libssh2_sftp_fstat_ex(h, &st, 0);
         if (rc != 0)
             return sftp_status(x->conn, rc);

@@ -17,6 +17,12 @@ sshd per test, sshfixture.py; skipped when openssh-server is missing):
                   sshd is back succeeds
   Kill9Cairnd     kill -9 of cairnd during concurrent adds (the durability
                   test's loop): every acknowledged add is intact after restart
+  SharedDirectory two daemons on one remote directory, 3 clients on each
+                  adding, getting, naming and deleting: every acknowledged
+                  add reads back on both, every delete holds on both, their
+                  listings agree; a gc on one marks, the other lets go, the
+                  next gc deletes (create-only renames keep their packs
+                  apart: the server is OpenSSH, SFTP version 3)
   LocalDataDir    with the sftp backend the data dir holds the database and
                   the read cache only; the packs are on the server, and gc
                   deletes them there; after a restart a document read before
@@ -44,6 +50,7 @@ import cairntest as ct  # noqa: E402
 import packfmt as pf  # noqa: E402
 import sshfixture  # noqa: E402
 import test_durability as td  # noqa: E402
+from test_shared import Load, SharedChecks  # noqa: E402
 
 MiB = ct.MiB
 # the backend gives up on an unreachable server after about 10-20 s
@@ -463,6 +470,55 @@ class Kill9Cairnd(SftpCase):
             self.verify(d, acked, names)
         self.assert_verify_ok(d)
         d.stop()
+
+
+class SharedDirectory(SharedChecks, SftpCase):
+    def shared(self, n):
+        ds = []
+        for i in range(n):
+            conf = os.path.join(self.base, "shared-%d.conf" % i)
+            with open(conf, "w") as f:
+                f.write("[store]\nrefresh_interval = 300ms\ngc_grace = 60s\nrepack_threshold = 60\n")
+            ds.append(self.daemon(args=["--config", conf]))
+        for d in ds:
+            d.start()
+        return ds
+
+    def test_two_daemons_one_directory(self):
+        a, b = ds = self.shared(2)
+        load = Load(self, ds, clients=3, seconds=5)
+        load.run()
+        self.assertGreater(len(load.docs), 20)
+        packs, _ = self.assert_remote_packs_complete()
+        writers = {pf.parse_pack_name(os.path.basename(p.path))[0] for p in packs}
+        self.assertEqual(len(writers), 2, "the packs of both writers: %r" % writers)
+        self.refresh_all(ds)
+        for d in ds:
+            self.get_all(d, load.docs, "after the load")
+            self.gone_all(d, load.deleted, "after the load")
+        self.assertEqual(a.cli("ls").stdout, b.cli("ls").stdout)
+        # gc on a: b has to let go of what a marks before a deletes it
+        for h in list(load.docs)[: len(load.docs) // 2]:
+            self.assertEqual(b.cli("rm", h).returncode, 0)
+            load.deleted.add(h)
+            load.docs.pop(h)
+        self.refresh_all(ds)
+        before = set(self.remote_files())
+        r1 = self.gc(a)
+        self.assertGreater(r1["packs_pending"], 0, r1)
+        self.assertEqual(r1["bytes_reclaimed"], 0, r1)
+        self.refresh_all(ds)
+        self.refresh_all(ds)
+        r2 = self.gc(a)
+        self.assertGreater(r2["bytes_reclaimed"], 0, r2)
+        self.assertTrue(before - set(self.remote_files()), "no pack was deleted")
+        self.refresh_all(ds)
+        for d in ds:
+            self.get_all(d, load.docs, "after gc")
+            self.gone_all(d, load.deleted, "after gc")
+            self.verify(d, "after gc")
+        for d in ds:
+            d.stop()
 
 
 class LocalDataDir(SftpCase):

@@ -54,30 +54,14 @@ def pack_writers(keys):
 KiB = 1024
 
 
-class SharedCase(S3Case):
-    # Refresh often. An add must reach the bucket within half the grace
-    # period of its daemon's last refresh: a minute is plenty even on a busy
-    # machine; tests that outwait the grace period make it short.
-    STORE_CONFIG = {"refresh_interval": "300ms", "gc_grace": "60s", "repack_threshold": "60"}
-
-    def shared(self, n, grace=None, intervals=None, **url_params):
-        """n daemons with their own data directories on this test's prefix,
-        started; intervals: each one's refresh_interval."""
-        ds = []
-        for i in range(n):
-            conf = os.path.join(self.base, "cairn-%s-%d.conf" % (self.prefix.replace("/", "-"), i))
-            store = dict(self.STORE_CONFIG, **({"gc_grace": grace} if grace else {}))
-            if intervals:
-                store["refresh_interval"] = intervals[i]
-            with open(conf, "w") as f:
-                f.write("[store]\n" + "".join("%s = %s\n" % kv for kv in store.items()))
-            ds.append(self.daemon(url=self.url(**url_params), args=["--config", conf]))
-        for d in ds:
-            d.start()
-        return ds
+class SharedChecks:
+    """What a shared store's tests check, whatever the backend: every daemon
+    refreshed, documents reading back (or gone) on a daemon, verify, gc."""
 
     def refresh(self, d):
-        p = d.cli("refresh")
+        p = d.cli("refresh", check_exit=None)
+        self.assertEqual(p.returncode, 0, "refresh on %s: %s\n%s" % (
+            d.data_dir, p.stderr.decode(errors="replace"), d.log_tail(3000)))
         self.assertEqual(p.stdout, b"")
 
     def refresh_all(self, ds):
@@ -127,6 +111,29 @@ class SharedCase(S3Case):
             r = c.add(content, **fields)
         self.assertIs(r.get("ok"), True, ct.short(r))
         return r["hash"]
+
+
+class SharedCase(SharedChecks, S3Case):
+    # Refresh often. An add must reach the bucket within half the grace
+    # period of its daemon's last refresh: a minute is plenty even on a busy
+    # machine; tests that outwait the grace period make it short.
+    STORE_CONFIG = {"refresh_interval": "300ms", "gc_grace": "60s", "repack_threshold": "60"}
+
+    def shared(self, n, grace=None, intervals=None, **url_params):
+        """n daemons with their own data directories on this test's prefix,
+        started; intervals: each one's refresh_interval."""
+        ds = []
+        for i in range(n):
+            conf = os.path.join(self.base, "cairn-%s-%d.conf" % (self.prefix.replace("/", "-"), i))
+            store = dict(self.STORE_CONFIG, **({"gc_grace": grace} if grace else {}))
+            if intervals:
+                store["refresh_interval"] = intervals[i]
+            with open(conf, "w") as f:
+                f.write("[store]\n" + "".join("%s = %s\n" % kv for kv in store.items()))
+            ds.append(self.daemon(url=self.url(**url_params), args=["--config", conf]))
+        for d in ds:
+            d.start()
+        return ds
 
 
 class Naming(SharedCase):
@@ -514,8 +521,10 @@ class Gc(SharedCase):
             r = conn.call("gc", timeout=60)
         self.assertEqual(ct.error_code(r), "busy", ct.short(r))
         self.assertIn("%016x" % pf.own_writer(a.data_dir), r["error"].get("message", ""))
-        # the lease lapses by the server's clock; then b's gc runs
-        time.sleep(7)
+        # the lease lapses by the server's clock (its time to live, here the
+        # grace period, and 2 s for the whole seconds LastModified carries and
+        # the clocks' steps); then b's gc runs
+        time.sleep(9)
         self.gc(b)
         del a.extra_env["CAIRN_CRASH_AT"]
         a.start()
