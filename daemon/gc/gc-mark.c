@@ -230,7 +230,7 @@ void gc_sweep_start(struct gc_run *run, bool revive_only)
  */
 uint64_t gc_safe_generation(struct gc *gc)
 {
-    uint64_t oldest = store_oldest_add(gc->st), safe = gc->safe_gen;
+    uint64_t oldest = store_oldest_holder(gc->st), safe = gc->safe_gen;
     size_t i = 0;
 
     for (; i < gc->nbarriers; i++) {

@@ -410,7 +410,7 @@ void gc_phase_next(struct gc_run *run)
             gc_run_finish(run);
             return;
         }
-        if (store_oldest_add(gc->st) >= run->barrier) {
+        if (store_oldest_holder(gc->st) >= run->barrier) {
             if (run->ops_at_start || run->barrier != run->start_seq) {
                 /* They have all ended: mark again so what they committed is revived. */
                 run->phase = GC_REMARK;
@@ -515,7 +515,7 @@ static void gc_begin(void *ctx, int status)
     struct gc_run *run = ctx;
 
     run->start_seq = store_next_op(run->gc->st);
-    run->ops_at_start = store_oldest_add(run->gc->st) != store_next_op(run->gc->st);
+    run->ops_at_start = store_oldest_holder(run->gc->st) != store_next_op(run->gc->st);
     run->phase = GC_PENDING;
     if (!run->gc->rf) {
         gc_phase_next(run);

@@ -153,7 +153,7 @@ static void read_ops(void *ctx)
 {
     struct ops_view *v = ctx;
     v->next = store_next_op(v->st);
-    v->oldest = store_oldest_add(v->st);
+    v->oldest = store_oldest_holder(v->st);
 }
 
 /* ---- another writer's run ---- */

@@ -333,6 +333,7 @@ static void batch_run(struct ix_batch *b)
 {
     struct indexer *ix = b->ix;
 
+    b->op.retried = true;
     store_op_begin(ix->st, &b->op);
     uv_ref((uv_handle_t *)&ix->finished_async);
     pthread_mutex_lock(&ix->mu);

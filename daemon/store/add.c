@@ -169,7 +169,6 @@ int store_add_begin(struct store *st, struct store_add_params *params,
     manifest_builder_init(&add->mb);
     st->active++;
     /* gc keeps what this add may come to reference until it ends. */
-    add->op.adds = true;
     store_op_begin(st, &add->op);
     add->deadline_ms = store_write_deadline(st);
     *out = add;

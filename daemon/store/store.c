@@ -197,10 +197,10 @@ uint64_t store_oldest_op(const struct store *st)
     return st->ops_head ? st->ops_head->seq : st->next_op_seq;
 }
 
-uint64_t store_oldest_add(const struct store *st)
+uint64_t store_oldest_holder(const struct store *st)
 {
     for (const struct store_op *op = st->ops_head; op; op = op->next)
-        if (op->adds)
+        if (!op->retried)
             return op->seq;
     return st->next_op_seq;
 }

@@ -249,15 +249,19 @@ void store_set_index_hooks(struct store *st, const struct store_index_hooks *hoo
  * A running operation that reads or references stored records: adds, gets,
  * scrubs, indexing and searches. Each gets a sequence number when it starts;
  * gc reclaims a record only when every operation that could have seen it
- * alive has ended (store_oldest_op), and deletes a repacked pack only when
+ * alive has ended (store_oldest_holder), and deletes a repacked pack only when
  * every operation that could still read it has ended. A get also lends gc
  * its manifest, so the chunks it is streaming stay alive even if its
  * document is deleted.
  */
 struct store_op {
     uint64_t seq;
-    /* An add: dedup may have picked up records (gc waits for these; gets only read). */
-    bool adds;
+    /*
+     * The indexer's: it reads text, and a read that fails because its
+     * document went meanwhile is retried. gc's condemnations do not wait for
+     * it (store_oldest_holder); the deletion of packs does.
+     */
+    bool retried;
     struct store_op *prev, *next;
     /* Gets: the manifest being read (borrowed from the get). */
     unsigned depth;
@@ -271,11 +275,8 @@ void store_op_end(struct store *st, struct store_op *op);
 const struct store_op *store_first_op(const struct store *st);
 /* Sequence number of the oldest running operation, or the next one when none runs. */
 uint64_t store_oldest_op(const struct store *st);
-/*
- * The same for adds only: what gc's condemnations and the shared bucket's
- * marks wait for (a get reads, it never makes a new reference).
- */
-uint64_t store_oldest_add(const struct store *st);
+/* The same without the operations that are `retried`: what gc's condemnations wait for. */
+uint64_t store_oldest_holder(const struct store *st);
 /* The sequence number the next operation to begin will get. */
 uint64_t store_next_op(const struct store *st);
 /* `fn` runs whenever the oldest running operation ends (gc may be waiting for that). */

@@ -473,19 +473,23 @@ class Kill9Cairnd(SftpCase):
 
 
 class SharedDirectory(SharedChecks, SftpCase):
-    def shared(self, n):
+    def shared(self, intervals):
+        """A daemon per refresh interval, on the one remote directory."""
         ds = []
-        for i in range(n):
+        for i, interval in enumerate(intervals):
             conf = os.path.join(self.base, "shared-%d.conf" % i)
             with open(conf, "w") as f:
-                f.write("[store]\nrefresh_interval = 300ms\ngc_grace = 60s\nrepack_threshold = 60\n")
+                f.write("[store]\nrefresh_interval = %s\ngc_grace = 60s\nrepack_threshold = 60\n"
+                        % interval)
             ds.append(self.daemon(args=["--config", conf]))
         for d in ds:
             d.start()
         return ds
 
     def test_two_daemons_one_directory(self):
-        a, b = ds = self.shared(2)
+        # b reads the directory only when asked (and every quarter of the
+        # grace period): a's gc waits for it
+        a, b = ds = self.shared(["300ms", "0"])
         load = Load(self, ds, clients=3, seconds=5)
         load.run()
         self.assertGreater(len(load.docs), 20)
