@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/base/crash.h"
 #include "daemon/base/log.h"
 #include "daemon/meta/db.h"
 #include "daemon/pack/packer.h"
@@ -233,8 +234,13 @@ static int pass(struct refresh *rf, struct replay *rp)
         rf->writers[i] = w;
         pthread_mutex_unlock(&rf->mu);
     }
-    if (r == 0)
+    /* The other writers' records are in the database, their entries not applied yet. */
+    if (r == 0) {
+        crash_point("refresh-read");
         r = replay_events(rp);
+    }
+    if (r == 0)
+        crash_point("refresh-applied");
     /* Then the gc objects: a mark names packs only once they are all in the bucket. */
     if (r == 0 && !(ids = malloc((rf->nwriters + 1) * sizeof(*ids))))
         r = -ENOMEM;

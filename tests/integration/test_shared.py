@@ -19,6 +19,9 @@ per class; every test has its own prefix in the bucket.
                  the gc'ing daemon at each step, and of a writer mid-add;
                  a writer gone past the grace period, and its rebuild; the
                  lease, held by a daemon killed while holding it
+  KillMidRefresh kill -9 of a daemon in the middle of a refresh, before and
+                 after it applied what it read: every document reads back,
+                 and a delete holds, after its restart
   OrphanPack     a pack whose write was reported failed but landed is read
                  at the next start where its entries belong in the journal's
                  order: a newer name and a newer delete hold, and the same
@@ -540,6 +543,38 @@ class Gc(SharedCase):
         self.check_everywhere(ds, keep, doomed, "after the lease lapsed")
         for d in ds:
             d.stop()
+
+
+class KillMidRefresh(SharedCase):
+    def test_kill9_in_the_middle_of_a_refresh(self):
+        for point in ("refresh-read", "refresh-applied"):
+            with self.subTest(point=point):
+                self.prefix = "t-kill9-%s/store" % point
+                a, b = ds = self.shared(2, intervals=["0", "0"])
+                docs = {}
+                for i, d in enumerate(ds):
+                    for k in range(4):
+                        content = os.urandom(3000 + 70 * KiB * (k % 2))
+                        docs[self.add_ok(d, content, name="d%d/%d" % (i, k))] = content
+                gone = self.add_ok(a, os.urandom(4000), name="gone")
+                self.refresh(b)
+                self.assertEqual(a.cli("rm", "gone").returncode, 0)
+                b.stop()
+                b.extra_env["CAIRN_CRASH_AT"] = point
+                b.start()
+                p = b.cli("refresh", check_exit=None)
+                self.assertNotEqual(p.returncode, 0, "the refresh did not reach %s" % point)
+                self.assertEqual(b.wait(30), -9, "cairnd did not die at %s\n%s" % (point, b.log_tail()))
+                ct._LIVE.discard(b.proc)
+                del b.extra_env["CAIRN_CRASH_AT"]
+                b.start()
+                self.refresh_all(ds)
+                for d in ds:
+                    self.get_all(d, docs, "after kill -9 at %s" % point)
+                    self.gone_all(d, [gone], "after kill -9 at %s" % point)
+                    self.verify(d, "after kill -9 at %s" % point)
+                for d in ds:
+                    d.stop()
 
 
 class OrphanPack(SharedCase):
