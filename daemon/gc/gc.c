@@ -4,10 +4,11 @@
  *   0. Wait for the search index: a deleted document's chunks stay until its
  *      index entry is out (that takes its text). If the index fails, gc
  *      goes on and keeps what its pending removals need.
- *   1. Mark: every chunk and manifest segment that a document (or a pending
- *      index removal, or a running get) reaches goes into a Bloom filter,
- *      whose size the store's size sets and a cap bounds. A false positive
- *      only keeps a dead chunk one run longer; each run uses a new seed.
+ *   1. Mark (gc-mark.c, with the sweep): every chunk and manifest segment
+ *      that a document (or a pending index removal, or a running get)
+ *      reaches goes into a Bloom filter, whose size the store's size sets
+ *      and a cap bounds. A false positive only keeps a dead chunk one run
+ *      longer; each run uses a new seed.
  *   2. Condemn: a sweep over the chunk and segment rows, a page per
  *      transaction, condemns what the mark did not reach (with this run's
  *      number) and revives condemned rows that are reached again. Dedup never
