@@ -149,6 +149,37 @@ static int list_writers(struct refresh *rf, struct replay *rp)
     return r;
 }
 
+/*
+ * The packs of a listing page that will be read, read ahead all at once
+ * (replay-prefetch.c): one round trip for the window instead of a few for
+ * each pack in turn. Appending backends read locally: nothing to gain.
+ * Returns the index of the first entry past the window.
+ */
+static size_t prefetch_page(struct replay *rp, const struct backend_list *list, size_t from,
+                            const char *prefix, size_t plen, const struct refresh_writer *w)
+{
+    uint64_t seqs[REPLAY_PREFETCH_WINDOW], sizes[REPLAY_PREFETCH_WINDOW];
+    size_t n = 0, i = from;
+
+    if (backend_has(rp->rv.be, BACKEND_CAP_APPEND))
+        return list->nentries;
+    for (; i < list->nentries && n < REPLAY_PREFETCH_WINDOW; i++) {
+        const struct backend_entry *e = &list->entries[i];
+        uint64_t writer, seq, known;
+        if (strncmp(e->key, prefix, plen) != 0)
+            break;
+        if (pack_key_parse(e->key, &writer, &seq) < 0 || writer != w->id)
+            continue;
+        if (db_pack_size(rp->rv.db, DB_PACK_NUMBER(w->widx, seq), &known) == 0 && known == e->size)
+            continue;
+        seqs[n] = DB_PACK_NUMBER(w->widx, seq);
+        sizes[n++] = e->size;
+    }
+    if (n < 2 || replay_prefetch_start(rp, seqs, sizes, n) < 0)
+        replay_prefetch_free(rp); /* read as it goes: only slower */
+    return i;
+}
+
 /* One writer's packs after the newest it knows (less the window): the new ones read. */
 static int list_packs_of(struct refresh *rf, struct replay *rp, struct refresh_writer *w)
 {
@@ -168,6 +199,7 @@ static int list_packs_of(struct refresh *rf, struct replay *rp, struct refresh_w
         snprintf(list.req.key, sizeof(list.req.key), PACK_KEY_PREFIX);
         if ((r = replay_list(rp, &list)) != 0)
             break;
+        size_t ahead = 0;
         for (size_t i = 0; r == 0 && !past && i < list.nentries; i++) {
             const struct backend_entry *e = &list.entries[i];
             uint64_t writer, seq, pack, known;
@@ -183,6 +215,9 @@ static int list_packs_of(struct refresh *rf, struct replay *rp, struct refresh_w
                     w->newest = seq;
                 continue;
             }
+            /* The next window of packs to read, read ahead when this one is used up. */
+            if (i >= ahead)
+                ahead = prefetch_page(rp, &list, i, prefix, plen, w);
             /* Only sealed packs get a row (an open one is read once it is sealed). */
             r = replay_pack_listed(rp, pack, e->size, NULL, false, NULL);
             if (r == 0 && db_pack_size(rp->rv.db, pack, &known) == 0) {
@@ -195,6 +230,7 @@ static int list_packs_of(struct refresh *rf, struct replay *rp, struct refresh_w
         backend_list_reset(&list);
     } while (r == 0 && !past && list.cursor[0]);
     backend_list_reset(&list);
+    replay_prefetch_free(rp);
     return r;
 }
 

@@ -101,6 +101,14 @@ int replay_jobs(struct replay *rp, void (*fn)(void *ctx), void *const *ctxs, siz
 /* Runs fn(ctx) on the loop thread (what belongs to it: the store's operations, the search index).
  */
 void replay_on_loop(struct replay *rp, void (*fn)(void *ctx), void *ctx);
+/*
+ * Runs fn(ctx, c) on the loop thread, and waits until what it started there
+ * calls replay_call_end(c) (on the loop thread too).
+ */
+struct replay_call;
+void replay_start_on_loop(struct replay *rp, void (*fn)(void *ctx, struct replay_call *c),
+                          void *ctx);
+void replay_call_end(struct replay_call *c);
 
 /*
  * A refresh's way to the loop: calls queued by its thread, started by the

@@ -330,3 +330,27 @@ void replay_on_loop(struct replay *rp, void (*fn)(void *ctx), void *ctx)
     struct loop_call lc = {.call.start = loop_start, .fn = fn, .ctx = ctx};
     call_and_wait(rp, &lc.call);
 }
+
+struct started_call {
+    struct replay_call call;
+    void (*fn)(void *ctx, struct replay_call *c);
+    void *ctx;
+};
+
+static void started_start(struct replay_call *c)
+{
+    struct started_call *sc = container_of(c, struct started_call, call);
+    sc->fn(sc->ctx, c);
+}
+
+void replay_start_on_loop(struct replay *rp, void (*fn)(void *ctx, struct replay_call *c),
+                          void *ctx)
+{
+    struct started_call sc = {.call.start = started_start, .fn = fn, .ctx = ctx};
+    call_and_wait(rp, &sc.call);
+}
+
+void replay_call_end(struct replay_call *c)
+{
+    call_done(c);
+}

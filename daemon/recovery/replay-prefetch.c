@@ -39,16 +39,23 @@ struct prefetch_pack {
 struct replay_prefetch {
     struct prefetch_pack packs[REPLAY_PREFETCH_WINDOW];
     size_t npacks;
+    uint64_t sizes[REPLAY_PREFETCH_WINDOW];
+    const struct recovery_parts *rv;
+    /* The loop thread's: reads in flight, and the call that waits for them all. */
     unsigned pending;
+    bool starting;
+    struct replay_call *waiting;
 };
 
 static void on_read(struct backend_req *req)
 {
     struct prefetch_read *rd = container_of(req, struct prefetch_read, get.req);
+    struct replay_prefetch *pf = rd->pf;
 
     if (req->status != 0)
         backend_get_reset(&rd->get);
-    rd->pf->pending--;
+    if (--pf->pending == 0 && !pf->starting)
+        replay_call_end(pf->waiting);
 }
 
 static void start_read(const struct recovery_parts *rv, struct replay_prefetch *pf,
@@ -80,11 +87,35 @@ void replay_prefetch_free(struct replay *rp)
     rp->prefetch = NULL;
 }
 
+/* On the loop thread: every read of the window started; the call ends when they have all ended. */
+static void start_reads(void *ctx, struct replay_call *c)
+{
+    struct replay_prefetch *pf = ctx;
+    const struct recovery_parts *rv = pf->rv;
+
+    pf->waiting = c;
+    pf->starting = true;
+    for (size_t i = 0; i < pf->npacks; i++) {
+        struct prefetch_pack *p = &pf->packs[i];
+        uint64_t size = pf->sizes[i];
+        uint64_t head = size < REPLAY_PREFETCH_SPAN ? size : REPLAY_PREFETCH_SPAN;
+
+        if (head)
+            start_read(rv, pf, p, &p->head, 0, head);
+        /* The tail only where it is not inside the head already. */
+        if (size > head)
+            start_read(
+                rv, pf, p, &p->tail,
+                size - (size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN),
+                size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN);
+    }
+    pf->starting = false;
+    if (pf->pending == 0)
+        replay_call_end(c);
+}
+
 int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_t *sizes, size_t n)
 {
-    /* Only at start: a refresh's thread reads as it goes. */
-    if (rp->bridge)
-        return -ENOTSUP;
     const struct recovery_parts *rv = &rp->rv;
     struct replay_prefetch *pf;
 
@@ -95,26 +126,18 @@ int replay_prefetch_start(struct replay *rp, const uint64_t *seqs, const uint64_
         n = REPLAY_PREFETCH_WINDOW;
     if (!(pf = calloc(1, sizeof(*pf))))
         return -ENOMEM;
+    pf->rv = rv;
     for (size_t i = 0; i < n; i++) {
-        struct prefetch_pack *p = &pf->packs[pf->npacks++];
-        uint64_t size = sizes[i];
-        uint64_t head = size < REPLAY_PREFETCH_SPAN ? size : REPLAY_PREFETCH_SPAN;
+        struct prefetch_pack *p = &pf->packs[pf->npacks];
 
         p->seq = seqs[i];
         if (db_pack_key(rv->db, p->seq, p->key, sizeof(p->key)) < 0)
             p->key[0] = '\0'; /* cannot be: the listing made the writer known */
         p->head.get.req.status = p->tail.get.req.status = -ENOENT;
-        if (head)
-            start_read(rv, pf, p, &p->head, 0, head);
-        /* The tail only where it is not inside the head already. */
-        if (size > head)
-            start_read(
-                rv, pf, p, &p->tail,
-                size - (size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN),
-                size - head < REPLAY_PREFETCH_SPAN ? size - head : REPLAY_PREFETCH_SPAN);
+        pf->sizes[pf->npacks++] = sizes[i];
     }
-    while (pf->pending)
-        uv_run(rv->loop, UV_RUN_ONCE);
+    /* On the loop: at start recovery runs it itself, a refresh's thread through the bridge. */
+    replay_start_on_loop(rp, start_reads, pf);
     rp->prefetch = pf;
     return 0;
 }
