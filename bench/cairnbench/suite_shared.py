@@ -1,0 +1,442 @@
+"""shared: several cairnd on one bucket (README "Several machines, one
+bucket"), against one cairnd alone, on the S3 test server at rtt20 and
+rtt50 (cairnbench/s3.py: s3rver behind a proxy that waits before forwarding
+each request).
+
+Every daemon has its own data directory and its own config file
+(`[store] refresh_interval`, REFRESH_INTERVAL here, and the same `[backend]
+url`); the shared ones write to one prefix of the bucket, each under its own
+writer id, and every refresh interval list what the others wrote since they
+last looked and replay it.
+
+    throughput   cairn-loadgen --profile add (4 KiB of random bytes per add:
+                 incompressible, unique) against one daemon alone on a prefix
+                 of its own, then against each of 3 daemons on one prefix at
+                 once, the same load on each; the aggregate of the 3 over one
+                 daemon alone
+    lag          an add on one daemon (a connection kept open), then a get of
+                 its hash on another every POLL_S until it succeeds; no
+                 `cairn refresh`: the background refresh is what is measured
+    idle         the 3 daemons with nothing to do for a measured window: the
+                 requests the S3 server received (its counters), per minute
+                 and daemon
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+from . import procs, report, s3
+
+KIB = 1024
+REFRESH_INTERVAL = 1.0  # seconds: [store] refresh_interval of every daemon here
+DAEMONS = 3
+DOC_SIZE = 4 * KIB
+RATIO_TARGET = 2.5
+LAG_SLACK = 1.0  # the lag target: p95 within the refresh interval plus this
+POLL_S = 0.025  # how often the other daemon is asked for the document
+LAG_TIMEOUT = 30.0  # a document not visible after this is counted as never seen
+SETTLE_S = 2.0  # quiet before the idle window: the last adds' work is done
+
+
+def _config(url):
+    return ("[store]\nrefresh_interval = %gs\n[backend]\nurl = %s\n"
+            % (REFRESH_INTERVAL, url))
+
+
+def _start(ctx, server, prefix, n, label):
+    """n cairnd on one prefix of the bucket, each with its own data directory."""
+    url, env = server.backend("s3", prefix)
+    daemons = []
+    try:
+        for i in range(n):
+            daemons.append(procs.Cairnd(ctx, "%s%d" % (label, i), config=_config(url), env=env))
+    except BaseException:
+        _stop(daemons, check=False)
+        raise
+    return daemons
+
+
+def _stop(daemons, check=True):
+    """SIGTERM to every daemon at once, then waits for each (an idle cairnd on
+    s3 may take seconds to exit: one at a time, they would add up). With
+    `check`, an unclean exit is a SuiteError."""
+    running = []
+    for d in daemons:
+        proc, d.proc = d.proc, None
+        procs.unregister_server(d)
+        if proc is None:
+            continue
+        died_before = proc.poll() is not None
+        if not died_before:
+            proc.send_signal(signal.SIGTERM)
+        running.append((d, proc, died_before))
+    bad = []
+    for d, proc, died_before in running:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            bad.append("%s did not stop within 30 s of SIGTERM" % d.dir)
+            continue
+        if died_before or proc.returncode != 0:
+            bad.append("cairnd %s %s (exit status %s): %s" % (
+                d.dir, "died" if died_before else "stopped uncleanly", proc.returncode,
+                procs._tail(d.log_path)))
+    if check and bad:
+        raise procs.SuiteError("; ".join(bad))
+
+
+def _cleanup(daemons):
+    for d in daemons:
+        procs.remove_tree(d.dir)
+
+
+# --- throughput ---------------------------------------------------------------
+
+
+def _loadgen_all(ctx, daemons, clients, pipeline, seconds):
+    """One cairn-loadgen per daemon, all started at once; their JSON, each with
+    `window` (start and end of its measured phase on this process's clock)."""
+    runs = []
+    timeout = seconds + 120
+    for i, d in enumerate(daemons):
+        path = os.path.join(d.dir, "loadgen.json")
+        err = open(os.path.join(d.dir, "loadgen.err"), "w+b")
+        argv = [ctx.bin["loadgen"], "--socket", d.socket, "--clients", str(clients),
+                "--duration", str(seconds), "--profile", "add", "--files", "0",
+                "--file-size", str(DOC_SIZE), "--content", "random", "--pipeline", str(pipeline),
+                "--seed", str(i + 1), "--json", path, "--quiet"]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=err)
+        runs.append((d, p, path, err))
+    out, failed = [], []
+    deadline = time.monotonic() + timeout
+    for d, p, path, err in runs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            failed.append("cairn-loadgen did not finish within %d s" % timeout)
+            continue
+        end = time.monotonic()
+        err.seek(0)
+        stderr = err.read().decode(errors="replace").strip()
+        err.close()
+        if p.returncode != 0:
+            failed.append("cairn-loadgen against %s failed (exit %s): %s"
+                          % (d.dir, p.returncode, stderr[-400:]))
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("schema") != "cairn-loadgen/1":
+            failed.append("cairn-loadgen wrote an unknown schema: %r" % data.get("schema"))
+            continue
+        # The measured phase ended just before the process did.
+        data["window"] = (end - data["elapsed_s"], end)
+        out.append(data)
+    if failed:
+        raise procs.SuiteError("; ".join(failed))
+    for d in daemons:
+        d.check_alive()
+    return out
+
+
+def _acked(data):
+    add = data["op_types"].get("add") or {"count": 0, "failures": 0}
+    return add["count"] - add["failures"]
+
+
+def _aggregate(runs):
+    """Acknowledged adds over the union of the measured phases (conservative:
+    a client that started late stretches the window), the sum of each run's own
+    rate, failures, and the add latency percentiles of each run."""
+    acked = sum(_acked(d) for d in runs)
+    start = min(d["window"][0] for d in runs)
+    end = max(d["window"][1] for d in runs)
+    return {
+        "daemons": len(runs), "acked": acked,
+        "failures": sum(d["failures"] for d in runs),
+        "window_s": end - start,
+        "adds_per_s": acked / (end - start) if end > start else 0.0,
+        "sum_of_rates": sum(_acked(d) / d["elapsed_s"] for d in runs if d["elapsed_s"]),
+        "errors": _errors(runs),
+        "p50": [(d["op_types"].get("add") or {}).get("latency_ms", {}).get("p50") for d in runs],
+        "p95": [(d["op_types"].get("add") or {}).get("latency_ms", {}).get("p95") for d in runs],
+    }
+
+
+def _errors(runs):
+    errs = {}
+    for d in runs:
+        for code, n in ((d["op_types"].get("add") or {}).get("errors") or {}).items():
+            errs[code] = errs.get(code, 0) + n
+    return errs
+
+
+def _throughput(ctx, server, log, profile, clients, pipeline):
+    """One daemon alone, then 3 on one prefix, the same load on each."""
+    s = ctx.sizes
+    tag = "%s-c%d-p%d" % (profile, clients, pipeline)
+    out = {}
+    for n, what in ((1, "solo"), (DAEMONS, "shared")):
+        log("shared: %s, %d daemon%s, %d clients each, %d in flight each"
+            % (profile, n, "s" if n > 1 else "", clients, pipeline))
+        daemons = _start(ctx, server, "%s-%s/store" % (what, tag), n, what[:2])
+        try:
+            server.srv.control(reset_counters=True)
+            runs = _loadgen_all(ctx, daemons, clients, pipeline, s["sh_seconds"])
+            counters = server.srv.counters()
+            agg = _aggregate(runs)
+            agg["s3_requests"] = counters.get("requests", {})
+            agg["runs"] = runs
+            agg["cairnd_peak_rss_kib"] = [d.peak_rss_kib() for d in daemons]
+            out[what] = agg
+        finally:
+            _stop(daemons, check=False)
+        _cleanup(daemons)
+        server.check_alive()
+    return out
+
+
+# --- visibility lag -----------------------------------------------------------
+
+
+def _ct():
+    """tests/integration/cairntest.py: its protocol client (Conn) and msgpack."""
+    return procs.fixture_module(os.path.join(s3.REPO, "tests", "integration", "cairntest.py"))
+
+
+def _lag(ctx, daemons, log, profile, samples, rng):
+    """`samples` adds, each on one daemon and awaited on the next; per sample
+    the add's latency, the lag from its acknowledgement to the first
+    successful get on the other daemon, and the gets that answered not_found
+    before it."""
+    ct = _ct()
+    conns = [ct.Conn(d.socket, timeout=60) for d in daemons]
+    out = []
+    try:
+        for i in range(samples):
+            a, b = i % len(daemons), (i + 1) % len(daemons)
+            # A random phase against the refresh timers of the daemons.
+            time.sleep(rng.uniform(0, REFRESH_INTERVAL))
+            content = os.urandom(DOC_SIZE)
+            t0 = time.monotonic()
+            r = conns[a].add(content, name="lag/%s/%d" % (profile, i))
+            t_ack = time.monotonic()
+            if r.get("ok") is not True:
+                raise procs.SuiteError("add on daemon %d failed: %s" % (a, ct.short(r)))
+            h = r["hash"]
+            polls, seen, other = 0, None, None
+            while time.monotonic() - t_ack < LAG_TIMEOUT:
+                polls += 1
+                frames, got = conns[b].get(h)
+                if got is not None:
+                    if got != content:
+                        raise procs.SuiteError("daemon %d returned other bytes for %s"
+                                               % (b, h[:12]))
+                    seen = time.monotonic()
+                    break
+                code = ct.error_code(frames[-1])
+                if code != "not_found":
+                    other = code
+                time.sleep(POLL_S)
+            sample = {"from": a, "to": b, "add_ms": (t_ack - t0) * 1000.0, "polls": polls,
+                      "lag_ms": (seen - t_ack) * 1000.0 if seen else None,
+                      "total_ms": (seen - t0) * 1000.0 if seen else None,
+                      "other_error": other}
+            out.append(sample)
+            if seen is None:
+                log("shared: %s: a document added on daemon %d was not readable on daemon %d "
+                    "after %d s" % (profile, a, b, LAG_TIMEOUT))
+    finally:
+        for c in conns:
+            c.close()
+    for d in daemons:
+        d.check_alive()
+    return out
+
+
+# --- idle ---------------------------------------------------------------------
+
+
+def _idle(server, daemons, seconds):
+    """The S3 server's counters over `seconds` with the daemons idle."""
+    time.sleep(SETTLE_S)
+    server.srv.control(reset_counters=True)
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    counters = server.srv.counters()
+    elapsed = time.monotonic() - t0
+    reqs = server.srv.requests()
+    for d in daemons:
+        d.check_alive()
+    kinds = {}
+    for r in reqs:
+        kind = r.get("method", "?")
+        if kind == "GET" and not r.get("key"):
+            kind = "LIST"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    total = counters.get("requests_total", sum(counters.get("requests", {}).values()))
+    return {"seconds": elapsed, "requests_total": total,
+            "requests": counters.get("requests", {}), "kinds": kinds,
+            "kinds_of_last": len(reqs),
+            "per_minute_per_daemon": total * 60.0 / elapsed / len(daemons)}
+
+
+# --- the suite ----------------------------------------------------------------
+
+
+def run(ctx, result, log):
+    s = ctx.sizes
+    why = s3.unavailable()
+    if why:
+        raise procs.Skip("not measured: " + why)
+    rng = random.Random(24)
+    data = {"refresh_interval_s": REFRESH_INTERVAL, "profiles": {}}
+    with s3.S3Fixture(ctx) as server:
+        for profile in s["sh_profiles"]:
+            server.profile(profile)
+            pd = {"loads": {}}
+            for clients, pipeline in s["sh_loads"]:
+                pd["loads"]["%d/%d" % (clients, pipeline)] = _throughput(
+                    ctx, server, log, profile, clients, pipeline)
+            log("shared: %s, visibility lag, %d samples" % (profile, s["sh_lag_samples"]))
+            daemons = _start(ctx, server, "lag-%s/store" % profile, DAEMONS, "lg")
+            try:
+                # Every daemon has read the others' (empty) history before the clock starts.
+                for d in daemons:
+                    procs.check_ok(procs.run_timed(d.cli("refresh"), capture=True, timeout=120),
+                                   "cairn refresh")
+                pd["lag"] = _lag(ctx, daemons, log, profile, s["sh_lag_samples"], rng)
+                log("shared: %s, idle for %g s" % (profile, s["sh_idle_seconds"]))
+                pd["idle"] = _idle(server, daemons, s["sh_idle_seconds"])
+                pd["status"] = [d.status() for d in daemons]
+            finally:
+                _stop(daemons, check=False)
+            _cleanup(daemons)
+            server.check_alive()
+            data["profiles"][profile] = pd
+            server.profile("clean")
+    _report(ctx, result, data)
+
+
+def _fmt_list(xs):
+    return " / ".join(report.fmt(x) for x in xs)
+
+
+def _report(ctx, result, data):
+    s = ctx.sizes
+    profiles = data["profiles"]
+    judged = max(s["sh_loads"], key=lambda cp: cp[0] * cp[1])
+    t = result.table(
+        "Durable adds: %d daemons on one bucket vs one alone" % DAEMONS,
+        ["profile", "clients per daemon", "in flight per client", "1 daemon adds/s",
+         "%d daemons adds/s" % DAEMONS, "%d ÷ 1" % DAEMONS, "per daemon adds/s",
+         "failed (1 / %d)" % DAEMONS, "add p50 ms (1 / each of %d)" % DAEMONS,
+         "add p95 ms (1 / each of %d)" % DAEMONS, "S3 PUTs (1 / %d)" % DAEMONS],
+        "cairn-loadgen --profile add, %d-byte documents of random bytes (incompressible, "
+        "unique), %g s per run, against one cairnd alone on a prefix of its own, then "
+        "against each of %d cairnd on one prefix at once (their own data directories, "
+        "[store] refresh_interval = %gs), one load generator per daemon, all started "
+        "together. adds/s counts acknowledged adds; for the %d daemons it is every "
+        "acknowledged add over the span from the first measured phase's start to the last "
+        "one's end (a run that started late stretches it), *per daemon* each run over its "
+        "own phase. An add is acknowledged once the pack holding it is in the bucket."
+        % (DOC_SIZE, s["sh_seconds"], DAEMONS, REFRESH_INTERVAL, DAEMONS))
+    for profile, pd in profiles.items():
+        for key, load in pd["loads"].items():
+            clients, pipeline = (int(x) for x in key.split("/"))
+            solo, shared = load["solo"], load["shared"]
+            r = report.ratio(shared["adds_per_s"], solo["adds_per_s"])
+            load["ratio"] = r
+            t.add(profile, clients, pipeline, solo["adds_per_s"], shared["adds_per_s"],
+                  report.fmt_ratio(r),
+                  _fmt_list(_acked(d) / d["elapsed_s"] for d in shared["runs"]),
+                  "%d / %d" % (solo["failures"], shared["failures"]),
+                  "%s / %s" % (report.fmt(solo["p50"][0]), _fmt_list(shared["p50"])),
+                  "%s / %s" % (report.fmt(solo["p95"][0]), _fmt_list(shared["p95"])),
+                  "%s / %s" % (report.fmt(solo["s3_requests"].get("PUT", 0)),
+                               report.fmt(shared["s3_requests"].get("PUT", 0))))
+    for profile, pd in profiles.items():
+        load = pd["loads"].get("%d/%d" % judged)
+        name = ("shared %s: %d daemons' durable adds/s ≥ %gx one daemon's (%d clients each, %d "
+                "in flight each)" % (profile, DAEMONS, RATIO_TARGET, judged[0], judged[1]))
+        solo, shared = load["solo"], load["shared"]
+        failed = solo["failures"] + shared["failures"]
+        result.target(name, "%s (%s vs %s adds/s)%s" % (
+            report.fmt_ratio(load["ratio"]), report.fmt(shared["adds_per_s"]),
+            report.fmt(solo["adds_per_s"]),
+            "; %d adds failed: %s" % (failed, ", ".join(
+                "%s %d" % kv for kv in sorted(_errors(solo["runs"] + shared["runs"]).items())))
+            if failed else ""), load["ratio"] is not None and load["ratio"] >= RATIO_TARGET
+            and failed == 0)
+
+    bound = (REFRESH_INTERVAL + LAG_SLACK) * 1000.0
+    lt = result.table(
+        "Visibility lag: an add on one daemon to a successful get on another",
+        ["profile", "samples", "never seen", "add ms p50", "ack → get p50 ms",
+         "ack → get p95 ms", "ack → get max ms", "add → get p50 ms", "add → get p95 ms",
+         "gets per sample (median)"],
+        "%d cairnd on one prefix, refresh_interval %gs, each with a protocol connection kept "
+        "open. A %d-byte document of random bytes is added on one (the add returns once it is "
+        "durable in the bucket), then the next one is asked for it by hash every %d ms until "
+        "it returns the same bytes; no `cairn refresh`: the daemons' background refresh is "
+        "measured. Before each add a random pause of up to one refresh interval, so the adds "
+        "fall at any point of the other daemons' refresh cycles. *ack → get*: from the add's "
+        "answer to the first successful get; *add → get*: from sending the add (what the "
+        "target judges). A document not readable after %d s counts as never seen."
+        % (DAEMONS, REFRESH_INTERVAL, DOC_SIZE, POLL_S * 1000, LAG_TIMEOUT))
+    for profile, pd in profiles.items():
+        lag = pd["lag"]
+        seen = [x for x in lag if x["lag_ms"] is not None]
+        never = len(lag) - len(seen)
+        ack = [x["lag_ms"] for x in seen]
+        total = [x["total_ms"] for x in seen]
+        pd["lag_summary"] = {"samples": len(lag), "never_seen": never,
+                             "ack_p50": report.median(ack), "ack_p95": report.percentile(ack, 95),
+                             "p50": report.median(total), "p95": report.percentile(total, 95)}
+        lt.add(profile, len(lag), never, report.median([x["add_ms"] for x in lag]),
+               report.median(ack), report.percentile(ack, 95), max(ack) if ack else None,
+               report.median(total), report.percentile(total, 95),
+               report.median([x["polls"] for x in seen]))
+        others = sorted({x["other_error"] for x in lag if x["other_error"]})
+        if others:
+            result.note("shared %s: gets that failed otherwise than not_found while waiting: %s"
+                        % (profile, ", ".join(others)))
+        ls = pd["lag_summary"]
+        name = ("shared %s: visibility lag p95 ≤ refresh_interval + %g s (%g s)"
+                % (profile, LAG_SLACK, bound / 1000.0))
+        if not seen:
+            result.target(name, "no document became visible (%d samples)" % len(lag), False)
+        else:
+            result.target(name, "p95 %s ms, p50 %s ms (add → get; ack → get p95 %s ms), "
+                                "%d of %d never seen" % (
+                                    report.fmt(ls["p95"]), report.fmt(ls["p50"]),
+                                    report.fmt(ls["ack_p95"]), never, len(lag)),
+                          ls["p95"] <= bound and never == 0)
+
+    it = result.table(
+        "Refresh on an idle bucket: requests the S3 server received",
+        ["profile", "window s", "requests", "per minute", "per minute per daemon",
+         "by method", "of the last requests (up to 500)"],
+        "The %d daemons of the lag rows, %g s after their last add, doing nothing for the "
+        "window: every request the S3 server's proxy received (its counters), per minute, and "
+        "per minute divided by the %d daemons. refresh_interval %gs: cairnd's default is 5s, "
+        "and the cost of a refresh that finds nothing is per interval. The last column "
+        "classifies the server's list of recent requests (a GET without a key is a LIST)."
+        % (DAEMONS, SETTLE_S, DAEMONS, REFRESH_INTERVAL))
+    for profile, pd in profiles.items():
+        idle = pd["idle"]
+        it.add(profile, idle["seconds"], idle["requests_total"],
+               idle["requests_total"] * 60.0 / idle["seconds"], idle["per_minute_per_daemon"],
+               ", ".join("%s %d" % kv for kv in sorted(idle["requests"].items())) or "-",
+               ", ".join("%s %d" % kv for kv in sorted(idle["kinds"].items())) or "-")
+    result.note("Refresh cost has no target in the issue; it is reported as requests per minute "
+                "per daemon at refresh_interval %gs." % REFRESH_INTERVAL)
+    result.data.update(data)
