@@ -38,8 +38,13 @@ DOC_SIZE = 4 * KIB
 RATIO_TARGET = 2.5
 LAG_SLACK = 1.0  # the lag target: p95 within the refresh interval plus this
 POLL_S = 0.025  # how often the other daemon is asked for the document
-LAG_TIMEOUT = 30.0  # a document not visible after this is counted as never seen
+LAG_TIMEOUT = 30.0
+CATCH_UP_TIMEOUT = 600.0  # refresh after the load: minutes mean it hangs  # a document not visible after this is counted as never seen
 SETTLE_S = 2.0  # quiet before the idle window: the last adds' work is done
+# The backend's stall_timeout (default 30 s): an idle cairnd on s3 exits only once
+# the no-progress watchdog (every stall_timeout / 4) has ticked, so with the
+# default each stop of the 3 daemons costs seconds; as in the mount suite.
+STALL_TIMEOUT = 2
 
 
 def _config(url):
@@ -49,7 +54,7 @@ def _config(url):
 
 def _start(ctx, server, prefix, n, label):
     """n cairnd on one prefix of the bucket, each with its own data directory."""
-    url, env = server.backend("s3", prefix)
+    url, env = server.backend("s3", prefix, stall_timeout=STALL_TIMEOUT)
     daemons = []
     try:
         for i in range(n):
@@ -60,7 +65,7 @@ def _start(ctx, server, prefix, n, label):
     return daemons
 
 
-def _stop(daemons, check=True):
+def _stop(daemons, check=True, grace=30):
     """SIGTERM to every daemon at once, then waits for each (an idle cairnd on
     s3 may take seconds to exit: one at a time, they would add up). With
     `check`, an unclean exit is a SuiteError."""
@@ -75,13 +80,14 @@ def _stop(daemons, check=True):
             proc.send_signal(signal.SIGTERM)
         running.append((d, proc, died_before))
     bad = []
+    deadline = time.monotonic() + grace
     for d, proc, died_before in running:
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            bad.append("%s did not stop within 30 s of SIGTERM" % d.dir)
+            bad.append("%s did not stop within %d s of SIGTERM" % (d.dir, grace))
             continue
         if died_before or proc.returncode != 0:
             bad.append("cairnd %s %s (exit status %s): %s" % (
@@ -147,6 +153,43 @@ def _loadgen_all(ctx, daemons, clients, pipeline, seconds):
     return out
 
 
+def _catch_up(daemons, since, limit):
+    """A `refresh` request to every daemon at once, right after the load: it
+    answers once the daemon has read everything the others had acknowledged.
+    Per daemon, seconds from `since` (the load's end) to its answer, or None
+    when there was none within `limit` s, and its `writers` (packs read of
+    each other writer, and the newest) from `status` then."""
+    ct = _ct()
+    conns = [ct.Conn(d.socket, timeout=60) for d in daemons]
+    try:
+        ids = [c.send_request("refresh") for c in conns]
+        out = []
+        for d, c, rid in zip(daemons, conns, ids):
+            try:
+                r = c.recv_for(rid, timeout=max(0.01, since + limit - time.monotonic()))
+            except OSError:  # socket.timeout: still reading the others' packs
+                r = None
+            if r is not None and r.get("ok") is not True:
+                raise procs.SuiteError("refresh on %s failed: %s" % (d.dir, ct.short(r)))
+            seconds = time.monotonic() - since if r is not None else None
+            with ct.Conn(d.socket, timeout=60) as sc:
+                st = sc.call("status")
+            out.append({"seconds": seconds, "writers": st.get("writers") or []})
+        return out
+    finally:
+        for c in conns:
+            c.close()
+
+
+def _behind(c):
+    """"12.3" or "> 30 (packs read 40 of 230)" for one daemon's catch-up."""
+    if c["seconds"] is not None:
+        return report.fmt(c["seconds"])
+    read = sum(w.get("packs_read", 0) for w in c["writers"])
+    newest = sum(w.get("newest_pack", 0) for w in c["writers"])
+    return "> %s (packs read %d of %d)" % (report.fmt(c["limit"]), read, newest)
+
+
 def _acked(data):
     add = data["op_types"].get("add") or {"count": 0, "failures": 0}
     return add["count"] - add["failures"]
@@ -193,12 +236,27 @@ def _throughput(ctx, server, log, profile, clients, pipeline):
             runs = _loadgen_all(ctx, daemons, clients, pipeline, s["sh_seconds"])
             counters = server.srv.counters()
             agg = _aggregate(runs)
+            # What the others wrote is replayed while the load runs; how far
+            # behind that left each daemon (a stop would wait for it too).
+            agg["catch_up"] = []
+            if n > 1:
+                limit = s["sh_catch_up_s"]
+                agg["catch_up"] = _catch_up(daemons, max(d["window"][1] for d in runs), limit)
+                for c in agg["catch_up"]:
+                    c["limit"] = limit
             agg["s3_requests"] = counters.get("requests", {})
             agg["runs"] = runs
             agg["cairnd_peak_rss_kib"] = [d.peak_rss_kib() for d in daemons]
             out[what] = agg
-        finally:
+        except BaseException:
             _stop(daemons, check=False)
+            raise
+        # A daemon still reading the others' packs would finish that pass before
+        # it exits: it is killed (its data directory goes anyway; a kill at any
+        # point loses nothing acknowledged), the others must stop cleanly.
+        behind = [d for d, c in zip(daemons, agg["catch_up"]) if c["seconds"] is None]
+        _stop(behind, check=False, grace=2)
+        _stop([d for d in daemons if d not in behind])
         _cleanup(daemons)
         server.check_alive()
     return out
@@ -339,7 +397,8 @@ def _report(ctx, result, data):
         ["profile", "clients per daemon", "in flight per client", "1 daemon adds/s",
          "%d daemons adds/s" % DAEMONS, "%d ÷ 1" % DAEMONS, "per daemon adds/s",
          "failed (1 / %d)" % DAEMONS, "add p50 ms (1 / each of %d)" % DAEMONS,
-         "add p95 ms (1 / each of %d)" % DAEMONS, "S3 PUTs (1 / %d)" % DAEMONS],
+         "add p95 ms (1 / each of %d)" % DAEMONS, "S3 PUTs (1 / %d)" % DAEMONS,
+         "S3 GETs (1 / %d)" % DAEMONS, "caught up after the load, s (each of %d)" % DAEMONS],
         "cairn-loadgen --profile add, %d-byte documents of random bytes (incompressible, "
         "unique), %g s per run, against one cairnd alone on a prefix of its own, then "
         "against each of %d cairnd on one prefix at once (their own data directories, "
@@ -347,7 +406,11 @@ def _report(ctx, result, data):
         "together. adds/s counts acknowledged adds; for the %d daemons it is every "
         "acknowledged add over the span from the first measured phase's start to the last "
         "one's end (a run that started late stretches it), *per daemon* each run over its "
-        "own phase. An add is acknowledged once the pack holding it is in the bucket."
+        "own phase. An add is acknowledged once the pack holding it is in the bucket. The "
+        "S3 counters cover the measured phase (GETs and LISTs are both GET: the daemons "
+        "reading each other's packs). *Caught up*: from the end of the load to the answer of "
+        "a `refresh` sent to every daemon then (it answers once the daemon has read what the "
+        "others had acknowledged): how far behind replaying the others' packs left it."
         % (DOC_SIZE, s["sh_seconds"], DAEMONS, REFRESH_INTERVAL, DAEMONS))
     for profile, pd in profiles.items():
         for key, load in pd["loads"].items():
@@ -362,7 +425,10 @@ def _report(ctx, result, data):
                   "%s / %s" % (report.fmt(solo["p50"][0]), _fmt_list(shared["p50"])),
                   "%s / %s" % (report.fmt(solo["p95"][0]), _fmt_list(shared["p95"])),
                   "%s / %s" % (report.fmt(solo["s3_requests"].get("PUT", 0)),
-                               report.fmt(shared["s3_requests"].get("PUT", 0))))
+                               report.fmt(shared["s3_requests"].get("PUT", 0))),
+                  "%s / %s" % (report.fmt(solo["s3_requests"].get("GET", 0)),
+                               report.fmt(shared["s3_requests"].get("GET", 0))),
+                  " / ".join(_behind(c) for c in shared["catch_up"]))
     for profile, pd in profiles.items():
         load = pd["loads"].get("%d/%d" % judged)
         name = ("shared %s: %d daemons' durable adds/s ≥ %gx one daemon's (%d clients each, %d "
