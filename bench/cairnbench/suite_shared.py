@@ -182,12 +182,10 @@ def _catch_up(daemons, since, limit):
 
 
 def _behind(c):
-    """"12.3" or "> 30 (packs read 40 of 230)" for one daemon's catch-up."""
+    """"12.3", or "> 30" for a daemon that had not caught up within the limit."""
     if c["seconds"] is not None:
         return report.fmt(c["seconds"])
-    read = sum(w.get("packs_read", 0) for w in c["writers"])
-    newest = sum(w.get("newest_pack", 0) for w in c["writers"])
-    return "> %s (packs read %d of %d)" % (report.fmt(c["limit"]), read, newest)
+    return "> %s" % report.fmt(c["limit"])
 
 
 def _acked(data):
@@ -230,7 +228,8 @@ def _throughput(ctx, server, log, profile, clients, pipeline):
     for n, what in ((1, "solo"), (DAEMONS, "shared")):
         log("shared: %s, %d daemon%s, %d clients each, %d in flight each"
             % (profile, n, "s" if n > 1 else "", clients, pipeline))
-        daemons = _start(ctx, server, "%s-%s/store" % (what, tag), n, what[:2])
+        prefix = "%s-%s/store" % (what, tag)
+        daemons = _start(ctx, server, prefix, n, what[:2])
         try:
             server.srv.control(reset_counters=True)
             runs = _loadgen_all(ctx, daemons, clients, pipeline, s["sh_seconds"])
@@ -245,6 +244,8 @@ def _throughput(ctx, server, log, profile, clients, pipeline):
                 for c in agg["catch_up"]:
                     c["limit"] = limit
             agg["s3_requests"] = counters.get("requests", {})
+            agg["packs"] = len([k for k in server.srv.list_keys(s3.BUCKET, prefix)
+                                if "/packs/" in "/" + k[len(prefix):]])
             agg["runs"] = runs
             agg["cairnd_peak_rss_kib"] = [d.peak_rss_kib() for d in daemons]
             out[what] = agg
@@ -398,7 +399,8 @@ def _report(ctx, result, data):
          "%d daemons adds/s" % DAEMONS, "%d ÷ 1" % DAEMONS, "per daemon adds/s",
          "failed (1 / %d)" % DAEMONS, "add p50 ms (1 / each of %d)" % DAEMONS,
          "add p95 ms (1 / each of %d)" % DAEMONS, "S3 PUTs (1 / %d)" % DAEMONS,
-         "S3 GETs (1 / %d)" % DAEMONS, "caught up after the load, s (each of %d)" % DAEMONS],
+         "S3 GETs (1 / %d)" % DAEMONS, "packs in the bucket (1 / %d)" % DAEMONS,
+         "caught up after the load, s (each of %d)" % DAEMONS],
         "cairn-loadgen --profile add, %d-byte documents of random bytes (incompressible, "
         "unique), %g s per run, against one cairnd alone on a prefix of its own, then "
         "against each of %d cairnd on one prefix at once (their own data directories, "
@@ -428,6 +430,7 @@ def _report(ctx, result, data):
                                report.fmt(shared["s3_requests"].get("PUT", 0))),
                   "%s / %s" % (report.fmt(solo["s3_requests"].get("GET", 0)),
                                report.fmt(shared["s3_requests"].get("GET", 0))),
+                  "%d / %d" % (solo["packs"], shared["packs"]),
                   " / ".join(_behind(c) for c in shared["catch_up"]))
     for profile, pd in profiles.items():
         load = pd["loads"].get("%d/%d" % judged)
