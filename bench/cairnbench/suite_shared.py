@@ -6,8 +6,8 @@ each request).
 Every daemon has its own data directory and its own config file
 (`[store] refresh_interval`, REFRESH_INTERVAL here, and the same `[backend]
 url`); the shared ones write to one prefix of the bucket, each under its own
-writer id, and every refresh interval list what the others wrote since they
-last looked and replay it.
+writer id, and every refresh interval each lists what the others wrote since
+it last looked and replays it.
 
     throughput   cairn-loadgen --profile add (4 KiB of random bytes per add:
                  incompressible, unique) against one daemon alone on a prefix
@@ -38,12 +38,11 @@ DOC_SIZE = 4 * KIB
 RATIO_TARGET = 2.5
 LAG_SLACK = 1.0  # the lag target: p95 within the refresh interval plus this
 POLL_S = 0.025  # how often the other daemon is asked for the document
-LAG_TIMEOUT = 30.0
-CATCH_UP_TIMEOUT = 600.0  # refresh after the load: minutes mean it hangs  # a document not visible after this is counted as never seen
+LAG_TIMEOUT = 30.0  # a document not visible after this is counted as never seen
 SETTLE_S = 2.0  # quiet before the idle window: the last adds' work is done
-# The backend's stall_timeout (default 30 s): an idle cairnd on s3 exits only once
-# the no-progress watchdog (every stall_timeout / 4) has ticked, so with the
-# default each stop of the 3 daemons costs seconds; as in the mount suite.
+# The backend's stall_timeout (default 30 s), as in the mount suite: an idle
+# cairnd on s3 exits only once the no-progress watchdog (every stall_timeout /
+# 4) has ticked, and the suite stops 3 daemons several times.
 STALL_TIMEOUT = 2
 
 
@@ -376,8 +375,10 @@ def run(ctx, result, log):
                 log("shared: %s, idle for %g s" % (profile, s["sh_idle_seconds"]))
                 pd["idle"] = _idle(server, daemons, s["sh_idle_seconds"])
                 pd["status"] = [d.status() for d in daemons]
-            finally:
+            except BaseException:
                 _stop(daemons, check=False)
+                raise
+            _stop(daemons)
             _cleanup(daemons)
             server.check_alive()
             data["profiles"][profile] = pd
