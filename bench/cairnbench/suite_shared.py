@@ -187,6 +187,54 @@ def _behind(c):
     return "> %s" % report.fmt(c["limit"])
 
 
+def _proc_cpu_s(pid):
+    """User + system seconds of a running process, or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu():
+    """(busy, total) jiffies of every CPU, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is counted in user already
+    return total - idle, total
+
+
+class _CpuSpan:
+    """CPU time of the daemons and the S3 server, and the machine's busy share,
+    from start() to stop()."""
+
+    def __init__(self, daemons, server):
+        self.pids = [d.pid for d in daemons]
+        self.server_pid = server.pid
+
+    def _sample(self):
+        return ([_proc_cpu_s(p) for p in self.pids], _proc_cpu_s(self.server_pid),
+                _machine_cpu())
+
+    def start(self):
+        self.before = self._sample()
+
+    def stop(self):
+        (d0, s0, m0), (d1, s1, m1) = self.before, self._sample()
+        busy = None
+        if m0 and m1 and m1[1] > m0[1]:
+            busy = (m1[0] - m0[0]) / (m1[1] - m0[1])
+        return {"cairnd_s": sum(b - a for a, b in zip(d0, d1)
+                                if a is not None and b is not None),
+                "s3_server_s": s1 - s0 if s0 is not None and s1 is not None else None,
+                "machine_busy": busy}
+
+
 def _acked(data):
     add = data["op_types"].get("add") or {"count": 0, "failures": 0}
     return add["count"] - add["failures"]
@@ -231,9 +279,13 @@ def _throughput(ctx, server, log, profile, clients, pipeline):
         daemons = _start(ctx, server, prefix, n, what[:2])
         try:
             server.srv.control(reset_counters=True)
+            span = _CpuSpan(daemons, server)
+            span.start()
             runs = _loadgen_all(ctx, daemons, clients, pipeline, s["sh_seconds"])
+            cpu = span.stop()
             counters = server.srv.counters()
             agg = _aggregate(runs)
+            agg["cpu"] = cpu
             # What the others wrote is replayed while the load runs; how far
             # behind that left each daemon (a stop would wait for it too).
             agg["catch_up"] = []
@@ -399,9 +451,7 @@ def _report(ctx, result, data):
         ["profile", "clients per daemon", "in flight per client", "1 daemon adds/s",
          "%d daemons adds/s" % DAEMONS, "%d ÷ 1" % DAEMONS, "per daemon adds/s",
          "failed (1 / %d)" % DAEMONS, "add p50 ms (1 / each of %d)" % DAEMONS,
-         "add p95 ms (1 / each of %d)" % DAEMONS, "S3 PUTs (1 / %d)" % DAEMONS,
-         "S3 GETs (1 / %d)" % DAEMONS, "packs in the bucket (1 / %d)" % DAEMONS,
-         "caught up after the load, s (each of %d)" % DAEMONS],
+         "add p95 ms (1 / each of %d)" % DAEMONS],
         "cairn-loadgen --profile add, %d-byte documents of random bytes (incompressible, "
         "unique), %g s per run, against one cairnd alone on a prefix of its own, then "
         "against each of %d cairnd on one prefix at once (their own data directories, "
@@ -409,12 +459,23 @@ def _report(ctx, result, data):
         "together. adds/s counts acknowledged adds; for the %d daemons it is every "
         "acknowledged add over the span from the first measured phase's start to the last "
         "one's end (a run that started late stretches it), *per daemon* each run over its "
-        "own phase. An add is acknowledged once the pack holding it is in the bucket. The "
-        "S3 counters cover the measured phase (GETs and LISTs are both GET: the daemons "
-        "reading each other's packs). *Caught up*: from the end of the load to the answer of "
-        "a `refresh` sent to every daemon then (it answers once the daemon has read what the "
-        "others had acknowledged): how far behind replaying the others' packs left it."
+        "own phase. An add is acknowledged once the pack holding it is in the bucket."
         % (DOC_SIZE, s["sh_seconds"], DAEMONS, REFRESH_INTERVAL, DAEMONS))
+    w = result.table(
+        "Durable adds: the bucket, the CPUs, and catching up",
+        ["profile", "clients per daemon", "in flight per client", "daemons", "S3 PUTs",
+         "S3 GETs", "packs in the bucket", "cairnd CPU s", "cairnd CPU ms per add",
+         "S3 server CPU s", "machine CPU busy", "caught up after the load, s"],
+        "The same runs. The S3 counters cover the load generators' run (a LIST is a GET: "
+        "the daemons reading each other's packs). CPU: user + system time of the cairnd "
+        "processes (summed) and of the S3 server (one node process: s3rver and the proxy) "
+        "over the same span, and the share of the machine's CPU time (%d CPUs) not idle "
+        "then, other processes' included: near 100%%, the %d daemons, their load generators "
+        "and the server share CPUs that one daemon alone had more of. *Caught up*: from the "
+        "end of the load to the answer of a `refresh` sent to every daemon then (it answers "
+        "once the daemon has read what the others had acknowledged): how far behind "
+        "replaying the others' packs left each; `> N`: not within the tier's limit."
+        % (os.cpu_count() or 0, DAEMONS))
     for profile, pd in profiles.items():
         for key, load in pd["loads"].items():
             clients, pipeline = (int(x) for x in key.split("/"))
@@ -426,13 +487,16 @@ def _report(ctx, result, data):
                   _fmt_list(_acked(d) / d["elapsed_s"] for d in shared["runs"]),
                   "%d / %d" % (solo["failures"], shared["failures"]),
                   "%s / %s" % (report.fmt(solo["p50"][0]), _fmt_list(shared["p50"])),
-                  "%s / %s" % (report.fmt(solo["p95"][0]), _fmt_list(shared["p95"])),
-                  "%s / %s" % (report.fmt(solo["s3_requests"].get("PUT", 0)),
-                               report.fmt(shared["s3_requests"].get("PUT", 0))),
-                  "%s / %s" % (report.fmt(solo["s3_requests"].get("GET", 0)),
-                               report.fmt(shared["s3_requests"].get("GET", 0))),
-                  "%d / %d" % (solo["packs"], shared["packs"]),
-                  " / ".join(_behind(c) for c in shared["catch_up"]))
+                  "%s / %s" % (report.fmt(solo["p95"][0]), _fmt_list(shared["p95"])))
+            for agg in (solo, shared):
+                cpu = agg["cpu"]
+                w.add(profile, clients, pipeline, agg["daemons"],
+                      agg["s3_requests"].get("PUT", 0), agg["s3_requests"].get("GET", 0),
+                      agg["packs"], cpu["cairnd_s"],
+                      report.ratio(cpu["cairnd_s"] * 1000.0, agg["acked"]), cpu["s3_server_s"],
+                      "%.0f%%" % (100.0 * cpu["machine_busy"]) if cpu["machine_busy"] is not None
+                      else "n/a",
+                      " / ".join(_behind(c) for c in agg["catch_up"]) or "-")
     for profile, pd in profiles.items():
         load = pd["loads"].get("%d/%d" % judged)
         name = ("shared %s: %d daemons' durable adds/s ≥ %gx one daemon's (%d clients each, %d "
