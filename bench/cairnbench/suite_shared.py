@@ -223,6 +223,7 @@ class _CpuSpan:
 
     def start(self):
         self.before = self._sample()
+        self.t0 = time.monotonic()
 
     def stop(self):
         (d0, s0, m0), (d1, s1, m1) = self.before, self._sample()
@@ -232,7 +233,7 @@ class _CpuSpan:
         return {"cairnd_s": sum(b - a for a, b in zip(d0, d1)
                                 if a is not None and b is not None),
                 "s3_server_s": s1 - s0 if s0 is not None and s1 is not None else None,
-                "machine_busy": busy}
+                "machine_busy": busy, "seconds": time.monotonic() - self.t0}
 
 
 def _acked(data):
@@ -497,6 +498,17 @@ def _report(ctx, result, data):
                       "%.0f%%" % (100.0 * cpu["machine_busy"]) if cpu["machine_busy"] is not None
                       else "n/a",
                       " / ".join(_behind(c) for c in agg["catch_up"]) or "-")
+    for profile, pd in profiles.items():
+        for key, load in pd["loads"].items():
+            for agg in (load["solo"], load["shared"]):
+                srv = agg["cpu"]["s3_server_s"]
+                wall = agg["cpu"]["seconds"]
+                if srv is not None and wall and srv >= 0.9 * wall:
+                    result.note("shared %s, %s clients/in flight, %d daemon%s: the S3 server "
+                                "used %.2f CPU s per s of the run (one node process, whose "
+                                "JavaScript runs on one CPU): it may be what bounds the adds/s, "
+                                "not cairnd" % (profile, key, agg["daemons"],
+                                                "s" if agg["daemons"] > 1 else "", srv / wall))
     for profile, pd in profiles.items():
         load = pd["loads"].get("%d/%d" % judged)
         name = ("shared %s: %d daemons' durable adds/s ≥ %gx one daemon's (%d clients each, %d "
