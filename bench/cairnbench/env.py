@@ -54,8 +54,8 @@ TIERS = {
         "mount_queries": ["join", "point", "index"],
         "mount_profiles": ["rtt20", "rtt50"], "mount_cold_runs": 2, "mount_warm_runs": 2,
         "mount_get_size": 256 * MIB, "mount_get_runs": 3,
-        "sh_profiles": ["rtt20", "rtt50"], "sh_loads": [(8, 8)], "sh_seconds": 5.0,
-        "sh_lag_samples": 20, "sh_idle_seconds": 30.0, "sh_catch_up_s": 30.0,
+        "sh_profiles": ["rtt20", "rtt50"], "sh_loads": [(8, 1), (8, 8)], "sh_seconds": 5.0,
+        "sh_lag_samples": 20, "sh_idle_seconds": 20.0, "sh_catch_up_s": 20.0,
     },
     "full": {
         "crud_files": 60, "crud_ops": 20,
