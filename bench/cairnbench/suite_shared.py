@@ -119,17 +119,23 @@ def _loadgen_all(ctx, daemons, clients, pipeline, seconds):
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=err)
         runs.append((d, p, path, err))
-    out, failed = [], []
+    # Every process watched at once, so each one's end is seen when it comes.
+    ends = {}
     deadline = time.monotonic() + timeout
+    while len(ends) < len(runs) and time.monotonic() < deadline:
+        for _, p, _, _ in runs:
+            if p not in ends and p.poll() is not None:
+                ends[p] = time.monotonic()
+        time.sleep(0.005)
+    out, failed = [], []
     for d, p, path, err in runs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if p not in ends:
             p.kill()
             p.wait()
+            err.close()
             failed.append("cairn-loadgen did not finish within %d s" % timeout)
             continue
-        end = time.monotonic()
+        end = ends[p]
         err.seek(0)
         stderr = err.read().decode(errors="replace").strip()
         err.close()
