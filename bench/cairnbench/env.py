@@ -31,6 +31,9 @@ TIERS = {
         "mount_queries": ["point"], "mount_profiles": ["rtt20"],
         "mount_cold_runs": 1, "mount_warm_runs": 1,
         "mount_get_size": 8 * MIB, "mount_get_runs": 1,
+        "sh_profiles": ["clean"], "sh_loads": [(2, 1)], "sh_seconds": 1.0,
+        "sh_lag_samples": 3, "sh_idle_seconds": 5.0, "sh_catch_up_s": 10.0,
+        "sh_idle_default": 0,
     },
     "quick": {
         "crud_files": 60, "crud_ops": 20,
@@ -52,6 +55,9 @@ TIERS = {
         "mount_queries": ["join", "point", "index"],
         "mount_profiles": ["rtt20", "rtt50"], "mount_cold_runs": 2, "mount_warm_runs": 2,
         "mount_get_size": 256 * MIB, "mount_get_runs": 3,
+        "sh_profiles": ["rtt20", "rtt50"], "sh_loads": [(8, 1), (8, 8)], "sh_seconds": 5.0,
+        "sh_lag_samples": 20, "sh_idle_seconds": 20.0, "sh_catch_up_s": 20.0,
+        "sh_idle_default": 30.0,
     },
     "full": {
         "crud_files": 60, "crud_ops": 20,
@@ -71,6 +77,9 @@ TIERS = {
         "mount_queries": ["aggregate", "join", "point", "index"],
         "mount_profiles": ["rtt20", "rtt50"], "mount_cold_runs": 5, "mount_warm_runs": 3,
         "mount_get_size": 1 * GIB, "mount_get_runs": 3,
+        "sh_profiles": ["rtt20", "rtt50"], "sh_loads": [(8, 1), (8, 8)], "sh_seconds": 15.0,
+        "sh_lag_samples": 40, "sh_idle_seconds": 60.0, "sh_catch_up_s": 120.0,
+        "sh_idle_default": 120.0,
     },
 }
 
