@@ -265,6 +265,10 @@ struct client *cli_client(struct cli *cli)
     r = client_connect(&cli->client, cli->socket, CONNECT_TIMEOUT_MS);
     if ((r == -ENOENT || r == -ECONNREFUSED) && cli->autostart)
         return cli_autostart(cli, &cli->client) == 0 ? cli->client : NULL;
+    if (r == -EPERM && client_refusal()[0]) {
+        fprintf(stderr, "cairn: %s\n", client_refusal());
+        return NULL;
+    }
     if (r < 0) {
         fprintf(stderr, "cairn: cannot connect to cairnd at %s: %s\n", cli->socket, strerror(-r));
         return NULL;

@@ -1,6 +1,7 @@
 #include "daemon/app/config.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <getopt.h>
 #include <ini.h>
 #include <stdint.h>
@@ -384,7 +385,16 @@ static void set_defaults(struct config *cfg)
     const char *xdg_data = getenv("XDG_DATA_HOME");
     const char *xdg_config = getenv("XDG_CONFIG_HOME");
     const char *home = getenv("HOME");
+    struct passwd *pw;
 
+    /*
+     * Without HOME (cron, su, some containers) the user database says where
+     * home is. Never a shared directory such as /tmp: another user could
+     * make the data directory there first. No home at all leaves the data
+     * directory unset, which config_load() refuses unless one is given.
+     */
+    if (!home || !home[0])
+        home = (pw = getpwuid(getuid())) && pw->pw_dir[0] ? pw->pw_dir : NULL;
     memset(cfg, 0, sizeof(*cfg));
     if (xdg_runtime && xdg_runtime[0] == '/')
         snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/cairn/cairnd.sock", xdg_runtime);
@@ -393,14 +403,12 @@ static void set_defaults(struct config *cfg)
                  (unsigned)getuid());
     if (xdg_data && xdg_data[0] == '/')
         snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/cairn", xdg_data);
-    else
-        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/.local/share/cairn",
-                 home ? home : "/tmp");
+    else if (home)
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/.local/share/cairn", home);
     if (xdg_config && xdg_config[0] == '/')
         snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/cairn/cairn.conf", xdg_config);
-    else
-        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/.config/cairn/cairn.conf",
-                 home ? home : "/tmp");
+    else if (home)
+        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/.config/cairn/cairn.conf", home);
     snprintf(cfg->backend_url, sizeof(cfg->backend_url), "local");
     cfg->log_level = LOG_LEVEL_INFO;
     cfg->compression_level = COMPRESS_DEFAULT_LEVEL;
@@ -593,8 +601,9 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         snprintf(err, err_len, "--config: path is empty or too long");
         return CONFIG_E_USAGE;
     }
-    FILE *f = fopen(cfg->config_path, "re");
-    if (!f && (fl.config || errno != ENOENT)) {
+    /* No home directory: there is no default config file. */
+    FILE *f = cfg->config_path[0] ? fopen(cfg->config_path, "re") : NULL;
+    if (!f && cfg->config_path[0] && (fl.config || errno != ENOENT)) {
         snprintf(err, err_len, "%s: %s", cfg->config_path, strerror(errno));
         return CONFIG_E_INVALID;
     }
@@ -635,6 +644,13 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     if (fl.log_level &&
         (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
         return r;
+    if (!cfg->data_dir[0]) {
+        snprintf(err, err_len,
+                 "no data directory: HOME is unset and uid %u has no home directory; give "
+                 "--data-dir, CAIRN_DATA_DIR or XDG_DATA_HOME",
+                 (unsigned)getuid());
+        return CONFIG_E_INVALID;
+    }
     if ((r = absolute_data_dir(cfg, err, err_len)) || (r = read_cache_path(cfg, err, err_len)))
         return r;
     struct cdc probe;
