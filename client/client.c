@@ -85,7 +85,11 @@ static int check_socket_dir(const char *path)
     return 0;
 }
 
-/* The daemon must run as this user: any other could keep or change what it is sent. */
+/*
+ * The daemon must run as this user: any other could keep or change what it
+ * is sent. Root passes: on a socket systemd passed, SO_PEERCRED names the
+ * process that called listen(), PID 1, and root could read everything anyway.
+ */
 static int check_peer(int fd, const char *path)
 {
     struct ucred cred;
@@ -93,7 +97,7 @@ static int check_peer(int fd, const char *path)
 
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
         return -errno;
-    if (cred.uid != geteuid()) {
+    if (cred.uid != geteuid() && cred.uid != 0) {
         snprintf(refusal, sizeof(refusal),
                  "refusing the daemon on %s: it runs as uid %u, not as this user (uid %u)", path,
                  (unsigned)cred.uid, (unsigned)geteuid());

@@ -71,7 +71,8 @@ typedef void client_doc_fn(void *userdata, const msgpack_object *doc);
  * -ENOENT and -ECONNREFUSED mean nobody listens there. -EPERM: refused for
  * safety before a byte was sent, because another user owns or may write the
  * socket's directory (util_check_dir(), sticky root-owned directories such as
- * /tmp pass) or the daemon answering runs as another uid (SO_PEERCRED);
+ * /tmp pass) or the daemon answering runs as another uid than this one or
+ * root (SO_PEERCRED);
  * client_refusal() says which.
  */
 int client_connect(struct client **out, const char *path, int timeout_ms);

@@ -22,6 +22,9 @@ with no account, so nothing is added to the system).
                    and the attacker can read none of it
   SftpModes        on an SFTP server the store is 0700 / 0600, and so is the
                    local read cache
+  SftpHostKey      a host known_hosts has a key of is refused when it offers
+                   a key of another type, accept_new_host=1 or not, hashed
+                   entry or plain
 """
 import hashlib
 import os
@@ -454,6 +457,51 @@ class SftpModes(unittest.TestCase):
         self.assertTrue(cached, "nothing in the read cache")
         self.assertEqual(walk_modes(d.data_dir), [])
         d.stop()
+
+
+class SftpHostKey(ct.StoreChecks, unittest.TestCase):
+    """A machine in the middle offers a host key of another type than the
+    one known_hosts holds for the host: refused even with accept_new_host=1,
+    whether the entry is hashed (Debian's HashKnownHosts yes) or plain."""
+    STARTUP_REFUSAL_TIMEOUT = 60 * ct.SLOW
+
+    def check(self, hashed):
+        import sshfixture
+        sshfixture.require_tools()
+        base = ct.make_tempdir(self, prefix="cairn-sec-hk-")
+        srv = sshfixture.SshServer(os.path.join(base, "ssh"))
+        self.addCleanup(srv.stop)
+        srv.start()  # known_hosts: its ed25519 key
+        if hashed:
+            p = subprocess.run(["ssh-keygen", "-H", "-f", srv.known_hosts], capture_output=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(srv.known_hosts) as f:
+                self.assertNotIn(srv.host, f.read())
+        with open(srv.known_hosts, "rb") as f:
+            before = f.read()
+        srv.stop()
+        other = os.path.join(base, "ssh", "host_ecdsa")
+        p = subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", other],
+                           capture_output=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        srv.host_key = other
+        srv.start(write_known_hosts=False)
+        d = ct.Daemon(self, base=os.path.join(base, "d"),
+                      args=["--backend", srv.url(os.path.join(base, "remote"),
+                                                 accept_new_host=1)])
+        os.makedirs(d.base)
+        out = self.assert_start_refused(d, "host key", "handshake")
+        self.assertNotIn("recorded the new host key", out)
+        with open(srv.known_hosts, "rb") as f:
+            self.assertEqual(f.read(), before, "known_hosts changed")
+        return out
+
+    def test_hashed_entry_of_another_type(self):
+        out = self.check(hashed=True)
+        self.assertIn("host key of another type", out)
+
+    def test_plain_entry_of_another_type(self):
+        self.check(hashed=False)
 
 
 if __name__ == "__main__":
