@@ -14,6 +14,7 @@
 #include "compress/compress.h"
 #include "compress/cdc.h"
 #include "daemon/store/store.h"
+#include "proto/util.h"
 
 static const char usage_text[] =
     "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
@@ -66,9 +67,29 @@ bool config_is_secret(const char *section, const char *key)
  * change: otherwise every local user has the bucket. Refused rather than
  * warned about, as ssh does for a private key.
  */
-static const char *secrets_exposed(const struct ini_state *st, const char *section, const char *key)
+/* The first secret-bearing parameter in a backend URL's query, or NULL. */
+static const char *url_secret(const char *url)
 {
-    if (!config_is_secret(section, key) || !(st->mode & 077))
+    static const char *const keys[] = {"secret_access_key", "session_token", "api_token"};
+    const char *p = strchr(url, '?');
+
+    while (p && *p) {
+        size_t len = strcspn(++p, "=&");
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+            if (len == strlen(keys[i]) && strncmp(p, keys[i], len) == 0)
+                return keys[i];
+        p = strchr(p, '&');
+    }
+    return NULL;
+}
+
+static const char *secrets_exposed(const struct ini_state *st, const char *section, const char *key,
+                                   const char *value)
+{
+    bool secret = config_is_secret(section, key) ||
+                  (strcmp(section, "backend") == 0 && strcmp(key, "url") == 0 && url_secret(value));
+
+    if (!secret || !(st->mode & 077))
         return NULL;
     return "this file holds a secret but group or others may read or write it; "
            "chmod 600 it (or chmod go= it)";
@@ -363,7 +384,7 @@ static int on_ini_entry(void *user, const char *section, const char *key, const 
                    strcmp(section, "search") && strcmp(section, "backend"))
                       ? "unknown section"
                       : NULL;
-    else if (!(problem = secrets_exposed(st, section, key)))
+    else if (!(problem = secrets_exposed(st, section, key, value)))
         problem = apply(st->cfg, section, key, value);
     if (problem) {
         snprintf(st->err, st->err_len, "%s:%d: [%s] %s%s%s", st->path, lineno, section,
@@ -586,7 +607,7 @@ void config_note_origin(struct config *cfg, const char *section, const char *key
 int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len)
 {
     struct flags fl;
-    const char *env;
+    const char *env, *secret;
     int r;
 
     set_defaults(cfg);
@@ -638,6 +659,15 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     if (fl.data_dir &&
         (r = apply_checked(cfg, "store", "data_dir", fl.data_dir, "--data-dir", err, err_len)))
         return r;
+    /* Every user can read a process's command line in /proc/PID/cmdline. */
+    if (fl.backend && (secret = url_secret(fl.backend))) {
+        snprintf(err, err_len,
+                 "--backend: the URL holds %s, which every user can read on the command line; "
+                 "put the URL in the config file (chmod 600) or the secret in the environment "
+                 "(AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, CLOUDFLARE_API_TOKEN)",
+                 secret);
+        return CONFIG_E_INVALID;
+    }
     if (fl.backend &&
         (r = apply_checked(cfg, "backend", "url", fl.backend, "--backend", err, err_len)))
         return r;

@@ -22,6 +22,8 @@ with no account, so nothing is added to the system).
                    and the attacker can read none of it
   SftpModes        on an SFTP server the store is 0700 / 0600, and so is the
                    local read cache
+  Secrets          a secret in the URL of a config file others may read, or
+                   on cairnd's command line (/proc/PID/cmdline), is refused
   SftpHostKey      a host known_hosts has a key of is refused when it offers
                    a key of another type, accept_new_host=1 or not, hashed
                    entry or plain
@@ -502,6 +504,46 @@ class SftpHostKey(ct.StoreChecks, unittest.TestCase):
 
     def test_plain_entry_of_another_type(self):
         self.check(hashed=False)
+
+
+class Secrets(TwoUsers):
+    SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+
+    def conf(self, mode, url):
+        path = os.path.join(self.home, "cairn-%o.conf" % mode)
+        with open(path, "w") as f:
+            f.write("[backend]\nurl = %s\n" % url)
+        os.chown(path, VICTIM, VICTIM)
+        os.chmod(path, mode)
+        return path
+
+    def print_config(self, *args):
+        return self.run_as(VICTIM, [ct.CAIRND, "--data-dir", os.path.join(self.home, "data")]
+                           + list(args) + ["--print-config"])
+
+    def test_a_secret_in_the_url_of_a_readable_config_file(self):
+        for key in ("secret_access_key", "session_token", "api_token"):
+            url = "s3://bucket/p?region=x&%s=%s" % (key, self.SECRET)
+            conf = self.conf(0o644, url)
+            p = self.print_config("--config", conf)
+            self.assertEqual(p.returncode, 1, p.stdout)
+            text = self.assert_refused(p, conf, "holds a secret", "chmod 600")
+            self.assertNotIn(self.SECRET, text)
+            os.chmod(conf, 0o600)
+            p = self.print_config("--config", conf)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertNotIn(self.SECRET, (p.stdout + p.stderr).decode())
+
+    def test_no_secret_on_the_command_line(self):
+        # /proc/PID/cmdline: the attacker reads any process's arguments.
+        for key in ("secret_access_key", "session_token", "api_token"):
+            url = "s3://bucket/p?%s=%s&region=x" % (key, self.SECRET)
+            p = self.print_config("--backend", url)
+            self.assertEqual(p.returncode, 1, p.stdout)
+            text = self.assert_refused(p, "--backend: the URL holds %s" % key, "config file")
+            self.assertNotIn(self.SECRET, text)
+        p = self.print_config("--backend", "s3://bucket/p?region=x&access_key_id=AKIA")
+        self.assertEqual(p.returncode, 0, p.stderr)
 
 
 if __name__ == "__main__":
