@@ -24,6 +24,8 @@ with no account, so nothing is added to the system).
                    local read cache
   Secrets          a secret in the URL of a config file others may read, or
                    on cairnd's command line (/proc/PID/cmdline), is refused
+  Output           get -r never follows a symbolic link planted in DIR;
+                   get -o refuses a FIFO of another user
   SftpHostKey      a host known_hosts has a key of is refused when it offers
                    a key of another type, accept_new_host=1 or not, hashed
                    entry or plain
@@ -544,6 +546,76 @@ class Secrets(TwoUsers):
             self.assertNotIn(self.SECRET, text)
         p = self.print_config("--backend", "s3://bucket/p?region=x&access_key_id=AKIA")
         self.assertEqual(p.returncode, 0, p.stderr)
+
+
+class Output(TwoUsers):
+    """Where get writes, in places the attacker may write too."""
+
+    def setUp(self):
+        super().setUp()
+        self.sock = os.path.join(self.home, "run", "cairnd.sock")
+        d = self.victim_daemon(self.sock, os.path.join(self.home, "data"))
+        self.wait_for(self.sock, d)
+        self.profile = os.path.join(self.home, ".profile")
+        with open(self.profile, "wb") as f:
+            f.write(b"# mine\n")
+        os.chown(self.profile, VICTIM, VICTIM)
+
+    def vcairn(self, *args, input=None):
+        return self.cairn("--no-autostart", "--socket", self.sock, *args, input=input)
+
+    def test_get_r_never_follows_a_link_planted_in_dir(self):
+        for name in ("p/.profile", "p/q/.profile"):
+            p = self.vcairn("add", "-n", name, "-", input=b"restored\n")
+            self.assertEqual(p.returncode, 0, p.stderr)
+        out = self.user_dir("out", ATTACKER, 0o777, parent=self.shared)
+        os.symlink(self.home, os.path.join(out, "p"))
+        p = self.vcairn("get", "-r", "p", out)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assert_refused(p, "not restored: a symbolic link or a file is in the way")
+        with open(self.profile, "rb") as f:
+            self.assertEqual(f.read(), b"# mine\n", "get -r followed the link")
+        self.assertFalse(os.path.exists(os.path.join(self.home, "q")), "a directory made through the link")
+        # Without the link the tree is restored, a link as the last component replaced.
+        os.unlink(os.path.join(out, "p"))
+        clean = os.path.join(self.home, "clean")
+        p = self.vcairn("get", "-r", "p", clean)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(clean, "p", "q", ".profile"), "rb") as f:
+            self.assertEqual(f.read(), b"restored\n")
+        os.symlink(self.profile, os.path.join(clean, "p", ".profile.tmp"))
+        os.replace(os.path.join(clean, "p", ".profile.tmp"), os.path.join(clean, "p", ".profile"))
+        p = self.vcairn("get", "-r", "p", clean)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertFalse(os.path.islink(os.path.join(clean, "p", ".profile")))
+        with open(self.profile, "rb") as f:
+            self.assertEqual(f.read(), b"# mine\n")
+
+    def test_get_o_refuses_a_fifo_of_another_user(self):
+        p = self.vcairn("add", "-n", "doc", "-", input=b"the victim's document\n")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        fifo = os.path.join(self.shared, "fifo")
+        p = self.run_as(ATTACKER, ["mkfifo", "-m", "0666", fifo])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = os.path.join(self.attacker_home, "got")
+        self.start_as(ATTACKER, ["sh", "-c", 'exec cat "$0" > "$1"', fifo, got])
+        self.wait_for(got)
+        p = self.vcairn("get", "-o", fifo, "doc")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assert_refused(p, "refusing to write into a FIFO of uid %d" % ATTACKER)
+        time.sleep(0.2)
+        with open(got, "rb") as f:
+            self.assertEqual(f.read(), b"", "the attacker read the document")
+        # /dev/null (root's) and a FIFO of the victim's own still work.
+        p = self.vcairn("get", "-o", "/dev/null", "doc")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        mine = os.path.join(self.home, "fifo")
+        p = self.run_as(VICTIM, ["mkfifo", mine])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        reader = subprocess.Popen(["cat", mine], stdout=subprocess.PIPE)
+        p = self.vcairn("get", "-o", mine, "doc")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(reader.communicate(timeout=TIMEOUT)[0], b"the victim's document\n")
 
 
 if __name__ == "__main__":
