@@ -151,6 +151,13 @@ static int handle(struct mcp *m, json_t *msg)
     return reply_result(id, result);
 }
 
+static void mcp_free_allow(struct mcp *m)
+{
+    for (size_t i = 0; i < m->n_allow; i++)
+        free(m->allow[i]);
+    m->n_allow = 0;
+}
+
 int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
 {
     struct mcp m = {.cli = cli};
@@ -159,12 +166,28 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
     size_t len;
     int r = 0, got;
 
-    if (argc > 1) {
-        if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             cli_print_command_help(stdout, argv[0]);
+            mcp_free_allow(&m);
             return CLI_EXIT_OK;
         }
-        return cli_usage_error("mcp: takes no arguments");
+        if (strcmp(argv[i], "--allow-path") != 0 || i + 1 == argc) {
+            mcp_free_allow(&m);
+            return cli_usage_error("mcp: takes only --allow-path DIR (any number of times)");
+        }
+        if (m.n_allow == MCP_MAX_ALLOW) {
+            mcp_free_allow(&m);
+            return cli_usage_error("mcp: at most %d --allow-path", MCP_MAX_ALLOW);
+        }
+        /* Resolved once: a path add is given is resolved too, then compared. */
+        if (!(m.allow[m.n_allow] = realpath(argv[++i], NULL))) {
+            int e = errno;
+            mcp_free_allow(&m);
+            errno = e;
+            return cli_fail_errno(argv[i]);
+        }
+        m.n_allow++;
     }
     /* The protocol owns standard output: nothing else may go there. */
     cli->json = true;
@@ -193,6 +216,7 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
         mcp_input_readahead(&in);
     }
     mcp_input_free(&in);
+    mcp_free_allow(&m);
     if (r == -EIO) {
         /* Output that cannot be written means the client is gone: the end of the session,
          * with nothing left to flush at exit. */

@@ -26,11 +26,15 @@ with no account, so nothing is added to the system).
                    on cairnd's command line (/proc/PID/cmdline), is refused
   Output           get -r never follows a symbolic link planted in DIR;
                    get -o refuses a FIFO of another user
+  McpAdd           cairn mcp's add {path} reads no file without --allow-path,
+                   then only regular files below those directories (no
+                   ~/.ssh key, /proc/self/environ, FIFO, device or link out)
   SftpHostKey      a host known_hosts has a key of is refused when it offers
                    a key of another type, accept_new_host=1 or not, hashed
                    entry or plain
 """
 import hashlib
+import json
 import os
 import pwd
 import shutil
@@ -616,6 +620,81 @@ class Output(TwoUsers):
         p = self.vcairn("get", "-o", mine, "doc")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(reader.communicate(timeout=TIMEOUT)[0], b"the victim's document\n")
+
+
+class McpAdd(TwoUsers):
+    """cairn mcp's add {path}, asked for by an agent (or by text injected
+    into its context): no file at all unless --allow-path, then regular
+    files below the allowed directories only, never waited on."""
+
+    def setUp(self):
+        super().setUp()
+        self.sock = os.path.join(self.home, "run", "cairnd.sock")
+        d = self.victim_daemon(self.sock, os.path.join(self.home, "data"))
+        self.wait_for(self.sock, d)
+        self.ssh = self.user_dir(".ssh", VICTIM, parent=self.home)
+        self.key = os.path.join(self.ssh, "id_ed25519")
+        self.docs = self.user_dir("docs", VICTIM, parent=self.home)
+        for path, content in ((self.key, b"PRIVATE KEY\n"),
+                              (os.path.join(self.docs, "a.txt"), b"a document\n"),
+                              (os.path.join(self.docs, "empty"), b"")):
+            with open(path, "wb") as f:
+                f.write(content)
+            os.chown(path, VICTIM, VICTIM)
+        os.symlink(self.key, os.path.join(self.docs, "key-link"))
+        os.mkfifo(os.path.join(self.docs, "fifo"))
+        os.chown(os.path.join(self.docs, "fifo"), VICTIM, VICTIM)
+
+    def adds(self, paths, *args):
+        """{path: the tools/call result} for add {path} of each, in one cairn mcp."""
+        lines = [{"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "t", "version": "1"}}},
+                 {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+        for i, path in enumerate(paths):
+            lines.append({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                          "params": {"name": "add", "arguments": {"path": path}}})
+        data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+        p = self.run_as(VICTIM, [ct.CAIRN, "--socket", self.sock, "--no-autostart", "mcp"]
+                        + list(args), input=data)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = {}
+        for line in p.stdout.decode().splitlines():
+            msg = json.loads(line)
+            if msg.get("id"):
+                out[paths[msg["id"] - 1]] = msg["result"]
+        self.assertEqual(len(out), len(paths), p.stdout)
+        return out
+
+    def text(self, result):
+        return result["content"][0]["text"]
+
+    def test_no_file_without_allow_path(self):
+        r = self.adds([self.key, os.path.join(self.docs, "a.txt")])
+        for path, result in r.items():
+            self.assertTrue(result.get("isError"), (path, result))
+            self.assertIn("reading files is off", self.text(result))
+        p = self.cairn("--no-autostart", "--socket", self.sock, "ls")
+        self.assertEqual(p.stdout, b"", "something was stored")
+
+    def test_only_regular_files_below_allowed_directories(self):
+        refused = {self.key: "not below", "/proc/self/environ": "not below",
+                   os.path.join(self.docs, "key-link"): "not below",
+                   os.path.join(self.docs, "..", ".ssh", "id_ed25519"): "not below",
+                   os.path.join(self.docs, "fifo"): "not a regular file",
+                   "/dev/urandom": "not below"}
+        ok = [os.path.join(self.docs, "a.txt"), os.path.join(self.docs, "empty")]
+        r = self.adds(list(refused) + ok, "--allow-path", self.docs)
+        for path, why in refused.items():
+            self.assertTrue(r[path].get("isError"), (path, r[path]))
+            self.assertIn(why, self.text(r[path]), path)
+        for path in ok:
+            self.assertFalse(r[path].get("isError"), (path, r[path]))
+        self.assertEqual(r[ok[0]]["structuredContent"]["hash"], sha(b"a document\n"))
+        self.assertEqual(r[ok[1]]["structuredContent"]["size"], 0)
+        p = self.cairn("--no-autostart", "--socket", self.sock, "ls")
+        self.assertNotIn(b"id_ed25519", p.stdout)
+        self.assertNotIn(b"environ", p.stdout)
 
 
 if __name__ == "__main__":
