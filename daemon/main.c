@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <sqlite3.h>
@@ -22,6 +23,11 @@ int main(int argc, char **argv)
      * started with; the modes it asks for explicitly say the same.
      */
     umask(077);
+    /*
+     * A core dump would write out whatever secrets are in memory (backend
+     * credentials, document content) to wherever core_pattern says.
+     */
+    setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});
     /* Messages before the configuration is read carry their priority too. */
     log_init_early();
     r = config_load(&cfg, argc, argv, err, sizeof(err));

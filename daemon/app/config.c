@@ -67,6 +67,23 @@ bool config_is_secret(const char *section, const char *key)
  * change: otherwise every local user has the bucket. Refused rather than
  * warned about, as ssh does for a private key.
  */
+/*
+ * Whether an sftp URL holds a password (sftp://USER:PASSWORD@HOST): cairn
+ * logs in by key only, and would take "USER:PASSWORD" for the user name and
+ * show it wherever the URL goes.
+ */
+static bool url_has_password(const char *url)
+{
+    size_t end;
+
+    if (strncmp(url, "sftp://", 7) != 0)
+        return false;
+    url += 7;
+    end = strcspn(url, "/?");
+    const char *at = memchr(url, '@', end);
+    return at && memchr(url, ':', (size_t)(at - url));
+}
+
 /* The first secret-bearing parameter in a backend URL's query, or NULL. */
 static const char *url_secret(const char *url)
 {
@@ -674,6 +691,12 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     if (fl.log_level &&
         (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
         return r;
+    if (url_has_password(cfg->backend_url)) {
+        snprintf(err, err_len,
+                 "backend URL: an sftp URL takes no password (USER:PASSWORD@): cairn logs in "
+                 "with a key only (key=, ssh-agent or ~/.ssh/id_*)");
+        return CONFIG_E_INVALID;
+    }
     if (!cfg->data_dir[0]) {
         snprintf(err, err_len,
                  "no data directory: HOME is unset and uid %u has no home directory; give "

@@ -29,6 +29,8 @@ with no account, so nothing is added to the system).
   McpAdd           cairn mcp's add {path} reads no file without --allow-path,
                    then only regular files below those directories (no
                    ~/.ssh key, /proc/self/environ, FIFO, device or link out)
+  Hygiene          no core dumps; no password in an sftp URL; control
+                   characters from outside never forge a log line
   SftpHostKey      a host known_hosts has a key of is refused when it offers
                    a key of another type, accept_new_host=1 or not, hashed
                    entry or plain
@@ -695,6 +697,55 @@ class McpAdd(TwoUsers):
         p = self.cairn("--no-autostart", "--socket", self.sock, "ls")
         self.assertNotIn(b"id_ed25519", p.stdout)
         self.assertNotIn(b"environ", p.stdout)
+
+
+class Hygiene(TwoUsers):
+    def test_no_core_dumps(self):
+        import resource
+
+        def unlimited():
+            resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        sock = os.path.join(self.home, "run", "cairnd.sock")
+        log = open(os.path.join(self.base, "core.log"), "wb")
+        self.addCleanup(log.close)
+        p = subprocess.Popen(as_uid(VICTIM, [ct.CAIRND, "--socket", sock, "--data-dir",
+                                             os.path.join(self.home, "data")]),
+                             env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+                             preexec_fn=unlimited)
+        self.addCleanup(self.kill, p)
+        self.wait_for(sock, p)
+        with open("/proc/%d/limits" % p.pid) as f:
+            line = [ln for ln in f if ln.startswith("Max core file size")][0]
+        self.assertEqual(line.split()[4:6], ["0", "0"], line)
+        self.stop(p)
+
+    def test_no_password_in_an_sftp_url(self):
+        url = "sftp://me:hunter2-secret@127.0.0.1/store"
+        p = self.run_as(VICTIM, [ct.CAIRND, "--data-dir", os.path.join(self.home, "data"),
+                                 "--backend", url, "--print-config"])
+        self.assertEqual(p.returncode, 1, p.stdout)
+        text = self.assert_refused(p, "takes no password")
+        self.assertNotIn("hunter2", text)
+        conf = os.path.join(self.home, "c.conf")
+        with open(conf, "w") as f:
+            f.write("[backend]\nurl = %s\n" % url)
+        os.chown(conf, VICTIM, VICTIM)
+        os.chmod(conf, 0o600)
+        p = self.run_as(VICTIM, [ct.CAIRND, "--data-dir", os.path.join(self.home, "data"),
+                                 "--config", conf, "--print-config"])
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertNotIn("hunter2", self.assert_refused(p, "takes no password"))
+
+    def test_outside_text_cannot_forge_log_lines(self):
+        # A name someone else chose (here a directory of the attacker's) reaches the log.
+        evil = self.user_dir("x\ncairnd: info: FORGED\x1b[2J", ATTACKER, 0o777, parent=self.shared)
+        p = self.run_as(VICTIM, [ct.CAIRND, "--socket", os.path.join(self.home, "s", "c.sock"),
+                                 "--data-dir", evil])
+        self.assertEqual(p.returncode, 1)
+        text = self.assert_refused(p, "refusing the data directory")
+        self.assertFalse([ln for ln in text.splitlines() if ln.startswith("cairnd: info: FORGED")],
+                         text)
+        self.assertNotIn("\x1b", text)
 
 
 if __name__ == "__main__":
