@@ -158,6 +158,36 @@ static void mcp_free_allow(struct mcp *m)
     m->n_allow = 0;
 }
 
+/*
+ * A request may carry a document of megabytes as one string, but not
+ * millions of values: jansson keeps each in an allocation of its own, and
+ * one line of 15 MiB of "[1,1,..." took 1.2 GB. The values (the commas,
+ * colons and brackets outside strings) are counted before parsing.
+ */
+#define MCP_MAX_VALUES 65536
+
+static bool too_many_values(const char *line, size_t len)
+{
+    size_t values = 0;
+    bool in_string = false;
+
+    for (size_t i = 0; i < len; i++) {
+        char ch = line[i];
+        if (in_string) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if ((ch == ',' || ch == ':' || ch == '[' || ch == '{') &&
+                   ++values > MCP_MAX_VALUES) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
 {
     struct mcp m = {.cli = cli};
@@ -204,6 +234,9 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
             r = reply_error(NULL, MCP_PARSE_ERROR, "request line too long");
         } else if (len == 0 || strspn(line, " \t\r") == len) {
             /* blank lines are skipped */
+        } else if (too_many_values(line, len)) {
+            r = reply_error(NULL, MCP_INVALID_REQUEST,
+                            "request has too many values (at most 65536)");
         } else if (!(msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err))) {
             r = reply_error(NULL, MCP_PARSE_ERROR, "parse error");
         } else {

@@ -31,6 +31,8 @@ with no account, so nothing is added to the system).
                    ~/.ssh key, /proc/self/environ, FIFO, device or link out)
   Hygiene          no core dumps; no password in an sftp URL; control
                    characters from outside never forge a log line
+  McpMemory        one MCP request line of millions of values is refused
+                   before it is parsed, under 100 MiB
   SftpHostKey      a host known_hosts has a key of is refused when it offers
                    a key of another type, accept_new_host=1 or not, hashed
                    entry or plain
@@ -746,6 +748,53 @@ class Hygiene(TwoUsers):
         self.assertFalse([ln for ln in text.splitlines() if ln.startswith("cairnd: info: FORGED")],
                          text)
         self.assertNotIn("\x1b", text)
+
+
+class McpMemory(TwoUsers):
+    """One request line must not cost more than a bounded amount: 4 MiB of
+    "[{},{},..." took about 320 MiB before values were counted."""
+
+    def setUp(self):
+        super().setUp()
+        self.sock = os.path.join(self.home, "run", "cairnd.sock")
+        d = self.victim_daemon(self.sock, os.path.join(self.home, "data"))
+        self.wait_for(self.sock, d)
+
+    def hwm_kib(self, pid):
+        with open("/proc/%d/status" % pid) as f:
+            return [int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:")][0]
+
+    def test_a_line_of_millions_of_values(self):
+        p = subprocess.Popen(as_uid(VICTIM, [ct.CAIRN, "--socket", self.sock, "--no-autostart",
+                                             "mcp"]), env=self.env(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.addCleanup(self.kill, p)
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "1"}}}
+        p.stdin.write(json.dumps(init).encode() + b"\n")
+        p.stdin.flush()
+        self.assertEqual(json.loads(p.stdout.readline())["id"], 1)
+        values = ",".join(["{}"] * (4 * ct.MiB // 3))
+        big = ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add",'
+               '"arguments":{"content":"x","tags":[%s]}}}\n' % values).encode()
+        p.stdin.write(big)
+        p.stdin.flush()
+        reply = json.loads(p.stdout.readline())
+        self.assertLess(self.hwm_kib(p.pid), 100 * 1024, "cairn mcp peaked at %d KiB"
+                        % self.hwm_kib(p.pid))
+        self.assertIn("error", reply, reply)
+        # A document of megabytes in one string is still fine.
+        text = "word " * (ct.MiB // 2)
+        add = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "add", "arguments": {"content": text, "name": "big.txt"}}}
+        p.stdin.write(json.dumps(add).encode() + b"\n")
+        p.stdin.flush()
+        reply = json.loads(p.stdout.readline())
+        self.assertFalse(reply["result"].get("isError"), reply)
+        self.assertLess(self.hwm_kib(p.pid), 100 * 1024)
+        p.stdin.close()
+        self.assertEqual(p.wait(TIMEOUT), 0)
 
 
 if __name__ == "__main__":
