@@ -219,6 +219,10 @@ static int wait_for_daemon(pid_t pid, const char *socket_path, const char *log_p
 
         if (r == 0)
             return 0;
+        if (r == -EPERM && client_refusal()[0]) {
+            fprintf(stderr, "cairn: %s\n", client_refusal());
+            return -1;
+        }
         if (r != -ENOENT && r != -ECONNREFUSED) {
             fprintf(stderr, "cairn: cannot connect to cairnd at %s: %s\n", socket_path,
                     strerror(-r));
@@ -264,7 +268,7 @@ int cli_autostart(struct cli *cli, struct client **out)
     strcat(log_path, "/cairnd.log");
     /* Never 0-2: spawn() dup2()s these onto 0-2 one after the other. */
     log_fd = util_fd_above_stdio(
-        open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_NOCTTY | O_CLOEXEC, 0600));
+        open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (log_fd < 0) {
         fprintf(stderr, "cairn: cannot start cairnd: %s: %s\n", log_path, strerror(errno));
         return -1;

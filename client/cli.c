@@ -108,11 +108,13 @@ static const struct command {
      "cairn verify [REF]...\n\n"
      "Re-reads and re-hashes the stored chunks of the given documents, or of all.\n"},
     {"mcp", cli_cmd_mcp,
-     "cairn mcp\n\n"
+     "cairn mcp [--allow-path DIR]...\n\n"
      "Runs a Model Context Protocol server on standard input and output (JSON-RPC 2.0,\n"
      "one message a line) for agents: tools add, get, search, list, stat and delete,\n"
      "and documents as resources cairn://doc/HASH and cairn://name/NAME. It keeps one\n"
-     "connection to cairnd (started if needed) and ends when its input ends.\n"},
+     "connection to cairnd (started if needed) and ends when its input ends.\n\n"
+     "  --allow-path DIR  let add {path} read regular files below DIR (repeatable);\n"
+     "                    without it add takes content only\n"},
     {"mount", cli_cmd_mount,
      "cairn mount [-f] MOUNTPOINT\n\n"
      "Shows the documents as a read-only FUSE file system under MOUNTPOINT: names as\n"
@@ -265,6 +267,10 @@ struct client *cli_client(struct cli *cli)
     r = client_connect(&cli->client, cli->socket, CONNECT_TIMEOUT_MS);
     if ((r == -ENOENT || r == -ECONNREFUSED) && cli->autostart)
         return cli_autostart(cli, &cli->client) == 0 ? cli->client : NULL;
+    if (r == -EPERM && client_refusal()[0]) {
+        fprintf(stderr, "cairn: %s\n", client_refusal());
+        return NULL;
+    }
     if (r < 0) {
         fprintf(stderr, "cairn: cannot connect to cairnd at %s: %s\n", cli->socket, strerror(-r));
         return NULL;

@@ -103,6 +103,13 @@ int cli_cmd_mount(struct cli *cli, int argc, char **argv);
  */
 int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
                     uint64_t length, const char *path);
+/*
+ * get -r's cli_get_to_file() of a whole document: `name` in the working
+ * directory, never through a symbolic link (one there is replaced);
+ * `shown` is the path messages give.
+ */
+int cli_restore_file(struct cli *cli, struct client *c, const char *ref, const char *name,
+                     const char *shown);
 /* get -r: every name under `prefix` as a file under `dir` (tree.c). */
 int cli_get_tree(struct cli *cli, const char *prefix, const char *dir);
 

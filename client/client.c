@@ -5,6 +5,8 @@
 #include "client/internal.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -49,6 +51,61 @@ static int set_send_timeout(int fd, int timeout_ms)
     return setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ? -errno : 0;
 }
 
+/* Why the last client_connect() of this thread returned -EPERM. */
+static _Thread_local char refusal[PATH_MAX + 256];
+
+const char *client_refusal(void)
+{
+    return refusal;
+}
+
+/*
+ * Whoever may write the socket's directory may move the daemon's socket
+ * aside and answer in its place (and be sent every document), so such a
+ * directory is refused before anything is sent, the way cairnd refuses to
+ * listen there. A missing one is -ENOENT: nobody listens, and a daemon
+ * started now makes it.
+ */
+static int check_socket_dir(const char *path)
+{
+    char dir[sizeof(((struct sockaddr_un *)NULL)->sun_path)], why[PATH_MAX + 128];
+    const char *slash = strrchr(path, '/');
+    int r;
+
+    if (!slash || slash == path)
+        return 0;
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    r = util_check_dir(dir, true, why, sizeof(why));
+    if (r == -ENOENT)
+        return r;
+    if (r < 0) {
+        snprintf(refusal, sizeof(refusal), "refusing the socket directory: %s", why);
+        return -EPERM;
+    }
+    return 0;
+}
+
+/*
+ * The daemon must run as this user: any other could keep or change what it
+ * is sent. Root passes: on a socket systemd passed, SO_PEERCRED names the
+ * process that called listen(), PID 1, and root could read everything anyway.
+ */
+static int check_peer(int fd, const char *path)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return -errno;
+    if (cred.uid != geteuid() && cred.uid != 0) {
+        snprintf(refusal, sizeof(refusal),
+                 "refusing the daemon on %s: it runs as uid %u, not as this user (uid %u)", path,
+                 (unsigned)cred.uid, (unsigned)geteuid());
+        return -EPERM;
+    }
+    return 0;
+}
+
 int client_connect(struct client **out, const char *path, int timeout_ms)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -56,9 +113,12 @@ int client_connect(struct client **out, const char *path, int timeout_ms)
     _cleanup_close_ int fd = -1;
     int r;
 
+    refusal[0] = '\0';
     if (len >= sizeof(addr.sun_path))
         return -ENAMETOOLONG;
     memcpy(addr.sun_path, path, len + 1);
+    if ((r = check_socket_dir(path)) < 0)
+        return r;
     /* With stdout closed the socket would be fd 1, and get would send content to the daemon. */
     fd = util_fd_above_stdio(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (fd < 0)
@@ -79,6 +139,8 @@ int client_connect(struct client **out, const char *path, int timeout_ms)
         return errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT : -errno;
     }
     if (timeout_ms > 0 && (r = set_send_timeout(fd, 0)) < 0)
+        return r;
+    if ((r = check_peer(fd, path)) < 0)
         return r;
     r = client_adopt(out, fd);
     if (r == 0)

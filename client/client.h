@@ -24,7 +24,8 @@
 struct client;
 
 enum {
-    CLIENT_E_DAEMON = 1, /* the daemon answered ok: false */
+    CLIENT_E_DAEMON = 1, /* the daemon answered ok: false, or (code integrity) the content of a
+                            get by full hash did not hash to it */
     CLIENT_E_IO,         /* reading the input or writing the output fd failed */
 };
 
@@ -67,9 +68,16 @@ typedef void client_doc_fn(void *userdata, const msgpack_object *doc);
 /*
  * Connects to the socket at `path`. A positive timeout_ms bounds the wait for a
  * listener whose backlog is full (-ETIMEDOUT); 0 waits as long as it takes.
- * -ENOENT and -ECONNREFUSED mean nobody listens there.
+ * -ENOENT and -ECONNREFUSED mean nobody listens there. -EPERM: refused for
+ * safety before a byte was sent, because another user owns or may write the
+ * socket's directory (util_check_dir(), sticky root-owned directories such as
+ * /tmp pass) or the daemon answering runs as another uid than this one or
+ * root (SO_PEERCRED);
+ * client_refusal() says which.
  */
 int client_connect(struct client **out, const char *path, int timeout_ms);
+/* After client_connect() returned -EPERM in this thread: why, as a sentence; else "". */
+const char *client_refusal(void);
 /* Takes over an already connected stream socket; it is closed by client_free(). */
 int client_adopt(struct client **out, int fd);
 struct client *client_free(struct client *c);

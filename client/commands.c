@@ -82,30 +82,62 @@ static void guard_tmp(const char *tmp, struct sigaction *saved)
 }
 
 /*
+ * A FIFO, socket or device of another user (root aside: /dev/null, devices)
+ * hands the document to whoever reads it: an attacker's FIFO in a directory
+ * everyone may write, say. Refused; `cairn get REF > PATH` still writes
+ * there for one who means it. 0 or the exit status of the refusal.
+ */
+static int refuse_foreign(const struct stat *sb, const char *shown)
+{
+    if (sb->st_uid == geteuid() || sb->st_uid == 0)
+        return 0;
+    fprintf(stderr,
+            "cairn: %s: refusing to write into a %s of uid %u: whoever reads it gets the "
+            "document (cairn get REF > %s writes there anyway)\n",
+            shown,
+            S_ISFIFO(sb->st_mode)   ? "FIFO"
+            : S_ISSOCK(sb->st_mode) ? "socket"
+                                    : "device",
+            (unsigned)sb->st_uid, shown);
+    return CLI_EXIT_FAILED;
+}
+
+/*
  * Writes into `path` as it is, for one that is not a regular file (a device
  * such as /dev/null or a terminal, a FIFO): renaming a file over it would
  * replace the device node with that file.
  */
 static int get_to_special(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
-                          uint64_t length, const char *path)
+                          uint64_t length, const char *path, const char *shown, bool nofollow,
+                          const struct stat *before)
 {
-    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY), r;
+    struct stat sb;
+    int fd, r;
 
+    if ((r = refuse_foreign(before, shown)) != 0)
+        return r;
+    fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY | (nofollow ? O_NOFOLLOW : 0));
     if (fd < 0)
-        return cli_fail_errno(path);
+        return cli_fail_errno(shown);
+    /* What was opened may not be what was looked at. */
+    if (fstat(fd, &sb) < 0 || (r = refuse_foreign(&sb, shown)) != 0) {
+        close(fd);
+        return r ? r : cli_fail_errno(shown);
+    }
     r = client_get_range_fd(c, ref, offset, length, fd, false);
     if (close(fd) < 0 && r == 0)
-        return cli_fail_errno(path);
-    return r == 0 ? CLI_EXIT_OK : cli_fail(cli, r == CLIENT_E_IO ? path : ref, r);
+        return cli_fail_errno(shown);
+    return r == 0 ? CLI_EXIT_OK : cli_fail(cli, r == CLIENT_E_IO ? shown : ref, r);
 }
 
 /*
  * Writes the document to a temporary file beside `path` and renames it into
  * place only when the whole stream arrived intact, so a failed get never
- * leaves a partial or corrupt `path`.
+ * leaves a partial or corrupt `path`. `shown` names it in messages; with
+ * `nofollow` a symbolic link at `path` is replaced, never followed.
  */
-int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
-                    uint64_t length, const char *path)
+static int get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
+                       uint64_t length, const char *path, const char *shown, bool nofollow)
 {
     _cleanup_free_ char *tmp = NULL;
     struct sigaction saved[ARRAY_SIZE(get_signals)];
@@ -116,11 +148,12 @@ int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t
     mode_t mask;
     int fd, r;
 
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
-        return get_to_special(cli, c, ref, offset, length, path);
+    if ((nofollow ? lstat(path, &sb) : stat(path, &sb)) == 0 && !S_ISREG(sb.st_mode) &&
+        !S_ISDIR(sb.st_mode) && !S_ISLNK(sb.st_mode))
+        return get_to_special(cli, c, ref, offset, length, path, shown, nofollow, &sb);
     if (asprintf(&tmp, "%.*s.%s.XXXXXX", dir_len, path, path + dir_len) < 0) {
         tmp = NULL;
-        return cli_fail(cli, path, -ENOMEM);
+        return cli_fail(cli, shown, -ENOMEM);
     }
     /* Blocked while the file is made, so a signal never finds it unnamed in get_tmp. */
     sigemptyset(&block);
@@ -132,14 +165,14 @@ int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t
         guard_tmp(tmp, saved);
     sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (fd < 0)
-        return cli_fail_errno(path);
+        return cli_fail_errno(shown);
     /* A new file: runs of zeros become holes, as cp and rsync -S make them. */
     r = client_get_range_fd(c, ref, offset, length, fd, true);
     if (r != 0) {
         close(fd);
         unlink(tmp);
         guard_tmp(NULL, saved);
-        return cli_fail(cli, r == CLIENT_E_IO ? path : ref, r);
+        return cli_fail(cli, r == CLIENT_E_IO ? shown : ref, r);
     }
     /* mkostemp creates 0600; give the file the mode a plain create would. */
     mask = umask(0);
@@ -150,10 +183,22 @@ int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t
         unlink(tmp);
         guard_tmp(NULL, saved);
         errno = e;
-        return cli_fail_errno(path);
+        return cli_fail_errno(shown);
     }
     guard_tmp(NULL, saved);
     return CLI_EXIT_OK;
+}
+
+int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
+                    uint64_t length, const char *path)
+{
+    return get_to_file(cli, c, ref, offset, length, path, path, false);
+}
+
+int cli_restore_file(struct cli *cli, struct client *c, const char *ref, const char *name,
+                     const char *shown)
+{
+    return get_to_file(cli, c, ref, 0, UINT64_MAX, name, shown, true);
 }
 
 /* "START-END" (END included) or "START-" (to the end) into offset and length. */

@@ -11,7 +11,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -319,6 +322,51 @@ static json_t *tool_get(struct mcp *m, json_t *args)
     return out ? out : mcp_tool_error("get: out of memory");
 }
 
+/* Whether the real path `real` is `dir` or below it. */
+static bool below(const char *real, const char *dir)
+{
+    size_t n = strlen(dir);
+
+    if (strcmp(dir, "/") == 0)
+        return true;
+    return strncmp(real, dir, n) == 0 && (real[n] == '\0' || real[n] == '/');
+}
+
+/*
+ * The file `add {path}` names, opened for reading, or NULL with the tool
+ * error. What an agent asks for may come from text injected into its
+ * context: only a regular file (no FIFO to hang on, no device to read
+ * forever), below a directory the user allowed (--allow-path, none by
+ * default), reached without a symbolic link after the check, read up to
+ * the size it had (a file of /proc claims 0 and is read as empty).
+ */
+static json_t *open_for_add(struct mcp *m, const char *path, int *fd, uint64_t *size)
+{
+    _cleanup_free_ char *real = NULL;
+    struct stat st;
+    size_t i;
+
+    if (m->n_allow == 0)
+        return mcp_tool_error("add: reading files is off: give content, or start cairn mcp with "
+                              "--allow-path DIR to let add read the files below DIR");
+    if (!(real = realpath(path, NULL)))
+        return mcp_tool_error("add: %s: %s", path, strerror(errno));
+    for (i = 0; i < m->n_allow && !below(real, m->allow[i]); i++)
+        ;
+    if (i == m->n_allow)
+        return mcp_tool_error("add: %s is not below a directory cairn mcp may read (--allow-path)",
+                              path);
+    *fd = open(real, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    if (*fd < 0)
+        return mcp_tool_error("add: %s: %s", path, strerror(errno));
+    if (fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(*fd);
+        return mcp_tool_error("add: %s is not a regular file", path);
+    }
+    *size = (uint64_t)st.st_size;
+    return NULL;
+}
+
 static json_t *tool_add(struct mcp *m, json_t *args)
 {
     const char *tags[PROTO_MAX_TAGS], *content, *path, *name, *mime;
@@ -349,9 +397,21 @@ static json_t *tool_add(struct mcp *m, json_t *args)
     if (!(c = connection(m)))
         return mcp_tool_error("add: cairnd is not reachable");
     if (path) {
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0)
-            return mcp_tool_error("add: %s: %s", path, strerror(errno));
+        uint64_t size = 0;
+        json_t *refused;
+
+        fd = -1;
+        refused = open_for_add(m, path, &fd, &size);
+        if (refused)
+            return refused;
+        if (size == 0) {
+            /* read_limit 0 reads to the end; an empty file is empty content. */
+            close(fd);
+            fd = memfd_create("cairn-mcp-add", MFD_CLOEXEC);
+            if (fd < 0)
+                return mcp_tool_error("add: %s", strerror(errno));
+        }
+        req.read_limit = size;
         if (!req.name || !req.name[0])
             req.name = path;
     } else {

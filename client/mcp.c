@@ -151,6 +151,43 @@ static int handle(struct mcp *m, json_t *msg)
     return reply_result(id, result);
 }
 
+static void mcp_free_allow(struct mcp *m)
+{
+    for (size_t i = 0; i < m->n_allow; i++)
+        free(m->allow[i]);
+    m->n_allow = 0;
+}
+
+/*
+ * A request may carry a document of megabytes as one string, but not
+ * millions of values: jansson keeps each in an allocation of its own, and
+ * one line of 15 MiB of "[1,1,..." took 1.2 GB. The values (the commas,
+ * colons and brackets outside strings) are counted before parsing.
+ */
+#define MCP_MAX_VALUES 65536
+
+static bool too_many_values(const char *line, size_t len)
+{
+    size_t values = 0;
+    bool in_string = false;
+
+    for (size_t i = 0; i < len; i++) {
+        char ch = line[i];
+        if (in_string) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if ((ch == ',' || ch == ':' || ch == '[' || ch == '{') &&
+                   ++values > MCP_MAX_VALUES) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
 {
     struct mcp m = {.cli = cli};
@@ -159,12 +196,28 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
     size_t len;
     int r = 0, got;
 
-    if (argc > 1) {
-        if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             cli_print_command_help(stdout, argv[0]);
+            mcp_free_allow(&m);
             return CLI_EXIT_OK;
         }
-        return cli_usage_error("mcp: takes no arguments");
+        if (strcmp(argv[i], "--allow-path") != 0 || i + 1 == argc) {
+            mcp_free_allow(&m);
+            return cli_usage_error("mcp: takes only --allow-path DIR (any number of times)");
+        }
+        if (m.n_allow == MCP_MAX_ALLOW) {
+            mcp_free_allow(&m);
+            return cli_usage_error("mcp: at most %d --allow-path", MCP_MAX_ALLOW);
+        }
+        /* Resolved once: a path add is given is resolved too, then compared. */
+        if (!(m.allow[m.n_allow] = realpath(argv[++i], NULL))) {
+            int e = errno;
+            mcp_free_allow(&m);
+            errno = e;
+            return cli_fail_errno(argv[i]);
+        }
+        m.n_allow++;
     }
     /* The protocol owns standard output: nothing else may go there. */
     cli->json = true;
@@ -181,6 +234,9 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
             r = reply_error(NULL, MCP_PARSE_ERROR, "request line too long");
         } else if (len == 0 || strspn(line, " \t\r") == len) {
             /* blank lines are skipped */
+        } else if (too_many_values(line, len)) {
+            r = reply_error(NULL, MCP_INVALID_REQUEST,
+                            "request has too many values (at most 65536)");
         } else if (!(msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err))) {
             r = reply_error(NULL, MCP_PARSE_ERROR, "parse error");
         } else {
@@ -193,6 +249,7 @@ int cli_cmd_mcp(struct cli *cli, int argc, char **argv)
         mcp_input_readahead(&in);
     }
     mcp_input_free(&in);
+    mcp_free_allow(&m);
     if (r == -EIO) {
         /* Output that cannot be written means the client is gone: the end of the session,
          * with nothing left to flush at exit. */

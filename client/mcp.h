@@ -16,10 +16,15 @@
 /* Most bytes of a document one get or resource read returns. */
 #define MCP_MAX_READ (1024u * 1024)
 
+/* Directories `add {path}` may read below (--allow-path); none: it reads no file at all. */
+#define MCP_MAX_ALLOW 16
+
 struct mcp {
     struct cli *cli;
     bool initialized;
-    char version[32]; /* the negotiated protocol revision */
+    char version[32];           /* the negotiated protocol revision */
+    char *allow[MCP_MAX_ALLOW]; /* real paths, without a trailing '/' ("/" stays "/") */
+    size_t n_allow;
 };
 
 /* A tool result: `structured` (taken) as structuredContent and as JSON text. */

@@ -5,6 +5,8 @@
 #include "proto/util.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -377,6 +379,7 @@ struct get_sink {
     uint64_t pos;
     client_data_fn *fn;
     void *userdata;
+    EVP_MD_CTX *sha; /* a whole document asked for by its full hash: what arrives is hashed */
 };
 
 /* 0, 1 to stop early (callback only), or -errno of the write. */
@@ -396,8 +399,50 @@ static int sink_put(struct get_sink *k, const msgpack_object *first, const uint8
     return r;
 }
 
+static int get_stream(struct client *c, const char *ref, uint64_t offset, uint64_t length,
+                      struct get_sink *k);
+
+/*
+ * A full hash names the content: what arrives for it must hash to it, so a
+ * daemon that is not the user's own (or a broken one) cannot hand over other
+ * bytes as that document. A range cannot be checked on its own, and a name
+ * or a prefix names no content.
+ */
 static int get_to(struct client *c, const char *ref, uint64_t offset, uint64_t length,
-                  struct get_sink *k);
+                  struct get_sink *k)
+{
+    int r;
+
+    if (offset > 0 || length != UINT64_MAX || strlen(ref) != PROTO_HASH_HEX ||
+        !proto_is_hex(ref, PROTO_HASH_HEX))
+        return get_stream(c, ref, offset, length, k);
+    k->sha = EVP_MD_CTX_new();
+    if (!k->sha || EVP_DigestInit_ex(k->sha, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(k->sha);
+        return -ENOMEM;
+    }
+    r = get_stream(c, ref, offset, length, k);
+    EVP_MD_CTX_free(k->sha);
+    return r;
+}
+
+/* The last piece has come: 0 when all of it hashes to `ref`, else an integrity error. */
+static int check_content(struct client *c, const char *ref, EVP_MD_CTX *sha)
+{
+    uint8_t digest[32], want[32];
+    unsigned int n = 0;
+
+    if (EVP_DigestFinal_ex(sha, digest, &n) == 1 && n == sizeof(digest) &&
+        proto_hex_decode(ref, PROTO_HASH_HEX, want, sizeof(want)) == 0 &&
+        memcmp(digest, want, sizeof(digest)) == 0)
+        return 0;
+    c->error.code = PROTO_E_INTEGRITY;
+    snprintf(c->error.code_name, sizeof(c->error.code_name), "%s",
+             proto_error_name(PROTO_E_INTEGRITY));
+    snprintf(c->error.message, sizeof(c->error.message),
+             "integrity: the content cairnd sent does not hash to %.64s", ref);
+    return CLIENT_E_DAEMON;
+}
 
 int client_get(struct client *c, const char *ref, int out_fd)
 {
@@ -430,8 +475,8 @@ int client_get_range(struct client *c, const char *ref, uint64_t offset, uint64_
     return get_to(c, ref, offset, length, &k);
 }
 
-static int get_to(struct client *c, const char *ref, uint64_t offset, uint64_t length,
-                  struct get_sink *k)
+static int get_stream(struct client *c, const char *ref, uint64_t offset, uint64_t length,
+                      struct get_sink *k)
 {
     const msgpack_object *reply, *first;
     uint64_t size = 0, total = 0;
@@ -469,6 +514,11 @@ static int get_to(struct client *c, const char *ref, uint64_t offset, uint64_t l
         total += len;
         if (sized && (total > size || (!more && total != size)))
             return bad_reply(c);
+        /* Checked before the last piece is written: a document of one frame is then not. */
+        if (k->sha && EVP_DigestUpdate(k->sha, data, len) != 1)
+            return -ENOMEM;
+        if (k->sha && !more && (r = check_content(c, ref, k->sha)) != 0)
+            return r;
         r = sink_put(k, first, data, len, !more);
         first = NULL;
         if (r == 0)

@@ -9,11 +9,13 @@
 #include "client/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Names listed and restored at a time by get -r: memory stays bounded whatever the tree. */
 #define TREE_PAGE 256
@@ -154,6 +156,76 @@ static int make_parents(char *path)
     return r;
 }
 
+/*
+ * Opens the directory that is to hold `path` (DIR/REL, from tree_path())
+ * one component of REL at a time, making the missing ones and never
+ * following a symbolic link: a link planted inside DIR would lead the
+ * restore anywhere outside it (~/.profile replaced). DIR itself is taken
+ * as given. The fd with *base at REL's last component, or -errno (-ELOOP or
+ * -ENOTDIR: a link or a file in the way).
+ */
+static int open_parent(char *path, size_t dir_len, const char **base)
+{
+    char *s = path + dir_len + 1, *slash;
+    int fd, next;
+
+    path[dir_len] = '\0';
+    fd = open(dir_len ? path : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    path[dir_len] = '/';
+    if (fd < 0)
+        return -errno;
+    while ((slash = strchr(s, '/'))) {
+        *slash = '\0';
+        next = openat(fd, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0 && errno == ENOENT && (mkdirat(fd, s, 0777) == 0 || errno == EEXIST))
+            next = openat(fd, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        *slash = '/';
+        close(fd);
+        if (next < 0)
+            return -e;
+        fd = next;
+        s = slash + 1;
+    }
+    *base = s;
+    return fd;
+}
+
+/* Restores one document at `path` (below DIR, dir_len bytes of it) through open_parent(). */
+static int restore(struct cli *cli, struct client *c, const char *hash, char *path, size_t dir_len,
+                   int cwd_fd)
+{
+    const char *base = NULL;
+    int r, fd;
+
+    fd = open_parent(path, dir_len, &base);
+    if (fd == -ENOENT) {
+        /* DIR itself is missing: made as mkdir -p would (DIR/x names the directory above x). */
+        char saved = path[dir_len + 1];
+        path[dir_len + 1] = '\0';
+        r = make_parents(path);
+        path[dir_len + 1] = saved;
+        fd = r < 0 ? r : open_parent(path, dir_len, &base);
+    }
+    if (fd == -ELOOP || fd == -ENOTDIR) {
+        fprintf(stderr, "cairn: %s: not restored: a symbolic link or a file is in the way\n", path);
+        return CLI_EXIT_FAILED;
+    }
+    if (fd < 0 || fchdir(fd) < 0) {
+        errno = fd < 0 ? -fd : errno;
+        if (fd >= 0)
+            close(fd);
+        return cli_fail_errno(path);
+    }
+    r = cli_restore_file(cli, c, hash, base, path);
+    close(fd);
+    if (fchdir(cwd_fd) < 0) {
+        fprintf(stderr, "cairn: cannot return to the working directory: %s\n", strerror(errno));
+        return CLI_EXIT_FAILED;
+    }
+    return r;
+}
+
 int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
 {
     struct client_list_req req = {
@@ -168,6 +240,10 @@ int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
 
     if (!pgp)
         return cli_fail(cli, prefix, -ENOMEM);
+    /* Each file is written from its directory's fd (restore()); this is where to come back. */
+    _cleanup_close_ int cwd_fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cwd_fd < 0)
+        return cli_fail_errno("the working directory");
     struct tree_page *pg = pgp;
     if (!(c = cli_client(cli)))
         return CLI_EXIT_UNREACHABLE;
@@ -192,12 +268,7 @@ int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
                 status = CLI_EXIT_FAILED;
                 continue;
             }
-            if ((r = make_parents(path)) < 0) {
-                errno = -r;
-                status = cli_fail_errno(path);
-                continue;
-            }
-            if (cli_get_to_file(cli, c, pg->hashes[i], 0, UINT64_MAX, path) != CLI_EXIT_OK)
+            if (restore(cli, c, pg->hashes[i], path, strlen(dir), cwd_fd) != CLI_EXIT_OK)
                 status = CLI_EXIT_FAILED;
             progress_file(&progress);
         }

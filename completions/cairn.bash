@@ -43,6 +43,11 @@ _cairn()
                 mapfile -t COMPREPLY < <(compgen -f -- "$cur")
                 return
                 ;;
+            --allow-path)
+                compopt -o filenames 2>/dev/null
+                mapfile -t COMPREPLY < <(compgen -d -- "$cur")
+                return
+                ;;
             -n | -t | -m | --mime | --exclude | -l | --offset | --name | --after | --before | --range)
                 [[ $cmd ]] && return
                 ;;
@@ -67,6 +72,7 @@ _cairn()
             ls | list) opts='-l --long -h --human-readable -d --docs -t' ;;
             du) opts='-h --human-readable' ;;
             mount) opts='-f --foreground' ;;
+            mcp) opts='--allow-path' ;;
             search) opts='-l --offset -t --name --mime --after --before --fuzzy --all' ;;
         esac
         mapfile -t COMPREPLY < <(compgen -W "$opts $global_opts" -- "$cur")

@@ -78,4 +78,5 @@ complete -c cairn -n '__fish_seen_subcommand_from search' -l fuzzy -d 'Tolerate 
 complete -c cairn -n '__fish_seen_subcommand_from search' -l all -d 'Only documents with every word'
 
 complete -c cairn -n '__fish_seen_subcommand_from mount' -a '(__fish_complete_directories)'
+complete -c cairn -n '__fish_seen_subcommand_from mcp' -l allow-path -r -a '(__fish_complete_directories)' -d 'Let add read the regular files below the directory'
 complete -c cairn -n '__fish_seen_subcommand_from mount' -s f -l foreground -d 'Stay in the foreground'

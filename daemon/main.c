@@ -1,6 +1,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <sqlite3.h>
 
@@ -15,6 +17,17 @@ int main(int argc, char **argv)
     char err[1024];
     int r;
 
+    /*
+     * Everything cairnd makes (the data directory's contents, SQLite's files,
+     * packs, the read cache) is its user's alone, whatever umask it was
+     * started with; the modes it asks for explicitly say the same.
+     */
+    umask(077);
+    /*
+     * A core dump would write out whatever secrets are in memory (backend
+     * credentials, document content) to wherever core_pattern says.
+     */
+    setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});
     /* Messages before the configuration is read carry their priority too. */
     log_init_early();
     r = config_load(&cfg, argc, argv, err, sizeof(err));

@@ -23,6 +23,8 @@ void daemon_stop_listening(struct daemon *d);
 
 /* Makes the data directory's own entry in its parent durable: 0 or negative errno. */
 int daemon_sync_data_dir(const char *data_dir);
+/* Refuses a data directory another user owns or may write: 0, or DAEMON_E_SETUP with err. */
+int daemon_check_data_dir(const char *data_dir, char *err, size_t err_len);
 /* Takes cairnd.lock in the data directory: 0, or DAEMON_E_* with err. */
 int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size_t err_len);
 /*

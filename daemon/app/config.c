@@ -1,6 +1,7 @@
 #include "daemon/app/config.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <getopt.h>
 #include <ini.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include "compress/compress.h"
 #include "compress/cdc.h"
 #include "daemon/store/store.h"
+#include "proto/util.h"
 
 static const char usage_text[] =
     "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
@@ -65,9 +67,46 @@ bool config_is_secret(const char *section, const char *key)
  * change: otherwise every local user has the bucket. Refused rather than
  * warned about, as ssh does for a private key.
  */
-static const char *secrets_exposed(const struct ini_state *st, const char *section, const char *key)
+/*
+ * Whether an sftp URL holds a password (sftp://USER:PASSWORD@HOST): cairn
+ * logs in by key only, and would take "USER:PASSWORD" for the user name and
+ * show it wherever the URL goes.
+ */
+static bool url_has_password(const char *url)
 {
-    if (!config_is_secret(section, key) || !(st->mode & 077))
+    size_t end;
+
+    if (strncmp(url, "sftp://", 7) != 0)
+        return false;
+    url += 7;
+    end = strcspn(url, "/?");
+    const char *at = memchr(url, '@', end);
+    return at && memchr(url, ':', (size_t)(at - url));
+}
+
+/* The first secret-bearing parameter in a backend URL's query, or NULL. */
+static const char *url_secret(const char *url)
+{
+    static const char *const keys[] = {"secret_access_key", "session_token", "api_token"};
+    const char *p = strchr(url, '?');
+
+    while (p && *p) {
+        size_t len = strcspn(++p, "=&");
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+            if (len == strlen(keys[i]) && strncmp(p, keys[i], len) == 0)
+                return keys[i];
+        p = strchr(p, '&');
+    }
+    return NULL;
+}
+
+static const char *secrets_exposed(const struct ini_state *st, const char *section, const char *key,
+                                   const char *value)
+{
+    bool secret = config_is_secret(section, key) ||
+                  (strcmp(section, "backend") == 0 && strcmp(key, "url") == 0 && url_secret(value));
+
+    if (!secret || !(st->mode & 077))
         return NULL;
     return "this file holds a secret but group or others may read or write it; "
            "chmod 600 it (or chmod go= it)";
@@ -362,7 +401,7 @@ static int on_ini_entry(void *user, const char *section, const char *key, const 
                    strcmp(section, "search") && strcmp(section, "backend"))
                       ? "unknown section"
                       : NULL;
-    else if (!(problem = secrets_exposed(st, section, key)))
+    else if (!(problem = secrets_exposed(st, section, key, value)))
         problem = apply(st->cfg, section, key, value);
     if (problem) {
         snprintf(st->err, st->err_len, "%s:%d: [%s] %s%s%s", st->path, lineno, section,
@@ -384,7 +423,16 @@ static void set_defaults(struct config *cfg)
     const char *xdg_data = getenv("XDG_DATA_HOME");
     const char *xdg_config = getenv("XDG_CONFIG_HOME");
     const char *home = getenv("HOME");
+    struct passwd *pw;
 
+    /*
+     * Without HOME (cron, su, some containers) the user database says where
+     * home is. Never a shared directory such as /tmp: another user could
+     * make the data directory there first. No home at all leaves the data
+     * directory unset, which config_load() refuses unless one is given.
+     */
+    if (!home || !home[0])
+        home = (pw = getpwuid(getuid())) && pw->pw_dir[0] ? pw->pw_dir : NULL;
     memset(cfg, 0, sizeof(*cfg));
     if (xdg_runtime && xdg_runtime[0] == '/')
         snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s/cairn/cairnd.sock", xdg_runtime);
@@ -393,14 +441,12 @@ static void set_defaults(struct config *cfg)
                  (unsigned)getuid());
     if (xdg_data && xdg_data[0] == '/')
         snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/cairn", xdg_data);
-    else
-        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/.local/share/cairn",
-                 home ? home : "/tmp");
+    else if (home)
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/.local/share/cairn", home);
     if (xdg_config && xdg_config[0] == '/')
         snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/cairn/cairn.conf", xdg_config);
-    else
-        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/.config/cairn/cairn.conf",
-                 home ? home : "/tmp");
+    else if (home)
+        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/.config/cairn/cairn.conf", home);
     snprintf(cfg->backend_url, sizeof(cfg->backend_url), "local");
     cfg->log_level = LOG_LEVEL_INFO;
     cfg->compression_level = COMPRESS_DEFAULT_LEVEL;
@@ -578,7 +624,7 @@ void config_note_origin(struct config *cfg, const char *section, const char *key
 int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len)
 {
     struct flags fl;
-    const char *env;
+    const char *env, *secret;
     int r;
 
     set_defaults(cfg);
@@ -593,8 +639,9 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         snprintf(err, err_len, "--config: path is empty or too long");
         return CONFIG_E_USAGE;
     }
-    FILE *f = fopen(cfg->config_path, "re");
-    if (!f && (fl.config || errno != ENOENT)) {
+    /* No home directory: there is no default config file. */
+    FILE *f = cfg->config_path[0] ? fopen(cfg->config_path, "re") : NULL;
+    if (!f && cfg->config_path[0] && (fl.config || errno != ENOENT)) {
         snprintf(err, err_len, "%s: %s", cfg->config_path, strerror(errno));
         return CONFIG_E_INVALID;
     }
@@ -629,12 +676,34 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     if (fl.data_dir &&
         (r = apply_checked(cfg, "store", "data_dir", fl.data_dir, "--data-dir", err, err_len)))
         return r;
+    /* Every user can read a process's command line in /proc/PID/cmdline. */
+    if (fl.backend && (secret = url_secret(fl.backend))) {
+        snprintf(err, err_len,
+                 "--backend: the URL holds %s, which every user can read on the command line; "
+                 "put the URL in the config file (chmod 600) or the secret in the environment "
+                 "(AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, CLOUDFLARE_API_TOKEN)",
+                 secret);
+        return CONFIG_E_INVALID;
+    }
     if (fl.backend &&
         (r = apply_checked(cfg, "backend", "url", fl.backend, "--backend", err, err_len)))
         return r;
     if (fl.log_level &&
         (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
         return r;
+    if (url_has_password(cfg->backend_url)) {
+        snprintf(err, err_len,
+                 "backend URL: an sftp URL takes no password (USER:PASSWORD@): cairn logs in "
+                 "with a key only (key=, ssh-agent or ~/.ssh/id_*)");
+        return CONFIG_E_INVALID;
+    }
+    if (!cfg->data_dir[0]) {
+        snprintf(err, err_len,
+                 "no data directory: HOME is unset and uid %u has no home directory; give "
+                 "--data-dir, CAIRN_DATA_DIR or XDG_DATA_HOME",
+                 (unsigned)getuid());
+        return CONFIG_E_INVALID;
+    }
     if ((r = absolute_data_dir(cfg, err, err_len)) || (r = read_cache_path(cfg, err, err_len)))
         return r;
     struct cdc probe;

@@ -455,6 +455,9 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         snprintf(err, err_len, "data dir %s: %s", cfg->data_dir, strerror(-r));
         return DAEMON_E_SETUP;
     }
+    r = daemon_check_data_dir(cfg->data_dir, err, err_len);
+    if (r)
+        return r;
     r = daemon_lock_data_dir(d, cfg->data_dir, err, err_len);
     if (r)
         return r;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/app/app-int.h"
@@ -63,15 +64,67 @@ int daemon_sync_data_dir(const char *data_dir)
     return sync_dir(parent);
 }
 
+/*
+ * Another user who may write the data directory, or who owns it, may put a
+ * link where the daemon opens its files (the lock is truncated and
+ * rewritten, the database written), or read what it keeps: refused.
+ */
+int daemon_check_data_dir(const char *data_dir, char *err, size_t err_len)
+{
+    /*
+     * The files opened by name in it: SQLite has no way to refuse a link
+     * only in the last component of a path, so each is checked here, once
+     * the directory is known to be this user's alone (nobody else can make
+     * a link in it afterwards). The others are opened with O_NOFOLLOW.
+     */
+    static const char *const names[] = {
+        "cairn.db",      "cairn.db-wal", "cairn.db-shm", "search.db",      "search.db-wal",
+        "search.db-shm", "cairnd.lock",  "cairnd.log",   "cairnd.reserve", "writer",
+    };
+    char why[PATH_MAX + 128], path[PATH_MAX + 32];
+    struct stat st;
+
+    if (util_check_dir(data_dir, false, why, sizeof(why)) < 0) {
+        snprintf(err, err_len, "refusing the data directory: %s", why);
+        return DAEMON_E_SETUP;
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        snprintf(path, sizeof(path), "%s/%s", data_dir, names[i]);
+        if (lstat(path, &st) < 0)
+            continue;
+        if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
+            snprintf(err, err_len, "refusing %s: %s", path,
+                     S_ISLNK(st.st_mode)    ? "a symbolic link"
+                     : !S_ISREG(st.st_mode) ? "not a regular file"
+                     : st.st_nlink != 1     ? "a file with other names (hard links)"
+                                            : "it belongs to another user");
+            return DAEMON_E_SETUP;
+        }
+    }
+    return 0;
+}
+
 int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size_t err_len)
 {
     char path[PATH_MAX + 16], pid[32];
+    struct stat st;
     int fd, n;
 
     snprintf(path, sizeof(path), "%s/cairnd.lock", data_dir);
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    /*
+     * Never through a symbolic link, and never a file with another name
+     * somewhere (a hard link): the lock is truncated below, and that must
+     * not reach any other file.
+     */
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
     if (fd < 0) {
-        snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        snprintf(err, err_len, "%s: %s", path,
+                 errno == ELOOP ? "a symbolic link, refused" : strerror(errno));
+        return DAEMON_E_SETUP;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
+        snprintf(err, err_len, "%s: not a regular file of this user with one name, refused", path);
+        close(fd);
         return DAEMON_E_SETUP;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {

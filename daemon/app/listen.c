@@ -88,24 +88,22 @@ int daemon_listen(struct daemon *d, const char *path, char *err, size_t err_len)
     slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = '\0';
-        bool existed = stat(dir, &st) == 0;
-        r = util_mkdir_p(dir, 0700);
-        if (r < 0 || stat(dir, &st) < 0) {
-            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(r < 0 ? -r : errno));
-            return DAEMON_E_SETUP;
-        }
+        char why[sizeof(dir) + 128];
         /*
-         * A directory made here is the owner's alone (the umask may have
-         * widened nothing, but may have been odd). One that was there already
-         * is left as it is: it may be /tmp or a shared runtime directory, and
-         * the socket's own mode and the peer check guard the daemon anyway.
+         * A directory someone else may write is a directory where they can
+         * move the socket aside and answer in the daemon's place: refused,
+         * as is one another user owns (they could chmod it so at will). A
+         * directory made here is the owner's alone, whatever the umask.
+         * /tmp and other sticky directories of root or this user pass: no one else may
+         * rename or remove the socket there.
          */
-        if (!existed && st.st_uid != getuid()) {
-            snprintf(err, err_len, "socket directory %s belongs to another user", dir);
+        r = util_mkdir_p(dir, 0700);
+        if (r < 0) {
+            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(-r));
             return DAEMON_E_SETUP;
         }
-        if (!existed && (st.st_mode & 077) && chmod(dir, 0700) < 0) {
-            snprintf(err, err_len, "socket directory %s: %s", dir, strerror(errno));
+        if (util_check_dir(dir, true, why, sizeof(why)) < 0) {
+            snprintf(err, err_len, "refusing the socket directory: %s", why);
             return DAEMON_E_SETUP;
         }
     }

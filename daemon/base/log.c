@@ -97,8 +97,16 @@ static void write_line(enum log_level level, bool labelled, const char *fmt, va_
                       labelled ? "cairnd: %s: " : "cairnd: ", level_names[level]);
     }
     vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    /* One write per line keeps lines from different threads whole. */
+    /*
+     * Text from outside (a server's error message, a path) must not make a
+     * line of its own or reach the terminal as escape sequences: control
+     * characters are shown as '?'.
+     */
     size_t len = strlen(line);
+    for (size_t i = (size_t)n; i < len; i++)
+        if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+            line[i] = '?';
+    /* One write per line keeps lines from different threads whole. */
     line[len++] = '\n';
     fwrite(line, 1, len, stderr);
 }

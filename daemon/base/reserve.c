@@ -30,7 +30,7 @@ static uint64_t free_bytes(const struct reserve *r)
 
 static void take(struct reserve *r)
 {
-    int fd = open(r->path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    int fd = open(r->path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     int e;
 
     if (fd < 0) {

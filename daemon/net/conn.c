@@ -1,6 +1,7 @@
 #include "daemon/net/conn.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -149,6 +150,7 @@ void conn_send(struct conn *c, msgpack_sbuffer *frames)
         msgpack_sbuffer_destroy(frames);
         return;
     }
+    c->last_active = uv_now(c->srv->loop);
     wr = send_fault() ? NULL : malloc(sizeof(*wr));
     if (!wr) {
         msgpack_sbuffer_destroy(frames);
@@ -317,6 +319,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
+    c->last_active = uv_now(c->srv->loop);
     c->rlen += (size_t)nread;
     process_frames(c);
     if (!c->closing)
@@ -422,6 +425,36 @@ static bool peer_allowed(struct conn *c)
     return true;
 }
 
+/*
+ * At the connection limit, a new client of the user takes the place of the
+ * connection that has been idle longest (no request, no partial frame, no
+ * reply unsent, nothing for CONN_EVICT_IDLE_MS): thousands of connections
+ * left open and silent must not lock every other client out. False when
+ * every connection is busy.
+ */
+#define CONN_EVICT_IDLE_MS 1000
+
+static bool evict_idlest(struct server *srv, struct conn *newcomer)
+{
+    uint64_t now = uv_now(srv->loop);
+    struct conn *idlest = NULL;
+
+    for (struct conn *c = srv->conns; c; c = c->next) {
+        if (c == newcomer || c->closing || c->reqs || c->inflight || c->wqueued ||
+            c->rlen > c->rpos || now - c->last_active < CONN_EVICT_IDLE_MS)
+            continue;
+        if (!idlest || c->last_active < idlest->last_active)
+            idlest = c;
+    }
+    if (!idlest)
+        return false;
+    log_info("connection limit (%u) reached; closing the connection idle longest (%" PRIu64
+             " s) for a new client",
+             srv->max_connections, (now - idlest->last_active) / 1000);
+    conn_close(idlest);
+    return true;
+}
+
 void conn_accept(struct server *srv, uv_stream_t *listener)
 {
     struct conn *c = calloc(1, sizeof(*c));
@@ -441,18 +474,20 @@ void conn_accept(struct server *srv, uv_stream_t *listener)
         srv->conns->prev = c;
     srv->conns = c;
     srv->nconns++;
+    c->last_active = uv_now(srv->loop);
     if (uv_accept(listener, (uv_stream_t *)&c->pipe) < 0) {
         conn_close(c);
         return;
     }
-    if (srv->nconns > srv->max_connections) {
+    /* First: another uid must not even make room for itself. */
+    if (!peer_allowed(c)) {
+        conn_close(c);
+        return;
+    }
+    if (srv->nconns > srv->max_connections && !evict_idlest(srv, c)) {
         log_warn("connection limit (%u) reached; refusing a client", srv->max_connections);
         reply_error(c, 0, PROTO_E_BUSY, "too many connections");
         conn_close_after_flush(c);
-        return;
-    }
-    if (!peer_allowed(c)) {
-        conn_close(c);
         return;
     }
     conn_kick(c);

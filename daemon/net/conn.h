@@ -43,7 +43,8 @@ struct conn {
     struct request *reqs;          /* requests in progress */
     struct request *drain_waiters; /* streams waiting for wqueued to drop */
     bool reading, closing, close_after_flush, pending;
-    bool eof; /* the client shut down its side: answer what it sent, then close */
+    bool eof;             /* the client shut down its side: answer what it sent, then close */
+    uint64_t last_active; /* uv_now() of the last bytes read or reply queued */
 };
 
 /* A request in progress; op.h defines the op-specific part. */

@@ -126,7 +126,7 @@ int readcache_file_write(int dirfd, uint64_t pack, uint32_t slice, const uint8_t
     put32(header + HEADER_USED - 4, pack_crc32c(0, header, HEADER_USED - 4));
     readcache_file_name(name, pack, slice);
     snprintf(tmp, sizeof(tmp), "%s.tmp", name);
-    fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -errno;
     r = write_all(fd, header, sizeof(header), 0);
@@ -231,7 +231,7 @@ int readcache_file_read(int dirfd, uint64_t pack, uint32_t slice, uint32_t crc[R
     int fd, r = 0;
 
     readcache_file_name(name, pack, slice);
-    fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+    fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return errno == ENOENT ? READCACHE_E_GONE : -errno;
     if (!*have_crc) {

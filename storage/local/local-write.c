@@ -61,7 +61,7 @@ static int dir_ensure(struct local *lp, const char *key)
 
     dir_of(key, dir);
     uv_mutex_lock(&lp->dir_lock);
-    if (mkdirat(lp->root_fd, dir, 0755) == 0) {
+    if (mkdirat(lp->root_fd, dir, 0700) == 0) {
         if (!backend_sync_disabled() && fsync(lp->root_fd) < 0) {
             r = -errno;
             /* Nobody else may find a directory whose entry is not durable. */
@@ -172,7 +172,7 @@ static void put_work(uv_work_t *work)
     r = dir_ensure(lp, key);
     if (r < 0)
         goto out;
-    fd = openat(lp->root_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = openat(lp->root_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         r = -errno;
         goto out;
@@ -250,7 +250,7 @@ static void append_work(uv_work_t *work)
     if (create) {
         r = dir_ensure(lp, key);
         if (r == 0) {
-            fd = openat(lp->root_fd, key, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            fd = openat(lp->root_fd, key, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
             if (fd < 0)
                 r = errno == EEXIST ? BACKEND_E_EXISTS : -errno;
         }

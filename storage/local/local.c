@@ -381,7 +381,7 @@ static int open_root(struct local *lp, const char **msg)
     char parent[PATH_MAX];
     int r;
 
-    r = util_mkdir_p(lp->root, 0755);
+    r = util_mkdir_p(lp->root, 0700);
     if (r < 0) {
         *msg = "cannot create the local backend's directory";
         return r;
@@ -397,7 +397,7 @@ static int open_root(struct local *lp, const char **msg)
     if (slash)
         slash[slash == parent ? 1 : 0] = '\0';
     r = fsync_path(slash ? parent : ".");
-    if (r == 0 && mkdirat(lp->root_fd, LOCAL_TMP_DIR, 0755) < 0 && errno != EEXIST)
+    if (r == 0 && mkdirat(lp->root_fd, LOCAL_TMP_DIR, 0700) < 0 && errno != EEXIST)
         r = -errno;
     if (r == 0)
         r = empty_tmp(lp);

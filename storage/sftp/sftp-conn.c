@@ -228,6 +228,25 @@ static int check_host_key(struct sftp_conn *c, const struct sftp_opts *o, char *
         r = -EACCES;
         break;
     case LIBSSH2_KNOWNHOST_CHECK_NOTFOUND:
+        /*
+         * No key of this type is recorded, but one of another type may be:
+         * then this is no new host but a changed key (a machine in the
+         * middle offering another type), refused like any other. Hashed
+         * entries cannot be told apart by name; a check of the key against
+         * every type matches the host name however the entry is written.
+         */
+        if (libssh2_knownhost_checkp(kh, o->host, (int)o->port, key, key_len,
+                                     LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW,
+                                     NULL) == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
+            snprintf(msg, msg_len,
+                     "sftp: %s has a host key of another type in %s, and now offers a %s key "
+                     "(%s): refusing to connect; if the server's key really changed, remove "
+                     "the old line from %s",
+                     name, o->known_hosts, knownhost_alg(kt) ? knownhost_alg(kt) : "new", fp,
+                     o->known_hosts);
+            r = -EACCES;
+            break;
+        }
         if (!o->accept_new_host) {
             snprintf(msg, msg_len,
                      "sftp: unknown host key for %s (%s) is not in %s: add it (ssh-keyscan) or "

@@ -121,7 +121,7 @@ static int mkdir_p(struct sftp_ctx *x, const char *path)
         char saved = buf[i];
         buf[i] = '\0';
         if (libssh2_sftp_stat_ex(x->conn->sftp, buf, (unsigned)i, LIBSSH2_SFTP_STAT, &st) != 0) {
-            int rc = libssh2_sftp_mkdir_ex(x->conn->sftp, buf, (unsigned)i, 0755);
+            int rc = libssh2_sftp_mkdir_ex(x->conn->sftp, buf, (unsigned)i, 0700);
             if (rc != 0) {
                 int r = sftp_status(x->conn, rc);
                 /* Someone else made it meanwhile. */
@@ -175,7 +175,7 @@ static int put_op(struct sftp_ctx *x, struct backend_put *put)
              (unsigned long long)*x->rng);
     for (int tries = 0;; tries++) {
         h = libssh2_sftp_open_ex(s, tmp, (unsigned)strlen(tmp),
-                                 LIBSSH2_FXF_WRITE | LIBSSH2_FXF_CREAT | LIBSSH2_FXF_EXCL, 0644,
+                                 LIBSSH2_FXF_WRITE | LIBSSH2_FXF_CREAT | LIBSSH2_FXF_EXCL, 0600,
                                  LIBSSH2_SFTP_OPENFILE);
         if (h)
             break;

@@ -370,7 +370,9 @@ class SdkClient(McpTestCase):
         """Runs client.mjs with `cfg`; returns its JSON summary. The node
         process and everything it starts share a new process group, killed
         on a timeout; a cairn mcp that outlives it fails the test."""
-        cfg = dict(cfg, cairn=ct.CAIRN, socket=self.d.socket_path)
+        # add {path} reads the files of the test's own directory only.
+        cfg = dict(cfg, cairn=ct.CAIRN, socket=self.d.socket_path,
+                   mcp_args=["--allow-path", self.tmp])
         path = os.path.join(self.tmp, "client-%s.json" % cfg["scenario"])
         with open(path, "w") as f:
             json.dump(cfg, f)

@@ -341,7 +341,12 @@ class StartRefusals(S3Case):
         """A secret given in the URL itself stays out of the log, status and
         --print-config too."""
         u = self.url(access_key_id=self.srv.access_key, secret_access_key=self.srv.secret_key)
-        d = self.daemon(url=u, env={})
+        # In a file of the user's alone: on the command line every user could read it.
+        conf = os.path.join(self.base, "url.conf")
+        with open(conf, "w") as f:
+            f.write("[backend]\nurl = %s\n" % u)
+        os.chmod(conf, 0o600)
+        d = self.daemon(url=False, env={}, args=["--config", conf])
         p = subprocess.run(d.command() + ["--print-config"], env=d.env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=60)
         text = (p.stdout + p.stderr).decode("utf-8", "replace")

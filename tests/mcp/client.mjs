@@ -73,7 +73,7 @@ async function step(name, fn) {
 function startClient() {
     const transport = new StdioClientTransport({
         command: cfg.cairn,
-        args: ["--socket", cfg.socket, "--no-autostart", "mcp"],
+        args: ["--socket", cfg.socket, "--no-autostart", "mcp", ...(cfg.mcp_args || [])],
         env: process.env,
         stderr: "pipe",
     });
