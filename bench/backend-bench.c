@@ -39,6 +39,8 @@
  * fails or a read returns other bytes than were written.
  */
 
+#include "bench-util.h"
+
 #include "storage/backend.h"
 
 #include <dirent.h>
@@ -469,27 +471,6 @@ struct samples {
     unsigned n[MODE_COUNT_][OP_COUNT_];
 };
 
-/*
- * VmHWM, not getrusage(): a process's ru_maxrss also counts the memory of
- * whoever spawned it before exec (a Python runner, tens of MiB), VmHWM only
- * what this program touched.
- */
-static long peak_rss_kib(void)
-{
-    char line[256];
-    long kib = -1;
-    FILE *f = fopen("/proc/self/status", "r");
-
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof(line), f)) {
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-            break;
-    }
-    fclose(f);
-    return kib;
-}
-
 static int fail(const char *what, int r)
 {
     fprintf(stderr, "backend-bench: %s: %s\n", what, r < 0 ? strerror(-r) : "unexpected outcome");
@@ -592,7 +573,7 @@ static int run(struct bench *b, struct op_set set)
     if (status == 0) {
         printf("{\n  \"schema\": \"cairn-backend-bench/1\",\n");
         printf("  \"size\": %zu,\n  \"iterations\": %u,\n  \"peak_rss_kib\": %ld,\n", b->size,
-               b->iterations, peak_rss_kib());
+               b->iterations, bench_peak_rss_kib());
         printf("  \"modes\": {");
         bool first_mode = true;
         for (unsigned m = 0; m < MODE_COUNT_; m++) {
@@ -619,19 +600,6 @@ static int run(struct bench *b, struct op_set set)
             free(smp.ms[m][op]);
     }
     return status;
-}
-
-static int parse_uint(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v > max)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static int open_raw(struct bench *b)
@@ -677,12 +645,12 @@ int main(int argc, char **argv)
             snprintf(b.root, sizeof(b.root), "%s", optarg);
             break;
         case 's':
-            if (parse_uint(optarg, MAX_SIZE, &v) < 0)
+            if (bench_parse_uint(optarg, MAX_SIZE, &v) < 0)
                 goto usage;
             b.size = (size_t)v;
             break;
         case 'n':
-            if (parse_uint(optarg, MAX_ITERATIONS, &v) < 0 || v == 0)
+            if (bench_parse_uint(optarg, MAX_ITERATIONS, &v) < 0 || v == 0)
                 goto usage;
             b.iterations = (unsigned)v;
             break;
@@ -713,7 +681,7 @@ int main(int argc, char **argv)
             b.url = optarg;
             break;
         case 'g':
-            if (parse_uint(optarg, MAX_SIZE, &v) < 0 || v == 0)
+            if (bench_parse_uint(optarg, MAX_SIZE, &v) < 0 || v == 0)
                 goto usage;
             b.range = (size_t)v;
             set.range = true;
@@ -738,13 +706,7 @@ int main(int argc, char **argv)
     if (!b.data || !b.read_buf)
         return fail("memory", -ENOMEM);
     /* Incompressible and different per run; the backend stores bytes as they are anyway. */
-    uint64_t x = uv_hrtime() | 1;
-    for (size_t i = 0; i < data_len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        b.data[i] = (uint8_t)x;
-    }
+    bench_fill(b.data, data_len, uv_hrtime() | 1);
     if (!b.url && (r = open_raw(&b)) < 0) {
         free(b.data);
         free(b.read_buf);

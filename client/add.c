@@ -28,7 +28,8 @@ struct pending {
     char *name; /* the name sent */
     bool done;
     int status;
-    char *out; /* what to print for it */
+    char *out; /* what to print for it (out_len bytes: -0 puts NULs in it) */
+    size_t out_len;
 };
 
 struct add {
@@ -36,6 +37,7 @@ struct add {
     struct client_add_req req;
     const char *name; /* -n */
     bool recursive;
+    bool dereference;      /* -L: -r follows links to regular files */
     const char **excludes; /* --exclude GLOB */
     size_t n_excludes;
     struct progress progress;
@@ -63,24 +65,36 @@ static int print_added(struct add *add, FILE *out, const msgpack_object *reply, 
     const char *hash = "", *echoed = name;
     size_t hash_len = 0, echoed_len = strlen(name);
 
-    uint64_t size = 0, stored = 0;
-    bool is_new = false;
+    uint64_t size = 0, written = 0;
+    const char *mime = NULL;
+    size_t mime_len = 0;
 
     proto_get_uint(reply, "size", &size);
-    proto_get_uint(reply, "stored_size", &stored);
-    proto_get_bool(reply, "new", &is_new);
+    proto_get_uint(reply, "written", &written);
+    /* A mime type belongs to the content, set when it is first stored: say when --mime is not it.
+     */
+    if (add->req.mime && proto_get_str(reply, "mime", &mime, &mime_len) == 0 &&
+        (strlen(add->req.mime) != mime_len || memcmp(add->req.mime, mime, mime_len) != 0)) {
+        progress_erase(&add->progress);
+        fprintf(stderr,
+                "cairn: warning: %s: this content is stored already as %.*s; --mime %s not "
+                "applied\n",
+                name[0] ? name : "-", (int)mime_len, mime, add->req.mime);
+    }
     add->docs++;
     add->bytes += size;
-    add->new_stored += is_new ? stored : 0;
+    add->new_stored += written;
     progress_file(&add->progress);
     if (add->cli->json)
         return cli_print_json(out, cli_json_reply(reply)) < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
     proto_get_str(reply, "hash", &hash, &hash_len);
     proto_get_str(reply, "name", &echoed, &echoed_len);
-    if (echoed_len == 0)
-        fprintf(out, "%.*s  -\n", (int)hash_len, hash);
-    else
-        fprintf(out, "%.*s  %.*s\n", (int)hash_len, hash, (int)echoed_len, echoed);
+    if (add->cli->null) {
+        cli_put_record(add->cli, out, hash, hash_len);
+        return CLI_EXIT_OK;
+    }
+    fprintf(out, "%.*s  ", (int)hash_len, hash);
+    cli_put_record(add->cli, out, echoed_len ? echoed : "-", echoed_len ? echoed_len : 1);
     return CLI_EXIT_OK;
 }
 
@@ -93,8 +107,10 @@ static int flush_done(struct add *add)
 
     while (add->count > 0 && add->win[add->head].done) {
         struct pending *p = &add->win[add->head];
-        if (p->out)
-            fputs(p->out, stdout);
+        if (p->out) {
+            progress_erase(&add->progress);
+            fwrite(p->out, 1, p->out_len, stdout);
+        }
         status = merge(status, p->status);
         free(p->what);
         free(p->name);
@@ -122,8 +138,7 @@ static int collect_one(struct add *add)
             continue;
         p->done = true;
         if (r == 0) {
-            size_t len;
-            FILE *f = open_memstream(&p->out, &len);
+            FILE *f = open_memstream(&p->out, &p->out_len);
             p->status = f ? print_added(add, f, reply, p->name) : CLI_EXIT_FAILED;
             if (f)
                 fclose(f);
@@ -148,6 +163,22 @@ static int drain(struct add *add, size_t limit)
     return status;
 }
 
+/*
+ * A file of the walk that cannot be read: under --json, where its error is a
+ * line among the results on stdout, the adds before it are printed first, so
+ * the lines keep the order of the paths. `why` NULL: strerror(errno).
+ * Returns the worst status.
+ */
+static int fail_local(struct add *add, const char *path, const char *why)
+{
+    char buf[256];
+    int status;
+
+    snprintf(buf, sizeof(buf), "%s", why ? why : strerror(errno));
+    status = add->cli->json ? drain(add, 0) : CLI_EXIT_OK;
+    return merge(status, cli_error(CLI_EXIT_FAILED, CLI_CODE_IO, NULL, "%s: %s", path, buf));
+}
+
 /* Sends `data` (taken over), a document that fits one frame, and goes on; see ADD_WINDOW. */
 static int add_small(struct add *add, uint8_t *data, size_t got, const char *what, const char *name)
 {
@@ -157,7 +188,7 @@ static int add_small(struct add *add, uint8_t *data, size_t got, const char *wha
     int status = CLI_EXIT_OK, r;
 
     if (!c)
-        return CLI_EXIT_UNREACHABLE;
+        return add->cli->no_client;
     client_set_progress(c, progress_bytes, &add->progress);
     /* The same name twice: the first must be committed first, so its version is older. */
     for (size_t k = 0; k < add->count; k++) {
@@ -271,7 +302,7 @@ static int add_fd(struct add *add, int fd, const char *what, const char *name)
     status = drain(add, 0);
     c = cli_client(add->cli);
     if (!c)
-        return CLI_EXIT_UNREACHABLE;
+        return add->cli->no_client;
     client_set_progress(c, progress_bytes, &add->progress);
     add->req.name = name;
     /* A regular file is read up to the size it had when opened, so one that keeps growing
@@ -282,6 +313,7 @@ static int add_fd(struct add *add, int fd, const char *what, const char *name)
         return merge(status, cli_fail(add->cli, what, r));
     if (regular)
         warn_changed(in, &st, what);
+    progress_erase(&add->progress);
     return merge(status, print_added(add, stdout, reply, name));
 }
 
@@ -290,11 +322,19 @@ static int skip_dots(const struct dirent *entry)
     return strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0;
 }
 
-/* Later failures do not hide earlier ones; an unreachable daemon ends the walk. */
+/* No daemon to talk to (unreachable, or a --config that cannot be read): the walk ends. */
+static bool ends_walk(int status)
+{
+    return status == CLI_EXIT_UNREACHABLE || status == CLI_EXIT_USAGE;
+}
+
+/* Later failures do not hide earlier ones; a status that ends the walk stays. */
 static int merge(int status, int r)
 {
-    if (r == CLI_EXIT_UNREACHABLE || status == CLI_EXIT_UNREACHABLE)
-        return CLI_EXIT_UNREACHABLE;
+    if (ends_walk(status))
+        return status;
+    if (ends_walk(r))
+        return r;
     return r != CLI_EXIT_OK ? r : status;
 }
 
@@ -316,28 +356,53 @@ static bool excluded(const struct add *add, const char *entry, const char *path)
     return false;
 }
 
+/* What -r leaves out is said, one line each (not with -q): nothing is skipped silently. */
+static int skipped(struct add *add, const char *path, const char *why)
+{
+    if (add->cli->verbosity >= 0) {
+        progress_erase(&add->progress);
+        fprintf(stderr, "cairn: skipped %s: %s\n", path, why);
+    }
+    return CLI_EXIT_OK;
+}
+
 /* One entry of a directory walk; `path` is how the user sees it. */
 static int add_entry(struct add *add, int dir, const char *entry, const char *path)
 {
     struct stat st;
-    int fd;
+    int fd, flags = O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC;
 
     if (excluded(add, entry, path))
         return CLI_EXIT_OK;
     if (fstatat(dir, entry, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        return cli_fail_errno(path);
+        return fail_local(add, path, NULL);
     if (S_ISDIR(st.st_mode)) {
         fd = openat(dir, entry, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        return fd < 0 ? cli_fail_errno(path) : add_tree(add, fd, path);
+        return fd < 0 ? fail_local(add, path, NULL) : add_tree(add, fd, path);
     }
-    /* Links count only when they lead to a regular file, so a link to a
-     * directory cannot make the walk loop; dangling ones are skipped too. */
-    if (S_ISLNK(st.st_mode) && fstatat(dir, entry, &st, 0) < 0)
-        return CLI_EXIT_OK;
+    /*
+     * A link is not followed (it may lead anywhere: /etc/passwd, ~/.ssh)
+     * unless -L asks; then only to a regular file, so a link to a directory
+     * cannot make the walk loop.
+     */
+    if (S_ISLNK(st.st_mode)) {
+        if (!add->dereference)
+            return skipped(add, path, "a symbolic link (-L follows links to files)");
+        if (fstatat(dir, entry, &st, 0) < 0)
+            return skipped(add, path, "a symbolic link to nothing");
+        if (S_ISDIR(st.st_mode))
+            return skipped(add, path, "a symbolic link to a directory (not followed)");
+    } else {
+        flags |= O_NOFOLLOW;
+    }
     if (!S_ISREG(st.st_mode))
-        return CLI_EXIT_OK;
-    fd = openat(dir, entry, O_RDONLY | O_NOCTTY | O_CLOEXEC);
-    return fd < 0 ? cli_fail_errno(path) : add_fd(add, fd, path, path);
+        return skipped(add, path, "not a regular file (a FIFO, socket or device)");
+    fd = openat(dir, entry, flags);
+    if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd < 0 ? fail_local(add, path, NULL) : add_fd(add, fd, path, path);
 }
 
 /* The regular files below the directory dir_fd (closed here), in byte order of their names. */
@@ -352,12 +417,12 @@ static int add_tree(struct add *add, int dir_fd, const char *path)
     /* alphasort compares with strcoll, which is byte order: cairn never calls setlocale. */
     n = scandirat(dir, ".", &entries, skip_dots, alphasort);
     if (n < 0)
-        return cli_fail_errno(path);
+        return fail_local(add, path, NULL);
     for (int i = 0; i < n; i++) {
         _cleanup_free_ char *child = NULL;
 
         /* After an unreachable daemon the loop only frees the entries. */
-        if (status != CLI_EXIT_UNREACHABLE) {
+        if (!ends_walk(status)) {
             if (asprintf(&child, "%s%s%s", path, sep, entries[i]->d_name) < 0) {
                 child = NULL; /* undefined after a failure */
                 status = merge(status, cli_fail(add->cli, path, -ENOMEM));
@@ -384,10 +449,10 @@ static int add_path(struct add *add, const char *path)
     }
     fd = open(path, O_RDONLY | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
-        return cli_fail_errno(path);
+        return fail_local(add, path, NULL);
     if (fstat(fd, &st) < 0) {
         close(fd);
-        return cli_fail_errno(path);
+        return fail_local(add, path, NULL);
     }
     if (!S_ISDIR(st.st_mode))
         return add_fd(add, fd, path, add->name ? add->name : path);
@@ -396,8 +461,7 @@ static int add_path(struct add *add, const char *path)
     close(fd);
     if (add->name)
         return cli_usage_error("add: -n names one document, not the files of directory %s", path);
-    fprintf(stderr, "cairn: %s: is a directory (use -r)\n", path);
-    return CLI_EXIT_FAILED;
+    return fail_local(add, path, "is a directory (use -r)");
 }
 
 /* A map with a repeated key means different things to different readers. */
@@ -423,18 +487,24 @@ static void summary(const struct add *add)
     secs = ((double)ts.tv_sec * 1e9 + (double)ts.tv_nsec - (double)add->progress.start_ns) / 1e9;
     cli_human_size(add->bytes, bytes, sizeof(bytes));
     cli_human_size(add->new_stored, stored, sizeof(stored));
-    fprintf(stderr, "added %llu document%s, %s; %s new in the store (%.1fx smaller) in %.1f s\n",
-            (unsigned long long)add->docs, add->docs == 1 ? "" : "s", bytes, stored,
-            add->new_stored ? (double)add->bytes / (double)add->new_stored : 0.0, secs);
+    if (add->new_stored == 0)
+        fprintf(stderr, "added %llu document%s, %s; nothing new in the store in %.1f s\n",
+                (unsigned long long)add->docs, add->docs == 1 ? "" : "s", bytes, secs);
+    else
+        fprintf(stderr,
+                "added %llu document%s, %s; %s new in the store (%.1fx smaller) in %.1f s\n",
+                (unsigned long long)add->docs, add->docs == 1 ? "" : "s", bytes, stored,
+                (double)add->bytes / (double)add->new_stored, secs);
 }
 
 int cli_cmd_add(struct cli *cli, int argc, char **argv)
 {
     static const struct option options[] = {
-        {"recursive", no_argument, NULL, 'r'},  {"name", required_argument, NULL, 'n'},
-        {"tag", required_argument, NULL, 't'},  {"meta", required_argument, NULL, 'm'},
-        {"mime", required_argument, NULL, 'M'}, {"exclude", required_argument, NULL, 'x'},
-        {"help", no_argument, NULL, 'h'},       {0},
+        {"recursive", no_argument, NULL, 'r'},   {"name", required_argument, NULL, 'n'},
+        {"tag", required_argument, NULL, 't'},   {"meta", required_argument, NULL, 'm'},
+        {"mime", required_argument, NULL, 'M'},  {"exclude", required_argument, NULL, 'x'},
+        {"dereference", no_argument, NULL, 'L'}, {"null", no_argument, NULL, '0'},
+        {"help", no_argument, NULL, 'h'},        {0},
     };
     /* No option can occur more often than there are arguments. */
     _cleanup_free_ const char **tags = calloc((size_t)argc, sizeof(*tags));
@@ -445,10 +515,16 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
 
     if (!tags || !meta || !excludes)
         return cli_fail(cli, NULL, -ENOMEM);
-    while ((opt = cli_getopt(cli, argc, argv, ":rn:t:m:h", options)) != -1) {
+    while ((opt = cli_getopt(cli, argc, argv, ":rLn:t:m:h0", options)) != -1) {
         switch (opt) {
+        case '0':
+            cli->null = true;
+            break;
         case 'r':
             add.recursive = true;
+            break;
+        case 'L':
+            add.dereference = true;
             break;
         case 'n':
             add.name = optarg;
@@ -480,12 +556,14 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
             return cli_option_error("add", opt, argv);
         }
     }
+    if (cli_null_conflict(cli, "add", NULL))
+        return CLI_EXIT_USAGE;
     if (optind >= argc)
         return cli_usage_error("add: missing PATH");
     if (add.name && argc - optind > 1)
         return cli_usage_error("add: -n names one document, not %d", argc - optind);
     progress_init(&add.progress, cli, "added", false);
-    for (int i = optind; i < argc && status != CLI_EXIT_UNREACHABLE; i++)
+    for (int i = optind; i < argc && !ends_walk(status); i++)
         status = merge(status, add_path(&add, argv[i]));
     status = merge(status, drain(&add, 0));
     progress_end(&add.progress);

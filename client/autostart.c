@@ -13,7 +13,13 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#define START_TIMEOUT_MS 5000
+/*
+ * How long a start may take: a daemon on a remote backend fetches
+ * credentials, probes the bucket and replays what it lacks before it
+ * listens. After START_NOTE_MS the user hears that it is still starting.
+ */
+#define START_TIMEOUT_MS 60000
+#define START_NOTE_MS 5000
 #define POLL_INTERVAL_MS 5
 
 static const char *env(const char *name)
@@ -187,31 +193,32 @@ static long now_ms(void)
     return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Copies what the daemon wrote to its log since `start` (its last 4 KiB at most) to stderr. */
-static void print_log_since(const char *log_path, off_t start)
+/* What the daemon wrote to its log since `start` (its last size-1 bytes at most), without the last
+ * newline. */
+static void log_since(const char *log_path, off_t start, char *buf, size_t size)
 {
-    char buf[4096];
     _cleanup_close_ int fd = open(log_path, O_RDONLY | O_CLOEXEC);
     off_t end;
-    ssize_t n;
+    ssize_t n = 0;
 
+    buf[0] = '\0';
     if (fd < 0 || (end = lseek(fd, 0, SEEK_END)) < 0)
         return;
-    if (end - start > (off_t)sizeof(buf))
-        start = end - (off_t)sizeof(buf);
-    n = pread(fd, buf, sizeof(buf), start);
-    if (n > 0) {
-        fwrite(buf, 1, (size_t)n, stderr);
-        if (buf[n - 1] != '\n')
-            fputc('\n', stderr);
-    }
+    if (end - start > (off_t)size - 1)
+        start = end - ((off_t)size - 1);
+    n = pread(fd, buf, size - 1, start);
+    n = n < 0 ? 0 : n;
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    buf[n] = '\0';
 }
 
 /* Polls until the daemon answers; it may still be creating its database. */
 static int wait_for_daemon(pid_t pid, const char *socket_path, const char *log_path,
                            off_t log_start, struct client **out)
 {
-    long deadline = now_ms() + START_TIMEOUT_MS;
+    long start = now_ms(), deadline = start + START_TIMEOUT_MS;
+    bool noted = false;
     int status;
 
     for (;;) {
@@ -219,27 +226,31 @@ static int wait_for_daemon(pid_t pid, const char *socket_path, const char *log_p
 
         if (r == 0)
             return 0;
-        if (r == -EPERM && client_refusal()[0]) {
-            fprintf(stderr, "cairn: %s\n", client_refusal());
-            return -1;
-        }
         if (r != -ENOENT && r != -ECONNREFUSED) {
-            fprintf(stderr, "cairn: cannot connect to cairnd at %s: %s\n", socket_path,
-                    strerror(-r));
+            cli_connect_error(socket_path, r);
             return -1;
         }
         /* Checked after the connect: a daemon that forks away still counts if it answers. */
         if (waitpid(pid, &status, WNOHANG) == pid) {
-            fprintf(stderr, "cairn: cairnd exited during startup (%s %d):\n",
-                    WIFEXITED(status) ? "status" : "signal",
-                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-            print_log_since(log_path, log_start);
-            fprintf(stderr, "cairn: (the daemon's log: %s)\n", log_path);
+            char last[4096];
+
+            log_since(log_path, log_start, last, sizeof(last));
+            /* Its last words on lines of their own, as the daemon wrote them. */
+            cli_error(0, CLI_CODE_UNREACHABLE, NULL,
+                      "cairnd exited during startup (%s %d):%s%s\ncairn: (the daemon's log: %s)",
+                      WIFEXITED(status) ? "status" : "signal",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                      last[0] ? "\n" : "", last, log_path);
             return -1;
         }
+        if (!noted && now_ms() - start >= START_NOTE_MS) {
+            fprintf(stderr, "cairn: cairnd is still starting (its log: %s)\n", log_path);
+            noted = true;
+        }
         if (now_ms() >= deadline) {
-            fprintf(stderr, "cairn: cairnd did not answer on %s within %d s; see %s\n", socket_path,
-                    START_TIMEOUT_MS / 1000, log_path);
+            cli_error(0, CLI_CODE_UNREACHABLE, NULL,
+                      "cairnd did not answer on %s within %d s; see %s", socket_path,
+                      START_TIMEOUT_MS / 1000, log_path);
             return -1;
         }
         sleep_ms(POLL_INTERVAL_MS);
@@ -257,12 +268,14 @@ int cli_autostart(struct cli *cli, struct client **out)
     find_daemon(daemon, sizeof(daemon));
     r = cli_data_dir(log_path, sizeof(log_path) - sizeof("/cairnd.log"), cli->config.data_dir);
     if (r < 0) {
-        fprintf(stderr, "cairn: cannot start cairnd: data directory: %s\n", strerror(-r));
+        cli_error(0, CLI_CODE_UNREACHABLE, NULL, "cannot start cairnd: data directory: %s",
+                  strerror(-r));
         return -1;
     }
     r = make_dirs(log_path);
     if (r < 0) {
-        fprintf(stderr, "cairn: cannot start cairnd: %s: %s\n", log_path, strerror(-r));
+        cli_error(0, CLI_CODE_UNREACHABLE, NULL, "cannot start cairnd: %s: %s", log_path,
+                  strerror(-r));
         return -1;
     }
     strcat(log_path, "/cairnd.log");
@@ -270,19 +283,21 @@ int cli_autostart(struct cli *cli, struct client **out)
     log_fd = util_fd_above_stdio(
         open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (log_fd < 0) {
-        fprintf(stderr, "cairn: cannot start cairnd: %s: %s\n", log_path, strerror(errno));
+        cli_error(0, CLI_CODE_UNREACHABLE, NULL, "cannot start cairnd: %s: %s", log_path,
+                  strerror(errno));
         return -1;
     }
     log_start = lseek(log_fd, 0, SEEK_END);
     null_fd = util_fd_above_stdio(open("/dev/null", O_RDWR | O_CLOEXEC));
     if (null_fd < 0) {
-        fprintf(stderr, "cairn: cannot start cairnd: /dev/null: %s\n", strerror(errno));
+        cli_error(0, CLI_CODE_UNREACHABLE, NULL, "cannot start cairnd: /dev/null: %s",
+                  strerror(errno));
         return -1;
     }
     pid = spawn(daemon, cli->socket, cli->config_path, null_fd, log_fd);
     if (pid < 0) {
-        fprintf(stderr, "cairn: cannot start %s: %s%s\n", daemon, strerror(-pid),
-                pid == -ENOENT ? " (set CAIRND, or put cairnd in PATH)" : "");
+        cli_error(0, CLI_CODE_UNREACHABLE, NULL, "cannot start %s: %s%s", daemon, strerror(-pid),
+                  pid == -ENOENT ? " (set CAIRND, or put cairnd in PATH)" : "");
         return -1;
     }
     return wait_for_daemon(pid, cli->socket, log_path, log_start < 0 ? 0 : log_start, out);

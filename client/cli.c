@@ -7,6 +7,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "client/util.h"
 
 /* Only bounds the wait for a daemon whose listen backlog is full. */
 #define CONNECT_TIMEOUT_MS 5000
@@ -19,18 +22,21 @@ static const struct command {
     const char *help; /* "usage line\n\ndescription"; NULL for an alias (the entry before) */
 } commands[] = {
     {"add", cli_cmd_add,
-     "cairn add [-r] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE]\n"
-     "          PATH...\n\n"
+     "cairn add [-r [-L]] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]...\n"
+     "          [--mime TYPE] [-0] PATH...\n\n"
      "Stores files (- reads standard input) and prints \"<hash>  <name>\" for each.\n"
      "  -r, --recursive     add the regular files under directories, named by their paths\n"
+     "                      (links, FIFOs and devices are skipped, and named on stderr)\n"
+     "  -L, --dereference   with -r, follow symbolic links to regular files\n"
      "  -n, --name NAME     the document's name (one document only; default: the path)\n"
      "  -t, --tag TAG       add a tag (repeatable)\n"
      "  -m, --meta KEY=VALUE  add metadata (repeatable)\n"
      "      --mime TYPE     the mime type (default: guessed from the first 8 KiB)\n"
+     "  -0, --null          print each hash alone, ended by a NUL (for xargs -0)\n"
      "      --exclude GLOB  leave out what -r finds whose name matches GLOB (or whose\n"
      "                      path does, when GLOB has a /); repeatable\n"
-     "A file is read to its end; one that changes while it is read is stored as read,\n"
-     "with a warning.\n"},
+     "A file is read up to the size it had when opened (one that keeps growing still\n"
+     "ends); one that changes while it is read is stored as read, with a warning.\n"},
     {"get", cli_cmd_get,
      "cairn get [-o FILE] [--range START-END] REF\n"
      "cairn get -r PREFIX DIR\n\n"
@@ -53,7 +59,7 @@ static const struct command {
      "  -n, --dry-run       print what would go, change nothing\n"},
     {"delete", cli_cmd_rm, NULL},
     {"ls", cli_cmd_ls,
-     "cairn ls [-l] [-h] [--docs] [-t TAG] [PREFIX]\n\n"
+     "cairn ls [-l] [-h] [--docs] [-t TAG] [-0] [PREFIX]\n\n"
      "Lists names, sorted bytewise, each with its newest version: short hash, size,\n"
      "the time the name got that version (UTC) and the name (alias: list). Names\n"
      "are paths: PREFIX lists the name PREFIX and the names under it (PREFIX/...).\n"
@@ -62,7 +68,9 @@ static const struct command {
      "  -h, --human-readable  sizes in KiB, MiB, GiB\n"
      "  -d, --docs          one line per document instead, in hash order:\n"
      "                      hash, size and newest name\n"
-     "  -t, --tag TAG       only documents with this tag\n"},
+     "  -t, --tag TAG       only documents with this tag\n"
+     "  -0, --null          each name alone (the hash of a document without one, and\n"
+     "                      with --docs), as stored, ended by a NUL (for xargs -0)\n"},
     {"list", cli_cmd_ls, NULL},
     {"du", cli_cmd_du,
      "cairn du [-h] [PREFIX]\n\n"
@@ -75,6 +83,12 @@ static const struct command {
      "cairn stat REF\n\n"
      "Shows a document's details: hash, names, size, stored size, mime type, tags,\n"
      "metadata and creation time.\n"},
+    {"log", cli_cmd_log,
+     "cairn log [-n N] [-0] NAME\n\n"
+     "Lists the versions of a name, newest first: hash, size, the time the name got\n"
+     "that version (UTC), and NAME@{N}, the ref that reads it (NAME@{0} is NAME).\n"
+     "  -n, --max-count N   at most the N newest versions\n"
+     "  -0, --null          print each NAME@{N} alone, as stored, ended by a NUL\n"},
     {"status", cli_cmd_status,
      "cairn status\n\n"
      "Shows the daemon's state: version, backend, documents, bytes, cache, connections,\n"
@@ -83,9 +97,20 @@ static const struct command {
      "cairn refresh\n\n"
      "Reads now what the other daemons of a shared bucket have written since this one\n"
      "last looked (it also does so every [store] refresh_interval); returns once it has.\n"},
+    {"key", cli_cmd_key,
+     "cairn key list\n"
+     "cairn key add | passwd [--new-password-file FILE]\n"
+     "cairn key remove ID\n\n"
+     "The keys of an encrypted store (each a passphrase that opens it): list them\n"
+     "(the one cairnd opened the store with is marked *), add one for a new\n"
+     "passphrase, remove one (never the last, nor the one cairnd uses), or passwd:\n"
+     "add one for a new passphrase and remove the one cairnd uses. The new\n"
+     "passphrase comes from FILE, else $CAIRN_NEW_PASSWORD_FILE, else is asked\n"
+     "twice on the terminal; never on the command line.\n"
+     "      --new-password-file FILE  read the new passphrase from FILE (chmod 600)\n"},
     {"search", cli_cmd_search,
      "cairn search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
-     "             [--after DATE] [--before DATE] [--fuzzy] [--all] QUERY...\n\n"
+     "             [--after DATE] [--before DATE] [--fuzzy] [--all] [-0] QUERY...\n\n"
      "Ranked full-text search: words, \"phrases\", OR, NOT or -word, prefix*,\n"
      "name:word, tag:value. Options end at the first word of the query.\n"
      "  -l, --limit N       at most N hits (1 to 1000, default 10)\n"
@@ -99,7 +124,8 @@ static const struct command {
      "      --fuzzy         tolerate typos: indexed words one or two edits away, and words\n"
      "                      that contain the query word\n"
      "      --all           only documents with every word (by default any word makes a\n"
-     "                      hit; those with more of the words, and rarer ones, rank higher)\n"},
+     "                      hit; those with more of the words, and rarer ones, rank higher)\n"
+     "  -0, --null          print each hit's hash alone, ended by a NUL (for xargs -0)\n"},
     {"gc", cli_cmd_gc,
      "cairn gc\n\n"
      "Removes chunks no document uses any more and rewrites mostly-dead packs; prints\n"
@@ -125,6 +151,11 @@ static const struct command {
      "mounted appear within a second. Goes to the background once the mount is up;\n"
      "stops, unmounting, on 'fusermount3 -u MOUNTPOINT', SIGINT or SIGTERM.\n"
      "  -f, --foreground    stay in the foreground\n"},
+    {"stop", cli_cmd_stop,
+     "cairn stop\n\n"
+     "Stops the daemon serving the socket (one cairn started, say) as SIGTERM does:\n"
+     "requests in progress finish, then it exits. Returns once it has. Exit status 3\n"
+     "when no cairnd is running there (cairn stop never starts one).\n"},
     {"help", cmd_help,
      "cairn help [COMMAND]\n\n"
      "Shows the help of COMMAND, or the overview.\n"},
@@ -172,26 +203,33 @@ void cli_print_usage(FILE *out)
           "(the options may also come after the command)\n"
           "\n"
           "Commands:\n"
-          "  add [-r] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime TYPE] "
-          "PATH...\n"
+          "  add [-r [-L]] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime "
+          "TYPE]\n"
+          "      [-0] PATH...\n"
           "                  store files; - reads standard input, -r adds directories\n"
-          "  get [-o FILE] REF | get -r PREFIX DIR\n"
+          "  get [-o FILE] [--range START-END] REF | get -r PREFIX DIR\n"
           "                  write a document to standard output or FILE, or a tree to DIR\n"
           "  rm [-n] REF...  remove names, delete documents no name points to any more\n"
           "                  (alias: delete)\n"
-          "  ls [-l] [-h] [--docs] [-t TAG] [PREFIX]\n"
+          "  ls [-l] [-h] [--docs] [-t TAG] [-0] [PREFIX]\n"
           "                  list names (or documents) (alias: list)\n"
           "  du [-h] [PREFIX]  logical, unique and stored bytes under a path prefix\n"
           "  stat REF        show a document's details\n"
+          "  log [-n N] [-0] NAME\n"
+          "                  list a name's versions, newest first, with the refs NAME@{N}\n"
           "  status          show the daemon's state\n"
           "  refresh         read now what the other daemons of a shared bucket wrote\n"
+          "  stop            stop the daemon serving the socket, and wait until it has\n"
           "  gc              remove chunks no document uses any more\n"
+          "  key list | add | remove ID | passwd\n"
+          "                  the passphrases of an encrypted store\n"
           "  verify [REF]... re-read and re-hash stored chunks (all without REF)\n"
           "  search [-l N] [--offset N] [-t TAG]... [--name GLOB] [--mime TYPE]\n"
-          "         [--after DATE] [--before DATE] [--fuzzy] [--all] QUERY...\n"
+          "         [--after DATE] [--before DATE] [--fuzzy] [--all] [-0] QUERY...\n"
           "                  ranked full-text search: words, \"phrases\", OR, NOT or -word,\n"
           "                  prefix*, name:word, tag:value\n"
-          "  mcp             serve the Model Context Protocol on stdin/stdout (for agents)\n"
+          "  mcp [--allow-path DIR]...\n"
+          "                  serve the Model Context Protocol on stdin/stdout (for agents)\n"
           "  mount [-f] MOUNTPOINT\n"
           "                  show the documents as a read-only file system (FUSE)\n"
           "  help [COMMAND]  show this help, or a command's ('cairn COMMAND --help' too)\n"
@@ -205,7 +243,8 @@ void cli_print_usage(FILE *out)
           "  --config FILE   cairnd's config file, for [daemon] socket and [store] data_dir,\n"
           "                  passed on to a cairnd the command starts (default:\n"
           "                  $XDG_CONFIG_HOME/cairn/cairn.conf, else ~/.config/cairn/cairn.conf)\n"
-          "  --json          print one JSON object per line\n"
+          "  --json          print one JSON object per line; errors too, with their codes,\n"
+          "                  on stdout\n"
           "  -q, --quiet     no progress or summary on stderr\n"
           "  -v, --verbose   progress and summary on stderr even when it is not a terminal\n"
           "  --no-autostart  fail instead of starting cairnd when it is not running\n"
@@ -217,15 +256,64 @@ void cli_print_usage(FILE *out)
           out);
 }
 
+/* Under --json, errors are JSON objects on stdout (set before any is reported). */
+static bool json_errors;
+
+void cli_set_json(struct cli *cli)
+{
+    cli->json = true;
+    json_errors = true;
+}
+
+static void report(const char *code, const char *ref, bool usage, const char *fmt, va_list ap)
+{
+    char message[8192];
+    json_t *json;
+
+    vsnprintf(message, sizeof(message), fmt, ap);
+    if (!json_errors) {
+        fprintf(stderr, "cairn: %s\n", message);
+        if (usage)
+            fputs("Try 'cairn --help' for more information.\n", stderr);
+        return;
+    }
+    /* A name in the message or the ref need not be UTF-8. */
+    json = json_pack("{s:b,s:{s:s,s:o}}", "ok", 0, "error", "code", code, "message",
+                     cli_json_text(message, strlen(message)));
+    if (json && ref)
+        json_object_set_new(json_object_get(json, "error"), "ref", cli_json_text(ref, strlen(ref)));
+    if (cli_print_json(stdout, json) == 0)
+        fflush(stdout);
+}
+
+int cli_error(int status, const char *code, const char *ref, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    report(code, ref, false, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int cli_parse_count(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v < min || v > max)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
 int cli_usage_error(const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("cairn: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report(CLI_CODE_USAGE, NULL, true, fmt, ap);
     va_end(ap);
-    fputs("\nTry 'cairn --help' for more information.\n", stderr);
     return CLI_EXIT_USAGE;
 }
 
@@ -243,15 +331,14 @@ int cli_option_error(const char *cmd, int opt, char **argv)
     return cli_usage_error("%s%sunknown option '%s'", cmd, sep, word);
 }
 
-struct client *cli_client(struct cli *cli)
+int cli_resolve_socket(struct cli *cli)
 {
     int r;
 
-    if (cli->client && client_connected(cli->client))
-        return cli->client;
-    cli->client = client_free(cli->client);
-    if (!cli->config.loaded && cli_config_load(&cli->config, cli->config_path) < 0)
-        return NULL;
+    if (!cli->config.loaded && cli_config_load(&cli->config, cli->config_path) < 0) {
+        cli->no_client = CLI_EXIT_USAGE;
+        return -1;
+    }
     /* --socket, else $CAIRN_SOCKET, else the config file's, else the default. */
     if (!cli->socket && !(getenv("CAIRN_SOCKET") && getenv("CAIRN_SOCKET")[0]) &&
         cli->config.socket[0])
@@ -259,23 +346,48 @@ struct client *cli_client(struct cli *cli)
     if (!cli->socket) {
         r = client_socket_path(cli->socket_buf, sizeof(cli->socket_buf));
         if (r < 0) {
-            fprintf(stderr, "cairn: socket path: %s\n", strerror(-r));
-            return NULL;
+            cli_error(0, CLI_CODE_UNREACHABLE, NULL, "socket path: %s", strerror(-r));
+            return -1;
         }
         cli->socket = cli->socket_buf;
     }
+    return 0;
+}
+
+struct client *cli_client(struct cli *cli)
+{
+    int r;
+
+    if (cli->client && client_connected(cli->client))
+        return cli->client;
+    cli->client = client_free(cli->client);
+    cli->no_client = CLI_EXIT_UNREACHABLE;
+    if (cli_resolve_socket(cli) < 0)
+        return NULL;
     r = client_connect(&cli->client, cli->socket, CONNECT_TIMEOUT_MS);
     if ((r == -ENOENT || r == -ECONNREFUSED) && cli->autostart)
         return cli_autostart(cli, &cli->client) == 0 ? cli->client : NULL;
-    if (r == -EPERM && client_refusal()[0]) {
-        fprintf(stderr, "cairn: %s\n", client_refusal());
-        return NULL;
-    }
     if (r < 0) {
-        fprintf(stderr, "cairn: cannot connect to cairnd at %s: %s\n", cli->socket, strerror(-r));
+        cli_connect_error(cli->socket, r);
         return NULL;
     }
     return cli->client;
+}
+
+void cli_connect_error(const char *socket, int r)
+{
+    struct stat st;
+
+    if (r == -EPERM && client_refusal()[0])
+        cli_error(0, CLI_CODE_REFUSED, NULL, "%s", client_refusal());
+    else if (r == -EACCES && stat(socket, &st) == 0 && st.st_uid != geteuid())
+        cli_error(0, CLI_CODE_REFUSED, NULL,
+                  "cannot connect to cairnd at %s: the socket belongs to another user (uid %u), "
+                  "and this is uid %u: %s",
+                  socket, (unsigned)st.st_uid, (unsigned)geteuid(), strerror(-r));
+    else
+        cli_error(0, CLI_CODE_UNREACHABLE, NULL, "cannot connect to cairnd at %s: %s", socket,
+                  strerror(-r));
 }
 
 /* The daemon's message says what went wrong; the bare code is the fallback. */
@@ -293,33 +405,62 @@ static void describe_daemon_error(const struct client_error *e, char *buf, size_
     snprintf(buf, size, "%s", code);
 }
 
+/*
+ * A connection the daemon closed at once, from a daemon of another uid (root:
+ * the client's own check lets it through): its peer-uid check refused us.
+ */
+static bool refused_by_peer_check(const struct client *c)
+{
+    pid_t pid;
+    uid_t uid;
+
+    return c && client_peer(c, &pid, &uid) && uid != geteuid();
+}
+
 int cli_fail(struct cli *cli, const char *what, int rc)
 {
-    char why[sizeof(((struct client_error *)NULL)->message) + 64];
+    char why[sizeof(((struct client_error *)NULL)->message) + 128];
+    const char *code = CLI_CODE_FAILED;
+    pid_t pid = 0;
+    uid_t uid = 0;
 
-    if (rc == CLIENT_E_DAEMON)
+    if (rc == CLIENT_E_DAEMON) {
         describe_daemon_error(client_error(cli->client), why, sizeof(why));
-    else if (rc == CLIENT_E_IO)
+        code = client_error(cli->client)->code_name;
+    } else if (rc == CLIENT_E_IO) {
         snprintf(why, sizeof(why), "%s", strerror(client_error(cli->client)->errnum));
-    else if (rc == -ECONNRESET)
+        code = CLI_CODE_IO;
+    } else if (rc == -ECONNRESET && refused_by_peer_check(cli->client)) {
+        client_peer(cli->client, &pid, &uid);
+        snprintf(why, sizeof(why),
+                 "cairnd closed the connection: the socket %s belongs to a daemon of another "
+                 "user (uid %u), which serves only its own (this is uid %u)",
+                 cli->socket ? cli->socket : "", (unsigned)uid, (unsigned)geteuid());
+        code = CLI_CODE_REFUSED;
+    } else if (rc == -ECONNRESET) {
         snprintf(why, sizeof(why), "cairnd closed the connection");
-    else if (rc == -EBADMSG)
+        code = CLI_CODE_CLOSED;
+    } else if (rc == -EBADMSG) {
         snprintf(why, sizeof(why), "malformed reply from cairnd");
-    else if (rc == -EMSGSIZE)
+        code = CLI_CODE_BAD_REPLY;
+    } else if (rc == -EMSGSIZE) {
         snprintf(why, sizeof(why), "request too large for one frame");
-    else
+        code = "too_large";
+    } else {
         snprintf(why, sizeof(why), "%s", strerror(-rc));
+    }
+    if (!code[0])
+        code = CLI_CODE_FAILED;
     if (what)
-        fprintf(stderr, "cairn: %s: %s\n", what, why);
+        cli_error(0, code, rc == CLIENT_E_DAEMON ? what : NULL, "%s: %s", what, why);
     else
-        fprintf(stderr, "cairn: %s\n", why);
-    return CLI_EXIT_FAILED;
+        cli_error(0, code, NULL, "%s", why);
+    return strcmp(code, CLI_CODE_REFUSED) == 0 ? CLI_EXIT_UNREACHABLE : CLI_EXIT_FAILED;
 }
 
 int cli_fail_errno(const char *what)
 {
-    fprintf(stderr, "cairn: %s: %s\n", what, strerror(errno));
-    return CLI_EXIT_FAILED;
+    return cli_error(CLI_EXIT_FAILED, CLI_CODE_IO, NULL, "%s: %s", what, strerror(errno));
 }
 
 /* Codes of the global options among a command's own. */
@@ -339,7 +480,7 @@ static bool take_global(struct cli *cli, int opt)
         cli->socket = optarg;
         return true;
     case GLOBAL_JSON:
-        cli->json = true;
+        cli_set_json(cli);
         return true;
     case GLOBAL_NO_AUTOSTART:
         cli->autostart = false;
@@ -358,10 +499,29 @@ static bool take_global(struct cli *cli, int opt)
     }
 }
 
+/* The long options every command takes (take_global applies them). */
+static const struct option global_options[] = {
+    {"socket", required_argument, NULL, GLOBAL_SOCKET},
+    {"json", no_argument, NULL, GLOBAL_JSON},
+    {"no-autostart", no_argument, NULL, GLOBAL_NO_AUTOSTART},
+    {"config", required_argument, NULL, GLOBAL_CONFIG},
+    {"quiet", no_argument, NULL, GLOBAL_QUIET},
+    {"verbose", no_argument, NULL, GLOBAL_VERBOSE},
+};
+
+const struct option *cli_global_option(const char *name, size_t len)
+{
+    for (size_t g = 0; g < ARRAY_SIZE(global_options); g++)
+        if (strlen(global_options[g].name) == len &&
+            strncmp(global_options[g].name, name, len) == 0)
+            return &global_options[g];
+    return NULL;
+}
+
 int cli_getopt(struct cli *cli, int argc, char **argv, const char *shortopts,
                const struct option *longopts)
 {
-    struct option merged[CLI_MAX_OPTIONS + 7];
+    struct option merged[CLI_MAX_OPTIONS + ARRAY_SIZE(global_options) + 1];
     size_t n = 0;
     int opt;
 
@@ -369,12 +529,8 @@ int cli_getopt(struct cli *cli, int argc, char **argv, const char *shortopts,
         merged[n] = longopts[n];
         n++;
     }
-    merged[n++] = (struct option){"socket", required_argument, NULL, GLOBAL_SOCKET};
-    merged[n++] = (struct option){"json", no_argument, NULL, GLOBAL_JSON};
-    merged[n++] = (struct option){"no-autostart", no_argument, NULL, GLOBAL_NO_AUTOSTART};
-    merged[n++] = (struct option){"config", required_argument, NULL, GLOBAL_CONFIG};
-    merged[n++] = (struct option){"quiet", no_argument, NULL, GLOBAL_QUIET};
-    merged[n++] = (struct option){"verbose", no_argument, NULL, GLOBAL_VERBOSE};
+    for (size_t g = 0; g < ARRAY_SIZE(global_options); g++)
+        merged[n++] = global_options[g];
     merged[n] = (struct option){0};
     char shorts[64];
     snprintf(shorts, sizeof(shorts), "%sqv", shortopts);
@@ -395,7 +551,7 @@ int cli_take_trailing_globals(struct cli *cli, int argc, char **argv, int from)
 
     for (int i = from; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
-            cli->json = true;
+            cli_set_json(cli);
         } else if (strcmp(argv[i], "--no-autostart") == 0) {
             cli->autostart = false;
         } else if (strncmp(argv[i], "--socket=", 9) == 0) {
@@ -455,6 +611,10 @@ int cli_main(int argc, char **argv)
     int opt, status;
 
     opterr = 0;
+    /* Errors of the command line itself are JSON too when --json comes after them. */
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--json") == 0)
+            json_errors = true;
     /* '+': options after the command belong to the command. */
     while ((opt = getopt_long(argc, argv, "+:hVqv", options, NULL)) != -1) {
         switch (opt) {
@@ -462,7 +622,7 @@ int cli_main(int argc, char **argv)
             cli.socket = optarg;
             break;
         case 'j':
-            cli.json = true;
+            cli_set_json(&cli);
             break;
         case 'A':
             cli.autostart = false;

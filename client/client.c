@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,14 @@ int client_adopt(struct client **out, int fd)
         return -ENOMEM;
     c->fd = fd;
     c->next_id = 1;
+    {
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+
+        c->peer_known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+        c->peer_pid = c->peer_known ? cred.pid : 0;
+        c->peer_uid = c->peer_known ? cred.uid : 0;
+    }
     msgpack_sbuffer_init(&c->sbuf);
     msgpack_packer_init(&c->pk, c, sbuf_write);
     msgpack_unpacked_init(&c->msg.unpacked);
@@ -166,6 +175,38 @@ void client_disconnect(struct client *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+}
+
+bool client_peer(const struct client *c, pid_t *pid, uid_t *uid)
+{
+    *pid = c->peer_pid;
+    *uid = c->peer_uid;
+    return c->peer_known;
+}
+
+int client_wait_closed(struct client *c, int timeout_ms)
+{
+    uint8_t scratch[4096];
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+
+    while (c->fd >= 0) {
+        int n = poll(&pfd, 1, timeout_ms);
+        ssize_t got;
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return -ETIMEDOUT;
+        got = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (got <= 0)
+            break; /* the end, or ECONNRESET: closed either way */
+    }
+    client_disconnect(c);
+    return 0;
 }
 
 bool client_connected(const struct client *c)

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "proto/proto.h"
 
@@ -81,6 +82,16 @@ const char *client_refusal(void);
 /* Takes over an already connected stream socket; it is closed by client_free(). */
 int client_adopt(struct client **out, int fd);
 struct client *client_free(struct client *c);
+/*
+ * The daemon's pid and uid, as SO_PEERCRED named them when the connection was
+ * made (the pid is systemd's, 1, on a socket it passed); false if unknown.
+ */
+bool client_peer(const struct client *c, pid_t *pid, uid_t *uid);
+/*
+ * Discards what the daemon still sends until it closes the connection, then
+ * closes this end too. 0, -ETIMEDOUT after timeout_ms (-1: no limit), -errno.
+ */
+int client_wait_closed(struct client *c, int timeout_ms);
 /* False once a connection error closed the socket; connect again to go on. */
 bool client_connected(const struct client *c);
 const struct client_error *client_error(const struct client *c);
@@ -180,6 +191,9 @@ struct client_search_req;
 int client_search(struct client *c, const struct client_search_req *req, client_doc_fn *fn,
                   void *userdata);
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
+/* The versions of `name`, newest first, from `offset` on, at most `limit`. */
+int client_log(struct client *c, const char *name, uint64_t offset, uint64_t limit,
+               const msgpack_object **reply);
 int client_status(struct client *c, const msgpack_object **reply);
 /* PROTOCOL.md `du`: what the names under `prefix` (NULL: every name) hold. */
 int client_du(struct client *c, const char *prefix, bool path, const msgpack_object **reply);
@@ -194,6 +208,11 @@ void client_set_job_progress(struct client *c, client_job_progress_fn *fn, void 
 int client_gc(struct client *c, const msgpack_object **reply);
 /* Reads what the bucket's other writers have written since this daemon last looked. */
 int client_refresh(struct client *c, const msgpack_object **reply);
+/* Asks the daemon to stop as on SIGTERM; the reply has its `pid`. */
+int client_shutdown(struct client *c, const msgpack_object **reply);
+/* The key op: action list, add (pass), remove (key) or passwd (pass). */
+int client_key(struct client *c, const char *action, const char *key, const char *pass, size_t plen,
+               const msgpack_object **reply);
 /*
  * Sends a whole document of at most PROTO_MAX_DATA bytes as one add frame and
  * returns without waiting: *id is the request to await (client_await_next).

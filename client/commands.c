@@ -91,14 +91,14 @@ static int refuse_foreign(const struct stat *sb, const char *shown)
 {
     if (sb->st_uid == geteuid() || sb->st_uid == 0)
         return 0;
-    fprintf(stderr,
-            "cairn: %s: refusing to write into a %s of uid %u: whoever reads it gets the "
-            "document (cairn get REF > %s writes there anyway)\n",
-            shown,
-            S_ISFIFO(sb->st_mode)   ? "FIFO"
-            : S_ISSOCK(sb->st_mode) ? "socket"
-                                    : "device",
-            (unsigned)sb->st_uid, shown);
+    cli_error(0, CLI_CODE_REFUSED, NULL,
+              "%s: refusing to write into a %s of uid %u: whoever reads it gets the "
+              "document (cairn get REF > %s writes there anyway)",
+              shown,
+              S_ISFIFO(sb->st_mode)   ? "FIFO"
+              : S_ISSOCK(sb->st_mode) ? "socket"
+                                      : "device",
+              (unsigned)sb->st_uid, shown);
     return CLI_EXIT_FAILED;
 }
 
@@ -145,12 +145,15 @@ static int get_to_file(struct cli *cli, struct client *c, const char *ref, uint6
     const char *slash = strrchr(path, '/');
     int dir_len = slash ? (int)(slash - path + 1) : 0;
     struct stat sb;
-    mode_t mask;
+    mode_t mask, mode;
+    bool existed = false;
     int fd, r;
 
-    if ((nofollow ? lstat(path, &sb) : stat(path, &sb)) == 0 && !S_ISREG(sb.st_mode) &&
-        !S_ISDIR(sb.st_mode) && !S_ISLNK(sb.st_mode))
-        return get_to_special(cli, c, ref, offset, length, path, shown, nofollow, &sb);
+    if ((nofollow ? lstat(path, &sb) : stat(path, &sb)) == 0) {
+        if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode) && !S_ISLNK(sb.st_mode))
+            return get_to_special(cli, c, ref, offset, length, path, shown, nofollow, &sb);
+        existed = S_ISREG(sb.st_mode);
+    }
     if (asprintf(&tmp, "%.*s.%s.XXXXXX", dir_len, path, path + dir_len) < 0) {
         tmp = NULL;
         return cli_fail(cli, shown, -ENOMEM);
@@ -174,10 +177,15 @@ static int get_to_file(struct cli *cli, struct client *c, const char *ref, uint6
         guard_tmp(NULL, saved);
         return cli_fail(cli, r == CLIENT_E_IO ? shown : ref, r);
     }
-    /* mkostemp creates 0600; give the file the mode a plain create would. */
+    /*
+     * mkostemp creates 0600. A file replaced keeps its permissions, as cp
+     * keeps them (a private file stays private); a new one gets those a
+     * plain create would.
+     */
     mask = umask(0);
     umask(mask);
-    r = fchmod(fd, 0666 & ~mask);
+    mode = existed ? sb.st_mode & 0777 : 0666 & ~mask;
+    r = fchmod(fd, mode);
     if (close(fd) < 0 || r < 0 || rename(tmp, path) < 0) {
         int e = errno;
         unlink(tmp);
@@ -277,7 +285,7 @@ int cli_cmd_get(struct cli *cli, int argc, char **argv)
     ref = argv[optind];
     c = cli_client(cli);
     if (!c)
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
     progress_init(&progress, cli, "got", true);
     client_set_progress(c, progress_bytes, &progress);
     if (out && strcmp(out, "-") != 0) {
@@ -300,8 +308,11 @@ static void print_each(const msgpack_object *reply, const char *key, const char 
         return;
     for (uint32_t i = 0; i < v->via.array.size; i++) {
         const msgpack_object *s = &v->via.array.ptr[i];
-        if (s->type == MSGPACK_OBJECT_STR)
-            printf("%s %.*s\n", verb, (int)s->via.str.size, s->via.str.ptr);
+        if (s->type == MSGPACK_OBJECT_STR) {
+            printf("%s ", verb);
+            cli_put_text(stdout, s->via.str.ptr, s->via.str.size);
+            putchar('\n');
+        }
     }
 }
 
@@ -317,8 +328,11 @@ static void print_removal(const msgpack_object *reply, bool dry_run)
     uint64_t cut = 0;
 
     proto_get_str(reply, "name", &name, &name_len);
-    if (name_len)
-        printf("%s %.*s\n", dry_run ? "would remove" : "removed", (int)name_len, name);
+    if (name_len) {
+        printf("%s ", dry_run ? "would remove" : "removed");
+        cli_put_text(stdout, name, name_len);
+        putchar('\n');
+    }
     print_each(reply, "deleted", dry_run ? "would delete" : "deleted");
     if (proto_get_uint(reply, "deleted_cut", &cut) == 0 && cut)
         printf("%s %" PRIu64 " more documents\n", dry_run ? "would delete" : "deleted", cut);
@@ -362,7 +376,7 @@ int cli_cmd_rm(struct cli *cli, int argc, char **argv)
 
         c = cli_client(cli);
         if (!c)
-            return CLI_EXIT_UNREACHABLE;
+            return cli->no_client;
         r = client_delete(c, argv[i], dry_run, &reply);
         if (r != 0) {
             status = cli_fail(cli, argv[i], r);
@@ -421,6 +435,14 @@ static void print_doc(void *userdata, const msgpack_object *doc)
     proto_get_str(doc, "mime", &mime, &mime_len);
     if (proto_get_uint(doc, "named", &when) != 0)
         proto_get_uint(doc, "created", &when);
+    if (o->cli->null) {
+        /* The ref: the name, or the hash of a document without one (and with --docs). */
+        if (o->docs || name_len == 0)
+            cli_put_record(o->cli, stdout, hash, hash_len);
+        else
+            cli_put_record(o->cli, stdout, name, name_len);
+        return;
+    }
     if (name_len == 0) {
         name = "-";
         name_len = 1;
@@ -429,35 +451,43 @@ static void print_doc(void *userdata, const msgpack_object *doc)
     if (o->long_form) {
         ls_size(o, stored, st, sizeof(st));
         cli_format_time(when, t);
-        printf("%.*s  %10s  %10s  %-24.*s  %s  %.*s\n", (int)hash_len, hash, sz, st, (int)mime_len,
-               mime, t, (int)name_len, name);
+        printf("%.*s  %10s  %10s  %-24.*s  %s  ", (int)hash_len, hash, sz, st, (int)mime_len, mime,
+               t);
     } else if (o->docs) {
-        printf("%.*s  %s  %.*s\n", (int)hash_len, hash, sz, (int)name_len, name);
+        printf("%.*s  %s  ", (int)hash_len, hash, sz);
     } else {
         cli_format_time(when, t);
         if (strlen(t) == 20) { /* 2026-12-01T15:59:22Z -> 2026-12-01 15:59 */
             t[10] = ' ';
             t[16] = '\0';
         }
-        printf("%.12s  %10s  %s  %.*s\n", hash, sz, t, (int)name_len, name);
+        printf("%.12s  %10s  %s  ", hash, sz, t);
     }
+    cli_put_record(o->cli, stdout, name, name_len);
 }
 
 int cli_cmd_ls(struct cli *cli, int argc, char **argv)
 {
     enum { OPT_HELP = 256 };
     static const struct option options[] = {
-        {"tag", required_argument, NULL, 't'}, {"docs", no_argument, NULL, 'd'},
-        {"long", no_argument, NULL, 'l'},      {"human-readable", no_argument, NULL, 'h'},
-        {"help", no_argument, NULL, OPT_HELP}, {0},
+        {"tag", required_argument, NULL, 't'},
+        {"docs", no_argument, NULL, 'd'},
+        {"long", no_argument, NULL, 'l'},
+        {"human-readable", no_argument, NULL, 'h'},
+        {"null", no_argument, NULL, '0'},
+        {"help", no_argument, NULL, OPT_HELP},
+        {0},
     };
     struct ls_opts o = {.cli = cli};
     struct client_list_req req = {.mode = CLIENT_LIST_NAMES};
     struct client *c;
     int opt, r;
 
-    while ((opt = cli_getopt(cli, argc, argv, ":t:dlh", options)) != -1) {
+    while ((opt = cli_getopt(cli, argc, argv, ":t:dlh0", options)) != -1) {
         switch (opt) {
+        case '0':
+            cli->null = true;
+            break;
         case 't':
             req.tag = optarg;
             break;
@@ -477,6 +507,8 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
             return cli_option_error(argv[0], opt, argv);
         }
     }
+    if (cli_null_conflict(cli, argv[0], o.long_form ? "-l" : o.human ? "-h" : NULL))
+        return CLI_EXIT_USAGE;
     if (argc - optind > 1)
         return cli_usage_error("%s: too many arguments", argv[0]);
     if (optind < argc && o.docs)
@@ -485,7 +517,7 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
     req.path = true;
     c = cli_client(cli);
     if (!c)
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
     if (o.docs)
         req.mode = CLIENT_LIST_DOCS;
     r = client_list_req(c, &req, print_doc, &o);
@@ -511,7 +543,7 @@ int cli_cmd_stat(struct cli *cli, int argc, char **argv)
         return status;
     c = cli_client(cli);
     if (!c)
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
     r = client_stat(c, argv[optind], &reply);
     return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, argv[optind], r);
 }
@@ -534,7 +566,7 @@ static int reply_command(struct cli *cli, int argc, char **argv,
         return status;
     c = cli_client(cli);
     if (!c)
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
     progress_init(&progress, cli, verb ? verb : "", false);
     if (verb && progress.on)
         client_set_job_progress(c, progress_job, &progress);
@@ -550,6 +582,7 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
                                        "pid",
                                        "uptime",
                                        "backend",
+                                       "encryption",
                                        "documents",
                                        "logical_bytes",
                                        "unique_bytes",
@@ -581,7 +614,7 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
     if (status >= 0)
         return status;
     if (!(c = cli_client(cli)))
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
     if ((r = client_status(c, &reply)) != 0)
         return cli_fail(cli, NULL, r);
     if (cli->json)
@@ -618,9 +651,10 @@ int cli_cmd_refresh(struct cli *cli, int argc, char **argv)
 
 int cli_cmd_gc(struct cli *cli, int argc, char **argv)
 {
-    static const char *const keys[] = {
-        "packs_rewritten", "packs_deleted", "bytes_reclaimed", "bytes_dead", "chunks_removed",
-        "packs_pending",   "bytes_pending", "packs_failed",    "failure",    NULL};
+    static const char *const keys[] = {"packs_rewritten",  "packs_deleted",  "bytes_reclaimed",
+                                       "bytes_dead",       "chunks_removed", "packs_pending",
+                                       "bytes_pending",    "packs_failed",   "failure",
+                                       "waiting_requests", "waiting_ms",     NULL};
     return reply_command(cli, argc, argv, client_gc, keys, "gc");
 }
 
@@ -660,10 +694,36 @@ static int print_verify(struct cli *cli, const msgpack_object *reply)
                nbad);
     }
     if (nbad > 0) {
-        fprintf(stderr, "cairn: verify: %" PRIu64 " bad chunk%s\n", nbad, nbad == 1 ? "" : "s");
-        return CLI_EXIT_FAILED;
+        return cli_error(CLI_EXIT_FAILED, "integrity", NULL, "verify: %" PRIu64 " bad chunk%s",
+                         nbad, nbad == 1 ? "" : "s");
     }
     return CLI_EXIT_OK;
+}
+
+/*
+ * Takes out of refs those that name no one document, saying why for each
+ * ("cairn: REF: not found", ambiguous...): CLI_EXIT_OK, CLI_EXIT_FAILED when
+ * one was taken out, or the status of a broken connection (refs then left
+ * as they are).
+ */
+static int drop_missing(struct cli *cli, struct client *c, const char **refs, size_t *nrefs)
+{
+    const msgpack_object *reply;
+    int status = CLI_EXIT_OK;
+    size_t kept = 0;
+
+    for (size_t i = 0; i < *nrefs; i++) {
+        int r = client_stat(c, refs[i], &reply);
+        if (r == 0) {
+            refs[kept++] = refs[i];
+            continue;
+        }
+        if (r != CLIENT_E_DAEMON)
+            return cli_fail(cli, refs[i], r);
+        status = cli_fail(cli, refs[i], r);
+    }
+    *nrefs = kept;
+    return status;
 }
 
 int cli_cmd_verify(struct cli *cli, int argc, char **argv)
@@ -671,6 +731,8 @@ int cli_cmd_verify(struct cli *cli, int argc, char **argv)
     int status = parse_operands(cli, argc, argv, 0, PROTO_MAX_TAGS, "REF");
     const msgpack_object *reply;
     struct progress progress;
+    const char **refs;
+    size_t nrefs;
     struct client *c;
     int r;
 
@@ -678,11 +740,23 @@ int cli_cmd_verify(struct cli *cli, int argc, char **argv)
         return status;
     c = cli_client(cli);
     if (!c)
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
+    refs = (const char **)argv + optind;
+    nrefs = (size_t)(argc - optind);
+    /* Refs that name nothing are reported one by one, and the others verified. */
+    if (nrefs > 0) {
+        /* Not one left: a verify of no refs would check the whole store. */
+        if ((status = drop_missing(cli, c, refs, &nrefs)) != CLI_EXIT_OK &&
+            (nrefs == 0 || !client_connected(c)))
+            return status;
+    } else {
+        status = CLI_EXIT_OK;
+    }
     progress_init(&progress, cli, "verified", false);
     if (progress.on)
         client_set_job_progress(c, progress_job, &progress);
-    r = client_verify(c, (const char *const *)argv + optind, (size_t)(argc - optind), &reply);
+    r = client_verify(c, refs, nrefs, &reply);
     progress_end(&progress);
-    return r == 0 ? print_verify(cli, reply) : cli_fail(cli, NULL, r);
+    r = r == 0 ? print_verify(cli, reply) : cli_fail(cli, NULL, r);
+    return r != CLI_EXIT_OK ? r : status;
 }

@@ -70,13 +70,13 @@ int cli_config_load(struct cli_config *cc, const char *path)
         /* A missing default file is fine, as for the daemon; a missing --config FILE is not. */
         if (path == def && errno == ENOENT)
             return 0;
-        fprintf(stderr, "cairn: config %s: %s\n", path, strerror(errno));
+        cli_error(0, CLI_CODE_CONFIG, NULL, "config %s: %s", path, strerror(errno));
         return -1;
     }
     r = ini_parse_file(f, on_entry, cc);
     fclose(f);
     if (r < 0) {
-        fprintf(stderr, "cairn: config %s: cannot read it\n", path);
+        cli_error(0, CLI_CODE_CONFIG, NULL, "config %s: cannot read it", path);
         return -1;
     }
     return 0;

@@ -8,9 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* jansson refuses strings that are not UTF-8; those get U+FFFD per bad byte. */
-static json_t *json_str(const char *s, size_t len)
+json_t *cli_json_text(const char *s, size_t len)
 {
     _cleanup_free_ char *fixed = NULL;
     json_t *json;
@@ -56,7 +57,7 @@ static json_t *json_map(const msgpack_object *map, bool skip_framing)
 
         if (kv->key.type != MSGPACK_OBJECT_STR || (skip_framing && is_framing(&kv->key)))
             continue;
-        key = json_str(kv->key.via.str.ptr, kv->key.via.str.size);
+        key = cli_json_text(kv->key.via.str.ptr, kv->key.via.str.size);
         value = cli_json_value(&kv->val);
         if (!key || !value ||
             json_object_setn_new_nocheck(obj, json_string_value(key), json_string_length(key),
@@ -87,7 +88,7 @@ json_t *cli_json_value(const msgpack_object *obj)
     case MSGPACK_OBJECT_FLOAT64:
         return json_real(obj->via.f64);
     case MSGPACK_OBJECT_STR:
-        return json_str(obj->via.str.ptr, obj->via.str.size);
+        return cli_json_text(obj->via.str.ptr, obj->via.str.size);
     case MSGPACK_OBJECT_ARRAY:
         array = json_array();
         for (uint32_t i = 0; array && i < obj->via.array.size; i++) {
@@ -114,7 +115,7 @@ int cli_print_json(FILE *out, json_t *json)
     int r;
 
     if (!json) {
-        fputs("cairn: out of memory\n", stderr);
+        fputs("cairn: out of memory\n", stderr); /* not as JSON: that needs memory too */
         return -ENOMEM;
     }
     r = json_dumpf(json, out, JSON_COMPACT);
@@ -142,14 +143,54 @@ static bool is_empty(const msgpack_object *v)
            (v->type == MSGPACK_OBJECT_MAP && !v->via.map.size);
 }
 
-/* Lists print as "a, b", maps as "k=v, k2=v2". */
+/*
+ * Text from the store (names, tags, metadata) on a terminal: control
+ * characters go out as '?', as ls shows them, so a name cannot move the
+ * cursor, change colours or split a line. Written as it is elsewhere.
+ */
+void cli_put_text(FILE *out, const char *s, size_t len)
+{
+    static int tty = -1;
+
+    if (tty < 0)
+        tty = isatty(STDOUT_FILENO) == 1;
+    if (!tty) {
+        fwrite(s, 1, len, out);
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        fputc(c < 0x20 || c == 0x7f ? '?' : c, out);
+    }
+}
+
+void cli_put_record(const struct cli *cli, FILE *out, const char *s, size_t len)
+{
+    if (cli->null) {
+        fwrite(s, 1, len, out);
+        fputc('\0', out);
+        return;
+    }
+    cli_put_text(out, s, len);
+    fputc('\n', out);
+}
+
+int cli_null_conflict(const struct cli *cli, const char *cmd, const char *other)
+{
+    if (!cli->null || (!cli->json && !other))
+        return 0;
+    return cli_usage_error("%s: -0 prints names or hashes alone: not with %s", cmd,
+                           cli->json ? "--json" : other);
+}
+
+/* Items of a list or a map (each on its own line, in cli_print_fields), else one value. */
 static void print_value(FILE *out, const msgpack_object *v, bool is_time)
 {
     char when[CLI_TIME_MAX];
 
     switch (v->type) {
     case MSGPACK_OBJECT_STR:
-        fwrite(v->via.str.ptr, 1, v->via.str.size, out);
+        cli_put_text(out, v->via.str.ptr, v->via.str.size);
         break;
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
         if (is_time) {
@@ -171,13 +212,13 @@ static void print_value(FILE *out, const msgpack_object *v, bool is_time)
         break;
     case MSGPACK_OBJECT_ARRAY:
         for (uint32_t i = 0; i < v->via.array.size; i++) {
-            fputs(i ? ", " : "", out);
+            fputs("\n  ", out);
             print_value(out, &v->via.array.ptr[i], false);
         }
         break;
     case MSGPACK_OBJECT_MAP:
         for (uint32_t i = 0; i < v->via.map.size; i++) {
-            fputs(i ? ", " : "", out);
+            fputs("\n  ", out);
             print_value(out, &v->via.map.ptr[i].key, false);
             fputc('=', out);
             print_value(out, &v->via.map.ptr[i].val, false);
@@ -196,8 +237,10 @@ void cli_print_fields(FILE *out, const msgpack_object *map, const char *const *k
         if (!v)
             continue;
         fprintf(out, "%s:", *keys);
+        /* A list or a map: an item a line, so a name with ", " in it is not two. */
         if (!is_empty(v)) {
-            fputc(' ', out);
+            if (v->type != MSGPACK_OBJECT_ARRAY && v->type != MSGPACK_OBJECT_MAP)
+                fputc(' ', out);
             print_value(out, v, strcmp(*keys, "created") == 0);
         }
         fputc('\n', out);

@@ -6,6 +6,8 @@
  * of the library see an opaque struct client.
  */
 
+#include <sys/types.h>
+
 #include "client/client.h"
 
 struct client {
@@ -30,6 +32,11 @@ struct client {
     uint8_t *iobuf;
 
     struct client_error error;
+
+    /* The daemon as SO_PEERCRED named it when the connection was made. */
+    bool peer_known;
+    pid_t peer_pid;
+    uid_t peer_uid;
 
     /* Content bytes sent (add) or received (get), as they go; see client_set_progress. */
     client_progress_fn *progress;

@@ -65,13 +65,16 @@ static const struct tool {
      "\"score\":{\"type\":\"number\"},\"snippet\":{\"type\":\"string\"}}}}},"
      "\"required\":[\"hits\"]}"},
     {"list",
-     "List stored documents in hash order, optionally those whose name starts with `prefix` or "
-     "that carry `tag`; pass `nextCursor` back as `cursor` for the next page.",
+     "List stored documents in hash order, optionally those that carry `tag`; with `prefix`, "
+     "the names that start with it instead, in name order, each with the document it names now "
+     "and `named` (when the name got it, Unix seconds); pass `nextCursor` back as `cursor` for "
+     "the next page.",
      "{\"type\":\"object\",\"properties\":{\"prefix\":{\"type\":\"string\"},"
      "\"tag\":{\"type\":\"string\"},\"limit\":{\"type\":\"integer\",\"minimum\":1,"
      "\"maximum\":1000},\"cursor\":{\"type\":\"string\"}},\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"items\":{\"type\":\"array\",\"items\":{\"type\":"
-     "\"object\",\"properties\":{" DOC_PROPS "}}},\"nextCursor\":{\"type\":\"string\"}},"
+     "\"object\",\"properties\":{" DOC_PROPS ",\"named\":{\"type\":\"integer\"}}}},"
+     "\"nextCursor\":{\"type\":\"string\"}},"
      "\"required\":[\"items\"]}"},
     {"stat", "A document's details: names, size, stored size, mime type, tags, metadata.",
      "{\"type\":\"object\",\"properties\":{\"ref\":{\"type\":\"string\"}},"
@@ -476,11 +479,11 @@ static json_t *tool_search(struct mcp *m, json_t *args)
 
 struct page {
     json_t *items;
-    const char *prefix;
     uint64_t limit;
+    bool names; /* items are names (a prefix was given): the cursor is a name */
     size_t seen;
-    char last[PROTO_HASH_HEX + 1];      /* the last document seen: where the next page starts */
-    char last_item[PROTO_HASH_HEX + 1]; /* the last one taken */
+    char last[PROTO_MAX_NAME + 1];      /* the last item seen: where the next page starts */
+    char last_item[PROTO_MAX_NAME + 1]; /* the last one taken */
     bool more;                          /* a match beyond the limit */
 };
 
@@ -488,32 +491,38 @@ static void page_take(void *userdata, const msgpack_object *doc)
 {
     struct page *p = userdata;
     json_t *v = cli_json_value(doc);
-    const char *hash = json_string_value(json_object_get(v, "hash"));
-    const char *name = json_string_value(json_object_get(v, "name"));
+    const char *key = json_string_value(json_object_get(v, p->names ? "name" : "hash"));
 
     p->seen++;
-    if (hash)
-        snprintf(p->last, sizeof(p->last), "%s", hash);
-    if (!hash || (p->prefix && (!name || strncmp(name, p->prefix, strlen(p->prefix)) != 0))) {
+    if (!key || strlen(key) > PROTO_MAX_NAME) {
         json_decref(v);
         return;
     }
+    snprintf(p->last, sizeof(p->last), "%s", key);
     if (json_array_size(p->items) >= p->limit) {
         p->more = true;
         json_decref(v);
         return;
     }
-    snprintf(p->last_item, sizeof(p->last_item), "%s", hash);
+    snprintf(p->last_item, sizeof(p->last_item), "%s", key);
     if (json_array_append_new(p->items, v) < 0)
         json_decref(v);
 }
 
-/* Documents after `cursor` whose name starts with prefix (if given); the next cursor into *next. */
+/*
+ * Documents after `cursor` (a hash), or with a prefix the names that start
+ * with it after `cursor` (a name), every version a name points to being
+ * the document it names now; the next cursor into *next.
+ */
 static int list_docs(struct mcp *m, const char *tag, const char *prefix, const char *cursor,
                      uint64_t limit, json_t **items, char *next, size_t next_len)
 {
     enum { PAGE = 500 };
-    struct page p = {.items = json_array(), .prefix = prefix, .limit = limit};
+    struct page p = {.items = json_array(), .limit = limit, .names = prefix != NULL};
+    struct client_list_req req = {.mode = prefix ? CLIENT_LIST_NAMES : CLIENT_LIST_DOCS,
+                                  .tag = tag,
+                                  .prefix = prefix,
+                                  .limit = PAGE};
     struct client *c = connection(m);
     int r = 0;
 
@@ -525,7 +534,8 @@ static int list_docs(struct mcp *m, const char *tag, const char *prefix, const c
     snprintf(p.last, sizeof(p.last), "%s", cursor ? cursor : "");
     for (;;) {
         p.seen = 0;
-        r = client_list_page(c, tag, p.last[0] ? p.last : NULL, PAGE, page_take, &p);
+        req.after = p.last[0] ? p.last : NULL;
+        r = client_list_req(c, &req, page_take, &p);
         if (r != 0)
             break;
         if (json_array_size(p.items) >= limit) {
@@ -548,13 +558,16 @@ static json_t *tool_list(struct mcp *m, json_t *args)
 {
     const char *prefix, *tag, *cursor;
     uint64_t limit = 100;
-    char next[PROTO_HASH_HEX + 1];
+    char next[PROTO_MAX_NAME + 1];
     json_t *items, *out;
     int r;
 
     if (opt_str(args, "prefix", &prefix) || opt_str(args, "tag", &tag) ||
         opt_str(args, "cursor", &cursor) || opt_uint(args, "limit", 1, 1000, &limit) ||
-        (cursor && (strlen(cursor) > PROTO_HASH_HEX || !proto_is_hex(cursor, strlen(cursor)))))
+        (prefix && strlen(prefix) > PROTO_MAX_NAME) ||
+        (cursor && !(prefix && prefix[0]) &&
+         (strlen(cursor) > PROTO_HASH_HEX || !proto_is_hex(cursor, strlen(cursor)))) ||
+        (cursor && strlen(cursor) > PROTO_MAX_NAME))
         return mcp_tool_error("list: wants optional prefix, tag, limit (1..1000) and a cursor "
                               "from an earlier nextCursor");
     r = list_docs(m, tag && tag[0] ? tag : NULL, prefix && prefix[0] ? prefix : NULL, cursor, limit,

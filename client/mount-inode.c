@@ -85,14 +85,19 @@ int mount_fs_init(struct mount_fs *fs, const char *socket)
 {
     int r;
 
-    *fs = (struct mount_fs){.socket = socket};
+    *fs = (struct mount_fs){.socket = socket, .ino_of = mount_ino_of};
     fs->nbuckets = INODE_BUCKETS_MIN;
     fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
-    if (!fs->buckets)
+    fs->homes = calloc(fs->nbuckets, sizeof(*fs->homes));
+    if (!fs->buckets || !fs->homes) {
+        free(fs->buckets);
+        free(fs->homes);
         return -ENOMEM;
+    }
     /* A thread's connection closes when the thread ends. */
     if ((r = pthread_key_create(&fs->client_key, free_client)) != 0) {
         free(fs->buckets);
+        free(fs->homes);
         return -r;
     }
     pthread_mutex_init(&fs->lock, NULL);
@@ -112,7 +117,8 @@ void mount_fs_deinit(struct mount_fs *fs)
         }
     }
     free(fs->buckets);
-    fs->buckets = NULL;
+    free(fs->homes);
+    fs->buckets = fs->homes = NULL;
     /* The workers have ended; this thread's connection, if it made one, is left. */
     free_client(pthread_getspecific(fs->client_key));
     pthread_key_delete(fs->client_key);
@@ -122,6 +128,11 @@ void mount_fs_deinit(struct mount_fs *fs)
 static struct mount_node **bucket(struct mount_fs *fs, uint64_t ino)
 {
     return &fs->buckets[hash_end(ino) & (fs->nbuckets - 1)];
+}
+
+static struct mount_node **home_bucket(struct mount_fs *fs, uint64_t home)
+{
+    return &fs->homes[hash_end(home) & (fs->nbuckets - 1)];
 }
 
 static struct mount_node *find(struct mount_fs *fs, uint64_t ino)
@@ -160,52 +171,60 @@ int mount_node_get(struct mount_fs *fs, uint64_t ino, struct mount_node *copy)
 static void maybe_grow(struct mount_fs *fs)
 {
     size_t old = fs->nbuckets;
-    struct mount_node **prev = fs->buckets;
+    struct mount_node **prev = fs->buckets, **prev_homes = fs->homes, **grown, **grown_homes;
 
     if (fs->nnodes < old * 2)
         return;
-    fs->buckets = calloc(old * 2, sizeof(*fs->buckets));
-    if (!fs->buckets) {
-        fs->buckets = prev;
+    grown = calloc(old * 2, sizeof(*grown));
+    grown_homes = calloc(old * 2, sizeof(*grown_homes));
+    if (!grown || !grown_homes) {
+        free(grown);
+        free(grown_homes);
         return;
     }
+    fs->buckets = grown;
+    fs->homes = grown_homes;
     fs->nbuckets = old * 2;
     for (size_t i = 0; i < old; i++) {
-        struct mount_node *n = prev[i], *next;
-        for (; n; n = next) {
+        for (struct mount_node *n = prev[i], *next; n; n = next) {
             next = n->next;
             struct mount_node **b = bucket(fs, n->ino);
             n->next = *b;
             *b = n;
         }
+        for (struct mount_node *n = prev_homes[i], *next; n; n = next) {
+            next = n->hnext;
+            struct mount_node **h = home_bucket(fs, n->home);
+            n->hnext = *h;
+            *h = n;
+        }
     }
     free(prev);
+    free(prev_homes);
 }
 
 static struct mount_node *node_ref(struct mount_fs *fs, const struct mount_node *want)
 {
     struct mount_node *n;
-    uint64_t ino;
+    uint64_t ino, home;
 
     if (want->kind == MOUNT_HASHDIR || (want->kind == MOUNT_DIR && !want->path[0])) {
         n = want->kind == MOUNT_HASHDIR ? &fs->hashdir : &fs->root;
         n->nlookup++;
         return n;
     }
-    /* Another identity on the number: the next free one, for as long as that one lives. */
-    for (ino = mount_ino_of(want->kind, want->path, want->hash);; ino++) {
-        if (ino <= MOUNT_INO_HASHDIR)
-            continue;
-        n = find(fs, ino);
-        if (!n)
-            break;
-        if (same_node(n, want)) {
+    home = fs->ino_of(want->kind, want->path, want->hash);
+    for (n = *home_bucket(fs, home); n; n = n->hnext) {
+        if (n->home == home && same_node(n, want)) {
             /* The same version again: the time it got its name may be newer. */
             n->mtime = want->mtime;
             n->nlookup++;
             return n;
         }
     }
+    /* Another identity on the number: the next free one, for as long as that one lives. */
+    for (ino = home; ino <= MOUNT_INO_HASHDIR || find(fs, ino); ino++)
+        ;
     n = malloc(sizeof(*n));
     if (!n)
         return NULL;
@@ -216,10 +235,13 @@ static struct mount_node *node_ref(struct mount_fs *fs, const struct mount_node 
         return NULL;
     }
     n->ino = ino;
+    n->home = home;
     n->nlookup = 1;
-    struct mount_node **b = bucket(fs, ino);
+    struct mount_node **b = bucket(fs, ino), **h = home_bucket(fs, home);
     n->next = *b;
     *b = n;
+    n->hnext = *h;
+    *h = n;
     fs->nnodes++;
     maybe_grow(fs);
     return n;
@@ -249,7 +271,11 @@ void mount_node_forget(struct mount_fs *fs, uint64_t ino, uint64_t count)
             continue;
         n->nlookup = count < n->nlookup ? n->nlookup - count : 0;
         if (n->nlookup == 0) {
+            struct mount_node **h = home_bucket(fs, n->home);
             *p = n->next;
+            while (*h != n)
+                h = &(*h)->hnext;
+            *h = n->hnext;
             free(n->path);
             free(n);
             fs->nnodes--;

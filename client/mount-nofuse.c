@@ -4,6 +4,7 @@
 
 int cli_cmd_mount(struct cli *cli, int argc, char **argv)
 {
-    fprintf(stderr, "cairn: mount: this cairn was built without FUSE (libfuse3 was not found)\n");
+    cli_error(0, CLI_CODE_FAILED, NULL,
+              "mount: this cairn was built without FUSE (libfuse3 was not found)");
     return CLI_EXIT_USAGE;
 }

@@ -12,6 +12,7 @@
 #include "client/mount.h"
 #include "client/util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -325,29 +326,29 @@ static int serve(struct mount_fs *fs, const char *mountpoint, bool foreground)
 
     se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), fs);
     if (!se) {
-        fprintf(stderr, "cairn: mount: cannot start a FUSE session\n");
+        cli_error(0, CLI_CODE_FAILED, NULL, "mount: cannot start a FUSE session");
         fuse_opt_free_args(&args);
         return CLI_EXIT_FAILED;
     }
     if (fuse_set_signal_handlers(se) != 0) {
-        fprintf(stderr, "cairn: mount: cannot install the signal handlers\n");
+        cli_error(0, CLI_CODE_FAILED, NULL, "mount: cannot install the signal handlers");
         goto out_destroy;
     }
     if (fuse_session_mount(se, mountpoint) != 0) {
         /* libfuse has said why (no /dev/fuse, no permission, ...). */
-        fprintf(stderr, "cairn: mount: cannot mount on %s\n", mountpoint);
+        cli_error(0, CLI_CODE_FAILED, NULL, "mount: cannot mount on %s", mountpoint);
         goto out_signals;
     }
     /* Only now: the parent exits once the mount is up, so a script can use it at once. */
     if (fuse_daemonize(foreground) != 0) {
-        fprintf(stderr, "cairn: mount: cannot go to the background\n");
+        cli_error(0, CLI_CODE_FAILED, NULL, "mount: cannot go to the background");
         goto out_unmount;
     }
     /* 0 after an unmount, the signal number after SIGINT, SIGTERM or SIGHUP: both clean. */
     r = fuse_session_loop_mt(se, &loop);
     status = r < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
     if (r < 0)
-        fprintf(stderr, "cairn: mount: %s\n", strerror(-r));
+        cli_error(0, CLI_CODE_FAILED, NULL, "mount: %s", strerror(-r));
 out_unmount:
     fuse_session_unmount(se);
 out_signals:
@@ -357,6 +358,42 @@ out_destroy:
     /* fuse_session_new() copies the arguments it adds to. */
     fuse_opt_free_args(&args);
     return status;
+}
+
+/*
+ * Another mount on the directory (a second `cairn mount` there) would hide
+ * the first: refused. Files in it are hidden while mounted: said.
+ */
+static int check_mountpoint(const char *mountpoint, const struct stat *st)
+{
+    _cleanup_free_ char *parent = NULL;
+    struct stat up;
+    struct dirent *e;
+    DIR *d;
+
+    if (asprintf(&parent, "%s/..", mountpoint) < 0) {
+        parent = NULL;
+        return cli_fail_errno(mountpoint);
+    }
+    if (stat(parent, &up) == 0 && (up.st_dev != st->st_dev || up.st_ino == st->st_ino) &&
+        strcmp(mountpoint, "/") != 0) {
+        cli_error(0, CLI_CODE_FAILED, NULL,
+                  "%s: a file system is mounted there already (unmount it first)", mountpoint);
+        return CLI_EXIT_FAILED;
+    }
+    if ((d = opendir(mountpoint))) {
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+                fprintf(stderr,
+                        "cairn: warning: %s is not empty: what is in it is hidden while "
+                        "mounted\n",
+                        mountpoint);
+                break;
+            }
+        }
+        closedir(d);
+    }
+    return CLI_EXIT_OK;
 }
 
 int cli_cmd_mount(struct cli *cli, int argc, char **argv)
@@ -391,12 +428,14 @@ int cli_cmd_mount(struct cli *cli, int argc, char **argv)
     if (stat(argv[optind], &st) < 0 || !(mountpoint = realpath(argv[optind], NULL)))
         return cli_fail_errno(argv[optind]);
     if (!S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "cairn: %s: not a directory\n", argv[optind]);
+        cli_error(0, CLI_CODE_IO, NULL, "%s: not a directory", argv[optind]);
         return CLI_EXIT_FAILED;
     }
+    if ((r = check_mountpoint(mountpoint, &st)) != CLI_EXIT_OK)
+        return r;
     /* Started if need be; the threads serving the mount make connections of their own. */
     if (!(c = cli_client(cli)))
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
     cli->client = client_free(c);
     if ((r = mount_fs_init(&fs, cli->socket)) < 0)
         return cli_fail(cli, mountpoint, r);

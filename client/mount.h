@@ -46,7 +46,9 @@ struct mount_node {
     char hash[PROTO_HASH_HEX + 1]; /* files */
     uint64_t size;                 /* files */
     int64_t mtime;                 /* Unix seconds */
-    struct mount_node *next;       /* in its bucket of the table */
+    uint64_t home;                 /* the number its identity asks for (ino_of) */
+    struct mount_node *next;       /* in its bucket of the table, by ino */
+    struct mount_node *hnext;      /* in its bucket of the table, by home */
 };
 
 /* One entry of a directory listing. */
@@ -84,8 +86,15 @@ struct mount_fs {
     pthread_key_t client_key;
     pthread_mutex_t lock; /* the nodes below */
     struct mount_node root, hashdir;
-    struct mount_node **buckets;
+    /*
+     * The nodes twice: by number, and by the number their identity asks
+     * for, so an identity is found whatever number it got (another held
+     * its own) and never gets a second one.
+     */
+    struct mount_node **buckets, **homes;
     size_t nbuckets, nnodes;
+    /* mount_ino_of; the unit tests make identities collide. */
+    uint64_t (*ino_of)(enum mount_kind kind, const char *path, const char *hash);
 };
 
 int mount_fs_init(struct mount_fs *fs, const char *socket);

@@ -2,10 +2,10 @@
 
 #include "client/client.h"
 #include "client/internal.h"
+#include "client/sha256.h"
 #include "proto/util.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +66,22 @@ int client_delete(struct client *c, const char *ref, bool dry_run, const msgpack
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply)
 {
     return call(c, "stat", ref, reply);
+}
+
+int client_log(struct client *c, const char *name, uint64_t offset, uint64_t limit,
+               const msgpack_object **reply)
+{
+    uint64_t id = client_begin(c, "log", 3);
+    int r;
+
+    proto_pack_cstr(&c->pk, "name");
+    proto_pack_cstr(&c->pk, name);
+    proto_pack_cstr(&c->pk, "offset");
+    msgpack_pack_uint64(&c->pk, offset);
+    proto_pack_cstr(&c->pk, "limit");
+    msgpack_pack_uint64(&c->pk, limit);
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
 }
 
 int client_status(struct client *c, const msgpack_object **reply)
@@ -169,6 +185,11 @@ int client_gc(struct client *c, const msgpack_object **reply)
 int client_refresh(struct client *c, const msgpack_object **reply)
 {
     return call(c, "refresh", NULL, reply);
+}
+
+int client_shutdown(struct client *c, const msgpack_object **reply)
+{
+    return call(c, "shutdown", NULL, reply);
 }
 
 int client_verify(struct client *c, const char *const *refs, size_t nrefs,
@@ -379,7 +400,7 @@ struct get_sink {
     uint64_t pos;
     client_data_fn *fn;
     void *userdata;
-    EVP_MD_CTX *sha; /* a whole document asked for by its full hash: what arrives is hashed */
+    struct sha256 *sha; /* a whole document asked for by its full hash: what arrives is hashed */
 };
 
 /* 0, 1 to stop early (callback only), or -errno of the write. */
@@ -411,29 +432,23 @@ static int get_stream(struct client *c, const char *ref, uint64_t offset, uint64
 static int get_to(struct client *c, const char *ref, uint64_t offset, uint64_t length,
                   struct get_sink *k)
 {
-    int r;
+    struct sha256 sha;
 
     if (offset > 0 || length != UINT64_MAX || strlen(ref) != PROTO_HASH_HEX ||
         !proto_is_hex(ref, PROTO_HASH_HEX))
         return get_stream(c, ref, offset, length, k);
-    k->sha = EVP_MD_CTX_new();
-    if (!k->sha || EVP_DigestInit_ex(k->sha, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(k->sha);
-        return -ENOMEM;
-    }
-    r = get_stream(c, ref, offset, length, k);
-    EVP_MD_CTX_free(k->sha);
-    return r;
+    sha256_init(&sha);
+    k->sha = &sha;
+    return get_stream(c, ref, offset, length, k);
 }
 
 /* The last piece has come: 0 when all of it hashes to `ref`, else an integrity error. */
-static int check_content(struct client *c, const char *ref, EVP_MD_CTX *sha)
+static int check_content(struct client *c, const char *ref, struct sha256 *sha)
 {
-    uint8_t digest[32], want[32];
-    unsigned int n = 0;
+    uint8_t digest[SHA256_LEN], want[SHA256_LEN];
 
-    if (EVP_DigestFinal_ex(sha, digest, &n) == 1 && n == sizeof(digest) &&
-        proto_hex_decode(ref, PROTO_HASH_HEX, want, sizeof(want)) == 0 &&
+    sha256_final(sha, digest);
+    if (proto_hex_decode(ref, PROTO_HASH_HEX, want, sizeof(want)) == 0 &&
         memcmp(digest, want, sizeof(digest)) == 0)
         return 0;
     c->error.code = PROTO_E_INTEGRITY;
@@ -515,8 +530,8 @@ static int get_stream(struct client *c, const char *ref, uint64_t offset, uint64
         if (sized && (total > size || (!more && total != size)))
             return bad_reply(c);
         /* Checked before the last piece is written: a document of one frame is then not. */
-        if (k->sha && EVP_DigestUpdate(k->sha, data, len) != 1)
-            return -ENOMEM;
+        if (k->sha)
+            sha256_update(k->sha, data, len);
         if (k->sha && !more && (r = check_content(c, ref, k->sha)) != 0)
             return r;
         r = sink_put(k, first, data, len, !more);
@@ -626,4 +641,24 @@ int client_search(struct client *c, const struct client_search_req *req, client_
     if (r == 0)
         r = client_send(c);
     return r < 0 ? r : stream_items(c, id, "hits", fn, userdata);
+}
+
+int client_key(struct client *c, const char *action, const char *key, const char *pass, size_t plen,
+               const msgpack_object **reply)
+{
+    uint64_t id = client_begin(c, "key", 1 + (key != NULL) + (pass != NULL));
+    int r;
+
+    proto_pack_cstr(&c->pk, "action");
+    proto_pack_cstr(&c->pk, action);
+    if (key) {
+        proto_pack_cstr(&c->pk, "key");
+        proto_pack_cstr(&c->pk, key);
+    }
+    if (pass) {
+        proto_pack_cstr(&c->pk, "passphrase");
+        msgpack_pack_str_with_body(&c->pk, pass, plen);
+    }
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
 }

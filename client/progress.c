@@ -117,6 +117,14 @@ void progress_file(struct progress *p)
     p->files++;
 }
 
+void progress_erase(struct progress *p)
+{
+    if (p->on && p->drawn && p->tty) {
+        fputs("\r\033[K", stderr);
+        p->drawn = false;
+    }
+}
+
 void progress_end(struct progress *p)
 {
     if (p->on && p->drawn && p->tty)

@@ -30,6 +30,8 @@ void progress_bytes(void *userdata, uint64_t n, uint64_t total);
 void progress_job(void *userdata, const char *phase, uint64_t done, uint64_t total);
 /* One more file done. */
 void progress_file(struct progress *p);
+/* Erases the progress line before output goes to the terminal; the next draw puts it back. */
+void progress_erase(struct progress *p);
 /* Clears the progress line. */
 void progress_end(struct progress *p);
 /* "12.3 MiB" */

@@ -257,8 +257,8 @@ static void test_print_fields(void **state)
     assert_string_equal(text, "hash: ab12\n"
                               "name:\n"
                               "created: 2023-11-14T22:13:20Z\n"
-                              "tags: x, y\n"
-                              "meta: a=1, b=2\n");
+                              "tags:\n  x\n  y\n"
+                              "meta:\n  a=1\n  b=2\n");
     free(text);
     proto_msg_deinit(&msg);
     msgpack_sbuffer_destroy(&sbuf);

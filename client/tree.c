@@ -47,7 +47,7 @@ int cli_cmd_du(struct cli *cli, int argc, char **argv)
     if (argc - optind > 1)
         return cli_usage_error("%s: too many arguments", argv[0]);
     if (!(c = cli_client(cli)))
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
     r = client_du(c, optind < argc ? argv[optind] : NULL, true, &reply);
     if (r != 0)
         return cli_fail(cli, optind < argc ? argv[optind] : NULL, r);
@@ -208,7 +208,8 @@ static int restore(struct cli *cli, struct client *c, const char *hash, char *pa
         fd = r < 0 ? r : open_parent(path, dir_len, &base);
     }
     if (fd == -ELOOP || fd == -ENOTDIR) {
-        fprintf(stderr, "cairn: %s: not restored: a symbolic link or a file is in the way\n", path);
+        cli_error(0, CLI_CODE_IO, NULL, "%s: not restored: a symbolic link or a file is in the way",
+                  path);
         return CLI_EXIT_FAILED;
     }
     if (fd < 0 || fchdir(fd) < 0) {
@@ -220,7 +221,8 @@ static int restore(struct cli *cli, struct client *c, const char *hash, char *pa
     r = cli_restore_file(cli, c, hash, base, path);
     close(fd);
     if (fchdir(cwd_fd) < 0) {
-        fprintf(stderr, "cairn: cannot return to the working directory: %s\n", strerror(errno));
+        cli_error(0, CLI_CODE_IO, NULL, "cannot return to the working directory: %s",
+                  strerror(errno));
         return CLI_EXIT_FAILED;
     }
     return r;
@@ -246,7 +248,7 @@ int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
         return cli_fail_errno("the working directory");
     struct tree_page *pg = pgp;
     if (!(c = cli_client(cli)))
-        return CLI_EXIT_UNREACHABLE;
+        return cli->no_client;
     progress_init(&progress, cli, "got", false);
     for (;;) {
         req.after = after;
@@ -263,8 +265,8 @@ int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
         for (size_t i = 0; i < pg->n; i++) {
             _cleanup_free_ char *path = tree_path(dir, pg->names[i]);
             if (!path) {
-                fprintf(stderr, "cairn: %s: not restored: the name is not a path under %s\n",
-                        pg->names[i], dir);
+                cli_error(0, CLI_CODE_IO, pg->names[i],
+                          "%s: not restored: the name is not a path under %s", pg->names[i], dir);
                 status = CLI_EXIT_FAILED;
                 continue;
             }
@@ -284,8 +286,8 @@ int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
     page_clear(pg);
     progress_end(&progress);
     if (total == 0) {
-        fprintf(stderr, "cairn: %s: no name starts with it\n", prefix);
-        return CLI_EXIT_FAILED;
+        return cli_error(CLI_EXIT_FAILED, "not_found", prefix, "%s: no name starts with it",
+                         prefix);
     }
     return status;
 }

@@ -7,7 +7,7 @@ _cairn()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
     local global_opts='--socket --config --json --no-autostart -q --quiet -v --verbose --help -V --version'
-    local commands='add get rm delete ls list du stat status refresh gc verify search mcp mount help'
+    local commands='add get rm delete ls list du stat log status refresh stop key gc verify search mcp mount help'
     COMPREPLY=()
 
     # bash splits --socket=PATH and --config=FILE at '='.
@@ -38,7 +38,7 @@ _cairn()
 
     if [[ ! $dashdash ]]; then
         case $prev in
-            --socket | --config | -o)
+            --socket | --config | -o | --output | --new-password-file)
                 compopt -o filenames 2>/dev/null
                 mapfile -t COMPREPLY < <(compgen -f -- "$cur")
                 return
@@ -48,7 +48,7 @@ _cairn()
                 mapfile -t COMPREPLY < <(compgen -d -- "$cur")
                 return
                 ;;
-            -n | -t | -m | --mime | --exclude | -l | --offset | --name | --after | --before | --range)
+            -n | -t | -m | --mime | --exclude | -l | --offset | --name | --after | --before | --range | --tag | --meta | --limit)
                 [[ $cmd ]] && return
                 ;;
         esac
@@ -66,14 +66,16 @@ _cairn()
     if [[ $cur == -* && ! $dashdash ]]; then
         local opts=''
         case $cmd in
-            add) opts='-r --exclude -n -t -m --mime' ;;
-            get) opts='-o -r --recursive --range' ;;
+            add) opts='-r --recursive -L --dereference --exclude -n --name -t --tag -m --meta --mime -0 --null' ;;
+            get) opts='-o --output -r --recursive --range' ;;
             rm | delete) opts='-n --dry-run' ;;
-            ls | list) opts='-l --long -h --human-readable -d --docs -t' ;;
+            ls | list) opts='-l --long -h --human-readable -d --docs -t --tag -0 --null' ;;
             du) opts='-h --human-readable' ;;
+            log) opts='-n --max-count -0 --null' ;;
+            key) opts='--new-password-file' ;;
             mount) opts='-f --foreground' ;;
             mcp) opts='--allow-path' ;;
-            search) opts='-l --offset -t --name --mime --after --before --fuzzy --all' ;;
+            search) opts='-l --limit --offset -t --tag --name --mime --after --before --fuzzy --all -0 --null' ;;
         esac
         mapfile -t COMPREPLY < <(compgen -W "$opts $global_opts" -- "$cur")
         return
@@ -92,13 +94,15 @@ _cairn()
         help)
             mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")
             ;;
-        get | rm | delete | stat | verify)
-            # Lines of ls are "<hash>  <size>  <YYYY-MM-DD HH:MM>  <name>"; "-" is a
-            # document without a name. Only the time has a ':' before the name.
-            while IFS= read -r line; do
-                line=${line#*:[0-9][0-9]  }
-                [[ $line != - && $line == "$cur"* ]] && COMPREPLY+=("$line")
-            done < <(timeout 1 "${COMP_WORDS[0]}" --no-autostart "${conn[@]}" ls 2>/dev/null)
+        get | rm | delete | stat | log | verify)
+            # ls -0: each name as stored, ended by a NUL (a document without a
+            # name by its hash), so names with newlines come through whole.
+            # Names go back quoted for the shell (spaces, quotes, $); what was
+            # typed is compared with its backslashes taken out.
+            local typed=${cur//\\/}
+            while IFS= read -r -d '' line; do
+                [[ $line == "$typed"* ]] && COMPREPLY+=("$(printf '%q' "$line")")
+            done < <(timeout 1 "${COMP_WORDS[0]}" --no-autostart "${conn[@]}" ls -0 2>/dev/null)
             ;;
     esac
 } &&

@@ -65,16 +65,18 @@ static uint64_t read_be(const uint8_t *p, unsigned width)
 
 /*
  * Classifies the value header at p[0..avail). On success stores how many
- * header bytes it has, how many payload bytes follow it (`skip`) and how many
+ * header bytes it has, how many payload bytes follow it (`skip`), whether it
+ * is a map or an array (`container`, true for an empty one too) and how many
  * child values it contains (`children`, maps count keys and values).
  */
-static int header_info(const uint8_t *p, size_t avail, size_t *hdr, uint64_t *skip,
+static int header_info(const uint8_t *p, size_t avail, size_t *hdr, uint64_t *skip, bool *container,
                        uint64_t *children)
 {
     uint8_t b = p[0];
     unsigned lw = 0; /* width of a length field after the type byte */
     *hdr = 1;
     *skip = 0;
+    *container = (b >= 0x80 && b <= 0x9f) || (b >= 0xdc && b <= 0xdf);
     *children = 0;
 
     if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
@@ -196,15 +198,19 @@ int proto_validate(const uint8_t *buf, size_t len, unsigned max_depth)
             return -EBADMSG;
         size_t hdr;
         uint64_t skip, children;
-        if (header_info(buf + pos, len - pos, &hdr, &skip, &children) < 0)
+        bool container;
+        if (header_info(buf + pos, len - pos, &hdr, &skip, &container, &children) < 0)
             return -EBADMSG;
         pos += hdr;
         if (skip > len - pos)
             return -EBADMSG;
         pos += (size_t)skip;
+        /* An empty map or array is a level too: the limit is on containers. */
+        if (container && depth + 1 > max_depth)
+            return -EBADMSG;
         if (children > 0) {
             /* Every child takes at least one byte. */
-            if (children > len - pos || depth + 1 > max_depth)
+            if (children > len - pos)
                 return -EBADMSG;
             pending[++depth] = children;
         }

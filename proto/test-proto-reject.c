@@ -67,15 +67,15 @@ static void test_validate_rejects(void **state)
 }
 
 /*
- * Builds a map whose value is nested so that the payload has `levels`
- * non-empty containers (the outer map is level 1) around an integer.
+ * Builds a map whose value nests `levels` containers in all (the outer map is
+ * level 1) around an integer, or with `empty`, the innermost one empty.
  */
-static void build_nested(struct frame *f, unsigned levels, bool arrays)
+static void build_nested(struct frame *f, unsigned levels, bool arrays, bool empty)
 {
     frame_init(f);
     msgpack_pack_map(&f->pk, 1);
     proto_pack_cstr(&f->pk, "v");
-    for (unsigned l = 1; l < levels; l++) {
+    for (unsigned l = empty ? 2 : 1; l < levels; l++) {
         if (arrays) {
             msgpack_pack_array(&f->pk, 1);
         } else {
@@ -83,38 +83,47 @@ static void build_nested(struct frame *f, unsigned levels, bool arrays)
             proto_pack_cstr(&f->pk, "k");
         }
     }
-    msgpack_pack_uint64(&f->pk, 42);
+    if (!empty)
+        msgpack_pack_uint64(&f->pk, 42);
+    else if (arrays)
+        msgpack_pack_array(&f->pk, 0);
+    else
+        msgpack_pack_map(&f->pk, 0);
     frame_finish(f);
+}
+
+/* PROTO_MAX_DEPTH levels pass (and a smaller limit applies); one more is refused. */
+static void assert_depth_limit(bool arrays, bool empty)
+{
+    struct frame f;
+    struct proto_msg msg;
+
+    build_nested(&f, PROTO_MAX_DEPTH, arrays, empty);
+    assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), PROTO_MAX_DEPTH), 0);
+    assert_int_equal(proto_msg_parse(&msg, frame_payload(&f), frame_payload_len(&f)), 0);
+    proto_msg_deinit(&msg);
+    assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), PROTO_MAX_DEPTH - 1),
+                     -EBADMSG);
+    frame_destroy(&f);
+
+    build_nested(&f, PROTO_MAX_DEPTH + 1, arrays, empty);
+    assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), PROTO_MAX_DEPTH),
+                     -EBADMSG);
+    /* A larger limit is capped at PROTO_MAX_DEPTH: the stack is sized for it. */
+    assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), 1000), -EBADMSG);
+    assert_int_equal(proto_msg_parse(&msg, frame_payload(&f), frame_payload_len(&f)), -EBADMSG);
+    proto_msg_deinit(&msg);
+    frame_destroy(&f);
 }
 
 static void test_validate_depth(void **state)
 {
     for (int arrays = 0; arrays <= 1; arrays++) {
         struct frame f;
-        struct proto_msg msg;
 
-        build_nested(&f, PROTO_MAX_DEPTH, arrays);
-        assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), PROTO_MAX_DEPTH),
-                         0);
-        assert_int_equal(proto_msg_parse(&msg, frame_payload(&f), frame_payload_len(&f)), 0);
-        proto_msg_deinit(&msg);
-        /* A caller's smaller limit applies. */
-        assert_int_equal(
-            validate_exact(frame_payload(&f), frame_payload_len(&f), PROTO_MAX_DEPTH - 1),
-            -EBADMSG);
-        frame_destroy(&f);
-
-        build_nested(&f, PROTO_MAX_DEPTH + 1, arrays);
-        assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), PROTO_MAX_DEPTH),
-                         -EBADMSG);
-        /* A larger limit is capped at PROTO_MAX_DEPTH: the stack is sized for it. */
-        assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), 1000), -EBADMSG);
-        assert_int_equal(proto_msg_parse(&msg, frame_payload(&f), frame_payload_len(&f)), -EBADMSG);
-        proto_msg_deinit(&msg);
-        frame_destroy(&f);
-
+        assert_depth_limit(arrays, false);
         /* Far deeper than the limit, and long enough that counts fit. */
-        build_nested(&f, 200, arrays);
+        build_nested(&f, 200, arrays, false);
         assert_int_equal(validate_exact(frame_payload(&f), frame_payload_len(&f), 1000), -EBADMSG);
         frame_destroy(&f);
     }
@@ -125,6 +134,22 @@ static void test_validate_depth(void **state)
     assert_int_equal(validate_exact("\x81\x01\x02", 3, 1), 0);
     assert_int_equal(validate_exact("\x81\x01\x91\x02", 4, 1), -EBADMSG);
     assert_int_equal(validate_exact("\x81\x01\x91\x02", 4, 2), 0);
+}
+
+/* An empty container is a container: past the limit it is refused like any other. */
+static void test_validate_depth_empty(void **state)
+{
+    for (int arrays = 0; arrays <= 1; arrays++)
+        assert_depth_limit(arrays, true);
+
+    /* The 32-bit forms of empty containers count too, as does the top level. */
+    assert_int_equal(validate_exact("\x80", 1, 0), -EBADMSG);
+    assert_int_equal(validate_exact("\x90", 1, 0), -EBADMSG);
+    assert_int_equal(validate_exact("\x80", 1, 1), 0);
+    assert_int_equal(validate_exact("\x81\x01\xdd\x00\x00\x00\x00", 7, 1), -EBADMSG);
+    assert_int_equal(validate_exact("\x81\x01\xdf\x00\x00\x00\x00", 7, 1), -EBADMSG);
+    assert_int_equal(validate_exact("\x81\x01\xdc\x00\x00", 5, 1), -EBADMSG);
+    assert_int_equal(validate_exact("\x81\x01\xde\x00\x00", 5, 2), 0);
 }
 
 /* Siblings do not add up: depth is nesting, not the number of containers. */
@@ -154,6 +179,7 @@ int test_proto_reject_run(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate_rejects),
         cmocka_unit_test(test_validate_depth),
+        cmocka_unit_test(test_validate_depth_empty),
         cmocka_unit_test(test_validate_wide_not_deep),
     };
 

@@ -18,6 +18,9 @@ CAIRN_DEB_PACKAGES=(
     libsystemd-dev
     # scripts/check-format (the test `format`) checks every C file against .clang-format
     clang-format
+    # openssl s_server: a TLS endpoint with a self-signed certificate, which cairnd must refuse
+    # (tests/integration/test_security_sound.py)
+    openssl
     # systemd-socket-activate and systemd-analyze for tests/integration/test_systemd.py
     # (which skips what is missing); installing it does not make systemd PID 1.
     systemd

@@ -654,6 +654,27 @@ void backend_list_reset(struct backend_list *list)
     list->nentries = 0;
 }
 
+int backend_list_add(struct backend_list *list, size_t *cap, size_t max, const char *key,
+                     size_t key_len, uint64_t size, int64_t mtime)
+{
+    if (list->nentries == *cap) {
+        size_t grow = *cap ? *cap * 2 : 64;
+        if (grow > max)
+            return -EPROTO;
+        struct backend_entry *grown = realloc(list->entries, grow * sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        list->entries = grown;
+        *cap = grow;
+    }
+    struct backend_entry *e = &list->entries[list->nentries++];
+    memcpy(e->key, key, key_len);
+    e->key[key_len] = '\0';
+    e->size = size;
+    e->mtime = mtime;
+    return 0;
+}
+
 /* ---- synchronous reads ------------------------------------------------------ */
 
 static int check_read(struct backend *be, unsigned cap, const char *key, void *buf, size_t len,
@@ -675,6 +696,13 @@ int backend_read_sync(struct backend *be, const char *key, uint64_t offset, void
     if (r == 0 && !be->ops->read_sync)
         r = -EOPNOTSUPP;
     return r < 0 ? r : be->ops->read_sync(be, key, offset, buf, len, got);
+}
+
+int backend_free_space(struct backend *be, uint64_t *bytes)
+{
+    if (!(be->ops->caps & BACKEND_CAP_FREE_SPACE) || !be->ops->free_space)
+        return -EOPNOTSUPP;
+    return be->ops->free_space(be, bytes);
 }
 
 int backend_try_read(struct backend *be, const char *key, uint64_t offset, void *buf, size_t len,

@@ -48,6 +48,8 @@ enum {
     BACKEND_CAP_READ_SYNC = 1u << 1,
     /* try_read(): a ranged read served without blocking (page cache), on the loop thread. */
     BACKEND_CAP_READ_NOWAIT = 1u << 2,
+    /* free_space(): the room left where objects are written (a local file system). */
+    BACKEND_CAP_FREE_SPACE = 1u << 3,
 };
 
 #define BACKEND_MAX_KEY 160
@@ -207,6 +209,8 @@ struct backend_ops {
     /* BACKEND_CAP_READ_NOWAIT: see backend_try_read. */
     int (*try_read)(struct backend *be, const char *key, uint64_t offset, void *buf, size_t len,
                     size_t *got);
+    /* BACKEND_CAP_FREE_SPACE: see backend_free_space. */
+    int (*free_space)(struct backend *be, uint64_t *bytes);
     /* URL for display, without secrets. */
     void (*describe)(struct backend *be, char *out, size_t out_len);
 };
@@ -313,6 +317,14 @@ void backend_cancel(struct backend_req *req);
 /* Frees what a finished request returned. */
 void backend_get_reset(struct backend_get *get);
 void backend_list_reset(struct backend_list *list);
+/*
+ * For a backend filling a list: appends key (key_len bytes, then a NUL) of
+ * that size and mtime, growing the entries (*cap of them allocated) by
+ * doubling from 64. -EPROTO when that would pass max entries (more than
+ * were asked for), -ENOMEM.
+ */
+int backend_list_add(struct backend_list *list, size_t *cap, size_t max, const char *key,
+                     size_t key_len, uint64_t size, int64_t mtime);
 
 /*
  * BACKEND_CAP_READ_SYNC, from worker threads only: reads up to `len` bytes at
@@ -329,3 +341,10 @@ int backend_read_sync(struct backend *be, const char *key, uint64_t offset, void
  */
 int backend_try_read(struct backend *be, const char *key, uint64_t offset, void *buf, size_t len,
                      size_t *got);
+
+/*
+ * BACKEND_CAP_FREE_SPACE, from worker threads (a system call): the bytes an
+ * unprivileged writer may still write where the objects are. -EOPNOTSUPP
+ * for a backend whose room is not this machine's to know (a bucket).
+ */
+int backend_free_space(struct backend *be, uint64_t *bytes);

@@ -118,6 +118,7 @@ class Context:
             "loadgen": os.path.join(self.build_dir, "bench", "cairn-loadgen"),
             "backend-bench": os.path.join(self.build_dir, "bench", "backend-bench"),
             "s3-raw": os.path.join(self.build_dir, "bench", "s3-raw"),
+            "az-raw": os.path.join(self.build_dir, "bench", "az-raw"),
         }
         # Short: Unix socket paths must fit in 108 bytes.
         self.tmp = tempfile.mkdtemp(prefix="cb-", dir=os.environ.get("CAIRN_BENCH_TMP", "/tmp"))

@@ -11,7 +11,7 @@ import traceback
 
 from . import env, procs, report
 
-SUITES = ["crud", "multiclient", "backends", "search", "ingest", "mount", "shared"]
+SUITES = ["crud", "multiclient", "backends", "search", "ingest", "mount", "shared", "encryption"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _t0 = time.monotonic()

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -20,6 +21,12 @@ def fixture_module(path):
     """A helper module of tests/integration (a fixture), loaded once from its
     path, without a change to sys.path."""
     if path not in _fixture_modules:
+        # the helper the fixtures share, which they import by name
+        helper = os.path.join(os.path.dirname(path), "serverproc.py")
+        if "serverproc" not in sys.modules and os.path.isfile(helper):
+            spec = importlib.util.spec_from_file_location("serverproc", helper)
+            sys.modules["serverproc"] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(sys.modules["serverproc"])
         name = "cairn_" + os.path.splitext(os.path.basename(path))[0]
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)

@@ -147,6 +147,9 @@ class S3Fixture(procs.Server):
         return c["accessKeyId"], c["secretAccessKey"], c["sessionToken"]
 
 
+Fixture = S3Fixture  # the name suite_backends looks for, as in azure.py
+
+
 class PeerError(RuntimeError):
     """A peer (rclone) failed: its comparison is not measured."""
 
@@ -209,20 +212,23 @@ def _rclone(argv, env, what):
     return r
 
 
-def rclone_prepare(ctx, env, prefix):
-    """The 50 objects of 1 KiB for rclone's list, with one untimed `rclone copy`."""
+def rclone_prepare(ctx, env, prefix, remote=None):
+    """The 50 objects of 1 KiB for rclone's list, with one untimed `rclone copy`;
+    `remote` (the azure rows') is the remote path of the prefix."""
     d = ctx.mkdtemp("rclone-la")
     blob = os.urandom(LIST_OBJECT_SIZE)
     for i in range(LIST_N):
         with open(os.path.join(d, "o%06d" % i), "wb") as f:
             f.write(blob)
-    _rclone(["copy", d, "%s:%s/%sla" % (RCLONE_REMOTE, BUCKET, prefix)], env, "copy")
+    _rclone(["copy", d, (remote or "%s:%s/%s" % (RCLONE_REMOTE, BUCKET, prefix)) + "la"], env,
+            "copy")
     procs.remove_tree(d)
 
 
-def rclone_round(ctx, env, prefix, src, n):
-    """rclone, whole commands, one per operation; {op: [ms]}."""
-    remote = "%s:%s/%s" % (RCLONE_REMOTE, BUCKET, prefix)
+def rclone_round(ctx, env, prefix, src, n, remote=None):
+    """rclone, whole commands, one per operation; {op: [ms]}. `remote` (the azure
+    rows') is the remote path of the prefix."""
+    remote = remote or "%s:%s/%s" % (RCLONE_REMOTE, BUCKET, prefix)
     out = {op: [] for op in OPS}
     part = os.path.join(ctx.tmp, "rclone-range")
     for i in range(n):

@@ -1,6 +1,6 @@
 """backends: the object backend layer alone, per backend.
 
-The local, sftp, s3 and r2 backends are measured. bench/backend-bench drives
+The local, sftp, s3, r2 and azure backends are measured. bench/backend-bench drives
 storage/ directly on a libuv loop
 (no daemon, no protocol, no compression), one operation at a time, and does
 the same work with plain system calls in the same process ("raw": write a
@@ -17,13 +17,16 @@ cairnd on that backend against scp and rclone's sftp backend.
 The s3 and r2 rows (cairnbench/s3.py) run against the S3 test server of the
 integration tests (s3rver behind a SigV4-checking proxy) at each latency
 profile: the backend through backend-bench --url, a bare libcurl client
-(bench/s3-raw) and rclone with an s3 remote.
+(bench/s3-raw) and rclone with an s3 remote. The azure rows (cairnbench/azure.py)
+do the same against Azurite behind the integration tests' proxy: the backend,
+bench/az-raw (libcurl, signed with the backend's SharedKey signer) and rclone's
+azureblob backend.
 """
 
 import json
 import os
 
-from . import charts, common, procs, report, s3, sftp, sshd
+from . import azure, charts, common, procs, report, s3, sftp, sshd
 from .procs import run_timed
 
 KIB = 1024
@@ -167,6 +170,7 @@ def run(ctx, result, log):
     _report(ctx, result, rows, rss, lists)
     _report_sftp(ctx, result, _run_sftp(ctx, result, log, have_rclone))
     _report_s3(ctx, result, _run_s3(ctx, result, log, have_rclone))
+    _report_s3(ctx, result, _run_s3(ctx, result, log, have_rclone, azure), azure)
 
 
 def _report(ctx, result, rows, rss, lists):
@@ -468,55 +472,57 @@ def _cairn_s3(kind):
     return "cairn %s backend" % kind
 
 
-def _run_s3(ctx, result, log, have_rclone):
-    """Every s3 and r2 row against one S3 server; a dict for _report_s3. Its "why"
-    says why nothing was measured, "rclone_why" why rclone was not."""
+def _run_s3(ctx, result, log, have_rclone, mod=s3):
+    """Every s3 and r2 row against one S3 server (with mod=azure: the azure rows
+    against one Azurite); a dict for _report_s3. Its "why" says why nothing was
+    measured, "rclone_why" why rclone was not."""
+    libcurl, rclone = _peers(mod)
     s = ctx.sizes
-    out = {"why": s3.unavailable(), "rclone_why": None if have_rclone else
+    out = {"why": mod.unavailable(), "rclone_why": None if have_rclone else
            "rclone not installed", "rows": {}, "rss": {}}
     if out["why"]:
-        log("backends: s3 and r2 not measured: " + out["why"])
+        log("backends: %s not measured: %s" % (" and ".join(mod.BACKENDS), out["why"]))
         return out
     n, rounds = s["s3_iterations"], s["s3_rounds"]
     try:
-        server = s3.S3Fixture(ctx)
+        server = mod.Fixture(ctx)
     except procs.Skip as e:
         out["why"] = str(e)
         return out
     with server:
         src = os.path.join(ctx.mkdtemp("s3-src"), "object")
         with open(src, "wb") as f:
-            f.write(os.urandom(s3.SIZE))
-        for kind in s3.BACKENDS:
+            f.write(os.urandom(mod.SIZE))
+        for kind in mod.BACKENDS:
             cairn = _cairn_s3(kind)
             rc_env = None
             if out["rclone_why"] is None:
                 try:
-                    rc_env = s3.rclone_env(ctx, server, kind, "rc-%s/" % kind)
-                    s3.rclone_prepare(ctx, rc_env, "rc-%s/" % kind)
-                except s3.PeerError as e:
+                    rc_env = mod.rclone_env(ctx, server, kind, "rc-%s/" % kind)
+                    mod.rclone_prepare(ctx, rc_env, "rc-%s/" % kind)
+                except mod.PeerError as e:
                     out["rclone_why"] = str(e)
                     result.note("rclone failed, not compared: %s" % e)
             for profile in s["s3_profiles"]:
                 server.profile(profile)
-                tools = [cairn, LIBCURL] + ([RCLONE_S3] if rc_env else [])
-                smp = {tool: {op: [] for op in s3.OPS} for tool in tools}
+                tools = [cairn, libcurl] + ([rclone] if rc_env else [])
+                smp = {tool: {op: [] for op in mod.OPS} for tool in tools}
                 for r in range(rounds):
                     log("backends: %s at %s, %d x %d, round %d of %d"
-                        % (kind, profile, n, len(s3.OPS), r + 1, rounds))
+                        % (kind, profile, n, len(mod.OPS), r + 1, rounds))
                     # The order rotates from round to round, so drift hits every tool alike.
                     for tool in tools[r % len(tools):] + tools[:r % len(tools)]:
                         peak = None
                         if tool == cairn:
-                            ops, peak = s3.backend_round(ctx, server, kind,
+                            ops, peak = mod.backend_round(ctx, server, kind,
                                                          "be-%s-%s-%d/" % (kind, profile, r), n)
-                        elif tool == LIBCURL:
-                            ops, peak = s3.raw_round(ctx, server, kind,
+                        elif tool == libcurl:
+                            ops, peak = mod.raw_round(ctx, server, kind,
                                                      "raw-%s-%s/" % (kind, profile), n)
                         elif tool in smp:
                             try:
-                                ops = s3.rclone_round(ctx, rc_env, "rc-%s/" % kind, src, n)
-                            except s3.PeerError as e:
+                                ops = mod.rclone_round(ctx, rc_env, "rc-%s/" % kind, src, n)
+                            except mod.PeerError as e:
                                 out["rclone_why"] = str(e)
                                 result.note("rclone failed, not compared: %s" % e)
                                 del smp[tool]
@@ -524,7 +530,7 @@ def _run_s3(ctx, result, log, have_rclone):
                                 continue
                         else:
                             continue
-                        for op in s3.OPS:
+                        for op in mod.OPS:
                             smp[tool][op] += ops[op]
                         if peak:
                             out["rss"][(kind, tool)] = max(out["rss"].get((kind, tool), 0), peak)
@@ -534,9 +540,36 @@ def _run_s3(ctx, result, log, have_rclone):
     return out
 
 
-def _report_s3(ctx, result, so):
+def _peers(mod):
+    """The labels of the raw libcurl peer and of rclone for the rows of `mod`."""
+    if mod is s3:
+        return LIBCURL, RCLONE_S3
+    return mod.LIBCURL, mod.RCLONE
+
+
+def _caption(mod, kind):
+    if mod is not s3:
+        return mod.caption(kind)
+    return (
+        "All against one S3 server on 127.0.0.1 (tests/s3/server.js: s3rver behind a "
+        "proxy that checks every SigV4 signature and x-amz-content-sha256), whose proxy "
+        "waits 0, 20, 50 or 100 ms (clean, rtt20, rtt50, rtt100) before forwarding each "
+        "request; tools alternate round by round. cairn: backend-bench --url %s://... "
+        "(storage's backend_* API, opened before the clock starts). libcurl: bench/s3-raw, "
+        "one curl easy handle kept alive, CURLOPT_AWS_SIGV4, x-amz-content-sha256 of the "
+        "body. rclone: whole commands (its start-up included) with an s3 remote set up "
+        "through RCLONE_CONFIG_CBS3_* (provider Other, path style, no bucket check): "
+        "`copyto`, `cat`, `cat --offset --count`, `lsf FILE`, `lsjson --no-modtime "
+        "--no-mimetype DIR` (keys and sizes, as the backend's list), `deletefile`.%s"
+        % (kind, " r2: the backend takes temporary credentials from the fixture's "
+           "stand-in for Cloudflare's API and signs with their session token; the peers "
+           "use temporary credentials from the same API." if kind == "r2" else ""))
+
+
+def _report_s3(ctx, result, so, mod=s3):
     profiles = ctx.sizes["s3_profiles"]
-    for kind in s3.BACKENDS:
+    libcurl, rclone = _peers(mod)
+    for kind in mod.BACKENDS:
         cairn = _cairn_s3(kind)
         if so["why"]:
             result.note("backend %s: not measured: %s" % (kind, so["why"]))
@@ -550,35 +583,23 @@ def _report_s3(ctx, result, so):
             "%s: one operation at a time, 1 MiB objects, by latency profile" % kind,
             ["profile", "operation", "tool", "runs", "mean ms", "median ms", "p95 ms",
              "MB/s (median)", "cairn ÷ libcurl (median)", "cairn ÷ rclone (median)"],
-            "All against one S3 server on 127.0.0.1 (tests/s3/server.js: s3rver behind a "
-            "proxy that checks every SigV4 signature and x-amz-content-sha256), whose proxy "
-            "waits 0, 20, 50 or 100 ms (clean, rtt20, rtt50, rtt100) before forwarding each "
-            "request; tools alternate round by round. cairn: backend-bench --url %s://... "
-            "(storage's backend_* API, opened before the clock starts). libcurl: bench/s3-raw, "
-            "one curl easy handle kept alive, CURLOPT_AWS_SIGV4, x-amz-content-sha256 of the "
-            "body. rclone: whole commands (its start-up included) with an s3 remote set up "
-            "through RCLONE_CONFIG_CBS3_* (provider Other, path style, no bucket check): "
-            "`copyto`, `cat`, `cat --offset --count`, `lsf FILE`, `lsjson --no-modtime "
-            "--no-mimetype DIR` (keys and sizes, as the backend's list), `deletefile`.%s"
-            % (kind, " r2: the backend takes temporary credentials from the fixture's "
-               "stand-in for Cloudflare's API and signs with their session token; the peers "
-               "use temporary credentials from the same API." if kind == "r2" else ""))
+            _caption(mod, kind))
         for profile in profiles:
             smp = so["rows"].get((kind, profile))
             if not smp:
                 continue
             for op, label in S3_OPS:
                 c = report.median(smp[cairn][op])
-                for tool in (cairn, LIBCURL, RCLONE_S3):
+                for tool in (cairn, libcurl, rclone):
                     if tool not in smp:
                         continue
                     st = common.summarize(smp[tool][op])
-                    nbytes = {"put": s3.SIZE, "get": s3.SIZE, "range": s3.RANGE}.get(op)
+                    nbytes = {"put": mod.SIZE, "get": mod.SIZE, "range": mod.RANGE}.get(op)
                     mbs = nbytes / (st["median"] / 1000.0) / 1e6 if nbytes else "-"
                     ratios = ["-", "-"]
                     if tool == cairn:
                         ratios = [report.fmt_ratio(report.ratio(c, report.median(smp[p][op])))
-                                  if p in smp else "n/a" for p in (LIBCURL, RCLONE_S3)]
+                                  if p in smp else "n/a" for p in (libcurl, rclone)]
                     t.add(profile, label, tool, st["n"], st["mean"], st["median"], st["p95"],
                           mbs, *ratios)
         rss = ["%s %s" % (tool, report.fmt_bytes(kib * 1024))
@@ -587,7 +608,7 @@ def _report_s3(ctx, result, so):
             result.note("%s: peak RSS of the in-process tools (each holds the 1 MiB object it "
                         "writes): %s" % (kind, ", ".join(rss)))
         for op, short in S3_SHORT.items():
-            for peer, tool, limit in (("raw libcurl", LIBCURL, 1.1), ("rclone", RCLONE_S3, 1.0)):
+            for peer, tool, limit in (("raw libcurl", libcurl, 1.1), ("rclone", rclone, 1.0)):
                 name = "backends %s: %s %s %s (median, every profile)" % (
                     kind, short, "at most 1.1x" if limit == 1.1 else "faster than", peer)
                 per = []
@@ -597,7 +618,7 @@ def _report_s3(ctx, result, so):
                         per.append((profile, report.ratio(report.median(smp[cairn][op]),
                                                           report.median(smp[tool][op]))))
                 if len(per) < len(profiles):
-                    why = so["rclone_why"] if tool == RCLONE_S3 else None
+                    why = so["rclone_why"] if tool == rclone else None
                     result.target(name, "not measured: " + (why or "the peer failed"), None)
                     continue
                 worst = max(per, key=lambda pr: pr[1])
@@ -605,7 +626,7 @@ def _report_s3(ctx, result, so):
                 result.target(name, "worst %s at %s (%s)" % (
                     report.fmt_ratio(worst[1]), worst[0],
                     ", ".join("%s %s" % (p, report.fmt_ratio(r)) for p, r in per)), ok)
-    result.data["s3"] = {
+    result.data[mod.BACKENDS[0] if mod is not s3 else "s3"] = {
         "why": so["why"], "rclone_why": so["rclone_why"],
         "rows": {"%s/%s" % k: v for k, v in so["rows"].items()},
         "peak_rss_kib": {"%s/%s" % k: v for k, v in so["rss"].items()}}

@@ -12,6 +12,15 @@
 
 struct daemon;
 
+/* ---- passphrase.c ---- */
+
+/*
+ * The passphrase of an encrypted store, from the sources the config (ctx,
+ * a const struct config *) names (recovery_parts.passphrase): 0 with a
+ * malloc'd copy the caller wipes, or negative errno with the reason logged.
+ */
+int app_passphrase(void *ctx, char **out, size_t *len);
+
 /* ---- listen.c ---- */
 
 /* Listens on the socket systemd passed, else binds `path`: 0, or DAEMON_E_* with err. */

@@ -137,6 +137,9 @@ void config_print(const struct config *cfg, FILE *out)
         (unsigned)cfg->log_level < sizeof(levels) / sizeof(levels[0]) ? levels[cfg->log_level]
                                                                       : "info");
     put_uint(out, cfg, "daemon", "max_connections", cfg->max_connections);
+    snprintf(buf, sizeof(buf), "%llums", (unsigned long long)cfg->client_timeout_ms);
+    put(out, cfg, "daemon", "client_timeout", buf);
+    put_u64(out, cfg, "daemon", "connection_memory", cfg->connection_memory);
     put_uint(out, cfg, "daemon", "threads", cfg->threads);
     fputs("\n[store]\n", out);
     put(out, cfg, "store", "data_dir", cfg->data_dir);
@@ -155,6 +158,16 @@ void config_print(const struct config *cfg, FILE *out)
     put(out, cfg, "store", "max_clock_skew", buf);
     put_u64(out, cfg, "store", "cache_size", cfg->cache_size);
     put(out, cfg, "store", "read_cache_dir", cfg->read_cache_dir);
+    /* The passphrase itself is never printed: only where it comes from. */
+    if (cfg->encryption == CONFIG_ENC_UNSET)
+        fputs("# encryption: not set: the store's own mode (a new store is plain)\n", out);
+    else
+        put(out, cfg, "store", "encryption",
+            cfg->encryption == CONFIG_ENC_ON ? "aes-256-gcm" : "off");
+    if (cfg->password_file[0])
+        put(out, cfg, "store", "password_file", cfg->password_file);
+    if (cfg->password_command[0])
+        put(out, cfg, "store", "password_command", cfg->password_command);
     if (cfg->read_cache_auto)
         put(out, cfg, "store", "read_cache_size", "auto");
     else

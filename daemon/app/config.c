@@ -1,13 +1,14 @@
 #include "daemon/app/config.h"
+#include "daemon/app/config-flags.h"
 
 #include <errno.h>
 #include <pwd.h>
-#include <getopt.h>
 #include <ini.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,34 +16,6 @@
 #include "compress/cdc.h"
 #include "daemon/store/store.h"
 #include "proto/util.h"
-
-static const char usage_text[] =
-    "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
-    "              [--config FILE] [--rebuild-index | --upgrade | --print-config]\n"
-    "       cairnd --help | --version\n"
-    "\n"
-    "Runs the cairn storage daemon in the foreground.\n"
-    "\n"
-    "  --socket PATH      Unix socket to listen on\n"
-    "                     (default $XDG_RUNTIME_DIR/cairn/cairnd.sock or "
-    "/tmp/cairn-$UID/cairnd.sock)\n"
-    "  --data-dir DIR     metadata database and local objects (default $XDG_DATA_HOME/cairn);\n"
-    "                     a relative DIR is taken from the working directory\n"
-    "  --backend URL      object backend: local (default), local:/PATH,\n"
-    "                     sftp://USER@HOST[:PORT]/PATH[?key=FILE&known_hosts=FILE&...],\n"
-    "                     s3://BUCKET[/PREFIX][?endpoint=URL&region=NAME&...] or\n"
-    "                     r2://BUCKET[/PREFIX]?account=ID[&...]\n"
-    "  --log-level LEVEL  error, warn, info (default) or debug\n"
-    "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n"
-    "  --rebuild-index    recreate the metadata database from the packs, then exit\n"
-    "  --upgrade          convert a data directory of format 1 to packs, then exit\n"
-    "  --print-config     print the effective settings and where each came from, then exit\n";
-
-/* Flag values, kept apart so they can be applied after the file and the environment. */
-struct flags {
-    const char *socket, *data_dir, *backend, *log_level, *config;
-    bool rebuild_index, upgrade, print_config;
-};
 
 struct ini_state {
     struct config *cfg;
@@ -55,18 +28,23 @@ struct ini_state {
     mode_t mode; /* of the open file, for secrets_exposed() */
 };
 
-bool config_is_secret(const char *section, const char *key)
+/* The [backend] keys (and URL parameters) that hold secrets. */
+static const char *const secret_keys[] = {"secret_access_key", "session_token", "api_token",
+                                          "account_key", "sas"};
+
+static const char *secret_key(const char *key, size_t len)
 {
-    return strcmp(section, "backend") == 0 &&
-           (strcmp(key, "secret_access_key") == 0 || strcmp(key, "session_token") == 0 ||
-            strcmp(key, "api_token") == 0);
+    for (size_t i = 0; i < ARRAY_SIZE(secret_keys); i++)
+        if (len == strlen(secret_keys[i]) && strncmp(key, secret_keys[i], len) == 0)
+            return secret_keys[i];
+    return NULL;
 }
 
-/*
- * A secret may only sit in a file that nobody but its owner can read or
- * change: otherwise every local user has the bucket. Refused rather than
- * warned about, as ssh does for a private key.
- */
+bool config_is_secret(const char *section, const char *key)
+{
+    return strcmp(section, "backend") == 0 && secret_key(key, strlen(key));
+}
+
 /*
  * Whether an sftp URL holds a password (sftp://USER:PASSWORD@HOST): cairn
  * logs in by key only, and would take "USER:PASSWORD" for the user name and
@@ -87,19 +65,22 @@ static bool url_has_password(const char *url)
 /* The first secret-bearing parameter in a backend URL's query, or NULL. */
 static const char *url_secret(const char *url)
 {
-    static const char *const keys[] = {"secret_access_key", "session_token", "api_token"};
-    const char *p = strchr(url, '?');
+    const char *p = strchr(url, '?'), *key;
 
     while (p && *p) {
         size_t len = strcspn(++p, "=&");
-        for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
-            if (len == strlen(keys[i]) && strncmp(p, keys[i], len) == 0)
-                return keys[i];
+        if ((key = secret_key(p, len)))
+            return key;
         p = strchr(p, '&');
     }
     return NULL;
 }
 
+/*
+ * A secret may only sit in a file that nobody but its owner can read or
+ * change: otherwise every local user has the bucket. Refused rather than
+ * warned about, as ssh does for a private key.
+ */
 static const char *secrets_exposed(const struct ini_state *st, const char *section, const char *key,
                                    const char *value)
 {
@@ -234,6 +215,19 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             cfg->max_connections = u;
             return NULL;
         }
+        if (strcmp(key, "client_timeout") == 0) {
+            uint64_t ms;
+            if (parse_duration(value, 86400000, &ms))
+                return "client_timeout must be a duration such as 60s, at most a day (0: never)";
+            cfg->client_timeout_ms = ms;
+            return NULL;
+        }
+        if (strcmp(key, "connection_memory") == 0) {
+            if (parse_size(value, &sz) || sz < 4u * 1024 * 1024 || sz > 64ull * 1024 * 1024 * 1024)
+                return "connection_memory must be between 4M and 65536M";
+            cfg->connection_memory = sz;
+            return NULL;
+        }
         if (strcmp(key, "threads") == 0) {
             if (parse_uint(value, 0, 128, &u))
                 return "threads must be between 0 (automatic) and 128";
@@ -293,6 +287,23 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             cfg->cache_size = sz;
             return NULL;
         }
+        if (strcmp(key, "encryption") == 0) {
+            if (strcmp(value, "on") == 0 || strcmp(value, "aes-256-gcm") == 0)
+                cfg->encryption = CONFIG_ENC_ON;
+            else if (strcmp(value, "off") == 0)
+                cfg->encryption = CONFIG_ENC_OFF;
+            else
+                return "encryption must be on, aes-256-gcm or off";
+            return NULL;
+        }
+        if (strcmp(key, "password_file") == 0)
+            return copy_str(cfg->password_file, sizeof(cfg->password_file), value)
+                       ? "password_file is empty or too long"
+                       : NULL;
+        if (strcmp(key, "password_command") == 0)
+            return copy_str(cfg->password_command, sizeof(cfg->password_command), value)
+                       ? "password_command is empty or too long"
+                       : NULL;
         if (strcmp(key, "read_cache_dir") == 0)
             return copy_str(cfg->read_cache_dir, sizeof(cfg->read_cache_dir), value)
                        ? "read_cache_dir is empty or too long"
@@ -329,14 +340,32 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             return NULL;
         }
     } else if (strcmp(section, "backend") == 0) {
-        /* sftp's, then s3's and r2's (storage/sftp/sftp-url.c, storage/s3/s3-url.h). */
+        /* sftp's, then s3's and r2's, then azure's (storage/sftp/sftp-url.c,
+         * storage/s3/s3-url.h, storage/azure/azure-url.h). */
         static const char *const remote_keys[] = {
-            "key",           "known_hosts", "accept_new_host", "connections",
-            "timeout",       "keepalive",   "endpoint",        "region",
-            "path_style",    "allow_http",  "connect_timeout", "stall_timeout",
-            "storage_class", "profile",     "access_key_id",   "secret_access_key",
-            "session_token", "account",     "api_base",        "api_token",
+            "key",
+            "known_hosts",
+            "accept_new_host",
+            "connections",
+            "timeout",
+            "keepalive",
+            "endpoint",
+            "region",
+            "path_style",
+            "allow_http",
+            "connect_timeout",
+            "stall_timeout",
+            "storage_class",
+            "profile",
+            "access_key_id",
+            "secret_access_key",
+            "session_token",
+            "account",
+            "api_base",
+            "api_token",
             "temp_ttl",
+            "account_key",
+            "sas",
         };
         if (strcmp(key, "url") == 0)
             return copy_str(cfg->backend_url, sizeof(cfg->backend_url), value)
@@ -383,9 +412,44 @@ static char *read_line(char *str, int num, void *stream)
         free(line);
         return NULL;
     }
+    /* inih would go on in the section before and blame a later line. */
+    if (text[0] == '[' && !strchr(text, ']')) {
+        snprintf(st->err, st->err_len, "%s:%d: a section header ends with ']'", st->path,
+                 st->lineno);
+        st->failed = true;
+        free(line);
+        return NULL;
+    }
     memcpy(str, text, strlen(text) + 1);
     free(line);
     return str;
+}
+
+/* "64MB", "512 KiB": a size in a spelling this file does not take (sizes are 64M, 512K). */
+static bool size_spelled_otherwise(const char *v)
+{
+    static const char *const units[] = {"b", "kb", "mb", "gb", "tb", "kib", "mib", "gib", "tib"};
+    size_t digits = strspn(v, "0123456789");
+    const char *u = v + digits + strspn(v + digits, " ");
+
+    if (digits == 0 || !*u)
+        return false;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcasecmp(u, units[i]) == 0)
+            return true;
+    return false;
+}
+
+/* apply(), with a word on sizes spelled as this file does not take them. */
+static const char *apply_value(struct config *cfg, const char *section, const char *key,
+                               const char *value)
+{
+    const char *problem = apply(cfg, section, key, value);
+
+    if (problem && size_spelled_otherwise(value))
+        return "sizes are written 64M, 512K or 2G (K, M and G are 1024, 1024^2 and 1024^3 "
+               "bytes), not with B, KB, MB, KiB or MiB";
+    return problem;
 }
 
 static int on_ini_entry(void *user, const char *section, const char *key, const char *value)
@@ -402,7 +466,7 @@ static int on_ini_entry(void *user, const char *section, const char *key, const 
                       ? "unknown section"
                       : NULL;
     else if (!(problem = secrets_exposed(st, section, key, value)))
-        problem = apply(st->cfg, section, key, value);
+        problem = apply_value(st->cfg, section, key, value);
     if (problem) {
         snprintf(st->err, st->err_len, "%s:%d: [%s] %s%s%s", st->path, lineno, section,
                  key ? key : "", key ? ": " : "", problem);
@@ -462,79 +526,9 @@ static void set_defaults(struct config *cfg)
     cfg->cache_size = 64 * 1024 * 1024;
     cfg->read_cache_auto = true;
     cfg->max_connections = 4096;
+    cfg->client_timeout_ms = 60000;
+    cfg->connection_memory = 64 * 1024 * 1024;
     cfg->threads = 0;
-}
-
-static int parse_flags(struct flags *fl, int argc, char **argv, char *err, size_t err_len)
-{
-    /* One option a line, which clang-format would pack into columns. */
-    /* clang-format off */
-    static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},  {"data-dir", required_argument, NULL, 'd'},
-        {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
-        {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
-        {"upgrade", no_argument, NULL, 'U'},       {"print-config", no_argument, NULL, 'P'},
-        {NULL, 0, NULL, 0},
-    };
-    /* clang-format on */
-    int c;
-
-    memset(fl, 0, sizeof(*fl));
-    opterr = 0;
-    optind = 0; /* 0, not 1: glibc then also forgets a half-read "-xy" cluster */
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            fl->socket = optarg;
-            break;
-        case 'd':
-            fl->data_dir = optarg;
-            break;
-        case 'b':
-            fl->backend = optarg;
-            break;
-        case 'l':
-            fl->log_level = optarg;
-            break;
-        case 'c':
-            fl->config = optarg;
-            break;
-        case 'R':
-            fl->rebuild_index = true;
-            break;
-        case 'U':
-            fl->upgrade = true;
-            break;
-        case 'P':
-            fl->print_config = true;
-            break;
-        case 'h':
-            fputs(usage_text, stdout);
-            return CONFIG_E_EXIT;
-        case 'V':
-            printf("cairnd %s\n", CAIRN_VERSION);
-            return CONFIG_E_EXIT;
-        case ':':
-            snprintf(err, err_len, "option %s needs a value", argv[optind - 1]);
-            return CONFIG_E_USAGE;
-        default:
-            if (optopt)
-                snprintf(err, err_len, "unknown option -%c", optopt);
-            else
-                snprintf(err, err_len, "unknown option %s", argv[optind - 1]);
-            return CONFIG_E_USAGE;
-        }
-    }
-    if (optind < argc) {
-        snprintf(err, err_len, "unexpected argument '%s'", argv[optind]);
-        return CONFIG_E_USAGE;
-    }
-    if (fl->rebuild_index + fl->upgrade + fl->print_config > 1) {
-        snprintf(err, err_len, "--rebuild-index, --upgrade and --print-config do not go together");
-        return CONFIG_E_USAGE;
-    }
-    return 0;
 }
 
 /*
@@ -594,7 +588,7 @@ static int read_cache_path(struct config *cfg, char *err, size_t err_len)
 static int apply_checked(struct config *cfg, const char *section, const char *key,
                          const char *value, const char *origin, char *err, size_t err_len)
 {
-    const char *problem = apply(cfg, section, key, value);
+    const char *problem = apply_value(cfg, section, key, value);
     if (problem) {
         snprintf(err, err_len, "%s: %s", origin, problem);
         return CONFIG_E_INVALID;
@@ -628,7 +622,7 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     int r;
 
     set_defaults(cfg);
-    r = parse_flags(&fl, argc, argv, err, err_len);
+    r = config_parse_flags(&fl, argc, argv, err, err_len);
     if (r)
         return r;
     cfg->rebuild_index = fl.rebuild_index;
@@ -681,7 +675,8 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         snprintf(err, err_len,
                  "--backend: the URL holds %s, which every user can read on the command line; "
                  "put the URL in the config file (chmod 600) or the secret in the environment "
-                 "(AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, CLOUDFLARE_API_TOKEN)",
+                 "(AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, CLOUDFLARE_API_TOKEN, "
+                 "AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN, AZURE_STORAGE_CONNECTION_STRING)",
                  secret);
         return CONFIG_E_INVALID;
     }
@@ -690,6 +685,9 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
         return r;
     if (fl.log_level &&
         (r = apply_checked(cfg, "daemon", "log_level", fl.log_level, "--log-level", err, err_len)))
+        return r;
+    if (fl.encryption && (r = apply_checked(cfg, "store", "encryption", fl.encryption,
+                                            "--encryption", err, err_len)))
         return r;
     if (url_has_password(cfg->backend_url)) {
         snprintf(err, err_len,

@@ -47,13 +47,23 @@ struct config {
     uint64_t read_cache_size;
     bool read_cache_auto;
     unsigned max_connections;
+    uint64_t client_timeout_ms; /* 0: never */
+    uint64_t connection_memory; /* all connections' buffers together */
     unsigned threads;
+    /* [store] encryption, for a store made at this start (CONFIG_ENC_*), and the passphrase's
+     * sources besides CAIRN_PASSWORD_FILE and a terminal (README "Encryption at rest"). */
+    unsigned encryption;
+    char password_file[PATH_MAX];
+    char password_command[1024];
     bool rebuild_index; /* --rebuild-index: rebuild the database, then exit */
     bool upgrade;       /* --upgrade: convert a format 1 directory, then exit */
     bool print_config;  /* --print-config: show the effective settings, then exit */
     struct config_origin origins[CONFIG_ORIGINS];
     unsigned norigins;
 };
+
+/* [store] encryption: not given (the store's own), off, or on (AES-256-GCM). */
+enum { CONFIG_ENC_UNSET, CONFIG_ENC_OFF, CONFIG_ENC_ON };
 
 /* config_load() results besides 0. */
 enum {
@@ -65,8 +75,9 @@ enum {
 int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err_len);
 /* Notes where section.key came from (config.c; a later source replaces an earlier one). */
 void config_note_origin(struct config *cfg, const char *section, const char *key, const char *from);
-/* Is section.key a secret (secret_access_key, session_token, api_token of [backend])? Such
- * keys are refused in a file that group or others can access, and never printed. */
+/* Is section.key a secret (secret_access_key, session_token, api_token, account_key, sas of
+ * [backend])? Such keys are refused in a file that group or others can access, and never
+ * printed. */
 bool config_is_secret(const char *section, const char *key);
 /* Prints every setting as a config file would say it, each with where it came from; secrets,
  * in [backend] or in the url's parameters, are left out. */

@@ -1,6 +1,7 @@
 #include "daemon/app/daemon.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "daemon/net/net.h"
 #include "daemon/pack/packer.h"
 #include "daemon/readcache/readcache.h"
+#include "daemon/crypto/seal.h"
 #include "daemon/recovery/recovery.h"
 #include "daemon/search/search.h"
 #include "daemon/store/store.h"
@@ -55,6 +57,32 @@ static void send_status(struct daemon *d)
     else
         sysd_notify("STATUS=serving %u connection%s", n, n == 1 ? "" : "s");
     d->status_conns = n;
+}
+
+static void reserve_work(uv_work_t *w)
+{
+    reserve_retake(&container_of(w, struct daemon, reserve_work)->reserve);
+}
+
+static void reserve_done(uv_work_t *w, int status)
+{
+    (void)status;
+    container_of(w, struct daemon, reserve_work)->reserve_busy = false;
+}
+
+/* How often (in sweep ticks) the reserve, once given away, is looked at again. */
+#define DAEMON_RESERVE_TICKS 5
+
+static void on_sweep_tick(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+
+    if (d->srv)
+        server_sweep(d->srv);
+    if (++d->sweep_ticks % DAEMON_RESERVE_TICKS == 0 && d->reserve_set && !d->reserve_busy &&
+        !d->stopping && reserve_given(&d->reserve) &&
+        uv_queue_work(&d->loop, &d->reserve_work, reserve_work, reserve_done) == 0)
+        d->reserve_busy = true;
 }
 
 static void on_status_tick(uv_timer_t *t)
@@ -142,6 +170,15 @@ static void on_signal(uv_signal_t *s, int signum)
         return;
     }
     log_info("received %s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    daemon_stop(d);
+}
+
+/* The protocol's `shutdown`: what SIGTERM does. */
+static void on_shutdown_op(void *ctx)
+{
+    struct daemon *d = ctx;
+
+    log_info("a client asked for a shutdown: stopping");
     daemon_stop(d);
 }
 
@@ -340,7 +377,14 @@ static int open_store(struct daemon *d, const struct config *cfg, const struct s
                                    .fresh_db = d->db_renewed,
                                    .max_clock_skew_s = cfg->max_clock_skew_ms / 1000,
                                    .stale = on_stale,
-                                   .stale_ctx = d};
+                                   .stale_ctx = d,
+                                   .encryption = cfg->encryption == CONFIG_ENC_ON ? RECOVERY_ENC_ON
+                                                 : cfg->encryption == CONFIG_ENC_OFF
+                                                     ? RECOVERY_ENC_OFF
+                                                     : RECOVERY_ENC_UNSET,
+                                   .passphrase = app_passphrase,
+                                   .passphrase_ctx = (void *)cfg,
+                                   .key_used = d->key_used};
     int r;
 
     if ((r = store_new(&d->store, &d->loop, d->be, d->db, d->rc, scfg)) < 0)
@@ -348,6 +392,8 @@ static int open_store(struct daemon *d, const struct config *cfg, const struct s
     parts.st = d->store;
     r = recovery_replay(&parts, cfg->rebuild_index, &resume, d->replay_summary,
                         sizeof(d->replay_summary));
+    if (r == 0 && d->rc)
+        readcache_forget_unknown(d->rc);
     if (r == 0)
         r = packer_new(&d->pk, &d->loop, d->be, d->db, &pcfg, &resume);
     free(resume.index);
@@ -441,7 +487,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     d->sig_term.data = d->sig_int.data = d;
     uv_timer_init(&d->loop, &d->watchdog_timer);
     uv_timer_init(&d->loop, &d->status_timer);
-    d->watchdog_timer.data = d->status_timer.data = d;
+    uv_timer_init(&d->loop, &d->sweep_timer);
+    d->watchdog_timer.data = d->status_timer.data = d->sweep_timer.data = d;
     *out = d;
     notify_start(d);
     /* A socket from systemd is checked first: a wrong one fails at once. */
@@ -469,9 +516,16 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     backend_set_log(log_backend);
     r = backend_new(&d->be, &d->loop, url, &msg);
     if (r < 0) {
-        /* The URL without its parameters: they may name key files, and msg says enough. */
-        snprintf(err, err_len, "backend %.*s: %s (%s)", (int)strcspn(url, "?"), url,
-                 msg ? msg : "cannot open", strerror(-r));
+        /*
+         * The URL without its parameters: they may name key files. A message
+         * says what failed; an errno after it would be the wrong word
+         * ("Protocol error" for a certificate), so it comes only without one.
+         */
+        if (msg)
+            snprintf(err, err_len, "backend %.*s: %s", (int)strcspn(url, "?"), url, msg);
+        else
+            snprintf(err, err_len, "backend %.*s: cannot open: %s", (int)strcspn(url, "?"), url,
+                     strerror(-r));
         return DAEMON_E_SETUP;
     }
     d->be->ops->describe(d->be, d->backend_desc, sizeof(d->backend_desc));
@@ -524,6 +578,14 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
                  "log; [store] max_clock_skew)");
         return DAEMON_E_SETUP;
     }
+    /* Encryption at rest (recovery.h, keyring.c): the log has said more. */
+    if (r == -EKEYREJECTED || r == -ENOKEY) {
+        snprintf(err, err_len, "%s",
+                 r == -EKEYREJECTED
+                     ? "wrong passphrase: no key of this encrypted store opens with it"
+                     : "this store is encrypted and no passphrase was given");
+        return DAEMON_E_SETUP;
+    }
     if (r < 0) {
         snprintf(err, err_len, "%s: %s",
                  cfg->rebuild_index ? "rebuild: reading the packs from the backend failed"
@@ -549,11 +611,18 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
                                 .writer = d->writer,
                                 .backend_desc = d->backend_desc,
                                 .max_connections = cfg->max_connections,
+                                .client_timeout_ms = cfg->client_timeout_ms,
+                                .connection_memory = cfg->connection_memory,
+                                .shutdown = on_shutdown_op,
+                                .shutdown_ctx = d,
                             });
     if (r < 0) {
         snprintf(err, err_len, "out of memory");
         return DAEMON_E_SETUP;
     }
+    /* Unreferenced: it never keeps the loop alive. */
+    uv_timer_start(&d->sweep_timer, on_sweep_tick, 1000, 1000);
+    uv_unref((uv_handle_t *)&d->sweep_timer);
     r = daemon_listen(d, cfg->socket_path, err, err_len);
     if (r)
         return r;
@@ -594,10 +663,20 @@ int daemon_rebuild(struct daemon *d, char *summary, size_t summary_len)
     /* The replay in daemon_new did the work; the index catches up before the exit. */
     int r = daemon_drain(d);
 
-    d->rebuilt = r == 0;
+    struct db_totals t;
 
-    snprintf(summary, summary_len, "%s",
-             d->replay_summary[0] ? d->replay_summary : "the packs hold nothing");
+    d->rebuilt = r == 0;
+    if (d->replay_summary[0]) {
+        snprintf(summary, summary_len, "%s", d->replay_summary);
+    } else if (db_totals(d->db, 0, &t) == 0 && t.documents > 0) {
+        /* Nothing to replay: the database already held everything (--upgrade of a current store).
+         */
+        snprintf(summary, summary_len,
+                 "the store is current: %" PRIu64 " document%s in %" PRIu64 " pack%s", t.documents,
+                 t.documents == 1 ? "" : "s", t.packs, t.packs == 1 ? "" : "s");
+    } else {
+        snprintf(summary, summary_len, "the packs hold nothing");
+    }
     return r;
 }
 
@@ -619,6 +698,7 @@ struct daemon *daemon_free(struct daemon *d)
     close_handle((uv_handle_t *)&d->stop_timer);
     close_handle((uv_handle_t *)&d->watchdog_timer);
     close_handle((uv_handle_t *)&d->status_timer);
+    close_handle((uv_handle_t *)&d->sweep_timer);
     /* Let close callbacks and any queued work finish before freeing what they use. */
     uv_run(&d->loop, UV_RUN_DEFAULT);
     /* Each part before the parts it uses. */
@@ -634,6 +714,7 @@ struct daemon *daemon_free(struct daemon *d)
     uv_run(&d->loop, UV_RUN_DEFAULT); /* the backend's handles close asynchronously */
     if (uv_loop_close(&d->loop) != 0)
         log_error("event loop still has open handles at exit");
+    seal_forget(); /* an encrypted store's master key, once nothing reads records any more */
     if (d->rebuilding && !d->rebuilt)
         daemon_undo_rebuild(d); /* before the lock goes */
     if (d->reserve_set)

@@ -43,6 +43,7 @@ struct daemon {
     uv_timer_t stop_timer;
     uv_timer_t watchdog_timer; /* WATCHDOG=1 at half of WATCHDOG_USEC */
     uv_timer_t status_timer;   /* STATUS= when the connection count changed */
+    uv_timer_t sweep_timer;    /* server_sweep() every second */
     struct backend *be;
     struct db *db;
     struct readcache *rc; /* remote backends only */
@@ -53,6 +54,7 @@ struct daemon {
     struct refresh *refresh; /* the other writers' packs, while serving */
     struct server *srv;
     char replay_summary[512]; /* what recovery brought back from the packs */
+    char key_used[33];        /* the key object that opened an encrypted store ("": plain) */
     uint64_t writer;          /* this daemon's writer id (DATA_DIR/writer) */
     bool owns_writer0;        /* writer 0's packs are its own too */
     bool db_renewed;          /* the database is made anew at this start (rebuild, format 2) */
@@ -68,6 +70,9 @@ struct daemon {
     int lock_fd;
     struct reserve reserve; /* room for deletes and gc on a full disk */
     bool reserve_set;
+    uv_work_t reserve_work; /* taking the reserve again once there is room */
+    bool reserve_busy;
+    unsigned sweep_ticks;
     char socket_path[sizeof(((struct config *)0)->socket_path)];
     char backend_desc[256];
     /*

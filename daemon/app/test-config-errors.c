@@ -65,6 +65,18 @@ static void test_unknown_section(void **state)
     tc_assert_err_at(e, path, 5, "deamon");
     assert_non_null(strstr(e->err, "unknown section"));
 
+    /* A header without its bracket is the error, on its line (not a later key's). */
+    tc_write_file(e->dir, "bracket.conf", "[daemon]\nthreads = 2\n[store\ncache_size = 8M\n", path,
+                  sizeof(path));
+    assert_int_equal(tc_load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    tc_assert_err_at(e, path, 3, "ends with ']'");
+
+    /* A size spelled 64MB: the message says how sizes are written. */
+    tc_write_file(e->dir, "mb.conf", "[store]\ncache_size = 64MB\n", path, sizeof(path));
+    assert_int_equal(tc_load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    tc_assert_err_at(e, path, 2, "cache_size");
+    assert_non_null(strstr(e->err, "sizes are written 64M, 512K or 2G"));
+
     /* A key before any section header has no section, which is unknown too. */
     tc_write_file(e->dir, "no-section.conf", "\nthreads = 2\n", path, sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), CONFIG_E_INVALID);
@@ -76,14 +88,27 @@ static void test_bad_values(void **state)
     static const struct {
         const char *section, *key, *value;
     } cases[] = {
-        {"store", "compression_level", "0"}, {"store", "compression_level", "20"},
-        {"store", "chunk_max", "32"},        {"store", "chunk_max", "2M"},
-        {"store", "chunk_max", "1025K"},     {"store", "chunk_max", "64KB"},
-        {"store", "chunk_max", "-64K"},      {"store", "chunk_avg", "big"},
-        {"daemon", "max_connections", "0"},  {"daemon", "max_connections", "1000001"},
-        {"daemon", "log_level", "loud"},     {"daemon", "threads", "129"},
-        {"daemon", "threads", "-1"},         {"daemon", "threads", "2x"},
-        {"daemon", "max_connections", "-5"}, {"store", "compression_level", ""},
+        {"store", "compression_level", "0"},
+        {"store", "compression_level", "20"},
+        {"store", "chunk_max", "32"},
+        {"store", "chunk_max", "2M"},
+        {"store", "chunk_max", "1025K"},
+        {"store", "chunk_max", "64KB"},
+        {"store", "chunk_max", "-64K"},
+        {"store", "chunk_avg", "big"},
+        {"daemon", "max_connections", "0"},
+        {"daemon", "max_connections", "1000001"},
+        {"daemon", "log_level", "loud"},
+        {"daemon", "threads", "129"},
+        {"daemon", "threads", "-1"},
+        {"daemon", "threads", "2x"},
+        {"daemon", "max_connections", "-5"},
+        {"store", "compression_level", ""},
+        {"daemon", "connection_memory", "3M"},
+        {"daemon", "connection_memory", "65537M"},
+        {"daemon", "connection_memory", "lots"},
+        {"daemon", "client_timeout", "2d"},
+        {"daemon", "client_timeout", "-1s"},
     };
     struct env *e = *state;
     char path[PATH_MAX], conf[512];

@@ -130,5 +130,7 @@ void tc_assert_built_in_values(const struct config *cfg)
     assert_int_equal(cfg->chunk_max, 256 * 1024);
     assert_int_equal(cfg->max_text, 16 * 1024 * 1024);
     assert_int_equal(cfg->max_connections, 4096);
+    assert_int_equal(cfg->client_timeout_ms, 60000);
+    assert_int_equal(cfg->connection_memory, 64 * 1024 * 1024);
     assert_int_equal(cfg->threads, 0);
 }

@@ -142,14 +142,16 @@ static void test_backend_options(void **state)
 }
 
 /*
- * [backend] secrets (secret_access_key, session_token, api_token) are taken
+ * [backend] secrets (secret_access_key, session_token, api_token, account_key,
+ * sas) are taken
  * only from a file that group and others can neither read nor write; the
  * other s3 and r2 keys are taken from any file. --print-config shows none
  * of the secrets, whether they are [backend] keys or parameters of the url.
  */
 static void test_backend_secrets(void **state)
 {
-    static const char *const secrets[] = {"secret_access_key", "session_token", "api_token"};
+    static const char *const secrets[] = {"secret_access_key", "session_token", "api_token",
+                                          "account_key", "sas"};
     struct env *e = *state;
     char path[PATH_MAX], conf[512], expect[PATH_MAX + 128];
     char *text = NULL;
@@ -197,6 +199,24 @@ static void test_backend_secrets(void **state)
     snprintf(expect, sizeof(expect), "# secret_access_key: %s:3 (set, not shown)\n", path);
     assert_non_null(strstr(text, expect));
     assert_non_null(strstr(text, "connections = 4\n"));
+    free(text);
+    text = NULL;
+    /* azure's secrets, as keys and as url parameters */
+    tc_write_file(e->dir, "az.conf",
+                  "[backend]\nurl = azure://acct/box?sas=sv%3DUrlSecret&timeout=9\n"
+                  "account_key = FileSecret==\n",
+                  path, sizeof(path));
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(tc_load(e, "--config", path, NULL), CONFIG_E_INVALID);
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(tc_load(e, "--config", path, "--print-config", NULL), 0);
+    assert_non_null(out = open_memstream(&text, &len));
+    config_print(&e->cfg, out);
+    assert_int_equal(fclose(out), 0);
+    assert_null(strstr(text, "Secret"));
+    assert_non_null(strstr(text, "url = azure://acct/box?sas=REDACTED&timeout=9\n"));
+    snprintf(expect, sizeof(expect), "# account_key: %s:3 (set, not shown)\n", path);
+    assert_non_null(strstr(text, expect));
     free(text);
 }
 
@@ -276,20 +296,26 @@ static void test_file_range_bounds(void **state)
 
     tc_write_file(e->dir, "low.conf",
                   "[daemon]\nmax_connections = 1\nthreads = 0\nlog_level = error\n"
+                  "connection_memory = 4M\nclient_timeout = 0\n"
                   "[store]\ncompression_level = 1\n",
                   path, sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), 0);
     assert_int_equal(e->cfg.max_connections, 1);
+    assert_int_equal(e->cfg.connection_memory, 4 * 1024 * 1024);
+    assert_int_equal(e->cfg.client_timeout_ms, 0);
     assert_int_equal(e->cfg.threads, 0);
     assert_int_equal(e->cfg.log_level, LOG_LEVEL_ERROR);
     assert_int_equal(e->cfg.compression_level, 1);
 
     tc_write_file(e->dir, "high.conf",
                   "[daemon]\nmax_connections = 1000000\nthreads = 128\nlog_level = warn\n"
+                  "connection_memory = 65536M\nclient_timeout = 1d\n"
                   "[store]\ncompression_level = 19\n",
                   path, sizeof(path));
     assert_int_equal(tc_load(e, "--config", path, NULL), 0);
     assert_int_equal(e->cfg.max_connections, 1000000);
+    assert_int_equal(e->cfg.connection_memory, 64ull * 1024 * 1024 * 1024);
+    assert_int_equal(e->cfg.client_timeout_ms, 86400000);
     assert_int_equal(e->cfg.threads, 128);
     assert_int_equal(e->cfg.log_level, LOG_LEVEL_WARN);
     assert_int_equal(e->cfg.compression_level, 19);

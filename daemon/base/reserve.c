@@ -80,6 +80,21 @@ void reserve_adjust(struct reserve *r)
     pthread_mutex_unlock(&r->lock);
 }
 
+void reserve_retake(struct reserve *r)
+{
+    uint64_t room;
+
+    pthread_mutex_lock(&r->lock);
+    if (!r->held && (room = free_bytes(r)) != UINT64_MAX && room >= 4ull * RESERVE_BYTES)
+        take(r);
+    pthread_mutex_unlock(&r->lock);
+}
+
+bool reserve_given(struct reserve *r)
+{
+    return !atomic_load(&r->held);
+}
+
 void reserve_destroy(struct reserve *r)
 {
     pthread_mutex_destroy(&r->lock);

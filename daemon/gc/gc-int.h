@@ -33,6 +33,8 @@ struct gc {
     struct gc_run *run; /* the gc running now, or NULL */
     /* gc runs up to this one are safe: of earlier lives of the daemon, or their barriers passed. */
     uint64_t safe_gen;
+    /* The chunks of gc runs up to this one are in an earlier run's chunks_removed. */
+    uint64_t counted_gen;
     struct gc_barrier *barriers;
     size_t nbarriers;
     /* Repacked packs waiting for their readers to end before deletion. */
@@ -76,3 +78,7 @@ void gc_reap(struct gc *gc);
 int gc_reap_later(struct gc *gc, uint64_t seq);
 /* The packs the last FINISH emptied go once no running operation can read them. */
 void gc_reap_finished(struct gc *gc);
+/* Whether a pack is being deleted now (its readers have ended). */
+bool gc_reaps_running(const struct gc *gc);
+/* gc.c: a deletion ended; the run waiting for it may reply. */
+void gc_reaped(struct gc *gc);

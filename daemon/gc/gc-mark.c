@@ -86,7 +86,7 @@ static void mark_work(uv_work_t *work)
     /* gc must work on a full disk: it is how room comes back. */
     if (run->gc->reserve)
         reserve_adjust(run->gc->reserve);
-    if ((r = db_totals(run->gc->db, &t)) < 0) {
+    if ((r = db_totals(run->gc->db, 0, &t)) < 0) {
         run->status = r;
         return;
     }

@@ -33,6 +33,7 @@ enum gc_phase {
     GC_SWEEP,
     GC_REMARK,
     GC_RESWEEP,
+    GC_COUNT,  /* the chunks its condemnations took out of the store's counts */
     GC_FINISH, /* the earlier runs every writer let go of */
     GC_REPACK,
     GC_PUBLISH, /* this run's mark */
@@ -54,6 +55,8 @@ struct gc_run {
     bool ops_at_start;
     /* The bucket's gc (rf only). */
     bool leased, unleasing, solo;
+    /* The reply waits for the packs being deleted: status then shows them gone. */
+    bool reap_wait;
     uint64_t *ready; /* this daemon's runs to finish, and the one being finished */
     size_t nready, next_ready;
     enum finish_step fstep;
@@ -79,6 +82,8 @@ struct gc_run {
     uint8_t cursor[PROTO_HASH_LEN];
     bool revive_only, sweep_done;
     uint64_t condemned, revived;
+    /* The count: chunk rows condemned by runs after count_after, up to safe_gen. */
+    uint64_t count_after;
 };
 
 /* The next phase of the run (gc.c); the run's end, its waiters called (gc.c). */

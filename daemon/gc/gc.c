@@ -68,6 +68,16 @@ void gc_run_finish(struct gc_run *run)
     struct gc *gc = run->gc;
     struct gc_waiter *w = run->waiters;
 
+    /*
+     * The packs it set for deletion that no running operation reads are
+     * being deleted now: the reply waits for that, so that a status after it
+     * no longer counts them. Those a running request reads go when it ends.
+     */
+    if (gc_reaps_running(gc)) {
+        run->reap_wait = true;
+        return;
+    }
+    run->reap_wait = false;
     /* The lease goes back first (it would lapse on its own, later). */
     if (run->leased && !run->unleasing) {
         run->unleasing = true;
@@ -75,6 +85,18 @@ void gc_run_finish(struct gc_run *run)
             return;
     }
     gc->run = NULL;
+    if (run->status == 0 && run->barrier) {
+        uint64_t since = 0;
+        run->res.waiting_requests = store_holders_before(gc->st, run->barrier, &since);
+        if (run->res.waiting_requests) {
+            run->res.waiting_ms = uv_now(gc->loop) - since;
+            log_info("gc: %" PRIu64 " request%s in progress (the oldest for %" PRIu64
+                     " s) began before it condemned what it found dead: a gc after they end "
+                     "reclaims it",
+                     run->res.waiting_requests, run->res.waiting_requests == 1 ? "" : "s",
+                     run->res.waiting_ms / 1000);
+        }
+    }
     if (run->status == 0)
         log_info("gc: %" PRIu64 " packs rewritten, %" PRIu64 " deleted, %" PRIu64
                  " bytes reclaimed, %" PRIu64 " bytes still dead, %" PRIu64
@@ -100,11 +122,12 @@ void gc_run_finish(struct gc_run *run)
 bool gc_progress(struct gc *gc, struct store_progress *out)
 {
     static const char *const names[] = {
-        [GC_PENDING] = "start",      [GC_LEASE] = "start",       [GC_PASS] = "refresh",
-        [GC_PASS_AGAIN] = "refresh", [GC_GENERATION] = "start",  [GC_MARK] = "mark",
-        [GC_SWEEP] = "sweep",        [GC_REMARK] = "mark",       [GC_RESWEEP] = "sweep",
-        [GC_FINISH] = "repack",      [GC_REPACK] = "repack",     [GC_PUBLISH] = "repack",
-        [GC_LOOK] = "refresh",       [GC_FINISH_OWN] = "repack", [GC_END] = "repack",
+        [GC_PENDING] = "start",      [GC_LEASE] = "start",      [GC_PASS] = "refresh",
+        [GC_PASS_AGAIN] = "refresh", [GC_GENERATION] = "start", [GC_MARK] = "mark",
+        [GC_SWEEP] = "sweep",        [GC_REMARK] = "mark",      [GC_RESWEEP] = "sweep",
+        [GC_COUNT] = "sweep",        [GC_FINISH] = "repack",    [GC_REPACK] = "repack",
+        [GC_PUBLISH] = "repack",     [GC_LOOK] = "refresh",     [GC_FINISH_OWN] = "repack",
+        [GC_END] = "repack",
     };
     const struct gc_run *run = gc->run;
 
@@ -137,6 +160,51 @@ static void gen_done(struct db_write *w)
         return;
     }
     gc_phase_next(run);
+}
+
+/*
+ * The chunk rows whose condemnations are safe now and no earlier run
+ * counted: what leaves the store's counts (db_totals), and chunks_removed,
+ * whether their records are reclaimed now, later, or stay in a mostly alive
+ * pack (worker).
+ */
+static void count_work(uv_work_t *work)
+{
+    struct gc_run *run = container_of(work, struct gc_run, work);
+    uint64_t n;
+    int r = db_chunks_condemned(run->gc->db, run->count_after, run->safe_gen, &n);
+
+    if (r < 0) {
+        /* Only a number is lost: the next run counts these. */
+        log_warn("gc: the chunks it found dead could not be counted");
+        run->count_after = UINT64_MAX;
+        return;
+    }
+    run->res.chunks_removed += n;
+}
+
+static void count_done(uv_work_t *work, int status)
+{
+    struct gc_run *run = container_of(work, struct gc_run, work);
+
+    if (status < 0)
+        run->status = status;
+    else if (run->safe_gen > run->gc->counted_gen && run->count_after == run->gc->counted_gen)
+        run->gc->counted_gen = run->safe_gen;
+    gc_phase_next(run);
+}
+
+static void count_start(struct gc_run *run)
+{
+    run->count_after = run->gc->counted_gen;
+    if (run->safe_gen <= run->count_after) {
+        gc_phase_next(run);
+        return;
+    }
+    if (uv_queue_work(run->gc->loop, &run->work, count_work, count_done) < 0) {
+        run->status = -ENOMEM;
+        gc_run_finish(run);
+    }
 }
 
 /* ---- the bucket's steps (rf only) ---- */
@@ -430,6 +498,10 @@ void gc_phase_next(struct gc_run *run)
         gc_sweep_start(run, true);
         break;
     case GC_RESWEEP:
+        run->phase = GC_COUNT;
+        count_start(run);
+        break;
+    case GC_COUNT:
         run->phase = GC_FINISH;
         if (gc->rf && finish_next(run))
             return;
@@ -504,6 +576,12 @@ static void gc_repacked(void *ctx, int status)
     if (status != 0 && run->status == 0)
         run->status = status;
     gc_phase_next(run);
+}
+
+void gc_reaped(struct gc *gc)
+{
+    if (gc->run && gc->run->reap_wait && !gc_reaps_running(gc))
+        gc_run_finish(gc->run);
 }
 
 static void ops_ended(void *ctx)
@@ -584,6 +662,7 @@ int gc_new(struct gc **out, uv_loop_t *loop, const struct gc_parts *parts,
         free(gc);
         return r;
     }
+    gc->counted_gen = gc->safe_gen;
     store_set_ops_ended_hook(gc->st, &(struct store_ops_hook){ops_ended, gc});
     *out = gc;
     return 0;
@@ -598,6 +677,11 @@ struct gc *gc_free(struct gc *gc)
     free(gc->finished);
     free(gc);
     return NULL;
+}
+
+uint64_t gc_dead_generation(struct gc *gc)
+{
+    return gc_safe_generation(gc);
 }
 
 bool gc_busy(const struct gc *gc)

@@ -62,12 +62,26 @@ struct gc_result {
     /* Packs rewritten or emptied and marked, deleted once every writer of the bucket has let
      * go of them (or the grace period has passed), and the bytes that will then come back. */
     uint64_t packs_pending, bytes_pending;
-    uint64_t bytes_dead;     /* dead bytes left in packs above the rewrite threshold */
-    uint64_t chunks_removed; /* chunks no document used any more, gone now */
+    /* Dead bytes left in packs above the rewrite threshold, the open pack included. */
+    uint64_t bytes_dead;
+    /*
+     * Chunks no document used any more that left the store's counts in this
+     * run (gc_dead_generation): those it found dead, once no running request
+     * can still rely on them, whether their records went or stay, dead, in
+     * a mostly alive pack.
+     */
+    uint64_t chunks_removed;
     /* Packs that could not be rewritten (their dead bytes stay; gc went on with the
      * others), and why the first one could not. */
     uint64_t packs_failed;
-    char failure[128];
+    char failure[160];
+    /*
+     * Requests in progress that began before gc condemned what it found
+     * dead: what they may still read is left to a gc after they end (a
+     * request stalled on its client ends at client_timeout). When not 0,
+     * waiting_ms is how long the oldest of them has run.
+     */
+    uint64_t waiting_requests, waiting_ms;
 };
 
 /* Reads which gc runs are already safe from the database (blocking: at start). 0 or negative errno.
@@ -84,3 +98,9 @@ typedef void gc_cb(void *userdata, int status, const struct gc_result *res);
 int gc_run(struct gc *gc, gc_cb *done, void *userdata);
 /* The running gc's progress; false when none runs. */
 bool gc_progress(struct gc *gc, struct store_progress *out);
+/*
+ * The newest gc run whose condemnations no running operation can rely on:
+ * the chunk rows they hold are dead, whether their records are reclaimed
+ * yet or not (db_totals leaves them out).
+ */
+uint64_t gc_dead_generation(struct gc *gc);

@@ -38,6 +38,7 @@ static void reap_dropped(struct db_write *w)
     *pp = rp->next;
     free(rp);
     gc_reap(gc);
+    gc_reaped(gc);
 }
 
 static int reap_apply(struct db_txn *txn, struct db_write *w)
@@ -67,6 +68,7 @@ static void reap_deleted(struct backend_req *req)
             pp = &(*pp)->next;
         *pp = rp->next;
         free(rp);
+        gc_reaped(gc);
         return;
     }
     db_write(rp->gc->db, &rp->dbw);
@@ -114,4 +116,12 @@ void gc_reap_finished(struct gc *gc)
     free(gc->finished);
     gc->finished = NULL;
     gc->nfinished = 0;
+}
+
+bool gc_reaps_running(const struct gc *gc)
+{
+    for (const struct gc_reap *rp = gc->reaping; rp; rp = rp->next)
+        if (rp->running)
+            return true;
+    return false;
 }

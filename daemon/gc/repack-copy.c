@@ -14,6 +14,7 @@
 #include "daemon/meta/db.h"
 #include "daemon/store/store.h"
 #include "proto/util.h"
+#include "storage/backend.h"
 #include "storage/pack/pack.h"
 
 static int push_rec(struct repack_pack *p, struct packer_rec *rec)
@@ -153,6 +154,7 @@ static int one_record(struct repack_pack *p, const uint8_t *buf, size_t first, s
 {
     const struct db_pack_row *head = &p->rows[first];
     struct pack_record rec;
+    uint8_t *plain = NULL;
     size_t live = 0;
     int r;
 
@@ -164,19 +166,28 @@ static int one_record(struct repack_pack *p, const uint8_t *buf, size_t first, s
         pack_record_parse(buf + head->loc.off, head->loc.len, &rec) != 0 ||
         PACK_RECORD_HEADER + rec.length != head->loc.len)
         return RECORD_E_BAD;
+    /* Sealed records are read through their plain view, and copied as stored (record.h). */
+    if ((r = record_plain(buf + head->loc.off, head->loc.len, &rec, &plain)) != 0)
+        return r;
     if (rec.type == PACK_REC_BLOCK) {
         struct pack_block_chunk *chunks;
         uint32_t count;
         size_t body;
-        if (pack_block_parse(rec.payload, rec.length, &chunks, &count, &body) != 0)
+        if (pack_block_parse(rec.payload, rec.length, &chunks, &count, &body) != 0) {
+            free(plain);
             return RECORD_E_BAD;
+        }
         free(chunks);
         /* Every chunk of the block still wanted: the record is copied as it is. */
-        if (live != count)
+        if (live != count) {
+            free(plain);
             return rebuild_block(p, buf + head->loc.off, head->loc.len, first, end, level);
+        }
     }
     struct packer_rec copy;
-    if ((r = copy_record(buf + head->loc.off, &rec, head->loc.len, &copy)) != 0) {
+    r = copy_record(buf + head->loc.off, &rec, head->loc.len, &copy);
+    free(plain);
+    if (r != 0) {
         free(copy.bytes);
         free(copy.idx);
         return r;
@@ -192,6 +203,28 @@ static int one_record(struct repack_pack *p, const uint8_t *buf, size_t first, s
         free(copy.idx);
     }
     return r;
+}
+
+/* Room for the database's commit of the moved rows, beside the copies themselves. */
+#define REPACK_ROOM_SLACK (1u << 20)
+#define REPACK_ROOM_PER_ROW 512
+
+/*
+ * Whether the disk the copies go to has room for them (a local backend; a
+ * bucket's room is not ours to know): a rewrite that ran out of room would
+ * fill the disk to the last byte before it failed.
+ */
+static int room_for_copies(struct repack_pack *p, struct backend *be)
+{
+    uint64_t need = REPACK_ROOM_SLACK + (uint64_t)p->nrows * REPACK_ROOM_PER_ROW, avail;
+
+    for (size_t i = 0; i < p->nrecs; i++)
+        need += p->recs[i].len;
+    if (backend_free_space(be, &avail) != 0 || avail >= need)
+        return 0;
+    p->need = need;
+    p->avail = avail;
+    return -ENOSPC;
 }
 
 void gc_repack_pack_work(uv_work_t *work)
@@ -233,5 +266,7 @@ void gc_repack_pack_work(uv_work_t *work)
         first = end;
     }
     free(buf);
+    if (r == 0 && p->nrecs > 0)
+        r = room_for_copies(p, gc->be);
     p->status = r;
 }

@@ -32,7 +32,9 @@ struct repack_pack {
     size_t nrecs;
     struct repack_move *moves;
     size_t nmoves;
-    uint64_t copied, dropped_chunks;
+    uint64_t copied;
+    uint64_t dead;        /* its dead bytes when gc looked at it */
+    uint64_t need, avail; /* -ENOSPC: the room its copies need, and what the disk had */
     size_t saved_npacks, saved_ncopies; /* the run's mark before this pack's commit */
     struct packer_group g;
     struct db_write dbw;

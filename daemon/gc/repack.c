@@ -41,6 +41,7 @@
 
 /* A pack larger than this many times the configured size is left alone (not ours to read whole). */
 #define REPACK_MAX_FACTOR 4
+#define MIB ((uint64_t)1 << 20)
 
 /* ---- one pack (loop and writer side) ---- */
 
@@ -118,7 +119,6 @@ static int pack_apply_rows(struct db_txn *txn, struct repack_pack *p)
         if (mode == GC_REPACK_MARK)
             continue;
         r = db_txn_row_drop(txn, &p->rows[i]);
-        p->dropped_chunks += p->rows[i].kind == DB_ROW_CHUNK;
     }
     free(moved);
     if (r == 0 && mode == GC_REPACK_MARK) {
@@ -163,7 +163,6 @@ static void pack_end(struct repack_pack *p, int status)
         /* The database has moved over, synced; the old pack is still there. */
         crash_point("repack-committed");
         uint64_t back = p->size > p->copied ? p->size - p->copied : 0;
-        res->chunks_removed += p->dropped_chunks;
         run->row.copied += p->copied;
         if (run->a.mode == GC_REPACK_FINISH) {
             /* Emptied: it goes with the mark's other packs (gc_reap_finished). */
@@ -187,15 +186,24 @@ static void pack_end(struct repack_pack *p, int status)
         run->failed = true;
     }
     if (status != 0 && status != -EAGAIN) {
+        char room[112];
         const char *why = status < 0 ? strerror(-status)
                           : status == PACKER_E_UNAVAILABLE || status == STORE_E_UNAVAILABLE
                               ? "backend unavailable"
                               : "a record in it is damaged";
+        if (status == -ENOSPC && p->need > 0) {
+            /* Found before writing anything (repack-copy.c): the disk is left as it was. */
+            snprintf(room, sizeof(room),
+                     "No space left on device (its live records need %" PRIu64 " MiB, %" PRIu64
+                     " MiB free)",
+                     (p->need + MIB - 1) / MIB, p->avail / MIB);
+            why = room;
+        }
         log_error("gc: rewriting pack %016" PRIx64 " failed: %s; gc goes on with the others",
                   p->seq, why);
         if (res->packs_failed++ == 0)
             snprintf(res->failure, sizeof(res->failure), "pack %016" PRIx64 ": %s", p->seq, why);
-        res->bytes_dead += p->size;
+        res->bytes_dead += p->dead;
     }
     for (size_t i = 0; i < p->nrecs; i++) {
         free(p->recs[i].bytes);
@@ -252,11 +260,12 @@ static void pack_done(uv_work_t *work, int status)
 /*
  * Dead bytes: what is neither alive nor the pack's own framing (its header,
  * and once sealed its index, an entry per row, and trailer). Records no row
- * points at, like those of an add that failed, are dead.
+ * points at, like those of an add that failed, are dead. A chunk's share of
+ * its block is rounded down (record_share): up to a byte per row is neither.
  */
 static uint64_t dead_bytes(const struct db_pack_use *u)
 {
-    uint64_t framing = PACK_HEADER_SIZE;
+    uint64_t framing = PACK_HEADER_SIZE + u->rows;
 
     if (u->state != DB_PACK_OPEN)
         framing += PACK_TRAILER_SIZE + u->rows * PACK_INDEX_ENTRY;
@@ -357,6 +366,7 @@ static int start_pack(struct repack_run *run, const struct db_pack_use *u, bool 
     p->run = run;
     p->seq = u->seq;
     p->size = u->size;
+    p->dead = dead_bytes(u);
     p->delete_only = dead;
     if (uv_queue_work(run->gc->loop, &p->work, gc_repack_pack_work, pack_done) < 0) {
         free(p);
@@ -381,13 +391,22 @@ static void run_next(struct repack_run *run)
     }
     while (run->a.mode != GC_REPACK_FINISH && run->next < run->nuse) {
         struct db_pack_use *u = &run->use[run->next++];
-        /* Written to now, or leaving already, or another writer's: not for rewriting. */
-        if (u->state != DB_PACK_SEALED || u->seq == open_seq || u->size == 0 ||
-            !own_pack(gc, u->seq))
+        bool open = u->seq == open_seq && u->state == DB_PACK_OPEN;
+        bool sealed = u->seq != open_seq && u->state == DB_PACK_SEALED;
+        /* Leaving already, or another writer's: not for rewriting. */
+        if (!(open || sealed) || u->size == 0 || !own_pack(gc, u->seq))
             continue;
         bool dead = u->live_rows == 0;
         if (run->a.mode == GC_REPACK_MARK && dead != run->a.dead)
             continue;
+        /*
+         * Written to now: it is rewritten once sealed (usage_done seals it
+         * when it is worth it), and until then its dead bytes stay.
+         */
+        if (open) {
+            run->res->bytes_dead += dead_bytes(u);
+            continue;
+        }
         if (!dead && !worth_rewriting(gc, u)) {
             run->res->bytes_dead += dead_bytes(u);
             continue;
@@ -468,9 +487,10 @@ static void rotated(void *ctx)
 }
 
 /*
- * Packs with nothing alive first (deleting one needs no room), then by
- * sequence: on a nearly full disk the space they give back is what a
- * rewrite of the others needs for the live records it copies.
+ * Packs with nothing alive first (deleting one needs no room), then those
+ * with the fewest live bytes to copy, then by sequence: on a nearly full
+ * disk the space they give back is what a rewrite of the others needs for
+ * the live records it copies.
  */
 static int use_cmp(const void *a, const void *b)
 {
@@ -478,6 +498,8 @@ static int use_cmp(const void *a, const void *b)
 
     if ((x->live_rows == 0) != (y->live_rows == 0))
         return x->live_rows == 0 ? -1 : 1;
+    if (x->live != y->live)
+        return x->live < y->live ? -1 : 1;
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 

@@ -43,7 +43,7 @@ const char *const db_docs_sql[DB_S_COUNT_] = {
                       " WHERE t.tag = ?2 AND d.hash > ?1 ORDER BY d.hash LIMIT ?3",
     [DB_S_TOTALS] = "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM documents",
     [DB_S_CHUNK_TOTALS] = "SELECT COUNT(*), COALESCE(SUM(stored), 0), COALESCE(SUM(size), 0)"
-                          " FROM chunks",
+                          " FROM chunks WHERE condemned = 0 OR condemned > ?1",
     [DB_S_PACK_TOTALS] = "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM packs",
     [DB_S_REMOVAL_INSERT] = "INSERT OR REPLACE INTO search_removals(doc, depth, manifest)"
                             " VALUES(?1, ?2, ?3)",
@@ -239,7 +239,8 @@ static int resolve_id(struct db_conn *c, const char *ref, size_t len, int64_t *i
     r = db_query_id(c, s, id);
     if (r == 0)
         *by_name = true;
-    return r;
+    /* No such name: NAME@{N}, an older version, which stands for its document as its hash does. */
+    return r == DB_E_NOT_FOUND ? db_resolve_version(c, key, len, id) : r;
 }
 
 int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc)
@@ -360,7 +361,7 @@ int db_list(struct db *db, const char *tag, const char *after, size_t limit, str
     return 0;
 }
 
-int db_totals(struct db *db, struct db_totals *t)
+int db_totals(struct db *db, uint64_t dead_gen, struct db_totals *t)
 {
     struct db_conn *c = db_reader_acquire(db);
     sqlite3_stmt *s;
@@ -373,7 +374,9 @@ int db_totals(struct db *db, struct db_totals *t)
         t->documents = (uint64_t)sqlite3_column_int64(s, 0);
         t->logical_bytes = (uint64_t)sqlite3_column_int64(s, 1);
         sqlite3_reset(s);
-        if ((s = db_stmt(c, DB_S_CHUNK_TOTALS, db_docs_sql)) && sqlite3_step(s) == SQLITE_ROW) {
+        if ((s = db_stmt(c, DB_S_CHUNK_TOTALS, db_docs_sql)))
+            sqlite3_bind_int64(s, 1, (int64_t)dead_gen);
+        if (s && sqlite3_step(s) == SQLITE_ROW) {
             t->chunks = (uint64_t)sqlite3_column_int64(s, 0);
             t->stored_bytes = (uint64_t)sqlite3_column_int64(s, 1);
             t->unique_bytes = (uint64_t)sqlite3_column_int64(s, 2);
@@ -525,11 +528,14 @@ int db_txn_add(struct db_txn *txn, struct db_add *add)
     add->index_changed = add->created || changed;
     add->rowid = id;
     add->stored_size = add->stored;
+    snprintf(add->stored_mime, sizeof(add->stored_mime), "%s", add->mime ? add->mime : "");
     if (!add->created) {
-        /* Report the existing document's stored size. */
+        /* Report the existing document's stored size and mime type. */
         struct db_doc doc = {0};
-        if (db_load_doc(c, id, 0, &doc) == 0)
+        if (db_load_doc(c, id, 0, &doc) == 0) {
             add->stored_size = doc.stored_size;
+            snprintf(add->stored_mime, sizeof(add->stored_mime), "%s", doc.mime);
+        }
         db_doc_clear(&doc);
     }
     return 0;
@@ -605,16 +611,58 @@ int db_query_joined(struct db_conn *c, enum db_stmt_id id, int64_t doc, int col,
     return 0;
 }
 
-int db_doc_names(struct db *db, int64_t rowid, char **out)
+void db_names_free(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int db_doc_names(struct db *db, int64_t rowid, char ***names, size_t *n)
 {
     struct db_conn *c = db_reader_acquire(db);
-    int r;
+    sqlite3_stmt *s;
+    char **v = NULL;
+    size_t count = 0, cap = 0;
+    int rc, r = 0;
 
+    *names = NULL;
+    *n = 0;
     if (!c)
         return -EIO;
-    r = db_query_joined(c, DB_S_NAMES_OF_DOC, rowid, 0, -1, out);
+    if (!(s = db_stmt(c, DB_S_NAMES_OF_DOC, db_docs_sql))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_int64(s, 1, rowid);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (count == cap) {
+            size_t ncap = cap ? cap * 2 : 4;
+            char **grown = realloc(v, ncap * sizeof(*grown));
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            v = grown;
+            cap = ncap;
+        }
+        if (!(v[count] = db_column_strdup(s, 0))) {
+            r = -ENOMEM;
+            break;
+        }
+        count++;
+    }
+    if (r == 0 && rc != SQLITE_DONE)
+        r = -EIO;
+    sqlite3_reset(s);
     db_reader_release(db, c);
-    return r;
+    if (r != 0) {
+        db_names_free(v, count);
+        return r;
+    }
+    *names = v;
+    *n = count;
+    return 0;
 }
 
 void db_index_doc_clear(struct db_index_doc *d)

@@ -77,6 +77,8 @@ const char *const db_gc_sql[DB_S_COUNT_] = {
     [DB_S_PACK_ROWS_LEFT] = "SELECT (SELECT count(*) FROM chunks WHERE pack = ?1)"
                             " + (SELECT count(*) FROM segments WHERE pack = ?1)"
                             " + (SELECT count(*) FROM journal WHERE pack = ?1)",
+    [DB_S_CHUNKS_CONDEMNED] =
+        "SELECT COUNT(*) FROM chunks WHERE condemned > ?1 AND condemned <= ?2",
 };
 
 /* ---- the gc run counter ---- */
@@ -468,6 +470,26 @@ int db_txn_pack_rows_left(struct db_txn *txn, uint64_t seq, uint64_t *n)
         return -EIO;
     sqlite3_bind_int64(s, 1, (int64_t)seq);
     r = db_query_id(txn->c, s, &v);
+    *n = (uint64_t)v;
+    return r < 0 ? r : 0;
+}
+
+int db_chunks_condemned(struct db *db, uint64_t after, uint64_t upto, uint64_t *n)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t v = 0;
+    int r = -EIO;
+
+    *n = 0;
+    if (!c)
+        return -EIO;
+    if ((s = db_stmt(c, DB_S_CHUNKS_CONDEMNED, db_gc_sql))) {
+        sqlite3_bind_int64(s, 1, (int64_t)after);
+        sqlite3_bind_int64(s, 2, (int64_t)upto);
+        r = db_query_id(c, s, &v);
+    }
+    db_reader_release(db, c);
     *n = (uint64_t)v;
     return r < 0 ? r : 0;
 }

@@ -67,6 +67,8 @@ enum db_stmt_id {
     DB_S_PACK_DROP,
     DB_S_PACKS,
     DB_S_PACK_SIZE,
+    DB_S_PACK_HIGH_SET,
+    DB_S_PACK_HIGH,
     /* db-gc.c */
     DB_S_STATE_GET,
     DB_S_STATE_SET,
@@ -93,6 +95,7 @@ enum db_stmt_id {
     DB_S_SEGMENT_DROP,
     DB_S_JOURNAL_DROP,
     DB_S_PACK_ROWS_LEFT,
+    DB_S_CHUNKS_CONDEMNED,
     /* db-names.c */
     DB_S_NAME_DOCS,
     DB_S_NAME_UNLINK,
@@ -101,6 +104,9 @@ enum db_stmt_id {
     DB_S_LIST_UNNAMED,
     DB_S_DU_NAMES,
     DB_S_DU_DOCS,
+    DB_S_NAME_VERSION,
+    DB_S_NAME_VERSIONS,
+    DB_S_NAME_VERSION_COUNT,
     DB_S_COUNT_,
 };
 
@@ -171,6 +177,12 @@ int db_step_done(struct db_conn *c, sqlite3_stmt *s);
 int db_errno(int rc);
 /* Runs a statement that yields at most one integer; DB_E_NOT_FOUND if no row. */
 int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out);
+/*
+ * A ref NAME@{N} (db-names.c): the document of the Nth version of NAME
+ * before its newest (0: the newest). DB_E_NOT_FOUND when the ref has no such
+ * suffix or the name no such version.
+ */
+int db_resolve_version(struct db_conn *c, const char *ref, size_t len, int64_t *id);
 /* The row id of the document with this hash (64 lowercase hex): 0, DB_E_NOT_FOUND or -EIO. */
 int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id);
 

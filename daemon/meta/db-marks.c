@@ -159,7 +159,7 @@ int db_txn_pack_forget(struct db_txn *txn, uint64_t pack, uint64_t *rows)
         if (i < 3)
             *rows += (uint64_t)sqlite3_changes(txn->c->sql);
     }
-    return 0;
+    return db_txn_pack_high(txn, pack);
 }
 
 int db_txn_journal_relocate(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],

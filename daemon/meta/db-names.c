@@ -4,6 +4,8 @@
  * left pointing to it.
  */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +51,98 @@ const char *const db_names_sql[DB_S_COUNT_] = {
                           " (SELECT 1 FROM names n WHERE n.doc = d.id) AND (?3 IS NULL OR"
                           " EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?3))"
                           " ORDER BY d.hash LIMIT ?2",
+    /* A name's versions, newest first (NAME@{N} is the one at offset N). */
+    [DB_S_NAME_VERSION] = "SELECT doc FROM names WHERE name = ?1 ORDER BY t DESC, eid DESC"
+                          " LIMIT 1 OFFSET ?2",
+    [DB_S_NAME_VERSIONS] = "SELECT d.hash, d.size, n.added FROM names n JOIN documents d"
+                           " ON d.id = n.doc WHERE n.name = ?1 ORDER BY n.t DESC, n.eid DESC"
+                           " LIMIT ?2 OFFSET ?3",
+    [DB_S_NAME_VERSION_COUNT] = "SELECT COUNT(*) FROM names WHERE name = ?1",
 };
+
+/* Versions a ref can reach back: NAME@{0} to NAME@{DB_MAX_VERSION}. */
+#define DB_MAX_VERSION 999999
+
+int db_resolve_version(struct db_conn *c, const char *ref, size_t len, int64_t *id)
+{
+    size_t open, digits;
+    uint64_t n = 0;
+    sqlite3_stmt *s;
+
+    /* ref ends in "@{DIGITS}": the digits are ref[open, len - 1), the name ref[0, open - 2). */
+    if (len < 5 || ref[len - 1] != '}')
+        return DB_E_NOT_FOUND;
+    open = len - 1;
+    while (open > 0 && ref[open - 1] >= '0' && ref[open - 1] <= '9')
+        open--;
+    digits = len - 1 - open;
+    if (digits == 0 || digits > 6 || open < 3 || ref[open - 1] != '{' || ref[open - 2] != '@')
+        return DB_E_NOT_FOUND;
+    for (size_t i = open; i < len - 1; i++)
+        n = n * 10 + (uint64_t)(ref[i] - '0');
+    if (n > DB_MAX_VERSION || !(s = db_stmt(c, DB_S_NAME_VERSION, db_names_sql)))
+        return n > DB_MAX_VERSION ? DB_E_NOT_FOUND : -EIO;
+    sqlite3_bind_text(s, 1, ref, (int)(open - 2), SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, (int64_t)n);
+    return db_query_id(c, s, id);
+}
+
+int db_name_versions(struct db *db, const char *name, uint64_t offset, uint64_t limit,
+                     struct db_version **out, size_t *n, uint64_t *total)
+{
+    struct db_conn *c = db_snapshot_begin(db);
+    struct db_version *v = NULL;
+    size_t count = 0;
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    *out = NULL;
+    *n = 0;
+    *total = 0;
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_NAME_VERSION_COUNT, db_names_sql))) {
+        r = -EIO;
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        *total = (uint64_t)sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    if (*total == 0) {
+        r = DB_E_NOT_FOUND;
+        goto out;
+    }
+    if (!(s = db_stmt(c, DB_S_NAME_VERSIONS, db_names_sql))) {
+        r = -EIO;
+        goto out;
+    }
+    if (limit > 0 && !(v = calloc(limit, sizeof(*v)))) {
+        r = -ENOMEM;
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)limit);
+    sqlite3_bind_int64(s, 3, offset > INT64_MAX ? INT64_MAX : (int64_t)offset);
+    while (count < limit && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const unsigned char *hash = sqlite3_column_text(s, 0);
+        snprintf(v[count].hash, sizeof(v[count].hash), "%s", hash ? (const char *)hash : "");
+        v[count].size = (uint64_t)sqlite3_column_int64(s, 1);
+        v[count].named = sqlite3_column_int64(s, 2);
+        v[count].version = offset + count;
+        count++;
+    }
+    sqlite3_reset(s);
+out:
+    db_snapshot_end(db, c);
+    if (r != 0) {
+        free(v);
+        return r;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
 
 int db_name_docs(struct db *db, const char *name, struct db_name_doc **out, size_t *n)
 {

@@ -55,6 +55,10 @@ const char *const db_store_sql[DB_S_COUNT_] = {
     [DB_S_PACK_DROP] = "DELETE FROM packs WHERE seq = ?1",
     [DB_S_PACKS] = "SELECT seq, size, state FROM packs ORDER BY seq",
     [DB_S_PACK_SIZE] = "SELECT size FROM packs WHERE seq = ?1",
+    /* The highest pack number of each writer index whose row went: never used again. */
+    [DB_S_PACK_HIGH_SET] = "INSERT INTO state(key, value) VALUES('pack_high_' || (?1 >> 48), ?1)"
+                           " ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+    [DB_S_PACK_HIGH] = "SELECT value FROM state WHERE key = 'pack_high_' || ?1",
 };
 
 /* Runs a lookup by hash on a reader connection and reads a location from its row. */
@@ -332,9 +336,9 @@ int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pac
     return db_step_done(txn->c, s);
 }
 
-int db_txn_pack_drop(struct db_txn *txn, uint64_t seq)
+int db_txn_pack_high(struct db_txn *txn, uint64_t seq)
 {
-    sqlite3_stmt *s = db_stmt(txn->c, DB_S_PACK_DROP, db_store_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_PACK_HIGH_SET, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -342,7 +346,21 @@ int db_txn_pack_drop(struct db_txn *txn, uint64_t seq)
     return db_step_done(txn->c, s);
 }
 
-int db_pack_size(struct db *db, uint64_t seq, uint64_t *size)
+int db_txn_pack_drop(struct db_txn *txn, uint64_t seq)
+{
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_PACK_DROP, db_store_sql);
+    int r;
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, (int64_t)seq);
+    if ((r = db_step_done(txn->c, s)) < 0)
+        return r;
+    return db_txn_pack_high(txn, seq);
+}
+
+/* One number from a statement of one integer parameter, on a reader: 0, DB_E_NOT_FOUND or -EIO. */
+static int query_uint(struct db *db, enum db_stmt_id id, int64_t arg, uint64_t *out)
 {
     struct db_conn *c = db_reader_acquire(db);
     sqlite3_stmt *s;
@@ -351,16 +369,30 @@ int db_pack_size(struct db *db, uint64_t seq, uint64_t *size)
 
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_PACK_SIZE, db_store_sql))) {
+    if (!(s = db_stmt(c, id, db_store_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
-    sqlite3_bind_int64(s, 1, (int64_t)seq);
+    sqlite3_bind_int64(s, 1, arg);
     r = db_query_id(c, s, &v);
     if (r == 0)
-        *size = v > 0 ? (uint64_t)v : 0;
+        *out = v > 0 ? (uint64_t)v : 0;
     db_reader_release(db, c);
     return r;
+}
+
+int db_pack_high(struct db *db, unsigned widx, uint64_t *seq)
+{
+    int r = query_uint(db, DB_S_PACK_HIGH, (int64_t)widx, seq);
+
+    if (r == DB_E_NOT_FOUND)
+        *seq = 0;
+    return r == DB_E_NOT_FOUND ? 0 : r;
+}
+
+int db_pack_size(struct db *db, uint64_t seq, uint64_t *size)
+{
+    return query_uint(db, DB_S_PACK_SIZE, (int64_t)seq, size);
 }
 
 int db_packs(struct db *db, struct db_pack **packs, size_t *n)

@@ -446,9 +446,16 @@ static void batch_work(uv_work_t *work)
     for (struct db_write *w = db->batch; w; w = w->next_)
         durable |= w->durable;
     durable = durable && !backend_sync_disabled();
-    /* The setting is read at commit; it may only change outside a transaction. */
-    if (durable)
-        exec(db->writer, "PRAGMA synchronous=FULL");
+    /*
+     * The setting is read at commit; it may only change outside a
+     * transaction. Without it the commit would not be durable when its
+     * writers are told it is (a repack then deletes the old pack): fail them.
+     */
+    if (durable && (r = exec(db->writer, "PRAGMA synchronous=FULL")) < 0) {
+        for (struct db_write *w = db->batch; w; w = w->next_)
+            w->status = r;
+        return;
+    }
     r = exec(db->writer, "BEGIN IMMEDIATE");
     for (struct db_write *w = db->batch; w; w = w->next_) {
         if (r < 0) {
@@ -469,6 +476,7 @@ static void batch_work(uv_work_t *work)
                 w->status = r; /* -ENOSPC for a full disk */
         }
     }
+    /* Left FULL, later commits are only slower. */
     if (durable)
         exec(db->writer, "PRAGMA synchronous=NORMAL");
 }

@@ -107,6 +107,8 @@ struct db_add {
     bool index_changed; /* what the index holds of it changed: it needs (re)indexing */
     uint64_t stored_size;
     int64_t rowid;
+    /* The document's mime type: `mime` when created, else the one it was first stored with. */
+    char stored_mime[PROTO_MAX_MIME + 1];
 };
 
 /* A queued change: `apply` runs on the writer thread, `done` on the loop. */
@@ -159,7 +161,11 @@ int db_name_current(struct db *db, const char *name, int64_t doc, bool *current)
 /* Documents ordered by hash, after `after` (may be NULL), with `tag` (may be NULL). */
 int db_list(struct db *db, const char *tag, const char *after, size_t limit, struct db_doc **docs,
             size_t *ndocs);
-int db_totals(struct db *db, struct db_totals *t);
+/*
+ * The store's totals. The chunk counts leave out the rows gc runs up to
+ * dead_gen condemned (what no document uses, found dead); 0 counts them all.
+ */
+int db_totals(struct db *db, uint64_t dead_gen, struct db_totals *t);
 
 /* ---- names as paths (db-names.c) ---- */
 
@@ -174,6 +180,21 @@ struct db_name_doc {
  * transaction decides (db_txn_delete_if_unnamed).
  */
 int db_name_docs(struct db *db, const char *name, struct db_name_doc **docs, size_t *n);
+
+/* One version of a name (NAME@{version}: 0 is the newest). */
+struct db_version {
+    char hash[PROTO_HASH_HEX + 1];
+    uint64_t size, version;
+    int64_t named; /* Unix seconds: when the name got this version */
+};
+
+/*
+ * The versions of `name`, newest first, from `offset` on, at most `limit`
+ * (malloc'd, *n of them), and how many it has in all: DB_E_NOT_FOUND when
+ * none.
+ */
+int db_name_versions(struct db *db, const char *name, uint64_t offset, uint64_t limit,
+                     struct db_version **out, size_t *n, uint64_t *total);
 /* Takes every version of `name` off one document; *rowid is its row id when there was one, else 0.
  */
 int db_txn_unname(struct db_txn *txn, const char *name, const char *hash_hex, int64_t *rowid);
@@ -300,7 +321,16 @@ int db_journal_of_doc(struct db *db, const uint8_t doc[PROTO_HASH_LEN],
 int db_journal_newest(struct db *db, uint64_t *time_ns);
 /* Creates or updates a pack's row. */
 int db_txn_pack_set(struct db_txn *txn, uint64_t seq, uint64_t size, enum db_pack_state state);
+/* Drops a pack's row; its number is remembered (db_pack_high) and never given out again. */
 int db_txn_pack_drop(struct db_txn *txn, uint64_t seq);
+/* Remembers that pack number seq was used (as db_txn_pack_drop does). */
+int db_txn_pack_high(struct db_txn *txn, uint64_t seq);
+/*
+ * The highest pack number of writer index widx whose row was dropped (0 when
+ * none): a new pack of that writer is numbered above it, so a number, and the
+ * read-cache slices kept under it, never stands for another pack.
+ */
+int db_pack_high(struct db *db, unsigned widx, uint64_t *seq);
 /* Every pack the database knows, by sequence number. */
 int db_packs(struct db *db, struct db_pack **packs, size_t *n);
 /* How far a pack's records go (its row's size): 0, DB_E_NOT_FOUND or -EIO. Any thread. */
@@ -343,6 +373,11 @@ struct db_pack_use {
     enum db_pack_state state;
 };
 int db_pack_usage(struct db *db, uint64_t safe_gen, struct db_pack_use **out, size_t *n);
+/*
+ * How many chunk rows runs after `after` and up to `upto` condemned: what
+ * db_totals stops counting once gc's condemnations up to `upto` are safe.
+ */
+int db_chunks_condemned(struct db *db, uint64_t after, uint64_t upto, uint64_t *n);
 
 /* A record of a pack and whether gc keeps it. */
 enum db_row_kind { DB_ROW_CHUNK, DB_ROW_SEGMENT, DB_ROW_ENTRY };
@@ -442,9 +477,13 @@ int db_removals(struct db *db, size_t max, struct db_removal **out, size_t *n);
 void db_removals_free(struct db_removal *r, size_t n);
 int db_txn_removal_done(struct db_txn *txn, int64_t rowid);
 
-/* Every name of document `rowid`, one per line (a search hit's snippet when its text has no match).
+/*
+ * Every name of document `rowid`, oldest first (a search hit's snippet when
+ * its text has no match, and the name that matched): malloc'd strings in a
+ * malloc'd array, freed with db_names_free.
  */
-int db_doc_names(struct db *db, int64_t rowid, char **out);
+int db_doc_names(struct db *db, int64_t rowid, char ***names, size_t *n);
+void db_names_free(char **names, size_t n);
 
 /* ---- queries of other parts (the search index's: daemon/search/fts.c) ---- */
 

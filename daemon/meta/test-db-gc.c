@@ -200,6 +200,25 @@ static void test_condemn_page(void **state)
     assert_int_equal(none.calls, 1);
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM segments WHERE condemned = 4"), 1);
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM chunks WHERE condemned = 4"), 0);
+
+    /* The totals leave out the rows condemned by the runs found dead: h3..h9 by 1, h0 by 3. */
+    struct db_totals t;
+    uint64_t n;
+    const uint64_t want[][4] = {
+        {0, 10, 500, 90}, {1, 6, 300, 54}, {2, 6, 300, 54}, {3, 5, 250, 45}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        assert_int_equal(db_totals(e->db, want[i][0], &t), 0);
+        assert_int_equal(t.chunks, want[i][1]);
+        assert_int_equal(t.unique_bytes, want[i][2]);
+        assert_int_equal(t.stored_bytes, want[i][3]);
+    }
+    /* Counted once: by the first run whose range takes in the condemning run. */
+    assert_int_equal(db_chunks_condemned(e->db, 0, 1, &n), 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(db_chunks_condemned(e->db, 1, 3, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(db_chunks_condemned(e->db, 3, 10, &n), 0);
+    assert_int_equal(n, 0);
 }
 
 /* One page at a time by hand: the cursor ends at each page's last row. */

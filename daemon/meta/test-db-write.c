@@ -152,7 +152,7 @@ static void test_delete(void **state)
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM names"), 1);
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM tags"), 1);
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM meta"), 1);
-    assert_int_equal(db_totals(e->db, &t), 0);
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
     assert_int_equal(t.documents, 1);
     assert_int_equal(t.logical_bytes, 7);
     /* The index still has to drop its entry. */
@@ -377,7 +377,7 @@ static void test_group_commit(void **state)
     assert_int_equal(chained.w.status, 0);
     assert_int_equal(chained.done_calls, 1);
     assert_int_equal(chained.done_seq, MANY);
-    assert_int_equal(db_totals(e->db, &t), 0);
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
     assert_int_equal(t.documents, MANY + 1);
     assert_int_equal(t.logical_bytes, MANY * (MANY + 1) / 2 + 1000);
 }
@@ -439,7 +439,7 @@ static void test_failing_item_rolls_back_alone(void **state)
     assert_int_equal(db_resolve(e->db, hex_bad, PROTO_HASH_HEX, 0, &doc), DB_E_NOT_FOUND);
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM tags"), 1);
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM names"), 3);
-    assert_int_equal(db_totals(e->db, &t), 0);
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
     assert_int_equal(t.documents, 3);
     assert_int_equal(t.logical_bytes, 1 + 2 + 4);
 }
@@ -503,6 +503,32 @@ static void test_durable_write(void **state)
     assert_int_equal(test_db_query(e, "SELECT count(*) FROM documents"), 3);
 }
 
+/*
+ * A durable write whose commit could not be made durable fails, and changes
+ * nothing: a repack must not delete the old pack on the word of a commit
+ * that a power cut could undo. A normal write is not affected.
+ */
+static void test_durable_write_without_full_sync_fails(void **state)
+{
+    struct test_db *e = *state;
+    struct test_doc d1 = {.size = 1, .name = "durable"}, d2 = {.size = 2, .name = "normal"};
+    struct op op;
+    int seq = 0;
+
+    test_hash(d1.hash, 0x35, 84);
+    test_hash(d2.hash, 0x36, 85);
+    test_fail_exec("PRAGMA synchronous=FULL");
+    op_init(&op, e, &seq, OP_ADD, &d1);
+    op.w.durable = true;
+    db_write(e->db, &op.w);
+    run_loop(e);
+    assert_true(op.w.status < 0);
+    assert_int_equal(test_db_query(e, "SELECT count(*) FROM documents"), 0);
+    test_doc_add_ok(e, &d2);
+    test_fail_exec(NULL);
+    assert_int_equal(test_db_query(e, "SELECT count(*) FROM documents"), 1);
+}
+
 /* The log of commits made without a sync is synced on request, by any thread, without the writer.
  */
 static void test_sync_log(void **state)
@@ -563,6 +589,8 @@ int test_db_write_run(void)
                                         test_db_teardown),
         cmocka_unit_test_setup_teardown(test_savepoint, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_durable_write, test_db_setup, test_db_teardown),
+        cmocka_unit_test_setup_teardown(test_durable_write_without_full_sync_fails, test_db_setup,
+                                        test_db_teardown),
         cmocka_unit_test_setup_teardown(test_sync_log, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_reopen, test_db_setup, test_db_teardown),
     };

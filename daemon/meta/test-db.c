@@ -401,7 +401,7 @@ static void test_add_twice_merges(void **state)
     assert_int_equal(doc.nnames, 2);
     db_doc_clear(&doc);
 
-    assert_int_equal(db_totals(e->db, &t), 0);
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
     assert_int_equal(t.documents, 1);
     assert_int_equal(t.logical_bytes, 5000);
 }
@@ -526,7 +526,7 @@ static void test_totals(void **state)
     uint32_t sizes[] = {1000, 2000, 3000, 0};
     struct db_totals t;
 
-    assert_int_equal(db_totals(e->db, &t), 0);
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
     assert_int_equal(t.documents + t.logical_bytes + t.chunks + t.unique_bytes + t.stored_bytes +
                          t.packs + t.pack_bytes,
                      0);
@@ -537,7 +537,7 @@ static void test_totals(void **state)
     assert_int_equal(test_db_run(e, put_chunks, sizes, false), 0);
 
     /* Logical bytes per document; unique and stored bytes per distinct chunk; packs. */
-    assert_int_equal(db_totals(e->db, &t), 0);
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
     assert_int_equal(t.documents, 2);
     assert_int_equal(t.logical_bytes, 9000);
     assert_int_equal(t.chunks, 3);
@@ -551,7 +551,7 @@ static void test_totals(void **state)
     char hex[PROTO_HASH_HEX + 1];
     test_hex(d2.hash, hex);
     assert_int_equal(test_doc_delete(e, hex), 0);
-    assert_int_equal(db_totals(e->db, &t), 0);
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
     assert_int_equal(t.documents, 1);
     assert_int_equal(t.logical_bytes, 3000);
     assert_int_equal(t.chunks, 3); /* chunks go with gc, not with the delete */

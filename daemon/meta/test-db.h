@@ -107,6 +107,8 @@ int64_t test_db_query(struct test_db *e, const char *sql);
 uint64_t test_syncs(void);
 /* The path of the file the last of them synced. */
 void test_last_sync(char *path, size_t len);
+/* From now on, sqlite3_exec() of exactly `sql` fails (SQLITE_FULL); NULL: none does. */
+void test_fail_exec(const char *sql);
 
 /* The groups of the other files; each returns its number of failures. */
 int test_db_write_run(void);

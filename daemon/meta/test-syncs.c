@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 /*
  * SQLite (a shared library) reaches fsync() and fdatasync() through the
  * dynamic linker, which finds these first: the program exports them
@@ -48,6 +50,37 @@ int fsync(int fd)
         *(void **)&real = dlsym(RTLD_NEXT, "fsync");
     note_sync(fd);
     return real(fd);
+}
+
+/*
+ * SQLite's sqlite3_exec(), as db.c reaches it: the program's own definition
+ * comes first. With test_fail_exec(SQL), that statement fails as a full
+ * disk would.
+ */
+static const char *fail_sql;
+
+void test_fail_exec(const char *sql)
+{
+    fail_sql = sql;
+}
+
+__attribute__((visibility("default"))) int sqlite3_exec(sqlite3 *db, const char *sql,
+                                                        int (*cb)(void *, int, char **, char **),
+                                                        void *arg, char **errmsg);
+
+int sqlite3_exec(sqlite3 *db, const char *sql, int (*cb)(void *, int, char **, char **), void *arg,
+                 char **errmsg)
+{
+    static int (*real)(sqlite3 *, const char *, int (*)(void *, int, char **, char **), void *,
+                       char **);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "sqlite3_exec");
+    if (fail_sql && strcmp(sql, fail_sql) == 0) {
+        if (errmsg)
+            *errmsg = sqlite3_mprintf("injected failure");
+        return SQLITE_FULL;
+    }
+    return real(db, sql, cb, arg, errmsg);
 }
 
 int fdatasync(int fd)

@@ -7,11 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "daemon/net/conn-budget.h"
 #include "daemon/net/net-int.h"
 #include "daemon/base/log.h"
 #include "proto/util.h"
-
-#define CONN_READ_SIZE (64u * 1024)
 
 struct write_req {
     uv_write_t w;
@@ -25,6 +24,16 @@ void conn_ref(struct conn *c)
     c->refs++;
 }
 
+static void rbuf_free(struct conn *c)
+{
+    size_t cap = c->rcap;
+
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rpos = c->rlen = c->rcap = 0;
+    budget_release(c->srv, cap, true);
+}
+
 static void conn_free(struct conn *c)
 {
     struct server *srv = c->srv;
@@ -36,7 +45,8 @@ static void conn_free(struct conn *c)
     if (c->next)
         c->next->prev = c->prev;
     srv->nconns--;
-    free(c->rbuf);
+    budget_forget(c);
+    rbuf_free(c);
     free(c);
     conn_check_gone(srv);
 }
@@ -87,7 +97,12 @@ void conn_close_after_flush(struct conn *c)
 static bool can_process(const struct conn *c)
 {
     return !c->closing && !c->close_after_flush && c->inflight < CONN_MAX_INFLIGHT &&
-           c->wqueued < CONN_MAX_QUEUED && c->full_adds == 0;
+           c->wqueued < CONN_MAX_QUEUED && c->full_adds == 0 && !budget_hold_requests(c);
+}
+
+bool conn_can_stream(const struct conn *c)
+{
+    return c->wqueued < CONN_STREAM_WINDOW && !budget_over(c);
 }
 
 static void on_write(uv_write_t *w, int status)
@@ -96,7 +111,9 @@ static void on_write(uv_write_t *w, int status)
     struct conn *c = wr->conn;
 
     c->wqueued -= wr->len;
+    c->last_active = uv_now(c->srv->loop);
     free(wr->data);
+    budget_release(c->srv, wr->len, false);
     free(wr);
     if (status < 0 && status != UV_ECANCELED && !c->closing) {
         log_debug("connection write failed: %s", uv_strerror(status));
@@ -107,7 +124,7 @@ static void on_write(uv_write_t *w, int status)
             conn_close(c);
         } else {
             /* Wake streams that were waiting for the client to catch up. */
-            while (c->drain_waiters && c->wqueued < CONN_STREAM_WINDOW) {
+            while (c->drain_waiters && conn_can_stream(c)) {
                 struct request *req = c->drain_waiters;
                 c->drain_waiters = req->drain_next;
                 req->waiting_drain = false;
@@ -169,6 +186,7 @@ void conn_send(struct conn *c, msgpack_sbuffer *frames)
         return;
     }
     c->wqueued += wr->len;
+    budget_take(c->srv, wr->len, false);
     conn_ref(c);
 }
 
@@ -257,18 +275,28 @@ static void process_frames(struct conn *c)
             break;
         }
         c->rpos += consumed;
+        budget_frame_done(c);
         c->srv->handler->frame(c, payload, plen);
     }
     if (!c->closing && c->rbuf) {
         /* Keep only the partial frame; free the buffer when it is empty. */
         if (c->rpos == c->rlen) {
-            free(c->rbuf);
-            c->rbuf = NULL;
-            c->rpos = c->rlen = c->rcap = 0;
+            rbuf_free(c);
         } else if (c->rpos > 0) {
             memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
             c->rlen -= c->rpos;
             c->rpos = 0;
+            /* Others wait for room: give back what the partial frame does not use. */
+            if (c->srv->budget_head && c->rcap > CONN_READ_SIZE && c->rlen <= c->rcap / 2) {
+                size_t ncap = c->rlen > CONN_READ_SIZE ? c->rlen : CONN_READ_SIZE;
+                uint8_t *shrunk = realloc(c->rbuf, ncap);
+                if (shrunk) {
+                    size_t freed = c->rcap - ncap;
+                    c->rbuf = shrunk;
+                    c->rcap = ncap;
+                    budget_release(c->srv, freed, true);
+                }
+            }
         }
     }
     conn_unref(c);
@@ -279,23 +307,34 @@ static void set_reading(struct conn *c, bool on);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct conn *c = container_of((uv_pipe_t *)h, struct conn, pipe);
-    size_t want = CONN_READ_SIZE;
+    struct server *srv = c->srv;
+    size_t have = c->rlen - c->rpos, want = CONN_READ_SIZE, frame_cap = 0;
 
-    /* Make room for the whole frame being received, up to the frame limit. */
-    if (c->rlen - c->rpos >= 4) {
+    (void)suggested;
+    /* Room toward the frame being received, doubling with what has arrived. */
+    if (have >= 4) {
         uint32_t n = proto_be32_read(c->rbuf + c->rpos);
-        if (n <= PROTO_MAX_FRAME && n + 4 > c->rlen - c->rpos + want)
-            want = n + 4 - (c->rlen - c->rpos);
-    }
-    if (c->rcap - c->rlen < want) {
-        size_t ncap = c->rlen + want;
-        uint8_t *grown = realloc(c->rbuf, ncap);
-        if (!grown) {
-            *buf = uv_buf_init(NULL, 0);
-            return;
+        if (n <= PROTO_MAX_FRAME && n + 4 > have) {
+            size_t need = n + 4 - have, step = need < have ? need : have;
+            frame_cap = c->rpos + n + 4;
+            if (step > want)
+                want = step;
         }
-        c->rbuf = grown;
-        c->rcap = ncap;
+    }
+    *buf = uv_buf_init(NULL, 0);
+    if (c->rcap - c->rlen < want) {
+        /* 0: no room, in line for it (on_read stops reading). */
+        size_t ncap = budget_room(c, c->rlen + want, frame_cap);
+        if (ncap == 0)
+            return;
+        if (ncap > c->rcap) {
+            uint8_t *grown = realloc(c->rbuf, ncap);
+            if (!grown)
+                return;
+            budget_take(srv, ncap - c->rcap, true);
+            c->rbuf = grown;
+            c->rcap = ncap;
+        }
     }
     *buf = uv_buf_init((char *)c->rbuf + c->rlen, (unsigned)(c->rcap - c->rlen));
 }
@@ -310,6 +349,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         c->eof = true;
         set_reading(c, false);
         conn_kick(c);
+        return;
+    }
+    if (nread == UV_ENOBUFS && c->budget_wait) {
+        /* Connection memory is full: budget_wake() resumes this one. */
+        set_reading(c, false);
         return;
     }
     if (nread < 0) {
@@ -386,7 +430,7 @@ void conn_kick(struct conn *c)
         }
         return;
     }
-    set_reading(c, true);
+    set_reading(c, !c->budget_wait);
 }
 
 void conn_run_pending(struct server *srv)
@@ -453,6 +497,38 @@ static bool evict_idlest(struct server *srv, struct conn *newcomer)
              srv->max_connections, (now - idlest->last_active) / 1000);
     conn_close(idlest);
     return true;
+}
+
+/*
+ * What a connection waits for from its client: to read what was sent, or
+ * (while the daemon is reading, not holding it back) the rest of a frame
+ * or of an add. NULL when it waits for nothing the client owes.
+ */
+static const char *stalled_on(struct conn *c)
+{
+    if (c->wqueued > 0 || c->drain_waiters)
+        return "did not read its replies";
+    if (c->reading && c->rlen > c->rpos)
+        return "stopped in the middle of a frame";
+    if (c->reading && c->srv->handler->stream_open(c))
+        return "stopped sending an add";
+    return NULL;
+}
+
+void conn_sweep(struct server *srv)
+{
+    uint64_t now = uv_now(srv->loop);
+    const char *why;
+
+    if (srv->client_timeout_ms == 0)
+        return;
+    for (struct conn *c = srv->conns; c; c = c->next) {
+        if (c->closing || now - c->last_active < srv->client_timeout_ms || !(why = stalled_on(c)))
+            continue;
+        log_info("closed a connection whose client %s for %" PRIu64 " s (client_timeout)", why,
+                 (now - c->last_active) / 1000);
+        conn_close(c);
+    }
 }
 
 void conn_accept(struct server *srv, uv_stream_t *listener)

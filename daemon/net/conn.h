@@ -43,7 +43,11 @@ struct conn {
     struct request *reqs;          /* requests in progress */
     struct request *drain_waiters; /* streams waiting for wqueued to drop */
     bool reading, closing, close_after_flush, pending;
-    bool eof;             /* the client shut down its side: answer what it sent, then close */
+    bool eof; /* the client shut down its side: answer what it sent, then close */
+    /* Waiting for room in connection memory (conn-budget.c) to grow to budget_ncap. */
+    bool budget_wait;
+    struct conn *budget_prev, *budget_next;
+    size_t budget_ncap;
     uint64_t last_active; /* uv_now() of the last bytes read or reply queued */
 };
 
@@ -68,11 +72,19 @@ struct conn_handler {
     void (*drained)(struct request *req);
 };
 
+/* server_sweep(): closes the connections stalled on their client past client_timeout. */
+void conn_sweep(struct server *srv);
 /* Accepts a client on the daemon's listener. */
 void conn_accept(struct server *srv, uv_stream_t *listener);
 /* A connection went away: while the server stops, the last one runs its `gone`. */
 void conn_check_gone(struct server *srv);
 
+/*
+ * True while a get or list stream may queue more for the client: less than
+ * CONN_STREAM_WINDOW is queued, and connection memory is not past its bound
+ * while the client has replies still to read.
+ */
+bool conn_can_stream(const struct conn *c);
 /* Queues a finished frame buffer (taken over, freed after the write). */
 void conn_send(struct conn *c, msgpack_sbuffer *frames);
 /* Closes the connection (idempotent); in-progress requests are abandoned on a later turn of the

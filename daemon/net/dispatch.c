@@ -13,9 +13,9 @@
 #include "daemon/store/store.h"
 #include "proto/util.h"
 
-static const char *const op_names[] = {"hello",  "add",  "data",   "get",    "delete",
-                                       "list",   "stat", "status", "search", "gc",
-                                       "verify", "du",   "refresh"};
+static const char *const op_names[] = {"hello",   "add",    "data",   "get",     "delete", "list",
+                                       "stat",    "status", "search", "gc",      "verify", "du",
+                                       "refresh", "key",    "log",    "shutdown"};
 
 /* ---- hello ---- */
 
@@ -72,11 +72,14 @@ static const struct {
     const char *name;
     void (*fn)(struct conn *c, uint64_t id, const msgpack_object *map);
 } ops[] = {
-    {"hello", do_hello},        {"add", op_do_add},       {"data", op_do_data},
-    {"get", op_do_get},         {"delete", op_do_delete}, {"list", op_do_list},
-    {"stat", op_do_stat},       {"status", op_do_status}, {"search", op_do_search},
-    {"gc", op_do_gc},           {"verify", op_do_verify}, {"du", op_do_du},
-    {"refresh", op_do_refresh},
+    {"hello", do_hello},        {"add", op_do_add},
+    {"data", op_do_data},       {"get", op_do_get},
+    {"delete", op_do_delete},   {"list", op_do_list},
+    {"stat", op_do_stat},       {"status", op_do_status},
+    {"search", op_do_search},   {"gc", op_do_gc},
+    {"verify", op_do_verify},   {"du", op_do_du},
+    {"refresh", op_do_refresh}, {"key", op_do_key},
+    {"log", op_do_log},         {"shutdown", op_do_shutdown},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)

@@ -22,6 +22,15 @@ struct server {
     uint64_t writer;
     char backend_desc[256];
     unsigned max_connections;
+    uint64_t client_timeout_ms;
+    /*
+     * Connection memory (conn.c): the bytes of every read buffer and every
+     * queued reply, its bound, the connections waiting for room in it (first
+     * come first served), the read buffers those hold, and the one finishing
+     * its frame past the bound.
+     */
+    size_t buffered, rbuffered, buffer_limit, waiting_held; /* rbuffered: read buffers */
+    struct conn *budget_head, *budget_tail, *budget_forced;
     const struct conn_handler *handler; /* dispatch's */
     uint64_t started_ms;
     struct conn *conns;
@@ -29,6 +38,8 @@ struct server {
     unsigned nconns;
     uv_idle_t pending_idle;
     bool stopping;
+    void (*shutdown)(void *ctx);
+    void *shutdown_ctx;
     void (*gone)(void *ctx);
     void *gone_ctx;
 };

@@ -36,6 +36,14 @@ struct server_parts {
     uint64_t writer;          /* for status: this daemon's writer id */
     const char *backend_desc; /* for status: the backend, without secrets */
     unsigned max_connections;
+    uint64_t client_timeout_ms; /* 0: never */
+    uint64_t connection_memory; /* bound of all read buffers and queued replies */
+    /*
+     * The `shutdown` op: what the owner does on SIGTERM (NULL: the op is
+     * refused). Called after the op's reply is queued.
+     */
+    void (*shutdown)(void *ctx);
+    void *shutdown_ctx;
 };
 
 int server_new(struct server **out, const struct server_parts *parts);
@@ -54,6 +62,14 @@ void server_accept(struct server *srv, uv_stream_t *listener);
  * left, at once when none is.
  */
 void server_stop(struct server *srv, void (*gone)(void *ctx), void *ctx);
+/* Replaces the parts' shutdown hook; NULL refuses the `shutdown` op. */
+void server_set_shutdown(struct server *srv, void (*shutdown)(void *ctx), void *ctx);
 /* Closes every connection now, requests in progress or not. */
 void server_close_all(struct server *srv);
 unsigned server_connections(const struct server *srv);
+/*
+ * Closes the connections that have waited on their client for longer than
+ * client_timeout: a reply it does not read, a frame or an add it stopped
+ * sending. Their requests end, so gc is not held up. Called every second.
+ */
+void server_sweep(struct server *srv);

@@ -128,7 +128,7 @@ static void add_done(void *userdata, int status, const struct store_add_result *
         op_reply_status_error(&a->op, status);
     } else {
         struct reply r;
-        reply_begin(&r, a->op.base.id, true, 5);
+        reply_begin(&r, a->op.base.id, true, 7);
         proto_pack_cstr(&r.pk, "hash");
         proto_pack_cstr(&r.pk, res->hash);
         proto_pack_cstr(&r.pk, "name");
@@ -137,6 +137,10 @@ static void add_done(void *userdata, int status, const struct store_add_result *
         msgpack_pack_uint64(&r.pk, res->size);
         proto_pack_cstr(&r.pk, "stored_size");
         msgpack_pack_uint64(&r.pk, res->stored_size);
+        proto_pack_cstr(&r.pk, "written");
+        msgpack_pack_uint64(&r.pk, res->written);
+        proto_pack_cstr(&r.pk, "mime");
+        proto_pack_cstr(&r.pk, res->mime ? res->mime : "");
         proto_pack_cstr(&r.pk, "new");
         if (res->created)
             msgpack_pack_true(&r.pk);
@@ -234,13 +238,24 @@ void op_do_data(struct conn *c, uint64_t id, const msgpack_object *map)
          * The stream is broken: the add fails now rather than store something
          * else. As for any add that failed before its last frame, the rest of
          * the stream is discarded silently up to the frame with more: false,
-         * and the id stays in use until then.
+         * and the id stays in use until then. A mistyped frame whose more can
+         * still be read as false (absent included) is that last frame: the
+         * client meant to end the stream, and waiting for another frame it
+         * will never send would hold its id.
          */
+        bool last;
+
+        more = false; /* absent is false */
+        last = proto_get_bool(map, "more", &more) >= 0 && !more;
         if (a->add) {
             reply_error(c, id, PROTO_E_BAD_REQUEST, "data must be binary and more a boolean");
             store_add_abort(a->add);
             a->add = NULL;
             release_full(a);
+        }
+        if (last) {
+            a->stream_open = false;
+            op_finish(op);
         }
         return;
     }

@@ -1,6 +1,6 @@
 /*
- * The ops that manage the store rather than read it: delete, status, gc and
- * verify. Delete, gc and verify run inside the store, which reports back
+ * The ops that manage the store rather than read it: delete, status, gc,
+ * verify and shutdown. Delete, gc and verify run inside the store, which reports back
  * through a callback; job_running keeps their op alive until it does.
  */
 
@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/crypto/seal.h"
 #include "daemon/net/conn.h"
 #include "daemon/net/net-int.h"
 #include "daemon/meta/db.h"
@@ -28,7 +29,8 @@
 struct op_status {
     struct op op;
     uv_work_t work;
-    int status; /* the worker's result */
+    int status;        /* the worker's result */
+    uint64_t dead_gen; /* chunks gc found dead up to this run are not counted */
     struct db_totals totals;
 };
 OP_ASSERT_FIRST(struct op_status);
@@ -185,7 +187,7 @@ void op_do_du(struct conn *c, uint64_t id, const msgpack_object *map)
 static void status_work(uv_work_t *work)
 {
     struct op_status *st = container_of(work, struct op_status, work);
-    st->status = db_totals(st->op.srv->db, &st->totals);
+    st->status = db_totals(st->op.srv->db, st->dead_gen, &st->totals);
 }
 
 /*
@@ -245,7 +247,7 @@ static void status_done(uv_work_t *work, int status)
     size_t nwriters = 0;
     if (srv->refresh)
         refresh_get_stats(srv->refresh, &rs, &writers, &nwriters);
-    reply_begin(&r, st->op.base.id, true, 23 + (ss.read_cache ? 6 : 0));
+    reply_begin(&r, st->op.base.id, true, 24 + (ss.read_cache ? 6 : 0));
     proto_pack_cstr(&r.pk, "version");
     proto_pack_cstr(&r.pk, CAIRN_VERSION);
     proto_pack_cstr(&r.pk, "protocol");
@@ -256,6 +258,8 @@ static void status_done(uv_work_t *work, int status)
     msgpack_pack_uint64(&r.pk, (uv_now(srv->loop) - srv->started_ms) / 1000);
     proto_pack_cstr(&r.pk, "backend");
     proto_pack_cstr(&r.pk, srv->backend_desc);
+    proto_pack_cstr(&r.pk, "encryption");
+    proto_pack_cstr(&r.pk, seal_on() ? "aes-256-gcm" : "off");
     proto_pack_cstr(&r.pk, "documents");
     msgpack_pack_uint64(&r.pk, t->documents);
     proto_pack_cstr(&r.pk, "logical_bytes");
@@ -314,6 +318,7 @@ void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map)
     if (!op)
         return;
     st = container_of(op, struct op_status, op);
+    st->dead_gen = c->srv->gc ? gc_dead_generation(c->srv->gc) : 0;
     op_queue(op, &st->work, status_work, status_done);
 }
 
@@ -358,7 +363,7 @@ static void job_tick(uv_timer_t *t)
     struct reply r;
 
     /* A slow reader misses ticks rather than queueing them. */
-    if (j->op.abandoned || c->wqueued >= CONN_STREAM_WINDOW)
+    if (j->op.abandoned || !conn_can_stream(c))
         return;
     if (j->op.kind == OP_GC && !gc_progress(j->op.srv->gc, &j->progress))
         return;
@@ -441,7 +446,8 @@ static void gc_done(void *userdata, int status, const struct gc_result *res)
     } else if (status != 0) {
         op_reply_status_error(op, status);
     } else {
-        reply_begin(&r, op->base.id, true, res->packs_failed ? 9 : 7);
+        reply_begin(&r, op->base.id, true,
+                    7 + (res->packs_failed ? 2 : 0) + (res->waiting_requests ? 2 : 0));
         proto_pack_cstr(&r.pk, "packs_rewritten");
         msgpack_pack_uint64(&r.pk, res->packs_rewritten);
         proto_pack_cstr(&r.pk, "packs_deleted");
@@ -461,6 +467,12 @@ static void gc_done(void *userdata, int status, const struct gc_result *res)
             msgpack_pack_uint64(&r.pk, res->packs_failed);
             proto_pack_cstr(&r.pk, "failure");
             proto_pack_cstr(&r.pk, res->failure);
+        }
+        if (res->waiting_requests) {
+            proto_pack_cstr(&r.pk, "waiting_requests");
+            msgpack_pack_uint64(&r.pk, res->waiting_requests);
+            proto_pack_cstr(&r.pk, "waiting_ms");
+            msgpack_pack_uint64(&r.pk, res->waiting_ms);
         }
         reply_send(op->base.conn, &r);
     }
@@ -593,4 +605,26 @@ void op_do_verify(struct conn *c, uint64_t id, const msgpack_object *map)
 out:
     for (size_t i = 0; i < n; i++)
         free(copies[i]);
+}
+
+/*
+ * shutdown: the reply is queued first, then the daemon stops as on SIGTERM,
+ * which closes this connection once the reply is flushed. Every client
+ * passed the peer-uid check on accept (conn.c), so only the daemon's own uid
+ * gets here.
+ */
+void op_do_shutdown(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct reply r;
+
+    (void)map;
+    if (!c->srv->shutdown) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST, "this daemon cannot be stopped over its socket");
+        return;
+    }
+    reply_begin(&r, id, true, 1);
+    proto_pack_cstr(&r.pk, "pid");
+    msgpack_pack_int64(&r.pk, (int64_t)getpid());
+    reply_send(c, &r);
+    c->srv->shutdown(c->srv->shutdown_ctx);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/net/conn-budget.h"
 #include "daemon/net/conn.h"
 #include "daemon/net/net-int.h"
 #include "daemon/meta/db.h"
@@ -14,6 +15,7 @@
 #include "daemon/store/store.h"
 
 #define LIST_PAGE 500
+#define GET_PROMISE PROTO_MAX_DATA
 /*
  * Bytes of names a stat reply carries at most: with 64 tags and 64 metadata
  * entries at their limits (about 300 KiB) the frame stays under REPLY_BUDGET.
@@ -25,6 +27,12 @@ struct op_get {
     struct store_get *get; /* NULL once released */
     char *ref;
     size_t ref_len;
+    /*
+     * Until its first piece is queued, a get counts GET_PROMISE bytes in
+     * connection memory: a burst of gets started at once must not all read
+     * their first piece past the bound.
+     */
+    bool promised;
 };
 OP_ASSERT_FIRST(struct op_get);
 
@@ -72,6 +80,14 @@ static void get_release(struct op_get *g)
     g->get = NULL;
 }
 
+static void get_keep_promise(struct op_get *g)
+{
+    if (g->promised) {
+        g->promised = false;
+        budget_release(g->op.base.conn->srv, GET_PROMISE, false);
+    }
+}
+
 static void get_data_cb(void *userdata, const struct db_doc *doc, const uint8_t *data, size_t len,
                         bool first, bool last)
 {
@@ -110,11 +126,12 @@ static void get_data_cb(void *userdata, const struct db_doc *doc, const uint8_t 
         off += n;
     } while (off < len);
     conn_send(c, &r.sbuf);
+    get_keep_promise(g);
 
     if (last) {
         get_release(g);
         op_finish(&g->op);
-    } else if (c->wqueued < CONN_STREAM_WINDOW) {
+    } else if (conn_can_stream(c)) {
         store_get_next(g->get);
     } else {
         conn_wait_drain(c, &g->op.base);
@@ -126,6 +143,7 @@ static void get_error_cb(void *userdata, int status)
     struct op_get *g = userdata;
 
     op_reply_status_error(&g->op, status);
+    get_keep_promise(g);
     get_release(g);
     op_finish(&g->op);
 }
@@ -159,6 +177,8 @@ void op_do_get(struct conn *c, uint64_t id, const msgpack_object *map)
         op_finish(op);
         return;
     }
+    g->promised = true;
+    budget_take(c->srv, GET_PROMISE, false);
     /* A hot document is answered right here, from the caches. */
     store_get_next(g->get);
 }
@@ -167,6 +187,7 @@ void op_get_abandon(struct op *op)
 {
     struct op_get *g = op_get_of(op);
 
+    get_keep_promise(g);
     if (g->get)
         get_release(g);
 }
@@ -308,7 +329,7 @@ static void list_done(uv_work_t *work, int status)
     reply_send(c, &r);
     if (!more)
         op_finish(&l->op);
-    else if (c->wqueued < CONN_STREAM_WINDOW)
+    else if (conn_can_stream(c))
         list_queue(l);
     else
         conn_wait_drain(c, &l->op.base);

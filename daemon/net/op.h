@@ -4,8 +4,8 @@
  * Operations in progress, and what their handlers share: op.c (the common
  * lifecycle, field checks and reply helpers), and a handler file per group
  * of ops: op-add.c (add and its data frames), op-read.c (get, list and
- * stat), op-search.c (search), op-admin.c (delete, status, du, gc and
- * verify). dispatch.c picks the handler for each frame.
+ * stat), op-log.c (a name's versions), op-search.c (search), op-admin.c
+ * (delete, status, du, gc and verify). dispatch.c picks the handler for each frame.
  *
  * Every operation in progress is one allocation: a struct of its own kind
  * whose first member is the common struct op, found from the request or the
@@ -37,6 +37,8 @@ enum op_kind {
     OP_VERIFY,
     OP_DU,
     OP_REFRESH,
+    OP_LOG,
+    OP_KEY,
 };
 
 /* The part every operation shares; it must be the first member of each kind's struct. */
@@ -108,6 +110,9 @@ void op_do_search(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_gc(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_refresh(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_verify(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_log(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_shutdown(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_key(struct conn *c, uint64_t id, const msgpack_object *map);
 
 /* op-add.c: the connection is going away; aborts the store's add and its flow-control hold. */
 void op_add_abandon(struct op *op);

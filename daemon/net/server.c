@@ -28,6 +28,10 @@ int server_new(struct server **out, const struct server_parts *parts)
     srv->writer = parts->writer;
     snprintf(srv->backend_desc, sizeof(srv->backend_desc), "%s", parts->backend_desc);
     srv->max_connections = parts->max_connections;
+    srv->client_timeout_ms = parts->client_timeout_ms;
+    srv->shutdown = parts->shutdown;
+    srv->shutdown_ctx = parts->shutdown_ctx;
+    srv->buffer_limit = parts->connection_memory ? parts->connection_memory : SIZE_MAX;
     srv->handler = &dispatch_handler;
     srv->started_ms = uv_now(srv->loop);
     uv_idle_init(srv->loop, &srv->pending_idle);
@@ -64,6 +68,17 @@ void server_stop(struct server *srv, void (*gone)(void *ctx), void *ctx)
             conn_close_after_flush(c);
     }
     conn_check_gone(srv);
+}
+
+void server_sweep(struct server *srv)
+{
+    conn_sweep(srv);
+}
+
+void server_set_shutdown(struct server *srv, void (*shutdown)(void *ctx), void *ctx)
+{
+    srv->shutdown = shutdown;
+    srv->shutdown_ctx = ctx;
 }
 
 void server_close_all(struct server *srv)

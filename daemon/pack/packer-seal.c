@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon/base/crash.h"
+#include "daemon/format/record.h"
 #include "daemon/meta/db.h"
 #include "daemon/base/log.h"
 #include "proto/util.h"
@@ -99,7 +100,7 @@ static void on_sealed(struct backend_req *req)
 void packer_seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
 {
     struct packer_seal *s = calloc(1, sizeof(*s));
-    size_t len = pack_index_size(pk->nindex);
+    size_t len = record_index_size(pk->nindex);
     uint64_t seq = pk->seq, size = pk->size;
     int r = -ENOMEM;
 
@@ -107,8 +108,9 @@ void packer_seal_start(struct packer *pk, void (*cb)(void *), void *ctx)
         /* Replay reads an unsealed pack record by record; a partial index would hide some. */
         free(s);
         s = NULL;
-    } else if (s && (s->bytes = malloc(len))) {
-        pack_index_encode(s->bytes, pk->index, pk->nindex, size, DB_PACK_SEQ(seq));
+    } else if (s && (s->bytes = malloc(len)) &&
+               (r = record_index_encode(s->bytes, pk->index, pk->nindex, size, DB_PACK_SEQ(seq))) ==
+                   0) {
         s->pk = pk;
         s->cb = cb;
         s->ctx = ctx;

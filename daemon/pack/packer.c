@@ -11,6 +11,7 @@
 #include "daemon/base/log.h"
 #include "daemon/pack/merge.h"
 #include "daemon/format/record.h"
+#include "daemon/format/record.h"
 #include "proto/util.h"
 #include "storage/backend.h"
 #include "storage/pack/pack.h"
@@ -353,7 +354,7 @@ static void on_append(struct backend_req *req)
 }
 
 /* A whole-pack batch under another number: its records, header and trailer. */
-static void renumber(struct packer_batch *b, uint64_t seq)
+static int renumber(struct packer_batch *b, uint64_t seq)
 {
     b->seq = seq;
     for (struct packer_group *g = b->groups; g; g = g->next_) {
@@ -364,8 +365,8 @@ static void renumber(struct packer_batch *b, uint64_t seq)
     for (size_t i = 0; i < b->nshared; i++)
         b->shared[i].pack = seq;
     pack_header_encode(b->header, DB_PACK_SEQ(seq));
-    pack_index_encode(b->index_bytes, b->index, b->nindex, b->end - pack_index_size(b->nindex),
-                      DB_PACK_SEQ(seq));
+    return record_index_encode(b->index_bytes, b->index, b->nindex,
+                               b->end - record_index_size(b->nindex), DB_PACK_SEQ(seq));
 }
 
 /* Numbers a whole-pack batch skips when they exist already, at most. */
@@ -389,9 +390,9 @@ static void on_put(struct backend_req *req)
                  "the next number",
                  key);
         b->renumbered++;
-        renumber(b, pk->next_seq++);
+        int r = renumber(b, pk->next_seq++);
         packer_key(pk, b->seq, b->io.put.req.key, sizeof(b->io.put.req.key));
-        if (backend_put(pk->be, &b->io.put) == 0)
+        if (r == 0 && backend_put(pk->be, &b->io.put) == 0)
             return;
     }
     batch_io_done(b, req->status, true);
@@ -518,11 +519,11 @@ static void batch_write(struct packer_batch *b)
         b->iovcnt = (unsigned)nrecs;
     }
     if (r == 0 && b->whole_pack) {
-        size_t len = pack_index_size(b->nindex);
+        size_t len = record_index_size(b->nindex);
         if (!(b->index_bytes = malloc(len))) {
             r = -ENOMEM;
-        } else {
-            pack_index_encode(b->index_bytes, b->index, b->nindex, b->end, DB_PACK_SEQ(b->seq));
+        } else if ((r = record_index_encode(b->index_bytes, b->index, b->nindex, b->end,
+                                            DB_PACK_SEQ(b->seq))) == 0) {
             b->iov[b->iovcnt].iov_base = b->index_bytes;
             b->iov[b->iovcnt].iov_len = len;
             b->iovcnt++;

@@ -357,6 +357,45 @@ void readcache_forget_pack(struct readcache *rc, uint64_t pack)
         free(fg);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void readcache_forget_unknown(struct readcache *rc)
+{
+    uint64_t *packs = NULL, size;
+    size_t n = 0, cap = 0;
+
+    pthread_mutex_lock(&rc->lock);
+    for (size_t b = 0; b < rc->nbuckets; b++) {
+        for (struct rc_entry *e = rc->buckets[b]; e; e = e->hnext) {
+            if (n == cap) {
+                uint64_t *more = realloc(packs, (cap = cap ? cap * 2 : 64) * sizeof(*packs));
+                if (!more) {
+                    /* Only tidier: a stale slice is also dropped when its record fails. */
+                    pthread_mutex_unlock(&rc->lock);
+                    free(packs);
+                    return;
+                }
+                packs = more;
+            }
+            packs[n++] = e->pack;
+        }
+    }
+    pthread_mutex_unlock(&rc->lock);
+    if (n)
+        qsort(packs, n, sizeof(*packs), cmp_u64);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && packs[i] == packs[i - 1])
+            continue;
+        if (rc->pack_size(rc->ctx, packs[i], &size) == -ENOENT)
+            readcache_forget_pack(rc, packs[i]);
+    }
+    free(packs);
+}
+
 void readcache_get_stats(struct readcache *rc, struct readcache_stats *out)
 {
     pthread_mutex_lock(&rc->lock);

@@ -93,6 +93,11 @@ int readcache_read(struct readcache *rc, uint64_t pack, uint64_t off, void *buf,
 void readcache_drop(struct readcache *rc, uint64_t pack, uint64_t off, uint64_t len);
 /* Loop thread: forgets every slice of a pack (it was deleted; its number may come back). */
 void readcache_forget_pack(struct readcache *rc, uint64_t pack);
+/*
+ * Loop thread, at start after the replay: forgets the slices of every pack
+ * the database does not know (deleted while a crash kept its slices).
+ */
+void readcache_forget_unknown(struct readcache *rc);
 void readcache_get_stats(struct readcache *rc, struct readcache_stats *out);
 
 /*

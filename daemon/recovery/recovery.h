@@ -32,6 +32,15 @@ struct packer;
 struct packer_resume;
 struct store;
 
+/* What a start asks of the store's encryption ([store] encryption, README). */
+enum recovery_enc {
+    RECOVERY_ENC_UNSET, /* whatever the store is */
+    RECOVERY_ENC_OFF,   /* a new store stays plain; an encrypted one is still opened */
+    RECOVERY_ENC_ON,    /* a new store is made encrypted; a plain one is refused */
+};
+/* A key object's id (daemon/crypto/keys.h), hex digits. */
+#define RECOVERY_KEY_ID_LEN 32
+
 /* What recovery works on; all stay the caller's. */
 struct recovery_parts {
     uv_loop_t *loop;
@@ -55,6 +64,17 @@ struct recovery_parts {
      */
     void (*stale)(void *ctx);
     void *stale_ctx;
+    /*
+     * Encryption at rest: what is asked for, and where the passphrase comes
+     * from, asked only when the store is (or is to be made) encrypted: 0
+     * with a malloc'd passphrase the caller wipes, or negative errno, its
+     * reason logged. key_used (RECOVERY_KEY_ID_LEN + 1 bytes, or NULL)
+     * gets the id of the key object that opened the store ("": plain).
+     */
+    enum recovery_enc encryption;
+    int (*passphrase)(void *ctx, char **pass, size_t *len);
+    void *passphrase_ctx;
+    char *key_used;
 };
 
 /*
@@ -159,6 +179,48 @@ int refresh_publish(struct refresh *rf, uint64_t gen, refresh_cb *cb, void *ctx)
  * (malloc'd copy), and whether the bucket has no other writer.
  */
 int refresh_gc_view(struct refresh *rf, uint64_t **ready, size_t *n, bool *solo);
+
+/*
+ * The key objects of an encrypted store (keyring.c; README "Encryption at
+ * rest"), run on the refresh thread, where scrypt may take its time: list
+ * them; add one for a new passphrase; remove one (never the last, nor the
+ * one this daemon opened the store with); passwd: add one for a new
+ * passphrase, then remove the one this daemon opened the store with, which
+ * the new one replaces as its own.
+ */
+enum recovery_key_op {
+    RECOVERY_KEY_LIST,
+    RECOVERY_KEY_ADD,
+    RECOVERY_KEY_REMOVE,
+    RECOVERY_KEY_PASSWD,
+};
+struct recovery_key_info {
+    char id[RECOVERY_KEY_ID_LEN + 1];
+    int64_t created; /* unix time */
+    uint64_t n;      /* scrypt's N, r and p */
+    uint32_t r, p;
+    bool current; /* the key this daemon opened the store with */
+};
+struct recovery_key_job {
+    enum recovery_key_op op;
+    char *pass; /* add, passwd: the new passphrase (malloc'd; the job wipes and frees it) */
+    size_t plen;
+    char id[RECOVERY_KEY_ID_LEN + 1]; /* remove: the key; add, passwd: the new key's id */
+    struct recovery_key_info *keys;   /* list: the keys (malloc'd, the caller frees it) */
+    size_t nkeys;
+    char why[160]; /* the reason of a refusal */
+};
+/* Refusals of a key job (positive; why says more). */
+enum {
+    RECOVERY_KEY_E_PLAIN = 80, /* the store is not encrypted */
+    RECOVERY_KEY_E_NO_KEY,     /* no such key object */
+    RECOVERY_KEY_E_REFUSED,    /* the last key, or the one in use */
+};
+/* Runs job on the refresh thread; cb(ctx, status) on the loop: 0, RECOVERY_KEY_E_*, BACKEND_E_*,
+ * -errno. */
+int refresh_keys(struct refresh *rf, struct recovery_key_job *job, refresh_cb *cb, void *ctx);
+/* Wipes and frees what a job holds (its passphrase and its list). */
+void recovery_key_job_clear(struct recovery_key_job *job);
 
 /* Removes format 1 objects left beside packs (after an upgrade, or one cut short). */
 void upgrade_cleanup(const char *backend_url);

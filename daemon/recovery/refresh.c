@@ -42,11 +42,12 @@ struct refresh_waiter {
 };
 
 /* Work for the thread besides passes: the gc's steps in the bucket (marks.c). */
-enum task_kind { TASK_LEASE_TAKE, TASK_LEASE_DROP, TASK_PUBLISH };
+enum task_kind { TASK_LEASE_TAKE, TASK_LEASE_DROP, TASK_PUBLISH, TASK_KEYS };
 
 struct refresh_task {
     enum task_kind kind;
     uint64_t gen;
+    struct recovery_key_job *job; /* TASK_KEYS */
     refresh_cb *cb;
     void *ctx;
     int status;
@@ -56,6 +57,7 @@ struct refresh_task {
 struct refresh {
     struct recovery_parts parts;
     uint64_t interval_ms;
+    char key_used[RECOVERY_KEY_ID_LEN + 1]; /* the key this daemon opened the store with */
     unsigned own_widx;
     uv_timer_t timer;
     struct replay_bridge bridge; /* its async: the refresh thread's calls */
@@ -94,7 +96,9 @@ static uint64_t mono_ms(void)
 /* What the loop is told: the backend's troubles are the store's "unavailable". */
 static int loop_status(int r)
 {
-    return r > 0 && r != REFRESH_E_BUSY ? STORE_E_UNAVAILABLE : r;
+    bool key_refusal = r >= RECOVERY_KEY_E_PLAIN && r <= RECOVERY_KEY_E_REFUSED;
+
+    return r > 0 && r != REFRESH_E_BUSY && !key_refusal ? STORE_E_UNAVAILABLE : r;
 }
 
 /* ---- the pass (the refresh thread) ---- */
@@ -331,6 +335,10 @@ static int run_task(struct refresh *rf, struct refresh_task *t)
         case TASK_PUBLISH:
             r = marks_publish(rp, &rf->marks, t->gen);
             break;
+        case TASK_KEYS:
+            /* Only this thread reads or changes key_used once the refresh runs. */
+            r = keyring_job(rp, t->job, rf->key_used);
+            break;
         }
     }
     replay_end(rp);
@@ -537,6 +545,8 @@ int refresh_new(struct refresh **out, const struct recovery_parts *parts, unsign
     if (!rf)
         return -ENOMEM;
     rf->parts = *parts;
+    if (parts->key_used)
+        snprintf(rf->key_used, sizeof(rf->key_used), "%s", parts->key_used);
     rf->own_widx = own_widx;
     /*
      * Marks must be seen well within the grace period, whatever the
@@ -702,6 +712,22 @@ static int task_add(struct refresh *rf, enum task_kind kind, uint64_t gen, refre
     if (!t)
         return -ENOMEM;
     *t = (struct refresh_task){.kind = kind, .gen = gen, .cb = cb, .ctx = ctx};
+    pthread_mutex_lock(&rf->mu);
+    for (pp = &rf->tasks; *pp; pp = &(*pp)->next)
+        ;
+    *pp = t;
+    pthread_cond_signal(&rf->cv);
+    pthread_mutex_unlock(&rf->mu);
+    return 0;
+}
+
+int refresh_keys(struct refresh *rf, struct recovery_key_job *job, refresh_cb *cb, void *ctx)
+{
+    struct refresh_task *t = calloc(1, sizeof(*t)), **pp;
+
+    if (!t)
+        return -ENOMEM;
+    *t = (struct refresh_task){.kind = TASK_KEYS, .job = job, .cb = cb, .ctx = ctx};
     pthread_mutex_lock(&rf->mu);
     for (pp = &rf->tasks; *pp; pp = &(*pp)->next)
         ;

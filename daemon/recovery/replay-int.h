@@ -65,6 +65,18 @@ struct replay {
     bool removed; /* some document was deleted */
 };
 
+/*
+ * The store's encryption (keyring.c), first thing at start: the mode from
+ * the bucket's config object, the master key unwrapped (seal_set_master)
+ * or, for a new store asked to be encrypted, made. 0, or negative errno
+ * (logged): -EKEYREJECTED for a wrong passphrase, -EPERM for a store that
+ * cannot be opened as asked.
+ */
+int keyring_open(struct replay *rp);
+/* Runs a key job (recovery.h); current is the key this daemon uses, updated by passwd. */
+int keyring_job(struct replay *rp, struct recovery_key_job *job,
+                char current[RECOVERY_KEY_ID_LEN + 1]);
+
 /* ---- waiting for the loop (replay-loop.c) ---- */
 
 /* A ranged read: 0 with a malloc'd buffer, BACKEND_E_*, or negative errno. */

@@ -106,10 +106,9 @@ static int entry_row(struct replay *rp, const uint8_t *bytes, size_t len,
  * One intact record of an open pack at `off`: its index entries, and (when
  * the database does not have it yet) its rows.
  */
-static int scanned_record(struct replay *rp, uint64_t off, const uint8_t *bytes,
-                          const struct pack_record *rec, bool want_rows)
+static int scanned_plain(struct replay *rp, uint64_t off, const uint8_t *bytes, uint32_t len,
+                         const struct pack_record *rec, bool want_rows)
 {
-    uint32_t len = PACK_RECORD_HEADER + rec->length;
     struct pack_index_entry e = {.record_off = off, .record_len = len};
     struct replay_row w = {.loc = {.pack = rp->seq, .off = off, .len = len}};
     int r;
@@ -161,6 +160,22 @@ static int scanned_record(struct replay *rp, uint64_t off, const uint8_t *bytes,
             return r;
     }
     return row_add(rp, &w);
+}
+
+/* The same, rec being the record as stored: its plain view (record_plain) is what is read. */
+static int scanned_record(struct replay *rp, uint64_t off, const uint8_t *bytes,
+                          const struct pack_record *rec, bool want_rows)
+{
+    uint32_t len = PACK_RECORD_HEADER + rec->length;
+    struct pack_record plain;
+    uint8_t *buf;
+    int r = record_plain(bytes, len, &plain, &buf);
+
+    if (r != 0)
+        return r;
+    r = scanned_plain(rp, off, bytes, len, &plain, want_rows);
+    free(buf);
+    return r;
 }
 
 /* ---- an open pack, record by record ---- */
@@ -447,9 +462,9 @@ static int try_sealed(struct replay *rp, uint64_t size, struct pack_trailer *t,
     r = replay_get(rp, rp->key, t->index_off, (uint64_t)t->count * PACK_INDEX_ENTRY, &ibytes, &len);
     if (r != 0)
         return r;
-    r = len == (uint64_t)t->count * PACK_INDEX_ENTRY && pack_index_parse(ibytes, len, t, idx) == 0
-            ? 0
-            : 1;
+    r = len == (uint64_t)t->count * PACK_INDEX_ENTRY ? record_index_open(ibytes, len, t, idx) : 1;
+    if (r == RECORD_E_BAD)
+        r = 1;
     free(ibytes);
     return r;
 }
@@ -458,13 +473,17 @@ static int try_sealed(struct replay *rp, uint64_t size, struct pack_trailer *t,
 static int seal(struct replay *rp, uint64_t valid_end, enum db_pack_state *state,
                 uint64_t *new_size)
 {
-    size_t ilen = pack_index_size(rp->nindex);
+    size_t ilen = record_index_size(rp->nindex);
     uint8_t *ibytes = malloc(ilen);
     int r;
 
     if (!ibytes)
         return -ENOMEM;
-    pack_index_encode(ibytes, rp->index, rp->nindex, valid_end, DB_PACK_SEQ(rp->seq));
+    if ((r = record_index_encode(ibytes, rp->index, rp->nindex, valid_end, DB_PACK_SEQ(rp->seq))) !=
+        0) {
+        free(ibytes);
+        return r;
+    }
     struct iovec iov = {ibytes, ilen};
     r = replay_append(rp, rp->key, valid_end, &iov, 1);
     free(ibytes);

@@ -253,7 +253,7 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
     struct listed *listed;
     struct db_pack *known;
     size_t nlisted, nknown, i = 0, k = 0, window_end = 0;
-    uint64_t newest_open = 0;
+    uint64_t newest_open = 0, high = 0;
     int r;
 
     if ((r = list_packs(rp, &listed, &nlisted)) != 0)
@@ -279,6 +279,14 @@ static int replay_packs(struct replay *rp, struct packer_resume *resume)
         if (DB_PACK_WIDX(known[j].seq) == rp->own_widx && known[j].seq >= resume->next_seq)
             resume->next_seq = known[j].seq + 1;
     }
+    /* Nor a number whose pack went (a gc deleted it): its read-cache slices may remain. */
+    if ((r = db_pack_high(rv->db, rp->own_widx, &high)) < 0) {
+        free(listed);
+        free(known);
+        return r;
+    }
+    if (high >= resume->next_seq)
+        resume->next_seq = high + 1;
     tty_progress_init(&progress, rp->rebuild);
     for (size_t j = 0; j < nlisted; j++)
         total_bytes += listed[j].size;
@@ -439,6 +447,14 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
         return -ENOMEM;
     rp->rv = *parts;
     rp->rebuild = rebuild;
+    /* The keys before anything is written: a wrong passphrase changes nothing. */
+    if ((r = keyring_open(rp)) != 0) {
+        /* keyring.c has said why it refused; anything else is said here. */
+        if (r != -EKEYREJECTED && r != -ENOKEY && r != -EPERM)
+            log_error("keys: %s", r < 0 ? strerror(-r) : "the backend is unavailable");
+        free(rp);
+        return r < 0 ? r : -EIO;
+    }
     /* This daemon's writer first: its packs are numbered under its index. */
     r = replay_pack_number(rp, parts->writer, 1, &resume->next_seq);
     rp->own_widx = DB_PACK_WIDX(resume->next_seq);

@@ -8,6 +8,7 @@
 #include "daemon/search/search.h"
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,11 +45,83 @@ struct search_job {
     size_t nhits;
 };
 
-/* A hit's snippet: from its text, or from its names when the text has no match. */
-static int snippet(struct search *s, const struct search_query *q, bool match, struct search_hit *h)
+/* Whether the query has name:word terms. */
+static bool has_name_terms(const struct search_query *q)
 {
-    char *text = NULL;
-    size_t len = 0;
+    for (size_t g = 0; g < q->ngroups; g++)
+        for (size_t t = 0; t < q->groups[g].nterms; t++)
+            if (q->groups[g].terms[t].kind == SEARCH_NAME)
+                return true;
+    return false;
+}
+
+static bool marked(const char *name, const struct search_query *q)
+{
+    char *sn = search_snippet(name, strlen(name), q, QUERY_SNIPPET_WORDS);
+    bool yes = sn && strstr(sn, "**");
+
+    free(sn);
+    return yes;
+}
+
+/* Whether `name` is one the hit was found by: it matches the glob, and the words if asked to. */
+static bool name_matches(const char *name, const struct search_params *p,
+                         const struct search_query *q, bool words)
+{
+    /* SQLite's GLOB has no escapes: FNM_NOESCAPE, and * crosses '/'. */
+    if (p->name_glob && fnmatch(p->name_glob, name, FNM_NOESCAPE) != 0)
+        return false;
+    return !words || marked(name, q);
+}
+
+/*
+ * The hit's name: the newest one, unless another name is what the query
+ * found (a --name glob, name:word, or words that are only in an older name):
+ * then the newest of those.
+ */
+static int pick_name(struct search_hit *h, const struct search_params *p,
+                     const struct search_query *q, bool words, char **names, size_t n)
+{
+    if (name_matches(h->name, p, q, words))
+        return 0;
+    for (size_t i = n; i-- > 0;) {
+        if (strcmp(names[i], h->name) != 0 && name_matches(names[i], p, q, words)) {
+            char *dup = strdup(names[i]);
+            if (!dup)
+                return -ENOMEM;
+            free(h->name);
+            h->name = dup;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* The names one per line, for a snippet drawn from them. */
+static char *join_names(char **names, size_t n)
+{
+    size_t len = 1;
+    char *out, *at;
+
+    for (size_t i = 0; i < n; i++)
+        len += strlen(names[i]) + 1;
+    if (!(out = at = malloc(len)))
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        at += sprintf(at, "%s%s", i ? "\n" : "", names[i]);
+    *at = '\0';
+    return out;
+}
+
+/*
+ * A hit's snippet: from its text, or from its names when the text has no
+ * match; and the name it shows (pick_name).
+ */
+static int snippet(struct search *s, const struct search_params *p, const struct search_query *q,
+                   bool match, struct search_hit *h)
+{
+    char *text = NULL, **names = NULL;
+    size_t len = 0, nnames = 0;
     int r = 0;
 
     if (h->text) {
@@ -63,20 +136,30 @@ static int snippet(struct search *s, const struct search_query *q, bool match, s
     }
     h->snippet = search_snippet(text ? text : "", len, q, QUERY_SNIPPET_WORDS);
     free(text);
+    if (!h->snippet)
+        return -ENOMEM;
     /* No mark in the content: the names may be what matched. */
-    char *names = NULL;
-    if (h->snippet && match && !strstr(h->snippet, "**") &&
-        db_doc_names(s->db, h->rowid, &names) == 0) {
-        char *alt = search_snippet(names, strlen(names), q, QUERY_SNIPPET_WORDS);
+    bool from_names = match && !strstr(h->snippet, "**");
+    bool by_name = from_names || (match && has_name_terms(q));
+    if ((by_name || p->name_glob) && !name_matches(h->name, p, q, by_name) &&
+        db_doc_names(s->db, h->rowid, &names, &nnames) == 0) {
+        r = pick_name(h, p, q, by_name, names, nnames);
+    } else if (from_names && db_doc_names(s->db, h->rowid, &names, &nnames) != 0) {
+        return 0;
+    }
+    if (r == 0 && from_names) {
+        char *joined = join_names(names, nnames);
+        char *alt = joined ? search_snippet(joined, strlen(joined), q, QUERY_SNIPPET_WORDS) : NULL;
         if (alt && strstr(alt, "**")) {
             free(h->snippet);
             h->snippet = alt;
         } else {
             free(alt);
         }
-        free(names);
+        free(joined);
     }
-    return h->snippet ? r : -ENOMEM;
+    db_names_free(names, nnames);
+    return r;
 }
 
 static void query_work(uv_work_t *work)
@@ -92,7 +175,7 @@ static void query_work(uv_work_t *work)
     }
     r = fts_search(&s->fts, s->db, &sq->p, &q, &sq->hits, &sq->nhits);
     for (size_t i = 0; r == 0 && i < sq->nhits; i++)
-        r = snippet(s, &q, search_has_match(&q), &sq->hits[i]);
+        r = snippet(s, &sq->p, &q, search_has_match(&q), &sq->hits[i]);
     search_query_clear(&q);
     sq->status = r;
 }

@@ -184,10 +184,13 @@ static void test_search_ranked(void **state)
     test_hex(s.hash[1], hex);
     assert_string_equal(hits[1].hash, hex);
     assert_string_equal(hits[1].name, "dog-copy.md");
-    char *names = NULL;
-    assert_int_equal(db_doc_names(s.e->db, hits[1].rowid, &names), 0);
-    assert_string_equal(names, "dog.md\ndog-copy.md");
-    free(names);
+    char **names = NULL;
+    size_t nnames = 0;
+    assert_int_equal(db_doc_names(s.e->db, hits[1].rowid, &names, &nnames), 0);
+    assert_int_equal(nnames, 2);
+    assert_string_equal(names[0], "dog.md");
+    assert_string_equal(names[1], "dog-copy.md");
+    db_names_free(names, nnames);
     assert_int_equal(hits[1].size, 101);
     assert_true(hits[1].text);
     assert_int_equal(hits[1].depth, 0);

@@ -49,6 +49,7 @@ struct seg_job {
     int status;
     struct manifest_entry *chunks; /* per chunk, in order */
     uint64_t stored;               /* the stored bytes of its chunks */
+    uint64_t written;              /* the bytes of its new block records */
     struct rec_list blocks;        /* its new chunks, in blocks of at most RECORD_BLOCK_MAX */
     struct seg_job *next;
 };
@@ -78,6 +79,7 @@ struct cut_job {
     struct rawbuf rest; /* bytes after the last cut: the next job's carry */
     bool unchanged;     /* the store already holds this, under this name: nothing to write */
     uint64_t stored_size;
+    char mime[PROTO_MAX_MIME + 1]; /* unchanged: the stored document's */
     /* `whole`: the manifest root and the journal entry. */
     uint8_t *root;
     size_t root_len;
@@ -110,6 +112,7 @@ struct store_add {
     struct spill *spills, *spills_tail; /* run one at a time, in order */
     unsigned groups;                    /* groups sent and not yet called back */
     uint64_t stored;
+    uint64_t written;     /* bytes of the new block records: what the add added to the packs */
     struct rec_list last; /* the final segment's blocks, sent with the entry */
 
     bool finishing, final_cut_done, entry_started, committing, aborted;

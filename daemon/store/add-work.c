@@ -55,6 +55,7 @@ static int seg_block(struct store *st, struct seg_job *sj, const struct record_p
     if (r < 0)
         return r;
     sj->stored += rec.len;
+    sj->written += rec.len;
     if ((r = add_list_push(&sj->blocks, &rec)) < 0)
         add_rec_clear(&rec);
     return r;
@@ -167,6 +168,7 @@ static int check_existing(struct store_add *add, struct cut_job *job)
             current = false;
         job->unchanged = current;
         job->stored_size = doc.stored_size;
+        snprintf(job->mime, sizeof(job->mime), "%s", doc.mime);
     }
     db_doc_clear(&doc);
     return 0;

@@ -380,6 +380,7 @@ static void seg_collect(struct store_add *add)
         for (size_t i = 0; i < sj->nends && !add->error; i++)
             push_entry(add, 0, &sj->chunks[i]);
         add->stored += sj->stored;
+        add->written += sj->written;
         if (sj->blocks.n) {
             /* The document's last blocks travel with its entry: one sync for a small add. */
             if (add->final_cut_done && !add->segs && add->last.n == 0) {
@@ -435,6 +436,8 @@ static void cut_done(uv_work_t *work, int status)
             add->final_cut_done = true;
             add->unchanged = job->unchanged;
             add->dba.stored_size = job->stored_size;
+            if (job->unchanged)
+                snprintf(add->dba.stored_mime, sizeof(add->dba.stored_mime), "%s", job->mime);
         }
         if (job->unchanged) {
             seg_free(job->sj);
@@ -566,6 +569,8 @@ static void report(struct store_add *add, bool created)
     res.name = add->p.name ? add->p.name : "";
     res.size = add->received;
     res.stored_size = add->dba.stored_size;
+    res.written = add->written;
+    res.mime = add->dba.stored_mime[0] ? add->dba.stored_mime : add->p.mime;
     res.created = created;
     add->ops->done(add->userdata, 0, &res);
 }

@@ -167,6 +167,21 @@ static bool chunk_ok(const struct cache_buf *b, const uint8_t *hash, uint64_t si
     return b->len == size && cached_ok(b, hash);
 }
 
+static bool chunk_at(const struct pack_block_chunk *c, const struct db_loc *loc,
+                     const uint8_t *hash)
+{
+    return c->sub_off == loc->sub && memcmp(c->id, hash, PROTO_HASH_LEN) == 0;
+}
+
+static bool block_holds(const struct pack_block_chunk *chunks, uint32_t count,
+                        const struct db_loc *loc, const uint8_t *hash)
+{
+    for (uint32_t i = 0; i < count; i++)
+        if (chunk_at(&chunks[i], loc, hash))
+            return true;
+    return false;
+}
+
 /*
  * Decodes the block at `loc` and caches every chunk in it; keeps a
  * reference to the one wanted. A block holds neighbouring chunks of one
@@ -190,6 +205,12 @@ static int decode_block(struct store *st, const struct db_loc *loc, const uint8_
         if ((r = read_record_into(st, loc, true, bytes)) != 0)
             break;
         r = record_block_open_into(bytes, loc->len, &chunks, &count, bb->raw, &raw, &raw_len);
+        /* An intact block without the chunk wanted there is as wrong as a damaged one. */
+        if (r == 0 && !block_holds(chunks, count, loc, hash)) {
+            free(chunks);
+            chunks = NULL;
+            r = RECORD_E_BAD;
+        }
         if (r != RECORD_E_BAD || !again)
             break;
         drop_cached_copy(st, loc);
@@ -199,8 +220,7 @@ static int decode_block(struct store *st, const struct db_loc *loc, const uint8_
         return r;
     *out = NULL;
     for (uint32_t i = 0; i < count; i++) {
-        bool wanted = !*out && chunks[i].sub_off == loc->sub &&
-                      memcmp(chunks[i].id, hash, PROTO_HASH_LEN) == 0;
+        bool wanted = !*out && chunk_at(&chunks[i], loc, hash);
         const struct cache_buf *b = cache_insert(st->cache, chunks[i].id, raw + chunks[i].sub_off,
                                                  chunks[i].size, wanted || check_all);
         if (wanted) {

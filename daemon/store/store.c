@@ -160,6 +160,7 @@ void store_get_stats(struct store *st, struct store_stats *out)
 void store_op_begin(struct store *st, struct store_op *op)
 {
     op->seq = st->next_op_seq++;
+    op->started_ms = uv_now(st->loop);
     op->next = NULL;
     op->prev = st->ops_tail;
     if (st->ops_tail)
@@ -203,6 +204,19 @@ uint64_t store_oldest_holder(const struct store *st)
         if (!op->retried)
             return op->seq;
     return st->next_op_seq;
+}
+
+size_t store_holders_before(const struct store *st, uint64_t seq, uint64_t *oldest_started_ms)
+{
+    size_t n = 0;
+
+    for (const struct store_op *op = st->ops_head; op && op->seq < seq; op = op->next) {
+        if (op->retried)
+            continue;
+        if (n++ == 0)
+            *oldest_started_ms = op->started_ms;
+    }
+    return n;
 }
 
 uint64_t store_next_op(const struct store *st)

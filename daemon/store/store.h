@@ -108,6 +108,8 @@ struct store_add_result {
     char hash[PROTO_HASH_HEX + 1];
     const char *name;
     uint64_t size, stored_size;
+    uint64_t written; /* bytes of chunk records this add wrote (content stored before: 0) */
+    const char *mime; /* the document's: set when it was first stored */
     bool created;
 };
 
@@ -186,9 +188,10 @@ struct store_verify_result {
 };
 
 /*
- * Re-reads and re-hashes stored chunks: those of the documents `refs` names,
- * or every chunk when nrefs is 0. `done` comes on the loop thread; the result
- * is valid during the call.
+ * Re-reads and re-hashes stored chunks: those of the documents `refs` names
+ * (each distinct chunk once, up to a bound: verify.c), or every chunk when
+ * nrefs is 0. A bad chunk's users list the named documents first. `done` comes on the loop thread;
+ * the result is valid during the call.
  */
 typedef void store_verify_cb(void *userdata, int status, const struct store_verify_result *res);
 /* `progress` (may be NULL) is updated while it runs: bytes of packs read (or of chunks, with refs).
@@ -256,6 +259,7 @@ void store_set_index_hooks(struct store *st, const struct store_index_hooks *hoo
  */
 struct store_op {
     uint64_t seq;
+    uint64_t started_ms; /* uv_now() at store_op_begin */
     /*
      * The indexer's: it reads text, and a read that fails because its
      * document went meanwhile is retried. gc's condemnations do not wait for
@@ -277,6 +281,11 @@ const struct store_op *store_first_op(const struct store *st);
 uint64_t store_oldest_op(const struct store *st);
 /* The same without the operations that are `retried`: what gc's condemnations wait for. */
 uint64_t store_oldest_holder(const struct store *st);
+/*
+ * How many operations that are not `retried` began before seq and still
+ * run, and (when any) the uv_now() at which the oldest of them began.
+ */
+size_t store_holders_before(const struct store *st, uint64_t seq, uint64_t *oldest_started_ms);
 /* The sequence number the next operation to begin will get. */
 uint64_t store_next_op(const struct store *st);
 /* `fn` runs whenever the oldest running operation ends (gc may be waiting for that). */

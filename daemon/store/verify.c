@@ -5,7 +5,10 @@
  * repairs nothing, it reports.
  *
  * The whole store is checked pack by pack, each record read once; a
- * document's chunks are checked through its manifest. A row that moved or
+ * document's chunks are checked through its manifest, each distinct chunk of
+ * the request once (a set of the ones checked, bounded: past its bound a
+ * chunk reached again is checked again), so that a request counts what a
+ * whole-store verify would count for those documents. A row that moved or
  * went while the scrub ran (gc) is not damage: a failure is checked again
  * against the row as it is now before it is reported.
  */
@@ -16,9 +19,17 @@
 #include "daemon/base/log.h"
 #include "daemon/format/objects.h"
 #include "daemon/format/record.h"
+#include "daemon/store/chunkset.h"
 #include "daemon/store/store-int.h"
 #include "proto/util.h"
 #include "storage/backend.h"
+
+/*
+ * The distinct chunks one verify with refs remembers having checked: 32 bytes
+ * each in a table at most 3/4 full, so about 33 MiB at most; with the default
+ * 64 KiB chunks, 32 GiB of distinct content (PROTOCOL.md `verify`).
+ */
+#define VERIFY_MAX_DISTINCT (512u * 1024)
 
 struct store_verify {
     struct store *st;
@@ -26,6 +37,9 @@ struct store_verify {
     void *userdata;
     char **refs;
     size_t nrefs;
+    struct chunkset checked;            /* with refs: the chunks checked so far */
+    char (*walked)[PROTO_HASH_HEX + 1]; /* with refs: the documents walked so far */
+    size_t nwalked;
     struct store_progress *progress; /* NULL: not asked for */
     struct store_op op;
     uv_work_t work;
@@ -58,6 +72,8 @@ static void verify_free(struct store_verify *v)
     for (size_t i = 0; i < v->nrefs; i++)
         free(v->refs[i]);
     free(v->refs);
+    free(v->walked);
+    chunkset_deinit(&v->checked);
     block_forget(v);
     store_op_end(v->st, &v->op);
     v->st->active--;
@@ -199,12 +215,10 @@ static int verify_all(struct store_verify *v)
     size_t npacks;
     int r = db_packs(v->st->db, &packs, &npacks);
 
-    if (r == 0 && v->progress) {
-        uint64_t total = 0;
-        for (size_t p = 0; p < npacks; p++)
-            total += packs[p].state == DB_PACK_DELETING ? 0 : packs[p].size;
-        atomic_store_explicit(&v->progress->total, total, memory_order_relaxed);
-    }
+    /* In the chunks' own bytes, as the result counts them (not the packs' compressed bytes). */
+    struct db_totals t;
+    if (r == 0 && v->progress && db_totals(v->st->db, 0, &t) == 0)
+        atomic_store_explicit(&v->progress->total, t.unique_bytes, memory_order_relaxed);
     for (size_t p = 0; r == 0 && p < npacks; p++) {
         struct db_pack_row *rows;
         size_t n;
@@ -217,9 +231,10 @@ static int verify_all(struct store_verify *v)
             while (end < n && rows[end].loc.off == rows[first].loc.off &&
                    rows[end].kind == rows[first].kind)
                 end++;
+            uint64_t before = v->res.bytes_checked;
             r = check_record(v, rows + first, end - first);
             if (v->progress)
-                atomic_fetch_add_explicit(&v->progress->done, rows[first].loc.len,
+                atomic_fetch_add_explicit(&v->progress->done, v->res.bytes_checked - before,
                                           memory_order_relaxed);
             first = end;
         }
@@ -236,10 +251,16 @@ static int check_chunk(void *ctx, const struct manifest_entry *e)
 {
     struct store_verify *v = ctx;
     struct db_loc loc;
+    bool added;
     int r;
 
     if (e->bytes == 0)
         return 0; /* a segment: read and checked by the walk itself */
+    r = chunkset_add(&v->checked, e->hash, &added);
+    if (r < 0)
+        return r;
+    if (r == 0 && !added)
+        return 0; /* checked already, for this document or another of the request */
     v->res.chunks_checked++;
     v->res.bytes_checked += e->bytes;
     if (v->progress)
@@ -255,13 +276,31 @@ static int check_chunk(void *ctx, const struct manifest_entry *e)
     return r < 0 ? r : 0;
 }
 
+static bool walked_already(struct store_verify *v, const char *hash)
+{
+    for (size_t i = 0; i < v->nwalked; i++) {
+        if (strcmp(v->walked[i], hash) == 0)
+            return true;
+    }
+    memcpy(v->walked[v->nwalked++], hash, PROTO_HASH_HEX + 1);
+    return false;
+}
+
 static int verify_refs(struct store_verify *v)
 {
+    chunkset_init(&v->checked, VERIFY_MAX_DISTINCT);
+    if (!(v->walked = calloc(v->nrefs, sizeof(*v->walked))))
+        return -ENOMEM;
     for (size_t i = 0; i < v->nrefs; i++) {
         struct db_doc doc;
         int r = db_resolve(v->st->db, v->refs[i], strlen(v->refs[i]), DB_WANT_MANIFEST, &doc);
         if (r != 0)
             return store_status_from_db(r);
+        /* Named twice (by hash and by name, say): its manifest is walked once. */
+        if (walked_already(v, doc.hash)) {
+            db_doc_clear(&doc);
+            continue;
+        }
         r = store_walk_manifest(v->st, doc.depth, doc.root, doc.root_len,
                                 STORE_WALK_SEGMENTS | STORE_WALK_DISK, check_chunk, v);
         db_doc_clear(&doc);
@@ -326,6 +365,26 @@ static int users_manifest(void *ctx, int64_t rowid, unsigned depth, const uint8_
     return r;
 }
 
+/*
+ * The documents the request named go first among a bad chunk's users, so
+ * that a reply that lists only the first few of them still names those.
+ */
+static void requested_first(struct store_verify *v, struct store_bad_chunk *bad)
+{
+    size_t front = 0;
+
+    for (size_t d = 0; d < bad->ndocs; d++) {
+        bool named = false;
+        for (size_t w = 0; !named && w < v->nwalked; w++)
+            named = strcmp(bad->docs[d].hash, v->walked[w]) == 0;
+        if (!named)
+            continue;
+        struct db_doc doc = bad->docs[d];
+        memmove(&bad->docs[front + 1], &bad->docs[front], (d - front) * sizeof(doc));
+        bad->docs[front++] = doc;
+    }
+}
+
 static int find_users(struct store_verify *v)
 {
     struct users_ctx u = {v, 0, calloc(v->res.nbad ? v->res.nbad : 1, sizeof(bool))};
@@ -338,9 +397,10 @@ static int find_users(struct store_verify *v)
     free(u.uses);
     /* A bad chunk no document uses any more is no damage to anyone: gc takes it. */
     for (size_t i = 0; r == 0 && i < v->res.nbad; i++) {
-        if (v->res.bad[i].ndocs > 0)
+        if (v->res.bad[i].ndocs > 0) {
+            requested_first(v, &v->res.bad[i]);
             v->res.bad[kept++] = v->res.bad[i];
-        else
+        } else
             db_docs_free(v->res.bad[i].docs, 0);
     }
     if (r == 0)

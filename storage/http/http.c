@@ -467,6 +467,13 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userp)
         req->total_size = UINT64_MAX;
         req->content_length = UINT64_MAX;
         req->retry_after_ms = 0;
+        req->error_code[0] = '\0';
+    } else if (header_is(line, len, "x-ms-error-code", &v, &vlen)) {
+        size_t cut = vlen < sizeof(req->error_code) - 1 ? vlen : sizeof(req->error_code) - 1;
+        size_t k;
+        for (k = 0; k < cut && v[k] > ' ' && v[k] <= '~'; k++)
+            req->error_code[k] = v[k];
+        req->error_code[k] = '\0';
     } else if (header_is(line, len, "content-length", &v, &vlen)) {
         if (parse_u64(v, vlen, &n))
             req->content_length = n;
@@ -556,6 +563,7 @@ static int req_init(struct http *http, struct http_req *req)
     req->content_length = UINT64_MAX;
     req->retry_after_ms = 0;
     req->error[0] = '\0';
+    req->error_code[0] = '\0';
     req->slist = NULL;
     req->easy = NULL;
     req->iov_idx = req->iov_off = 0;

@@ -61,9 +61,11 @@ struct http_req {
     long status;   /* HTTP status */
     uint8_t *resp; /* malloc'd response body, owned by the caller after done */
     size_t resp_len;
-    uint64_t total_size;         /* from Content-Range ".../N"; UINT64_MAX when absent */
-    uint64_t content_length;     /* UINT64_MAX when absent */
-    uint32_t retry_after_ms;     /* from Retry-After (seconds), 0 when absent */
+    uint64_t total_size;     /* from Content-Range ".../N"; UINT64_MAX when absent */
+    uint64_t content_length; /* UINT64_MAX when absent */
+    uint32_t retry_after_ms; /* from Retry-After (seconds), 0 when absent */
+    /* Azure's x-ms-error-code header, cut to fit; "" when absent. A HEAD's only error detail. */
+    char error_code[64];
     char error[CURL_ERROR_SIZE]; /* curl's text for a network failure */
 
     /* Private. */

@@ -230,7 +230,9 @@ static int open_existing(struct local *lp, const char *key, uint64_t offset, int
  * Appends write in place: the caller has made everything before `offset`
  * durable already, and never runs two appends to one key at once. What lies
  * beyond the new end is a torn tail of an append that failed (or a longer
- * earlier attempt), and is cut off before the sync.
+ * earlier attempt), and is cut off before the sync. An append that fails
+ * cuts the object back to `offset` at once: on a full disk, what it did
+ * write is the room everyone else needs.
  */
 static void append_work(uv_work_t *work)
 {
@@ -266,6 +268,9 @@ static void append_work(uv_work_t *work)
         r = -errno;
     if (r == 0 && !backend_sync_disabled() && fdatasync(fd) < 0)
         r = -errno;
+    if (r != 0 && !create && ftruncate(fd, (off_t)app->offset) < 0) {
+        /* Then the next append at `offset` cuts the tail, as above. */
+    }
     if (close(fd) < 0 && r == 0)
         r = -errno;
     /* The directory entry once, when the object is created; later appends only add bytes. */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -448,6 +449,16 @@ static void local_close(struct backend *be)
     backend_release(be);
 }
 
+static int local_free_space(struct backend *be, uint64_t *bytes)
+{
+    struct statvfs sv;
+
+    if (fstatvfs(local_of(be)->root_fd, &sv) != 0)
+        return -errno;
+    *bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+    return 0;
+}
+
 static void local_describe(struct backend *be, char *out, size_t out_len)
 {
     snprintf(out, out_len, "local:%s", local_of(be)->root);
@@ -455,7 +466,8 @@ static void local_describe(struct backend *be, char *out, size_t out_len)
 
 const struct backend_ops backend_local_ops = {
     .name = "local",
-    .caps = BACKEND_CAP_APPEND | BACKEND_CAP_READ_SYNC | BACKEND_CAP_READ_NOWAIT,
+    .caps = BACKEND_CAP_APPEND | BACKEND_CAP_READ_SYNC | BACKEND_CAP_READ_NOWAIT |
+            BACKEND_CAP_FREE_SPACE,
     .priv_size = sizeof(struct local),
     .open = local_open,
     .close = local_close,
@@ -469,5 +481,6 @@ const struct backend_ops backend_local_ops = {
     .cancel = NULL,
     .read_sync = local_read_sync,
     .try_read = local_try_read,
+    .free_space = local_free_space,
     .describe = local_describe,
 };

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -29,9 +30,15 @@ static void test_local_open(void **state)
     assert_ptr_equal(e.be->ops, &backend_local_ops);
     assert_string_equal(e.be->ops->name, "local");
     assert_ptr_equal(e.be->loop, &e.loop);
-    assert_int_equal(e.be->ops->caps,
-                     BACKEND_CAP_APPEND | BACKEND_CAP_READ_SYNC | BACKEND_CAP_READ_NOWAIT);
+    assert_int_equal(e.be->ops->caps, BACKEND_CAP_APPEND | BACKEND_CAP_READ_SYNC |
+                                          BACKEND_CAP_READ_NOWAIT | BACKEND_CAP_FREE_SPACE);
     assert_true(backend_has(e.be, BACKEND_CAP_APPEND | BACKEND_CAP_READ_NOWAIT));
+    /* The room of the root's file system, as statvfs tells it. */
+    uint64_t room;
+    struct statvfs sv;
+    assert_int_equal(backend_free_space(e.be, &room), 0);
+    assert_int_equal(statvfs(e.root, &sv), 0);
+    assert_in_range(room, 1, (uint64_t)sv.f_blocks * sv.f_frsize);
     assert_int_equal(e.be->retry.attempts, BACKEND_DEFAULT_ATTEMPTS);
     assert_int_equal(e.be->retry.backoff_ms, BACKEND_DEFAULT_BACKOFF_MS);
     assert_int_equal(e.be->retry.backoff_max_ms, BACKEND_DEFAULT_BACKOFF_MAX_MS);

@@ -32,7 +32,8 @@
 /* Shared with the threadpool's workers, hence the lock. */
 static struct {
     pthread_mutex_t lock;
-    bool cut; /* cut every write short, and interrupt some */
+    bool cut;    /* cut every write short, and interrupt some */
+    size_t room; /* what the "disk" still takes (SIZE_MAX: no end); then ENOSPC */
     uint64_t rng;
     unsigned calls, shorts, interrupts;
     int max_iovcnt;
@@ -44,6 +45,7 @@ static void pw_reset(bool cut)
 {
     pthread_mutex_lock(&pw.lock);
     pw.cut = cut;
+    pw.room = SIZE_MAX;
     pw.rng = 0x2545f4914f6cdd1dull;
     pw.calls = pw.shorts = pw.interrupts = 0;
     pw.max_iovcnt = 0;
@@ -58,12 +60,26 @@ static uint64_t pw_next(void)
     return pw.rng;
 }
 
-static ssize_t pw_write(pwritev_fn *real, int fd, const struct iovec *iov, int iovcnt, off_t offset)
+/* The first `limit` bytes of iov (at most IOV_MAX iovecs) in one call. */
+static ssize_t write_prefix(pwritev_fn *real, int fd, const struct iovec *iov, size_t limit,
+                            off_t offset)
 {
     struct iovec part[IOV_MAX];
+    int n = 0;
+
+    for (size_t done = 0; done < limit; n++) {
+        part[n] = iov[n];
+        if (part[n].iov_len > limit - done)
+            part[n].iov_len = limit - done;
+        done += part[n].iov_len;
+    }
+    return real(fd, part, n, offset);
+}
+
+static ssize_t pw_write(pwritev_fn *real, int fd, const struct iovec *iov, int iovcnt, off_t offset)
+{
     size_t total = 0, limit;
     uint64_t roll;
-    int n = 0;
 
     pthread_mutex_lock(&pw.lock);
     pw.calls++;
@@ -71,6 +87,18 @@ static ssize_t pw_write(pwritev_fn *real, int fd, const struct iovec *iov, int i
         pw.max_iovcnt = iovcnt;
     for (int i = 0; i < iovcnt && iovcnt <= IOV_MAX; i++)
         total += iov[i].iov_len;
+    if (pw.room != SIZE_MAX && iovcnt <= IOV_MAX) {
+        /* A disk filling up: what fits is written, then nothing. */
+        if (pw.room == 0) {
+            pthread_mutex_unlock(&pw.lock);
+            errno = ENOSPC;
+            return -1;
+        }
+        limit = total < pw.room ? total : pw.room;
+        pw.room -= limit;
+        pthread_mutex_unlock(&pw.lock);
+        return write_prefix(real, fd, iov, limit, offset);
+    }
     /* More than IOV_MAX goes to the kernel as it is, to be refused there. */
     if (!pw.cut || iovcnt > IOV_MAX || total < 2) {
         pthread_mutex_unlock(&pw.lock);
@@ -87,13 +115,7 @@ static ssize_t pw_write(pwritev_fn *real, int fd, const struct iovec *iov, int i
     limit = 1 + (size_t)(roll >> 8) % (total - 1);
     pw.shorts++;
     pthread_mutex_unlock(&pw.lock);
-    for (size_t done = 0; done < limit; n++) {
-        part[n] = iov[n];
-        if (part[n].iov_len > limit - done)
-            part[n].iov_len = limit - done;
-        done += part[n].iov_len;
-    }
-    return real(fd, part, n, offset);
+    return write_prefix(real, fd, iov, limit, offset);
 }
 
 /*
@@ -251,6 +273,30 @@ static void test_writes_append_many(void **state)
     scatter_free(shorter);
 }
 
+/*
+ * An append that runs out of room: it fails, and the object is cut back to
+ * where the append began, so that what it did write goes back to the disk.
+ */
+static void test_writes_append_out_of_room(void **state)
+{
+    struct scatter *first = scatter_new(8), *second = scatter_new(9);
+    struct test_env e;
+
+    test_env_init(&e);
+    test_env_open(&e);
+    pw_reset(false);
+    assert_int_equal(append_many(&e, "packs/0002", 0, first, NULL), 0);
+    pthread_mutex_lock(&pw.lock);
+    pw.room = second->len / 2;
+    pthread_mutex_unlock(&pw.lock);
+    assert_int_equal(append_many(&e, "packs/0002", first->len, second, NULL), -ENOSPC);
+    pw_reset(false);
+    expect_object(&e, "packs/0002", NULL, 0, first);
+    test_env_finish(&e);
+    scatter_free(first);
+    scatter_free(second);
+}
+
 /* Every write cut short at a random byte, some interrupted: the bytes still come out exact. */
 static void test_writes_short(void **state)
 {
@@ -355,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_writes_put_many),
         cmocka_unit_test(test_writes_append_many),
         cmocka_unit_test(test_writes_short),
+        cmocka_unit_test(test_writes_append_out_of_room),
         cmocka_unit_test(test_writes_retried_append),
     };
 

@@ -172,13 +172,20 @@ void pack_record_header_encode(uint8_t out[PACK_RECORD_HEADER], enum pack_rec_ty
                                const uint8_t id[PROTO_HASH_LEN], const struct pack_part *parts,
                                size_t nparts)
 {
+    pack_record_header_encode_flags(out, type, 0, id, parts, nparts);
+}
+
+void pack_record_header_encode_flags(uint8_t out[PACK_RECORD_HEADER], enum pack_rec_type type,
+                                     uint8_t flags, const uint8_t id[PROTO_HASH_LEN],
+                                     const struct pack_part *parts, size_t nparts)
+{
     size_t length = 0;
 
     /* The caller keeps the payload within PACK_MAX_PAYLOAD, so the sum fits the u32 field. */
     for (size_t i = 0; i < nparts; i++)
         length += parts[i].len;
     out[REC_TYPE] = (uint8_t)type;
-    out[REC_FLAGS] = 0;
+    out[REC_FLAGS] = flags;
     be16_write(out + REC_RESERVED, 0);
     be32_write(out + REC_LENGTH, (uint32_t)length);
     memcpy(out + REC_ID, id, PROTO_HASH_LEN);
@@ -194,7 +201,7 @@ int pack_record_peek(const uint8_t *buf, size_t len, enum pack_rec_type *type,
         return PACK_E_TRUNCATED;
     payload_len = be32_read(buf + REC_LENGTH);
     /* Rejecting an oversized length here keeps a caller from reading megabytes of garbage. */
-    if (!rec_type_valid(buf[REC_TYPE]) || buf[REC_FLAGS] != 0 ||
+    if (!rec_type_valid(buf[REC_TYPE]) || (buf[REC_FLAGS] & ~PACK_FLAG_SEALED) != 0 ||
         be16_read(buf + REC_RESERVED) != 0 || payload_len > PACK_MAX_PAYLOAD)
         return PACK_E_CORRUPT;
     *type = (enum pack_rec_type)buf[REC_TYPE];
@@ -222,6 +229,7 @@ int pack_record_parse(const uint8_t *buf, size_t len, struct pack_record *rec)
     if (record_crc(buf, buf + REC_ID, &payload, 1) != be32_read(buf + REC_CRC))
         return PACK_E_CORRUPT;
     rec->type = type;
+    rec->flags = buf[REC_FLAGS];
     memcpy(rec->id, id, PROTO_HASH_LEN);
     rec->payload = buf + PACK_RECORD_HEADER;
     rec->length = length;
@@ -335,15 +343,20 @@ static int index_entry_decode(const uint8_t *p, uint64_t index_off, struct pack_
 void pack_index_encode(uint8_t *out, const struct pack_index_entry *entries, size_t count,
                        uint64_t index_off, uint64_t seq)
 {
-    uint8_t *trailer = out + count * PACK_INDEX_ENTRY;
-
     for (size_t i = 0; i < count; i++)
         index_entry_encode(out + i * PACK_INDEX_ENTRY, &entries[i]);
-    be64_write(trailer + TRL_INDEX_OFF, index_off);
-    be32_write(trailer + TRL_COUNT, (uint32_t)count);
-    be32_write(trailer + TRL_INDEX_CRC, pack_crc32c(0, out, count * PACK_INDEX_ENTRY));
-    be64_write(trailer + TRL_SEQ, seq);
-    memcpy(trailer + TRL_MAGIC, index_magic, sizeof(index_magic));
+    pack_trailer_encode(out + count * PACK_INDEX_ENTRY, index_off, (uint32_t)count,
+                        pack_crc32c(0, out, count * PACK_INDEX_ENTRY), seq);
+}
+
+void pack_trailer_encode(uint8_t out[PACK_TRAILER_SIZE], uint64_t index_off, uint32_t count,
+                         uint32_t index_crc, uint64_t seq)
+{
+    be64_write(out + TRL_INDEX_OFF, index_off);
+    be32_write(out + TRL_COUNT, count);
+    be32_write(out + TRL_INDEX_CRC, index_crc);
+    be64_write(out + TRL_SEQ, seq);
+    memcpy(out + TRL_MAGIC, index_magic, sizeof(index_magic));
 }
 
 int pack_trailer_parse(const uint8_t tail[PACK_TRAILER_SIZE], uint64_t pack_size,

@@ -19,7 +19,7 @@
  *
  *   pack    := header record* [index trailer]
  *   header  := magic "cRnPACK1" (8) | seq u64                          16 bytes
- *   record  := type u8 | flags u8 (0) | reserved u16 (0) | length u32
+ *   record  := type u8 | flags u8 | reserved u16 (0) | length u32
  *              | crc u32 | id [32] | payload [length]
  *              (PACK_RECORD_HEADER = 44 bytes; crc is CRC-32C of the
  *              header's first 8 bytes, then the id, then the payload)
@@ -43,6 +43,10 @@
  *                      the table (count and entries), computed by the caller.
  *   PACK_REC_MANIFEST  a manifest segment (daemon/format/manifest.h), in the envelope.
  *   PACK_REC_ENTRY     a journal entry (daemon/format/objects.h), in the envelope.
+ *
+ * Flags: 0, or PACK_FLAG_SEALED for a record of an encrypted store, whose
+ * id is a keyed id and whose payload is sealed (daemon/format/record.h
+ * has that layout); this module only carries the bit.
  *
  * Index entry types: PACK_IDX_CHUNK (one per chunk of a block: record_off
  * and record_len locate the block record, sub_off and raw_size the chunk
@@ -74,6 +78,9 @@ enum pack_idx_type {
     PACK_IDX_MANIFEST = 2,
     PACK_IDX_ENTRY = 3,
 };
+
+/* The record's id is keyed and its payload sealed (an encrypted store). */
+#define PACK_FLAG_SEALED 0x01
 
 #define PACK_HEADER_SIZE 16
 #define PACK_RECORD_HEADER 44
@@ -121,6 +128,7 @@ int pack_header_decode(const uint8_t *buf, size_t len, uint64_t *seq);
 
 struct pack_record {
     enum pack_rec_type type;
+    uint8_t flags; /* 0 or PACK_FLAG_SEALED */
     uint8_t id[PROTO_HASH_LEN];
     const uint8_t *payload; /* points into the parsed buffer */
     uint32_t length;        /* payload bytes */
@@ -137,6 +145,11 @@ struct pack_part {
 void pack_record_header_encode(uint8_t out[PACK_RECORD_HEADER], enum pack_rec_type type,
                                const uint8_t id[PROTO_HASH_LEN], const struct pack_part *parts,
                                size_t nparts);
+
+/* The same with the header's flags byte (0 or PACK_FLAG_SEALED). */
+void pack_record_header_encode_flags(uint8_t out[PACK_RECORD_HEADER], enum pack_rec_type type,
+                                     uint8_t flags, const uint8_t id[PROTO_HASH_LEN],
+                                     const struct pack_part *parts, size_t nparts);
 
 /*
  * Parses the record at the start of buf[0..len): 0 with *rec filled and the
@@ -211,6 +224,10 @@ static inline size_t pack_index_size(size_t count)
  */
 void pack_index_encode(uint8_t *out, const struct pack_index_entry *entries, size_t count,
                        uint64_t index_off, uint64_t seq);
+
+/* Writes a trailer alone (an index whose bytes the caller made). */
+void pack_trailer_encode(uint8_t out[PACK_TRAILER_SIZE], uint64_t index_off, uint32_t count,
+                         uint32_t index_crc, uint64_t seq);
 
 struct pack_trailer {
     uint64_t index_off;

@@ -320,7 +320,7 @@ static void check_record(const uint8_t *b, size_t n)
         return;
     }
     assert_true(n >= PACK_RECORD_HEADER && type >= 1 && type <= 3 && length <= PACK_MAX_PAYLOAD);
-    assert_true(b[1] == 0 && b[2] == 0 && b[3] == 0);
+    assert_true((b[1] & ~PACK_FLAG_SEALED) == 0 && b[2] == 0 && b[3] == 0);
     assert_memory_equal(id, b + 12, PROTO_HASH_LEN);
     assert_int_equal(r == PACK_E_TRUNCATED, n - PACK_RECORD_HEADER < length);
     if (r != 0)

@@ -265,7 +265,7 @@ static void test_record_bad_header(void **state)
     const struct {
         size_t pos;
         uint8_t value;
-    } bad[] = {{0, 0}, {0, 4}, {0, 0xff}, {1, 1}, {1, 0x80}, {2, 1}, {3, 1}};
+    } bad[] = {{0, 0}, {0, 4}, {0, 0xff}, {1, 2}, {1, 0x80}, {2, 1}, {3, 1}};
     struct pack_record rec;
     enum pack_rec_type type;
     uint32_t length;

@@ -6,6 +6,7 @@
  * is one line here.
  */
 #include "storage/backend.h"
+#include "storage/azure/azure.h"
 #include "storage/local/local.h"
 #include "storage/s3/s3.h"
 #include "storage/sftp/sftp.h"
@@ -15,10 +16,7 @@
 #include <string.h>
 
 static const struct backend_ops *const backend_table[] = {
-    &backend_local_ops,
-    &backend_sftp_ops,
-    &backend_s3_ops,
-    &backend_r2_ops,
+    &backend_local_ops, &backend_sftp_ops, &backend_s3_ops, &backend_r2_ops, &backend_azure_ops,
 };
 
 static const struct backend_ops *ops_for_url(const char *url)
@@ -43,7 +41,9 @@ int backend_new(struct backend **out, uv_loop_t *loop, const char *url, const ch
     *msg = NULL;
     if (!ops) {
         *msg =
-            "unknown backend (supported: local:/PATH, file:///PATH, sftp://USER@HOST[:PORT]/PATH)";
+            "unknown backend (supported: local, local:/PATH, file:///PATH, "
+            "sftp://USER@HOST[:PORT]/PATH, s3://BUCKET[/PREFIX], r2://BUCKET[/PREFIX]?account=ID, "
+            "azure://ACCOUNT/CONTAINER[/PREFIX])";
         return -EINVAL;
     }
     return backend_new_ops(out, loop, ops, url, msg);

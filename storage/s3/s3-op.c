@@ -4,7 +4,9 @@
  * operations themselves are in s3.c and s3-delete.c.
  */
 #include "storage/s3/s3-int.h"
+#include "storage/http/http-fail.h"
 #include "storage/s3/s3-xml.h"
+#include "storage/http/xml.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +33,15 @@ int s3_object_name(const struct s3_opts *o, const char *key, char *out, size_t l
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+static void drop_token_header(struct s3_op *op)
+{
+    if (op->h_token) {
+        OPENSSL_cleanse(op->h_token, strlen(op->h_token));
+        free(op->h_token);
+        op->h_token = NULL;
+    }
+}
+
 /* What an attempt holds besides itself; the probe's op lives on the stack. */
 void s3_op_clear(struct s3_op *op)
 {
@@ -40,11 +51,7 @@ void s3_op_clear(struct s3_op *op)
         free(op->sig);
         op->sig = NULL;
     }
-    if (op->h_token) {
-        OPENSSL_cleanse(op->h_token, strlen(op->h_token));
-        free(op->h_token);
-        op->h_token = NULL;
-    }
+    drop_token_header(op);
     OPENSSL_cleanse(op->h_auth, sizeof(op->h_auth));
 }
 
@@ -142,9 +149,14 @@ int s3_op_prepare(struct s3_op *op, const char *method, const char *name,
     op->http.headers[op->http.nheaders++] = op->h_date;
     op->http.headers[op->http.nheaders++] = op->h_sha;
     op->http.headers[op->http.nheaders++] = op->h_auth;
+    /*
+     * Made anew for every attempt, at the size of this attempt's token:
+     * credentials renewed between attempts may carry a longer one.
+     */
+    drop_token_header(op);
     if (op->sig->security_token[0]) {
-        size_t len = strlen(op->sig->security_token) + 32;
-        if (!op->h_token && !(op->h_token = malloc(len)))
+        size_t len = strlen(op->sig->security_token) + sizeof("x-amz-security-token: ");
+        if (!(op->h_token = malloc(len)))
             return -ENOMEM;
         snprintf(op->h_token, len, "x-amz-security-token: %s", op->sig->security_token);
         op->http.headers[op->http.nheaders++] = op->h_token;
@@ -184,24 +196,6 @@ int s3_send_bare(struct s3_be *sb, struct backend_req *req, const char *method,
 
 /* ---- what a response means ----------------------------------------------------- */
 
-static const char *op_method(enum backend_op op)
-{
-    switch (op) {
-    case BACKEND_OP_PUT:
-        return "PUT";
-    case BACKEND_OP_GET:
-        return "GET";
-    case BACKEND_OP_HEAD:
-        return "HEAD";
-    case BACKEND_OP_DELETE:
-        return "DELETE";
-    case BACKEND_OP_LIST:
-        return "LIST";
-    default:
-        return "?";
-    }
-}
-
 static bool code_is(const char *code, const char *a)
 {
     return strcmp(code, a) == 0;
@@ -212,48 +206,30 @@ int s3_map_failure(struct s3_op *op)
 {
     struct http_req *h = &op->http;
     struct s3_be *sb = op->sb;
-    struct s3_xml_error err = {0};
+    struct xml_error err = {0};
     long st = h->status;
 
-    if (h->result != 0) {
-        if (h->result == HTTP_E_NETWORK) {
-            backend_log(BACKEND_LOG_INFO, "s3: %s %s: %s", op_method(op->req->op), op->req->key,
-                        h->error);
-            return BACKEND_E_UNAVAILABLE;
-        }
-        if (h->result == HTTP_E_TLS) {
-            backend_log(BACKEND_LOG_ERROR, "s3: %s %s: TLS: %s", op_method(op->req->op),
-                        op->req->key, h->error);
-            return -EPROTO;
-        }
-        return h->result == HTTP_E_TOO_LARGE ? BACKEND_E_TOO_LARGE : h->result;
-    }
+    if (h->result != 0)
+        return http_transport_failure(h, "s3", http_op_name(op->req->op), op->req->key);
     if (h->resp_len)
-        s3_xml_parse_error((const char *)h->resp, h->resp_len, &err);
+        xml_parse_error((const char *)h->resp, h->resp_len, &err);
     if (st == 404 && !code_is(err.code, "NoSuchBucket"))
         return BACKEND_E_NOT_FOUND;
     if (st == 412)
         return BACKEND_E_EXISTS;
-    if (st == 408 || st == 429 || st == 500 || st == 502 || st == 503 || st == 504 ||
-        code_is(err.code, "SlowDown") || code_is(err.code, "RequestTimeout") ||
-        code_is(err.code, "RequestTimeTooSkewed") || code_is(err.code, "InternalError") ||
-        code_is(err.code, "ExpiredToken")) {
+    if (http_status_retryable(st) || code_is(err.code, "SlowDown") ||
+        code_is(err.code, "RequestTimeout") || code_is(err.code, "RequestTimeTooSkewed") ||
+        code_is(err.code, "InternalError") || code_is(err.code, "ExpiredToken")) {
         if (code_is(err.code, "ExpiredToken"))
             s3_r2_renew_now(sb);
-        backend_log(BACKEND_LOG_INFO, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
+        backend_log(BACKEND_LOG_INFO, "s3: %s %s: HTTP %ld %s%s%s", http_op_name(op->req->op),
                     op->req->key, st, err.code, err.message[0] ? ": " : "", err.message);
         return BACKEND_E_UNAVAILABLE;
     }
-    backend_log(BACKEND_LOG_ERROR, "s3: %s %s: HTTP %ld %s%s%s", op_method(op->req->op),
+    backend_log(BACKEND_LOG_ERROR, "s3: %s %s: HTTP %ld %s%s%s", http_op_name(op->req->op),
                 op->req->key, st, err.code[0] ? err.code : "(no error code)",
                 err.message[0] ? ": " : "", err.message);
-    if (st == 403 || st == 401)
-        return -EACCES;
-    if (code_is(err.code, "NoSuchBucket"))
-        return -ENOENT;
-    if (st == 400 || st == 416)
-        return -EINVAL;
-    return -EIO;
+    return http_refusal_errno(st, code_is(err.code, "NoSuchBucket"));
 }
 
 struct s3_op *s3_op_new(struct s3_be *sb, struct backend_req *req, void (*done)(struct s3_op *op))

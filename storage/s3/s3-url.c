@@ -9,7 +9,6 @@
 #include "storage/url.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +45,7 @@ static const char *const param_names[P_COUNT] = {
 
 /* What the parameters said, before the checks that need all of them. */
 struct raw {
+    struct s3_opts *o;
     unsigned seen;
     int path_style; /* -1: not given */
     char endpoint[S3_MAX_URL];
@@ -70,42 +70,13 @@ static int copy_checked(char *dst, size_t dst_len, const char *v, const char *se
     return 0;
 }
 
-/* Printable ASCII without space: access keys, secrets and tokens are base64 or hex. */
-static int copy_secret(char *dst, size_t dst_len, const char *v)
+static const char *set_param(void *ctx, const char *name, const char *v)
 {
-    for (const char *p = v; *p; p++) {
-        if (*p <= ' ' || *p > '~')
-            return -1;
-    }
-    return copy_checked(dst, dst_len, v, NULL);
-}
-
-static int parse_flag(const char *v, bool *out)
-{
-    if (strcmp(v, "0") && strcmp(v, "1"))
-        return -1;
-    *out = v[0] == '1';
-    return 0;
-}
-
-static int parse_seconds(const char *v, unsigned long max, unsigned *out)
-{
-    unsigned long n;
-    if (url_parse_uint(v, 1, max, &n))
-        return -1;
-    *out = (unsigned)n;
-    return 0;
-}
-
-static const char *set_param(struct s3_opts *o, struct raw *raw, const char *name, const char *v)
-{
-    unsigned i;
+    struct raw *raw = ctx;
+    struct s3_opts *o = raw->o;
+    unsigned i = url_param_index(name, param_names, P_COUNT);
     bool flag;
 
-    for (i = 0; i < P_COUNT; i++) {
-        if (strcmp(name, param_names[i]) == 0)
-            break;
-    }
     if (i == P_COUNT)
         return "s3 backend: unknown URL parameter (known: endpoint, region, path_style, "
                "allow_http, timeout, connect_timeout, stall_timeout, connections, "
@@ -130,26 +101,26 @@ static const char *set_param(struct s3_opts *o, struct raw *raw, const char *nam
                    ? "s3 backend: region must be 1 to 63 of a-z, 0-9 and '-'"
                    : NULL;
     case P_PATH_STYLE:
-        if (parse_flag(v, &flag))
+        if (url_parse_flag(v, &flag))
             return "s3 backend: path_style must be 0 or 1";
         raw->path_style = flag;
         return NULL;
     case P_ALLOW_HTTP:
-        return parse_flag(v, &o->allow_http) ? "s3 backend: allow_http must be 0 or 1" : NULL;
+        return url_parse_flag(v, &o->allow_http) ? "s3 backend: allow_http must be 0 or 1" : NULL;
     case P_TIMEOUT:
-        return parse_seconds(v, S3_MAX_TIMEOUT_S, &o->timeout_s)
+        return url_parse_count(v, S3_MAX_TIMEOUT_S, &o->timeout_s)
                    ? "s3 backend: timeout must be between 1 and 86400 (seconds)"
                    : NULL;
     case P_CONNECT_TIMEOUT:
-        return parse_seconds(v, S3_MAX_TIMEOUT_S, &o->connect_timeout_s)
+        return url_parse_count(v, S3_MAX_TIMEOUT_S, &o->connect_timeout_s)
                    ? "s3 backend: connect_timeout must be between 1 and 86400 (seconds)"
                    : NULL;
     case P_STALL_TIMEOUT:
-        return parse_seconds(v, S3_MAX_TIMEOUT_S, &o->stall_timeout_s)
+        return url_parse_count(v, S3_MAX_TIMEOUT_S, &o->stall_timeout_s)
                    ? "s3 backend: stall_timeout must be between 1 and 86400 (seconds)"
                    : NULL;
     case P_CONNECTIONS:
-        return parse_seconds(v, S3_MAX_CONNECTIONS, &o->connections)
+        return url_parse_count(v, S3_MAX_CONNECTIONS, &o->connections)
                    ? "s3 backend: connections must be between 1 and 256"
                    : NULL;
     case P_STORAGE_CLASS:
@@ -161,15 +132,15 @@ static const char *set_param(struct s3_opts *o, struct raw *raw, const char *nam
                    ? "s3 backend: profile must be 1 to 127 letters, digits or -_.@+=,/:"
                    : NULL;
     case P_ACCESS_KEY_ID:
-        return copy_secret(o->access_key_id, sizeof(o->access_key_id), v)
+        return url_copy_secret(o->access_key_id, sizeof(o->access_key_id), v)
                    ? "s3 backend: access_key_id is empty, too long or has spaces"
                    : NULL;
     case P_SECRET_ACCESS_KEY:
-        return copy_secret(o->secret_access_key, sizeof(o->secret_access_key), v)
+        return url_copy_secret(o->secret_access_key, sizeof(o->secret_access_key), v)
                    ? "s3 backend: secret_access_key is empty, too long or has spaces"
                    : NULL;
     case P_SESSION_TOKEN:
-        return copy_secret(o->session_token, sizeof(o->session_token), v)
+        return url_copy_secret(o->session_token, sizeof(o->session_token), v)
                    ? "s3 backend: session_token is empty, too long or has spaces"
                    : NULL;
     case P_ACCOUNT:
@@ -178,11 +149,11 @@ static const char *set_param(struct s3_opts *o, struct raw *raw, const char *nam
                      "0-9 and a-f"
                    : NULL;
     case P_API_TOKEN:
-        return copy_secret(o->api_token, sizeof(o->api_token), v)
+        return url_copy_secret(o->api_token, sizeof(o->api_token), v)
                    ? "s3 backend: api_token is empty, too long or has spaces"
                    : NULL;
     case P_TEMP_TTL:
-        return parse_seconds(v, R2_MAX_TEMP_TTL_S, &o->temp_ttl_s)
+        return url_parse_count(v, R2_MAX_TEMP_TTL_S, &o->temp_ttl_s)
                    ? "s3 backend: temp_ttl must be between 1 and 604800 (seconds)"
                    : NULL;
     case P_COUNT:
@@ -214,59 +185,22 @@ static bool bucket_ok(const char *b, size_t n)
     return !only_digits_dots;
 }
 
-/* Well-formed UTF-8, no control characters: S3 keys are UTF-8, and XML 1.0
- * cannot carry controls back in a list response. */
-static bool text_ok(const unsigned char *s)
-{
-    while (*s) {
-        unsigned c = *s, need;
-        uint32_t cp;
-        if (c < 0x20 || c == 0x7f)
-            return false;
-        if (c < 0x80) {
-            s++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf)
-            need = 1, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef)
-            need = 2, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4)
-            need = 3, cp = c & 0x07;
-        else
-            return false;
-        for (unsigned k = 1; k <= need; k++) {
-            if ((s[k] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[k] & 0x3f);
-        }
-        if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        s += need + 1;
-    }
-    return true;
-}
-
 static const char *parse_prefix(struct s3_opts *o, const char *s, size_t n)
 {
-    char decoded[S3_MAX_PREFIX];
-    const char *p;
-    size_t len;
-
-    if (url_decode(s, n, decoded, sizeof(decoded)))
+    switch (url_parse_prefix(s, n, o->prefix, sizeof(o->prefix))) {
+    case URL_PREFIX_OK:
+        return NULL;
+    case URL_PREFIX_ESCAPE:
         return "s3 backend: bad escape or prefix too long in the URL";
-    p = decoded + strspn(decoded, "/");
-    len = strlen(p);
-    while (len > 0 && p[len - 1] == '/')
-        len--;
-    memcpy(o->prefix, p, len);
-    o->prefix[len] = '\0';
-    if (strstr(o->prefix, "//"))
+    case URL_PREFIX_EMPTY_SEG:
         return "s3 backend: the prefix has an empty segment (\"//\")";
-    if (!text_ok((const unsigned char *)o->prefix))
-        return "s3 backend: the prefix must be UTF-8 without control characters";
-    return NULL;
+    case URL_PREFIX_DOT_SEG:
+        return "s3 backend: the prefix has a \".\" or \"..\" segment; HTTP clients remove those "
+               "from the path they send, so no request would match its signature";
+    case URL_PREFIX_TEXT:
+        break;
+    }
+    return "s3 backend: the prefix must be UTF-8 without control characters";
 }
 
 /*
@@ -376,18 +310,15 @@ static const char *finish(struct s3_opts *o, struct raw *raw)
             len--;
         snprintf(o->api_base, sizeof(o->api_base), "%.*s", (int)len, raw->api_base);
     }
-    /* Unset, they follow a short timeout down rather than contradict it. */
-    if (!o->connect_timeout_s)
-        o->connect_timeout_s = S3_DEFAULT_CONNECT_TIMEOUT_S < o->timeout_s
-                                   ? S3_DEFAULT_CONNECT_TIMEOUT_S
-                                   : o->timeout_s;
-    if (!o->stall_timeout_s)
-        o->stall_timeout_s =
-            S3_DEFAULT_STALL_TIMEOUT_S < o->timeout_s ? S3_DEFAULT_STALL_TIMEOUT_S : o->timeout_s;
-    if (o->connect_timeout_s > o->timeout_s)
+    switch (url_settle_timeouts(o->timeout_s, &o->connect_timeout_s, &o->stall_timeout_s,
+                                S3_DEFAULT_CONNECT_TIMEOUT_S, S3_DEFAULT_STALL_TIMEOUT_S)) {
+    case URL_CONNECT_TOO_LONG:
         return "s3 backend: connect_timeout must not be longer than timeout";
-    if (o->stall_timeout_s > o->timeout_s)
+    case URL_STALL_TOO_LONG:
         return "s3 backend: stall_timeout must not be longer than timeout";
+    case URL_TIMEOUTS_OK:
+        break;
+    }
     if (o->secret_access_key[0] && !o->access_key_id[0])
         return "s3 backend: secret_access_key needs access_key_id";
     if (o->session_token[0] && !o->secret_access_key[0])
@@ -424,10 +355,9 @@ static const char *finish(struct s3_opts *o, struct raw *raw)
 
 static const char *parse(const char *url, struct s3_opts *o)
 {
-    struct raw raw = {.path_style = -1};
+    struct raw raw = {.o = o, .path_style = -1};
     const char *p, *end, *query, *err;
     char name[32], value[S3_MAX_SESSION_TOKEN];
-    int r;
 
     if (strncmp(url, "s3://", 5) == 0)
         o->flavor = S3_FLAVOR_S3;
@@ -449,19 +379,11 @@ static const char *parse(const char *url, struct s3_opts *o)
         return "s3 backend: the URL has a fragment ('#'); escape it as %23";
     if ((err = parse_prefix(o, end, query ? (size_t)(query - end) : strlen(end))))
         return err;
-    if (query) {
-        query++;
-        while ((r = url_next_param(&query, name, sizeof(name), value, sizeof(value))) > 0) {
-            err = set_param(o, &raw, name, value);
-            explicit_bzero(value, sizeof(value));
-            if (err)
-                return err;
-        }
-        explicit_bzero(value, sizeof(value));
-        if (r < 0)
-            return "s3 backend: URL parameters are name=value, with good escapes and values not "
-                   "too long";
-    }
+    if (query &&
+        (err = url_each_param(query + 1, name, sizeof(name), value, sizeof(value), set_param, &raw,
+                              "s3 backend: URL parameters are name=value, with good escapes and "
+                              "values not too long")))
+        return err;
     return finish(o, &raw);
 }
 
@@ -485,36 +407,6 @@ void s3_opts_clear(struct s3_opts *o)
     explicit_bzero(o, sizeof(*o));
 }
 
-/* Appends to out[0..len) as snprintf would, keeping it NUL-terminated when full. */
-__attribute__((format(printf, 4, 5))) static void append(char *out, size_t len, size_t *used,
-                                                         const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    if (*used + 1 >= len)
-        return;
-    va_start(ap, fmt);
-    n = vsnprintf(out + *used, len - *used, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    *used = (size_t)n >= len - *used ? len - 1 : *used + (size_t)n;
-}
-
-/* The prefix percent-encoded as the URL would need it. */
-static void append_encoded(char *out, size_t len, size_t *used, const char *s)
-{
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                     (*p >= '0' && *p <= '9') || strchr("-._~/", *p);
-        if (plain)
-            append(out, len, used, "%c", *p);
-        else
-            append(out, len, used, "%%%02X", *p);
-    }
-}
-
 void s3_describe(const struct s3_opts *o, char *out, size_t len)
 {
     size_t used = 0;
@@ -523,19 +415,19 @@ void s3_describe(const struct s3_opts *o, char *out, size_t len)
     if (len == 0)
         return;
     out[0] = '\0';
-    append(out, len, &used, "%s://%s/", r2 ? "r2" : "s3", o->bucket);
-    append_encoded(out, len, &used, o->prefix);
-    append(out, len, &used, "?endpoint=%s&region=%s&path_style=%d", o->endpoint, o->region,
-           o->path_style);
+    url_append(out, len, &used, "%s://%s/", r2 ? "r2" : "s3", o->bucket);
+    url_append_prefix(out, len, &used, o->prefix);
+    url_append(out, len, &used, "?endpoint=%s&region=%s&path_style=%d", o->endpoint, o->region,
+               o->path_style);
     if (r2)
-        append(out, len, &used, "&account=%s&api_base=%s&temp_ttl=%u", o->account, o->api_base,
-               o->temp_ttl_s);
+        url_append(out, len, &used, "&account=%s&api_base=%s&temp_ttl=%u", o->account, o->api_base,
+                   o->temp_ttl_s);
     if (o->allow_http)
-        append(out, len, &used, "&allow_http=1");
-    append(out, len, &used, "&timeout=%u&connect_timeout=%u&stall_timeout=%u&connections=%u",
-           o->timeout_s, o->connect_timeout_s, o->stall_timeout_s, o->connections);
+        url_append(out, len, &used, "&allow_http=1");
+    url_append(out, len, &used, "&timeout=%u&connect_timeout=%u&stall_timeout=%u&connections=%u",
+               o->timeout_s, o->connect_timeout_s, o->stall_timeout_s, o->connections);
     if (o->storage_class[0])
-        append(out, len, &used, "&storage_class=%s", o->storage_class);
+        url_append(out, len, &used, "&storage_class=%s", o->storage_class);
     if (o->profile[0])
-        append(out, len, &used, "&profile=%s", o->profile);
+        url_append(out, len, &used, "&profile=%s", o->profile);
 }

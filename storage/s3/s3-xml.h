@@ -1,23 +1,15 @@
 #pragma once
 
 /*
- * A small XML reader for the two S3 responses cairn reads: a ListObjectsV2
- * page (<ListBucketResult>) and an error document (<Error>). It is not a
- * general XML parser: it knows elements, attributes (skipped), character
- * data with the five predefined entities and numeric character references,
- * comments and processing instructions (skipped), and refuses the rest
- * (DOCTYPE, CDATA). It reads `len` bytes that need not end in a NUL, never
- * allocates, never recurses, and holds at most S3_XML_MAX_DEPTH open
- * elements, so a hostile or truncated response costs one linear pass and
- * ends in -EBADMSG, never in a read past the buffer.
+ * The S3 responses cairn reads beyond an error document (which is
+ * storage/http/xml.h's): a ListObjectsV2 page (<ListBucketResult>), read on
+ * the shared tokenizer, and S3's times.
  */
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* Open elements at once; S3's documents nest four deep. */
-#define S3_XML_MAX_DEPTH 16
 /* S3 keys are at most 1024 bytes of UTF-8. */
 #define S3_XML_MAX_KEY 1024
 /* NextContinuationToken, decoded, including its NUL. */
@@ -53,11 +45,3 @@ struct s3_list_page {
  */
 int s3_xml_parse_list(const char *buf, size_t len, size_t max_key, s3_xml_list_cb cb, void *opaque,
                       struct s3_list_page *page);
-
-struct s3_xml_error {
-    char code[64];     /* "NoSuchBucket", "SlowDown"; cut to fit */
-    char message[256]; /* cut to fit, at a UTF-8 character boundary */
-};
-
-/* Parses an <Error> document. 0 (code may still be "" if S3 gave none) or -EBADMSG. */
-int s3_xml_parse_error(const char *buf, size_t len, struct s3_xml_error *err);

@@ -8,6 +8,8 @@
 #include "storage/s3/s3.h"
 #include "storage/s3/s3-int.h"
 #include "storage/s3/s3-xml.h"
+#include "storage/http/http-get.h"
+#include "storage/http/xml.h"
 #include "proto/util.h"
 
 #include <errno.h>
@@ -29,34 +31,9 @@ static int finish_get(struct s3_op *op)
     struct backend_get *get = container_of(op->req, struct backend_get, req);
     struct http_req *h = &op->http;
 
-    if (h->status == 416) {
-        /* The offset is at or past the end: an empty read, as on a local file. */
-        return 0;
-    }
-    if (h->status != 200 && h->status != 206)
+    if (h->status != 200 && h->status != 206 && h->status != 416)
         return s3_map_failure(op);
-    if (h->content_length != UINT64_MAX && h->content_length != h->resp_len) {
-        backend_log(BACKEND_LOG_INFO, "s3: GET %s: %zu of %" PRIu64 " bytes", op->req->key,
-                    h->resp_len, h->content_length);
-        return BACKEND_E_UNAVAILABLE;
-    }
-    if (get->length == 0) {
-        http_req_reset(h);
-        return 0;
-    }
-    if (h->resp_len > get->max_len || (get->length != BACKEND_TO_END && h->resp_len > get->length))
-        return h->resp_len > get->max_len ? BACKEND_E_TOO_LARGE : -EPROTO;
-    get->out = h->resp;
-    get->out_len = h->resp_len;
-    h->resp = NULL;
-    h->resp_len = 0;
-    if (!get->out) {
-        /* An empty body: callers get a valid (empty) buffer. */
-        get->out = malloc(1);
-        if (!get->out)
-            return -ENOMEM;
-    }
-    return 0;
+    return http_get_finish(h, get, "s3");
 }
 
 struct list_ctx {
@@ -82,21 +59,8 @@ static int on_list_entry(void *opaque, const char *name, size_t len, uint64_t si
     c->last_ok = true;
     if (strncmp(key, c->want, strlen(c->want)) != 0 || !backend_key_valid(key))
         return 0;
-    if (list->nentries == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 64;
-        if (cap > BACKEND_LIST_MAX)
-            return -EPROTO; /* more than we asked for */
-        struct backend_entry *grown = realloc(list->entries, cap * sizeof(*grown));
-        if (!grown)
-            return -ENOMEM;
-        list->entries = grown;
-        c->cap = cap;
-    }
-    struct backend_entry *e = &list->entries[list->nentries++];
-    memcpy(e->key, key, len - c->skip + 1);
-    e->size = size;
-    e->mtime = mtime;
-    return 0;
+    /* more than we asked for: -EPROTO */
+    return backend_list_add(list, &c->cap, BACKEND_LIST_MAX, key, len - c->skip, size, mtime);
 }
 
 static int finish_list(struct s3_op *op)
@@ -254,26 +218,9 @@ static int s3_get(struct backend *be, struct backend_req *req)
         return r;
     if (!(op = s3_op_new(sb, req, op_done)))
         return -ENOMEM;
-    if (get->offset || get->length != BACKEND_TO_END) {
-        /* A read of nothing still asks for one byte, to tell a missing object. */
-        uint64_t last = get->length == BACKEND_TO_END ? 0
-                        : get->length                 ? get->offset + get->length - 1
-                                                      : get->offset;
-        if (get->length == BACKEND_TO_END)
-            snprintf(op->h_range, sizeof(op->h_range), "Range: bytes=%" PRIu64 "-", get->offset);
-        else
-            snprintf(op->h_range, sizeof(op->h_range), "Range: bytes=%" PRIu64 "-%" PRIu64,
-                     get->offset, last);
+    if (http_get_range(get, "Range", op->h_range, sizeof(op->h_range)))
         extra[nextra++] = op->h_range;
-    }
-    want = get->max_len;
-    if (get->length != BACKEND_TO_END && get->length < want)
-        want = get->length ? (size_t)get->length : 1;
-    /* One byte over the limit tells a too-large object from one that fits exactly. */
-    if (want < SIZE_MAX)
-        want++;
-    if (want < S3_ERROR_BODY_MAX)
-        want = S3_ERROR_BODY_MAX;
+    want = http_get_body_max(get, S3_ERROR_BODY_MAX);
     if ((r = s3_op_send(op, "GET", name, NULL, 0, extra, nextra, want)) < 0)
         return s3_op_abandon(op, r);
     return 0;
@@ -367,7 +314,7 @@ static int probe(struct s3_be *sb)
     for (;;) {
         struct s3_op op = {.sb = sb};
         struct backend_req fake = {.op = BACKEND_OP_LIST};
-        struct s3_xml_error err = {0};
+        struct xml_error err = {0};
         char prefix[S3_MAX_PREFIX + 2];
         struct s3_param q[3] = {{"list-type", "2"}, {"max-keys", "1"}, {"prefix", prefix}};
         int r;
@@ -382,7 +329,7 @@ static int probe(struct s3_be *sb)
         }
         http_perform(&sb->http_opts, &op.http);
         if (op.http.result == 0 && op.http.resp_len)
-            s3_xml_parse_error((const char *)op.http.resp, op.http.resp_len, &err);
+            xml_parse_error((const char *)op.http.resp, op.http.resp_len, &err);
         s3_op_clear(&op);
         if (op.http.result == 0 && op.http.status == 200)
             return 0;

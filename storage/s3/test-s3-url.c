@@ -146,6 +146,14 @@ static void test_prefix(void **state)
     assert_int_equal(parse("s3://bkt/%2Fleading%2F?region=x"), 0);
     assert_string_equal(o.prefix, "leading");
     refused("s3://bkt/a//b", "empty segment");
+    refused("s3://bkt/./cairn", "\".\" or \"..\" segment");
+    refused("s3://bkt/a/../b", "\".\" or \"..\" segment");
+    refused("s3://bkt/a/..", "\".\" or \"..\" segment");
+    refused("s3://bkt/%2E%2E/b", "\".\" or \"..\" segment");
+    refused("r2://bkt/./x?account=023e105f4ecef8ad9ca31a8372d0c353", "\".\" or \"..\" segment");
+    /* Dots inside a segment are fine. */
+    assert_int_equal(parse("s3://bkt/.cairn/a..b/.../c."), 0);
+    assert_string_equal(o.prefix, ".cairn/a..b/.../c.");
     refused("s3://bkt/a%00b", "bad escape");
     refused("s3://bkt/a%zz", "bad escape");
     refused("s3://bkt/a%0Ab", "control characters");

@@ -8,6 +8,7 @@
  * all end in a clean result or -EBADMSG (the suite also runs under ASan).
  */
 #include "storage/s3/s3-xml.h"
+#include "storage/http/xml.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -295,8 +296,8 @@ static void test_malformed(void **state)
             fail_msg("accepted: %s", bad[i]);
         assert_int_equal(seen.n, 0);
     }
-    /* Deeper than S3_XML_MAX_DEPTH. */
-    for (int i = 0; i < S3_XML_MAX_DEPTH; i++)
+    /* Deeper than XML_MAX_DEPTH. */
+    for (int i = 0; i < XML_MAX_DEPTH; i++)
         strcat(deep, "<a>");
     assert_int_equal(list(deep), -EBADMSG);
     /* A token longer than its buffer. */
@@ -315,7 +316,7 @@ static void test_malformed(void **state)
 
 static void test_error(void **state)
 {
-    struct s3_xml_error err;
+    struct xml_error err;
     static const char slow[] = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                                "<Error><Code>SlowDown</Code><Message>Please reduce your request "
                                "rate.</Message><RequestId>4442587FB7D0A2F9</RequestId>"
@@ -326,14 +327,14 @@ static void test_error(void **state)
                               "<BucketName>nope</BucketName></Error>";
     (void)state;
 
-    assert_int_equal(s3_xml_parse_error(slow, strlen(slow), &err), 0);
+    assert_int_equal(xml_parse_error(slow, strlen(slow), &err), 0);
     assert_string_equal(err.code, "SlowDown");
     assert_string_equal(err.message, "Please reduce your request rate.");
-    assert_int_equal(s3_xml_parse_error(nsb, strlen(nsb), &err), 0);
+    assert_int_equal(xml_parse_error(nsb, strlen(nsb), &err), 0);
     assert_string_equal(err.code, "NoSuchBucket");
     assert_string_equal(err.message,
                         "The specified bucket does not exist & never did \xe2\x80\x94 sorry");
-    assert_int_equal(s3_xml_parse_error("<Error/>", 8, &err), 0);
+    assert_int_equal(xml_parse_error("<Error/>", 8, &err), 0);
     assert_string_equal(err.code, "");
 
     /* A long message is cut, and not inside a UTF-8 character. */
@@ -342,7 +343,7 @@ static void test_error(void **state)
     for (int i = 0; i < 200; i++)
         n += snprintf(doc + n, sizeof(doc) - (size_t)n, "\xe2\x82\xac");
     snprintf(doc + n, sizeof(doc) - (size_t)n, "</Message></Error>");
-    assert_int_equal(s3_xml_parse_error(doc, strlen(doc), &err), 0);
+    assert_int_equal(xml_parse_error(doc, strlen(doc), &err), 0);
     assert_int_equal(strlen(err.message), 255 / 3 * 3);
 
     static const char *const bad[] = {
@@ -354,7 +355,7 @@ static void test_error(void **state)
         "<Error><Code>A</Code></Error><Error/>",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        if (s3_xml_parse_error(bad[i], strlen(bad[i]), &err) != -EBADMSG)
+        if (xml_parse_error(bad[i], strlen(bad[i]), &err) != -EBADMSG)
             fail_msg("accepted: %s", bad[i]);
         assert_string_equal(err.code, "");
     }
@@ -368,7 +369,7 @@ static void test_error(void **state)
 static void test_prefixes_and_flips(void **state)
 {
     size_t len = strlen(page_doc);
-    struct s3_xml_error err;
+    struct xml_error err;
     uint64_t rng = 0x9e3779b97f4a7c15u;
     (void)state;
 
@@ -379,7 +380,7 @@ static void test_prefixes_and_flips(void **state)
         memset(&seen, 0, sizeof(seen));
         int r = s3_xml_parse_list(copy, cut, S3_XML_MAX_KEY, collect, &seen, &page);
         assert_int_equal(r, cut >= len - 1 ? 0 : -EBADMSG);
-        r = s3_xml_parse_error(copy, cut, &err);
+        r = xml_parse_error(copy, cut, &err);
         assert_int_equal(r, -EBADMSG);
         free(copy);
     }
@@ -399,7 +400,7 @@ static void test_prefixes_and_flips(void **state)
         assert_true(r == 0 || r == -EBADMSG || r == -ENAMETOOLONG);
         if (r == 0)
             assert_true(seen.n <= 2);
-        r = s3_xml_parse_error(copy, len, &err);
+        r = xml_parse_error(copy, len, &err);
         assert_true(r == -EBADMSG);
         free(copy);
     }

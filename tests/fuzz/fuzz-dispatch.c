@@ -74,13 +74,21 @@
  * them in: the start-up checks that the daemon's list is this one, so a new
  * op cannot stay out of reach of the fuzzer unnoticed.
  */
-static const char *const fuzz_ops[] = {"hello",  "add",  "data",   "get",    "delete",
-                                       "list",   "stat", "status", "search", "gc",
-                                       "verify", "du",   "refresh"};
+static const char *const fuzz_ops[] = {"hello",   "add",    "data",   "get",     "delete", "list",
+                                       "stat",    "status", "search", "gc",      "verify", "du",
+                                       "refresh", "key",    "log",    "shutdown"};
+/*
+ * The ops before the raw kinds; ops added later take kinds after them
+ * (FUZZ_KEY, FUZZ_LOG, FUZZ_SHUTDOWN), so that the inputs of the corpus keep their meaning.
+ */
+#define FUZZ_FIRST_OPS 13
 enum {
-    FUZZ_RAW_FRAME = ARRAY_SIZE(fuzz_ops),
+    FUZZ_RAW_FRAME = FUZZ_FIRST_OPS,
     FUZZ_RAW_BYTES,
     FUZZ_HANG_UP,
+    FUZZ_KEY,
+    FUZZ_LOG,
+    FUZZ_SHUTDOWN,
     FUZZ_KINDS,
 };
 
@@ -447,7 +455,8 @@ static void build_segment(struct client *cl, msgpack_sbuffer *sb, const uint8_t 
         proto_pack_cstr(&pk, "id");
         msgpack_pack_uint8(&pk, id);
         proto_pack_cstr(&pk, "op");
-        proto_pack_cstr(&pk, fuzz_ops[kind]);
+        proto_pack_cstr(&pk,
+                        fuzz_ops[kind < FUZZ_FIRST_OPS ? kind : FUZZ_FIRST_OPS + kind - FUZZ_KEY]);
         put(sb, body + hlen, body_len - hlen);
         cl->ids[id] = true;
     }
@@ -555,7 +564,8 @@ static void daemon_start(const char *data_dir)
     /*
      * cairnd stops on SIGINT and SIGTERM; here libFuzzer handles them (it
      * prints its statistics and leaves), so the daemon's watchers are
-     * stopped and libFuzzer's handlers put back.
+     * stopped and libFuzzer's handlers put back; the `shutdown` op, which
+     * stops it the same way, is refused (bad_request).
      */
     sigaction(SIGINT, NULL, &saved_int);
     sigaction(SIGTERM, NULL, &saved_term);
@@ -565,6 +575,7 @@ static void daemon_start(const char *data_dir)
     }
     uv_signal_stop(&fz.d->sig_int);
     uv_signal_stop(&fz.d->sig_term);
+    server_set_shutdown(fz.d->srv, NULL, NULL);
     sigaction(SIGINT, &saved_int, NULL);
     sigaction(SIGTERM, &saved_term, NULL);
 }

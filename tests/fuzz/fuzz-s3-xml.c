@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "storage/s3/s3-xml.h"
+#include "storage/http/xml.h"
 #include "tests/fuzz/fuzz.h"
 
 static int on_key(void *opaque, const char *key, size_t key_len, uint64_t size, int64_t mtime)
@@ -20,10 +21,10 @@ static int on_key(void *opaque, const char *key, size_t key_len, uint64_t size, 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct s3_list_page page;
-    struct s3_xml_error err;
+    struct xml_error err;
     size_t total = 0;
 
     (void)s3_xml_parse_list((const char *)data, size, S3_XML_MAX_KEY, on_key, &total, &page);
-    (void)s3_xml_parse_error((const char *)data, size, &err);
+    (void)xml_parse_error((const char *)data, size, &err);
     return 0;
 }

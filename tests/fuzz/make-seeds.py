@@ -85,6 +85,9 @@ def requests():
         "pipelined": b"".join(frame({"id": i, "op": op}) for i, op in
                               enumerate(["status", "gc", "verify", "stat"], 7)),
         "too-deep": frame({"id": 9, "op": "add", "meta": {"a": [[[[[[[[1]]]]]]]]}}),
+        # an empty container at level 8 (accepted), then one at level 9 (refused)
+        "too-deep-empty": frame({"id": 9, "op": "add", "meta": {"a": [[[[[{}]]]]]}})
+        + frame({"id": 10, "op": "add", "meta": {"a": [[[[[[[]]]]]]]}}),
         "not-a-map": frame([1, 2, 3]),
         "short-length": b"\x00\x00\x00\x09\x81\xa2id\x01",
         "huge-length": b"\xff\xff\xff\xff\x80",
@@ -209,6 +212,8 @@ MCP = {
 OPS = ["hello", "add", "data", "get", "delete", "list", "stat", "status", "search", "gc", "verify",
        "du", "refresh"]
 RAW_FRAME, RAW_BYTES, HANG_UP = len(OPS), len(OPS) + 1, len(OPS) + 2
+# ops added later come after the raw kinds (fuzz-dispatch.c)
+KEY, LOG, SHUTDOWN = len(OPS) + 3, len(OPS) + 4, len(OPS) + 5
 SEP = b"\xc1\xc1\xc1\xc1"
 
 
@@ -266,6 +271,13 @@ def dispatch():
         "verify-all": [seg("verify", 13)],
         "du": [seg("du", 14, {"prefix": "usr/share/", "path": True})],
         "refresh": [seg("refresh", 17)],
+        "key": [seg(KEY, 18, {"action": "list"}), seg(KEY, 19, {"action": "add", "passphrase": "x"}),
+                seg(KEY, 20, {"action": "remove", "key": "0" * 32}),
+                seg(KEY, 21, {"action": "passwd", "passphrase": "y", "key": "z"})],
+        "log": [seg(LOG, 22, {"name": "notes/a.txt", "limit": 2, "offset": 1}),
+                seg("get", 23, {"ref": "notes/a.txt@{1}"})],
+        # the harness's server has no shutdown: bad_request, and the daemon goes on
+        "shutdown": [seg(SHUTDOWN, 24), seg("status", 25)],
         "raw-frame": [seg(RAW_FRAME, 0, mp({"id": 15, "op": "no_such_op"}))],
         "raw-bytes": [seg(RAW_BYTES, 0, b"\x00\x10\x00\x01" + mp({"id": 16, "op": "status"}))],
         # an add, then reads of it, its deletion and a gc, pipelined
@@ -305,6 +317,11 @@ def dispatch():
                      seg("status", 0),
                      seg("data", 1, {"data": "not bin", "more": False}),
                      seg("get", 3, {"ref": 7})],
+        # a mistyped last data frame ends its add, and the id is used again at once
+        "mistyped-last-data": [seg("add", 1, {"more": True, "data": b"part one"}),
+                               seg("data", 1, {"data": 5}),
+                               seg("add", 1, {"name": "again/x", "data": b"reused id"}),
+                               seg("get", 1, {"ref": "again/x"})],
     }
     # one mistake a request, for each field of each op
     bad = {
@@ -343,7 +360,7 @@ def dispatch_dict():
     keys = ["id", "op", "ref", "name", "mime", "tags", "meta", "size", "data", "more", "offset",
             "length", "dry_run", "tag", "limit", "after", "before", "names", "unnamed", "prefix",
             "path", "query", "fuzzy", "progress", "refs", "versions", "client"]
-    values = [mp(k) for k in keys] + [mp(op) for op in OPS]
+    values = [mp(k) for k in keys] + [mp(op) for op in OPS + ["key", "log"]]
     values += [mp(v) for v in ("notes/a.txt", "alias", "bin/blob", "big/periodic", "usr/share/",
                                A1[:8], README[:12], BIG, PAIR, "tag:x", "OR", "NOT", '"', "*",
                                True, False, None, 0, 1, 1000, 1001, 1 << 20, (1 << 64) - 1,
@@ -415,6 +432,33 @@ GCMARK = {
 }
 
 
+# -- fuzz-keys: an encrypted store's key and config objects (daemon/crypto/keys.h) --
+SALT = "5a" * 32
+DATA = "c3" * 92  # nonce, sealed 64-byte master key, tag: not a wrapping of anything
+
+
+def key_object(n=1024, r=1, p=1, salt=SALT, data=DATA, extra=""):
+    return ('{"cairn_key":1,"kdf":"scrypt","N":%d,"r":%d,"p":%d,"salt":"%s","aead":"aes-256-gcm",'
+            '"data":"%s","created":1700000000%s}' % (n, r, p, salt, data, extra)).encode()
+
+
+KEYS = {
+    "key": key_object(),
+    "key-default-cost": key_object(n=32768, r=8),
+    "key-huge-n": key_object(n=1 << 30),
+    "key-n-not-power": key_object(n=1000),
+    "key-short-salt": key_object(salt="5a" * 31),
+    "key-upper-hex": key_object(data="C3" * 92),
+    "key-duplicate": key_object(extra=',"N":2048'),
+    "key-other-kdf": key_object().replace(b"scrypt", b"argon2"),
+    "config": b'{"cairn_store":1,"encryption":"aes-256-gcm"}',
+    "config-off": b'{"cairn_store":1,"encryption":"off"}',
+    "config-bad": b'{"cairn_store":2,"encryption":"rot13"}',
+    "key-name": b"keys/0123456789abcdef0123456789abcdef",
+    "key-name-short": b"keys/0123456789abcdef",
+}
+
+
 def write(name, seeds):
     d = os.path.join(HERE, "corpus", name)
     os.makedirs(d, exist_ok=True)
@@ -439,6 +483,7 @@ def main():
     write("pack", packs())
     write("record", record_payloads())
     write("gcmark", GCMARK)
+    write("keys", KEYS)
     write("dispatch", dispatch())
     with open(os.path.join(HERE, "fuzz-dispatch.dict"), "w") as f:
         f.write(dispatch_dict())

@@ -22,6 +22,7 @@ Contents:
 import atexit
 import hashlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -29,6 +30,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import unittest
@@ -61,12 +63,17 @@ IO_TIMEOUT = 60 * SLOW
 # a prefix of its own in one bucket; r2 mode takes temporary credentials from
 # the fixture's stand-in for Cloudflare's API, with a TTL short enough that
 # they are renewed during the tests.
+# "azure": a private Azurite (azurefixture.py), one per test process, each
+# Daemon's packs under a prefix of its own in one container, the credentials
+# in AZURE_STORAGE_CONNECTION_STRING (with BlobEndpoint) as blob-test has them.
 BACKEND = os.environ.get("CAIRN_TEST_BACKEND") or "local"
-if BACKEND not in ("local", "sftp", "s3", "r2"):
-    raise SystemExit("CAIRN_TEST_BACKEND=%r: expected local, sftp, s3 or r2" % BACKEND)
+if BACKEND not in ("local", "sftp", "s3", "r2", "azure"):
+    raise SystemExit("CAIRN_TEST_BACKEND=%r: expected local, sftp, s3, r2 or azure" % BACKEND)
 SFTP = BACKEND == "sftp"
 S3 = BACKEND in ("s3", "r2")
-REMOTE = SFTP or S3
+AZURE = BACKEND == "azure"
+REMOTE = SFTP or S3 or AZURE
+AZURE_CONTAINER = "cairn-test"
 S3_BUCKET = "cairn-test"
 R2_TEMP_TTL = 6  # seconds: renewed after 4
 
@@ -644,6 +651,47 @@ def s3_backend(prefix, **params):
     return "r2" + url[2:], env
 
 
+_AZURE_SERVER = None
+
+
+def azure_server():
+    """The Azurite this test process shares among its azure-backed daemons
+    (started on first use, stopped at exit). Raises unittest.SkipTest
+    without node or tests/azure/node_modules."""
+    global _AZURE_SERVER
+    if _AZURE_SERVER is None or not _AZURE_SERVER.running():
+        import azurefixture
+
+        azurefixture.require_tools()
+        if _AZURE_SERVER is None:
+            base = tempfile.mkdtemp(prefix="cairn-azurite-")
+
+            def stop():
+                _kill_leftovers()  # the daemons first: they are the clients
+                if _AZURE_SERVER is not None:
+                    _AZURE_SERVER.stop()
+                shutil.rmtree(base, True)
+
+            atexit.register(stop)
+            _AZURE_SERVER = azurefixture.AzureServer(base, containers=[AZURE_CONTAINER])
+        _AZURE_SERVER.start()
+    return _AZURE_SERVER
+
+
+def azure_backend(prefix, **params):
+    """(--backend URL, environment) of a daemon keeping its packs under
+    `prefix` on the shared Azurite: the key in AZURE_STORAGE_CONNECTION_STRING,
+    whose BlobEndpoint is the emulator's."""
+    srv = azure_server()
+    params.setdefault("stall_timeout", 5)
+    params.setdefault("timeout", 30)
+    query = "&".join("%s=%s" % kv for kv in sorted(params.items()))
+    env = srv.env()
+    # pages of a few blobs: every listing follows markers (and the backend's cursor memory)
+    env["CAIRN_TEST_AZURE_LIST_PAGE"] = "3"
+    return "azure://%s/%s/%s?allow_http=1&%s" % (srv.account, AZURE_CONTAINER, prefix, query), env
+
+
 def skip_if_remote(reason):
     """Decorator: skips a test (or class) with a remote backend (sftp, s3,
     r2), e.g. one that looks at DATA_DIR/objects itself."""
@@ -669,6 +717,53 @@ def process_status(pid):
 def proc_kib(pid, field):
     return int(process_status(pid)[field].split()[0])
 
+
+
+def run_clients(testcase, d, threads, ops, size, prefix="t"):
+    """`threads` clients each doing `ops` adds and gets at random; returns
+    (docs, counts, failures). For the fault tests of the remote backends
+    (test_s3_backend.py, test_azure_backend.py)."""
+    docs = {}
+    lock = threading.Lock()
+    failures = []
+    counts = {"add": 0, "get": 0}
+
+    def worker(k):
+        rng = random.Random(k)
+        mine = []
+        try:
+            with d.connect(timeout=300 * SLOW) as c:
+                for i in range(ops):
+                    if not mine or rng.random() < 0.5:
+                        content = os.urandom(rng.choice((size, size, 5 * size, 300 * 1024)))
+                        r = c.add(content, name="%s%d-%d" % (prefix, k, i), tags=["t%d" % k])
+                        if r.get("ok") is not True or r.get("hash") != sha256_hex(content):
+                            failures.append("add %s%d-%d: %r" % (prefix, k, i, short(r)))
+                            continue
+                        mine.append(r["hash"])
+                        with lock:
+                            docs[r["hash"]] = content
+                            counts["add"] += 1
+                    else:
+                        with lock:
+                            pool = list(docs) if rng.random() < 0.5 else mine
+                            h = rng.choice(pool)
+                            want = docs[h]
+                        frames, got = c.get(h)
+                        if got != want:
+                            failures.append("get %s: %r" % (h, short(frames[-1])))
+                        with lock:
+                            counts["get"] += 1
+        except Exception as e:
+            failures.append("thread %d: %r" % (k, e))
+
+    ts = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(600 * SLOW)
+        testcase.assertFalse(t.is_alive(), "a client hangs\n%s" % d.log_tail())
+    return docs, counts, failures
 
 
 class StoreChecks:
@@ -746,8 +841,8 @@ class Daemon:
         self.starts = 0
         # with CAIRN_TEST_BACKEND=sftp: this daemon's store on the SSH server
         self.remote_dir = os.path.join(os.path.abspath(self.base), "remote") if SFTP else None
-        # with CAIRN_TEST_BACKEND=s3 or r2: this daemon's prefix in the shared bucket
-        self.s3_prefix = "d-%s/store" % os.path.basename(os.path.abspath(self.base)) if S3 else None
+        # with CAIRN_TEST_BACKEND=s3, r2 or azure: this daemon's prefix in the shared bucket
+        self.s3_prefix = "d-%s/store" % os.path.basename(os.path.abspath(self.base)) if S3 or AZURE else None
         if testcase is not None:
             testcase.addCleanup(self.cleanup)
 
@@ -757,6 +852,8 @@ class Daemon:
         env["CAIRN_DATA_DIR"] = self.data_dir
         if S3 and not self.names_backend():
             env.update(s3_backend(self.s3_prefix)[1])
+        if AZURE and not self.names_backend():
+            env.update(azure_backend(self.s3_prefix)[1])
         env.update(self.extra_env)
         return env
 
@@ -768,11 +865,13 @@ class Daemon:
         return any(a == "--backend" or a.startswith("--backend=") for a in self.args)
 
     def backend_args(self):
-        """--backend for CAIRN_TEST_BACKEND=sftp, s3 or r2, unless args name one."""
+        """--backend for CAIRN_TEST_BACKEND=sftp, s3, r2 or azure, unless args name one."""
         if not REMOTE or self.names_backend():
             return []
         if S3:
             return ["--backend", s3_backend(self.s3_prefix)[0]]
+        if AZURE:
+            return ["--backend", azure_backend(self.s3_prefix)[0]]
         return ["--backend", sftp_server().url(self.remote_dir)]
 
     def start(self, wait=True, timeout=STARTUP_TIMEOUT):
@@ -936,6 +1035,38 @@ def run_cli(*args, socket=None, autostart=False, input=None, stdin=None, stdout=
     return p
 
 
+def _drain_pty(master):
+    """What the terminal got, up to the child's side closing."""
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO once the child's side is closed and drained
+            return got
+        if not chunk:
+            return got
+        got += chunk
+
+
+def run_on_tty(cmd, env=None, timeout=300 * SLOW):
+    """Runs cmd with stdout and stderr on one pseudo-terminal, as in a shell.
+    Returns (returncode, what the terminal got) in bytes."""
+    import pty
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                                env=env if env is not None else cli_env())
+        os.close(slave)
+        slave = -1
+        out = _drain_pty(master)
+        proc.wait(timeout)
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    return proc.returncode, out
+
+
 def run_stderr_on_tty(cmd, env=None, timeout=300 * SLOW):
     """Runs cmd with stderr on a pseudo-terminal (progress is drawn only on a
     terminal) and stdout on a pipe. Returns (returncode, stdout, stderr) in
@@ -948,15 +1079,7 @@ def run_stderr_on_tty(cmd, env=None, timeout=300 * SLOW):
         os.close(slave)
         slave = -1
         out, _ = proc.communicate(timeout=timeout)
-        err = b""
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO once the child's side is closed and drained
-                break
-            if not chunk:
-                break
-            err += chunk
+        err = _drain_pty(master)
     finally:
         if slave >= 0:
             os.close(slave)
@@ -1069,10 +1192,20 @@ def parse_ls(stdout):
 
 def parse_kv(stdout):
     """`key: value` lines -> {key: value} (a repeated key keeps every value
-    in a list under key + '[]')."""
+    in a list under key + '[]'). A list or a map is `key:` and then an item
+    a line, indented two spaces: its items in key + '[]', joined by ", "
+    under key."""
     out = {}
+    k = None
     for line in stdout.decode("utf-8").splitlines():
         if not line.strip():
+            continue
+        if line.startswith("  ") and k is not None:
+            items = out.setdefault(k + "[]", [])
+            if items == [""]:
+                items.clear()
+            items.append(line[2:])
+            out[k] = ", ".join(items)
             continue
         k, sep, v = line.partition(":")
         if not sep:

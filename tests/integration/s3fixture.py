@@ -7,6 +7,7 @@ standard library only).
     srv.control(fault_rate=0.1, faults=["503", "reset"], latency="rtt50")
     srv.counters()["faults"]                # {"503": n, "reset": m}
     srv.down(); srv.up()
+    srv.kill9(); srv.start(s3_port=srv.s3_port)   # a crash, back on the same port
     srv.stop()
 
 start() runs tests/s3/server.js (one node process): s3rver, a real S3
@@ -27,7 +28,6 @@ Skips (unittest.SkipTest) when node is not installed or tests/s3/node_modules
 is missing (tests/s3/setup.sh installs it; scripts/check runs that).
 """
 
-import atexit
 import json
 import os
 import select
@@ -39,6 +39,9 @@ import unittest
 import urllib.error
 import urllib.parse
 import urllib.request
+
+import serverproc
+from serverproc import ServerProcess
 
 S3_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "s3"))
 SERVER_JS = os.path.join(S3_DIR, "server.js")
@@ -52,18 +55,7 @@ DEFAULT_SECRET_KEY = "cairn/test+secret=key0123456789abcdefghij"
 DEFAULT_API_TOKEN = "cairn-test-api-token"
 DEFAULT_ACCOUNT_ID = "0123456789abcdef0123456789abcdef"
 
-_LIVE = set()  # S3Server instances with a running server
-
-
-def _stop_all():
-    for srv in list(_LIVE):
-        try:
-            srv.kill9()
-        except Exception:
-            pass
-
-
-atexit.register(_stop_all)
+_LIVE = serverproc.live_set()  # S3Server instances with a running server
 
 
 def node_path():
@@ -81,10 +73,13 @@ def require_tools():
             raise unittest.SkipTest("%s is missing: run tests/s3/setup.sh (npm ci)" % os.path.join(NODE_MODULES, mod))
 
 
-class S3Server:
+class S3Server(ServerProcess):
     """One tests/s3/server.js on 127.0.0.1. Attributes: host, s3_port,
     control_port, endpoint, access_key, secret_key, region, api_token,
     account_id, api_url, data_dir, store_dir, log_path, pid."""
+
+    LOG_NAME = "server.js"
+    LIVE = _LIVE
 
     def __init__(self, base_dir, access_key=DEFAULT_ACCESS_KEY, secret_key=DEFAULT_SECRET_KEY, buckets=(),
                  region="us-east-1", api_token=DEFAULT_API_TOKEN, account_id=DEFAULT_ACCOUNT_ID, min_ttl=1):
@@ -107,13 +102,16 @@ class S3Server:
 
     # -- the process
 
-    def start(self, timeout=START_TIMEOUT):
-        """Starts server.js and waits for its ready line; returns self."""
+    def start(self, timeout=START_TIMEOUT, s3_port=0):
+        """Starts server.js and waits for its ready line; returns self.
+        s3_port: the S3 port to listen on (0: a free one), e.g. the old one
+        after kill9(), so that a running cairnd finds the server again.
+        Settings given to control() do not survive a restart."""
         assert not self.running(), "server already running (pid %d)" % self.pid
         require_tools()
         os.makedirs(self.data_dir, exist_ok=True)
         args = [node_path(), SERVER_JS, "--data", self.data_dir, "--region", self.region,
-                "--account-id", self.account_id, "--min-ttl", str(self.min_ttl)]
+                "--account-id", self.account_id, "--min-ttl", str(self.min_ttl), "--s3-port", str(s3_port)]
         for b in self.buckets:
             args += ["--bucket", b]
         env = dict(os.environ)
@@ -156,31 +154,6 @@ class S3Server:
             return json.loads(line.decode("utf-8"))
         except ValueError:
             raise AssertionError("server.js printed %r instead of its ready line\n%s" % (line, self.log_tail()))
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc is not None else None
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def _end(self, sig):
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        _LIVE.discard(self)
-        return self.proc.returncode
 
     def stop(self):
         """SIGTERM (the server exits 0), SIGKILL after STOP_TIMEOUT; returns
@@ -327,18 +300,3 @@ class S3Server:
 
     # -- logs
 
-    def log_text(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def log_tail(self, limit=4000):
-        return "--- server.js log (%s) ---\n%s" % (self.log_path, self.log_text()[-limit:])
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()

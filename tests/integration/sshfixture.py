@@ -22,7 +22,6 @@ Skips (unittest.SkipTest) when sshd or ssh-keygen is not installed.
 $CAIRN_TEST_SSHD names another sshd binary (absolute path).
 """
 
-import atexit
 import getpass
 import os
 import shutil
@@ -33,24 +32,16 @@ import time
 import unittest
 import urllib.parse
 
+import serverproc
+from serverproc import ServerProcess
+
 # sshd re-executes itself, so it needs an absolute path ($CAIRN_TEST_SSHD for another one)
 SSHD = os.environ.get("CAIRN_TEST_SSHD") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 BANNER_TIMEOUT = 10
 STOP_TIMEOUT = 10
 
-_LIVE = set()  # SshServer instances with a running sshd
-
-
-def _stop_all():
-    for srv in list(_LIVE):
-        try:
-            srv.kill9()
-        except Exception:
-            pass
-
-
-atexit.register(_stop_all)
+_LIVE = serverproc.live_set()  # SshServer instances with a running sshd
 
 
 def require_tools():
@@ -154,9 +145,12 @@ def _gone(pid):
     return False
 
 
-class SshServer:
+class SshServer(ServerProcess):
     """One sshd on 127.0.0.1. Attributes: host, port, user, user_key,
     host_key, known_hosts, authorized_keys, config, log_path, pid."""
+
+    LOG_NAME = "sshd"
+    LIVE = _LIVE
 
     def __init__(self, base_dir, port=None):
         self.base = os.path.abspath(base_dir)
@@ -290,13 +284,6 @@ class SshServer:
                                      % (self.host, self.port, timeout, last, self.log_tail()))
             time.sleep(0.05)
 
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc is not None else None
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
-
     def session_pids(self):
         """The per-connection sshd processes (descendants of the listener)."""
         if not self.running():
@@ -365,18 +352,3 @@ class SshServer:
         return "sftp://%s@%s:%d%s?%s" % (urllib.parse.quote(self.user, safe=""), self.host, self.port,
                                          urllib.parse.quote(path, safe="/"), query)
 
-    def log_text(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def log_tail(self, limit=4000):
-        return "--- sshd log (%s) ---\n%s" % (self.log_path, self.log_text()[-limit:])
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()

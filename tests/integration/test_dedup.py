@@ -39,6 +39,8 @@ HEADER = pf.ENVELOPE_HEADER  # "cRnO", version, algorithm, 2 reserved, raw size 
 BLOCK_RAW_MAX = MiB  # daemon/format/record.h RECORD_BLOCK_MAX
 # A block record's bytes beyond its chunks': record header, count, envelope header.
 BLOCK_OVERHEAD = pf.RECORD_HEADER + 4 + HEADER
+# chunks.condemned of another writer's marked pack's rows (daemon/meta/db.h): still counted
+CONDEMNED_MARKED = 2**63 - 1
 
 
 def block_overhead(nchunks):
@@ -261,6 +263,14 @@ def parse_verify_text(stdout):
     return bad, summary
 
 
+
+def verify_json(testcase, stdout):
+    """verify --json with bad chunks: its result, then the error line with code integrity."""
+    [js, err] = ct.parse_json_lines(stdout)
+    testcase.assertEqual((err.get("ok"), err.get("error", {}).get("code")), (False, "integrity"),
+                         err)
+    return js
+
 class DedupCase(unittest.TestCase):
     # [store] keys for a config file; None: cairnd's defaults
     CONFIG = None
@@ -276,7 +286,8 @@ class DedupCase(unittest.TestCase):
         packfmt.StoreCheck): every row names an intact record holding its
         chunk at its place, every pack file has its row and size, and
         status' packs, pack_bytes, chunks, unique_bytes and stored_bytes are
-        what the rows and files add up to. With `exact`, moreover, every
+        what the rows and files add up to (status leaves out the chunk rows
+        gc condemned: once nothing runs they are dead). With `exact`, moreover, every
         chunk on disk is stored exactly once and named by its row, and
         every row's chunk is on disk: no chunk copy is dead weight (true
         while nothing was deleted, and after gc rewrote everything that held
@@ -296,9 +307,10 @@ class DedupCase(unittest.TestCase):
                          "status packs and pack_bytes vs the pack files on disk {seq: size} %r; the "
                          "pack rows {seq: (size, state)} are %r" % (files, sc.rows["packs"]))
         chunks = sc.rows["chunks"]
-        self.assertEqual(st["chunks"], len(chunks), "status chunks vs chunk rows")
-        self.assertEqual(st["unique_bytes"], sum(r[4] for r in chunks.values()))
-        self.assertEqual(st["stored_bytes"], sum(r[5] for r in chunks.values()),
+        counted = [r for r in chunks.values() if r[6] in (0, CONDEMNED_MARKED)]
+        self.assertEqual(st["chunks"], len(counted), "status chunks vs chunk rows not condemned")
+        self.assertEqual(st["unique_bytes"], sum(r[4] for r in counted))
+        self.assertEqual(st["stored_bytes"], sum(r[5] for r in counted),
                          "status stored_bytes vs the stored shares of the records on disk")
         if exact:
             twice = {h: v for h, v in sc.copies.items() if len(v) > 1}
@@ -573,7 +585,7 @@ class Integrity(DedupCase):
             self.assertEqual(sorted(docs), sorted(bad_users[chunk]), "documents using %s" % chunk)
         self.assertEqual(summary[2], len(bad_users))
         p = self.d.cli("--json", *(("verify",) + tuple(args)), check_exit=1)
-        [js] = ct.parse_json_lines(p.stdout)
+        js = verify_json(self, p.stdout)
         self.assertEqual(js.get("bad_count"), len(bad_users))
         # a failure here is reported and the test goes on to its other checks
         with self.subTest(check="verify counts the bad chunks as checked"):
@@ -630,6 +642,11 @@ class Integrity(DedupCase):
         self.assert_verify_lists({h: users[h] for h in block if h in ids_b}, st, ("b.bin",),
                                  (len(ids_b), sum(dict(ref_b).values())))
         self.d.cli("verify", "c.bin", "a.bin", check_exit=1)
+        # a and b share the bad chunks, and a is named twice: each chunk checked,
+        # counted and listed once, with both documents
+        distinct = dict(ref_a + ref_b)
+        self.assert_verify_lists({h: users[h] for h in block}, st, ("a.bin", hb, ha[:12], "b.bin"),
+                                 (len(distinct), sum(distinct.values())))
         # repaired on disk: everything works again
         pf.xor_byte(path, flip_at)
         self.assertEqual(self.d.cli("get", "a.bin").stdout, a)
@@ -655,6 +672,38 @@ class Integrity(DedupCase):
         p = self.d.cli("verify")
         self.assertEqual(parse_verify_text(p.stdout)[1][2], 0)
         self.check_store()
+        self.d.assert_healthy()
+        self.d.stop()
+
+    def test_verify_lists_the_named_documents_of_a_bad_chunk_first(self):
+        """A bad chunk with more users than a reply lists (64) still names the
+        documents the verify request named."""
+        prefix = os.urandom(300 * KiB)
+        docs = [(add(self.d, prefix + os.urandom(100 * KiB), "-n", "d%02d" % i), "d%02d" % i)
+                for i in range(70)]
+        bad, bad_len = ref_chunks(prefix)[0]
+        sc, _ = self.check_store()
+        [place] = places(sc, bad)
+        self.assertEqual(pf.block_envelope(place.rec)["algo"], pf.ALGO_RAW)
+        path = place.pack.path
+        pf.xor_byte(path, pf.record_file_offsets(place.rec)["raw"] + place.sub_off + bad_len // 2)
+        pf.fix_record_crc(path, place.rec.offset)
+        for ref, (h, name) in (("d69", docs[69]), (docs[66][0], docs[66]),
+                               ("d67", docs[67])):
+            with self.subTest(ref=ref):
+                p = self.d.cli("--json", "verify", ref, check_exit=1)
+                js = verify_json(self, p.stdout)
+                self.assertEqual(js.get("bad_count"), 1, js)
+                [entry] = js["bad"]
+                self.assertEqual(entry["chunk"], bad)
+                listed = [(x["hash"], x["name"]) for x in entry["documents"]]
+                self.assertEqual(len(listed), 64)
+                self.assertEqual(listed[0], (h, name))
+        p = self.d.cli("--json", "verify", "d65", "d68", "d65", check_exit=1)
+        js = verify_json(self, p.stdout)
+        [entry] = js["bad"]
+        self.assertEqual(sorted((x["hash"], x["name"]) for x in entry["documents"][:2]),
+                         sorted([docs[65], docs[68]]))
         self.d.assert_healthy()
         self.d.stop()
 
@@ -775,6 +824,16 @@ class Integrity(DedupCase):
 # --------------------------------------------------------------------------
 
 
+def assert_counts_only(case, st, *contents):
+    """status counts exactly the chunks of these contents (random: stored raw)."""
+    ids = {}
+    for c in contents:
+        ids.update(ref_chunks(c))
+    case.assertEqual((st["chunks"], st["unique_bytes"]), (len(ids), sum(ids.values())),
+                     "status counts what gc found dead: %r" % st)
+    case.assertEqual(st["dedup_ratio"], 1.0, st)
+
+
 class GarbageCollection(DedupCase):
     def test_delete_and_gc_frees_space_shared_document_survives(self):
         a = os.urandom(6 * MiB)
@@ -851,6 +910,34 @@ class GarbageCollection(DedupCase):
         sc, st = self.check_store()
         self.assertEqual(st["chunks"], 0)
         self.assertEqual(sc.copies, {})
+        self.d.stop()
+
+    def test_gc_counts_dead_bytes_in_the_open_pack(self):
+        """A deleted document in the pack still being written (mostly alive,
+        so not rewritten) is dead: gc's bytes_dead has it, and status no
+        longer counts its chunks (issue #28: bytes_dead 0, dedup_ratio
+        0.99995)."""
+        keep, gone = os.urandom(MiB), os.urandom(300 * KiB)
+        add(self.d, keep, "-n", "keep")
+        add(self.d, gone, "-n", "gone")
+        self.assertEqual(len(pf.list_packs(self.d.data_dir)), 1, "test setup: one open pack")
+        self.d.cli("rm", "gone")
+        res = gc(self.d)
+        self.assertEqual((res["packs_rewritten"], res["packs_deleted"]), (0, 0), res)
+        self.assertTrue(len(gone) <= res["bytes_dead"] <= len(gone) + 4 * KiB, res)
+        self.assertEqual(res["chunks_removed"], len(dict(ref_chunks(gone))), res)
+        sc, st = self.check_store(exact=False)
+        assert_counts_only(self, st, keep)
+        self.assertEqual(st["logical_bytes"], len(keep))
+        # counted once: a second run finds nothing new, the bytes are still dead
+        res2 = gc(self.d)
+        self.assertEqual(res2["chunks_removed"], 0, res2)
+        self.assertEqual(res2["bytes_dead"], res["bytes_dead"], res2)
+        # the content comes back whole when added again
+        add(self.d, gone, "-n", "again")
+        self.assertEqual(self.d.cli("get", "again").stdout, gone)
+        self.assertEqual(self.d.cli("get", "keep").stdout, keep)
+        assert_counts_only(self, self.check_store(exact=False)[1], keep, gone)
         self.d.stop()
 
     def test_chunk_readded_while_gc_deletes_survives(self):
@@ -1096,6 +1183,37 @@ class GarbageCollection(DedupCase):
 # --------------------------------------------------------------------------
 
 
+class GcSmallPacks(DedupCase):
+    CONFIG = {"pack_size": "1M"}
+
+    def test_gc_counts_a_deleted_document_in_a_mostly_alive_pack(self):
+        """A deleted 300 KiB document in a sealed pack that stays (mostly
+        alive) is counted: bytes_dead has its bytes, chunks_removed its
+        chunks, and status leaves them out (issue #28: bytes_dead 103,
+        chunks_removed 0, status unchanged)."""
+        gone, keep = os.urandom(300 * KiB), os.urandom(3 * MiB)
+        add(self.d, gone, "-n", "gone")
+        add(self.d, keep, "-n", "keep")
+        rows = pf.db_rows(self.d.data_dir)
+        first = min(rows["packs"])
+        self.assertEqual({rows["chunks"][h][0] for h, _ in ref_chunks(gone)}, {first},
+                         "test setup: gone's chunks in the first pack")
+        self.assertEqual(rows["packs"][first][1], pf.PACK_SEALED, "test setup: the first pack sealed")
+        self.d.cli("rm", "gone")
+        res = gc(self.d)
+        self.assertEqual((res["packs_rewritten"], res["packs_deleted"]), (0, 0), res)
+        self.assertEqual(res["chunks_removed"], len(dict(ref_chunks(gone))), res)
+        self.assertTrue(len(gone) <= res["bytes_dead"] <= len(gone) + 4 * KiB, res)
+        sc, st = self.check_store(exact=False)
+        assert_counts_only(self, st, keep)
+        self.assertLess(st["stored_bytes"], len(keep) + 4 * KiB, st)
+        res2 = gc(self.d)
+        self.assertEqual(res2["chunks_removed"], 0, res2)
+        self.assertEqual(self.d.cli("get", "keep").stdout, keep)
+        self.assertEqual(parse_verify_text(self.d.cli("verify").stdout)[1][2], 0)
+        self.d.stop()
+
+
 class RebuildHelpers:
     """Snapshots of what the index answers, and `cairnd --rebuild-index`
     (mixed into a DedupCase; test_packs.py uses it too)."""
@@ -1115,6 +1233,14 @@ class RebuildHelpers:
         st = status(self.d)
         totals = {k: st[k] for k in ("documents", "logical_bytes", "unique_bytes", "stored_bytes",
                                      "chunks")}
+        # status leaves out the chunk rows gc condemned; a rebuild from the
+        # packs brings them back (the next gc finds them dead again): the
+        # totals compared count them
+        dead = [r for r in pf.db_rows(self.d.data_dir)["chunks"].values()
+                if r[6] not in (0, CONDEMNED_MARKED)]
+        totals["chunks"] += len(dead)
+        totals["unique_bytes"] += sum(r[4] for r in dead)
+        totals["stored_bytes"] += sum(r[5] for r in dead)
         return {"ls": sorted((strip(d) for d in docs), key=lambda d: d["hash"]), "stat": stats,
                 "search": searches, "status": totals}
 

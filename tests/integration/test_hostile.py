@@ -112,6 +112,25 @@ class BadFrames(HostileTestCase):
             self.d.assert_healthy()
         self.finish()
 
+    def test_empty_container_too_deep(self):
+        # Levels count containers, empty or not: the top-level map is level 1.
+        for empty in ([], {}):
+            inner = empty
+            for _ in range(7):
+                inner = [inner]
+            # the 9th level: refused with bad_frame, the connection closed
+            payload = ct.packb({"id": 9, "op": "status", "x": inner})
+            with self.subTest(empty=empty, level=9):
+                self.expect_error_then_close(raw_frame(payload), "bad_frame")
+            # the 8th level: accepted
+            payload = ct.packb({"id": 10, "op": "status", "x": inner[0]})
+            with self.subTest(empty=empty, level=8), self.d.connect() as c:
+                c.send_raw(raw_frame(payload))
+                r = c.recv_frame()
+                self.assertIs(r.get("ok"), True, ct.short(r))
+                self.assertEqual(r["id"], 10)
+        self.finish()
+
     def test_non_map_values_keep_connection_open(self):
         with self.d.connect() as c:
             for value in ([1, 2, 3], 5, "status", None, True, b"bin", 1.5, []):
@@ -412,8 +431,12 @@ class FullDisk(unittest.TestCase, ct.StoreChecks):
 
     def test_gc_without_room_to_rewrite(self):
         """A pack mostly dead whose live records do not fit on the full
-        disk: gc says so (packs_failed, failure) and finishes the rest;
-        nothing is lost, and once there is room the next gc rewrites it."""
+        disk: gc says so (packs_failed, failure, with the room it needs),
+        counts only the pack's dead bytes as dead, and finishes the rest;
+        it does not start a copy that cannot fit (one filled the disk to
+        the last byte and left it there, and a second gc did it again);
+        nothing is lost, once there is room the next gc rewrites it, and
+        the reserve is made again without another delete or gc."""
         mnt = self.mount_tmpfs("24m")
         conf = os.path.join(ct.make_tempdir(self), "cairn.conf")
         with open(conf, "w") as f:
@@ -446,9 +469,18 @@ class FullDisk(unittest.TestCase, ct.StoreChecks):
         self.assertIs(r.get("ok"), True, "gc on a full disk: %r\n%s" % (ct.short(r), d.log_tail()))
         self.assertGreaterEqual(r.get("packs_failed", 0), 1, ct.short(r))
         self.assertIn("space", r.get("failure", "").lower(), ct.short(r))
+        self.assertIn("MiB free", r.get("failure", ""), ct.short(r))
         self.assertIn("gc goes on", d.log_text())
-        p = d.cli("gc", check_exit=0)
-        self.assertIn(b"packs_failed:", p.stdout)
+        # 10 of 16 documents of 512 KiB are dead in the 8 MiB pack, not all of it
+        self.assertLess(r["bytes_dead"], 7 * MiB, ct.short(r))
+        self.assertGreater(r["bytes_dead"], 4 * MiB, ct.short(r))
+        room = self.free(mnt)
+        self.assertGreater(room, 0, "gc left the disk full")
+        for _ in range(2):
+            p = d.cli("gc", check_exit=0)
+            self.assertIn(b"packs_failed:", p.stdout)
+            self.assertGreaterEqual(self.free(mnt), room - 256 * 1024,
+                                    "a gc that could not rewrite took the room")
         self.assert_docs(d, acked)
         # room again: the fill goes, and the next gc rewrites the pack
         with d.connect() as c:
@@ -459,6 +491,11 @@ class FullDisk(unittest.TestCase, ct.StoreChecks):
         self.assertIs(r.get("ok"), True, ct.short(r))
         self.assertNotIn("packs_failed", r)
         self.assertGreaterEqual(r["packs_rewritten"], 1, ct.short(r))
+        reserve = os.path.join(mnt, "data", "cairnd.reserve")
+        deadline = time.monotonic() + 30 * ct.SLOW
+        while not os.path.exists(reserve) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertTrue(os.path.exists(reserve), "the reserve was not made again")
         self.assert_docs(d, acked)
         self.assert_verify_ok(d)
         d.stop()

@@ -101,7 +101,7 @@ def global_options():
 
 
 def options_in(synopsis):
-    return re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", synopsis)
+    return re.findall(r"(?<![\w-])(--?[A-Za-z0-9][\w-]*)", synopsis)
 
 
 # --------------------------------------------------------------------------

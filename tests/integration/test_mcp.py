@@ -867,6 +867,39 @@ class Resources(McpTestCase):
         self.finish(m)
 
 
+class ListNames(McpTestCase):
+    def test_prefix_lists_names_not_newest_names(self):
+        """list with prefix lists the names that start with it, also a name
+        that is not its document's newest (it was left out), each item with
+        `named`, paged by a cursor that is a name."""
+        m = self.mcp()
+        shared = m.call_tool("add", {"content": "one content, two names\n", "name": "notes/old"})
+        self.assertIsNot(shared.get("isError"), True, trim(shared))
+        time.sleep(1.1)  # the newer name is newer by the clock too
+        r = m.call_tool("add", {"content": "one content, two names\n", "name": "zz-newer"})
+        self.assertIsNot(r.get("isError"), True, trim(r))
+        for i in range(3):
+            r = m.call_tool("add", {"content": "note %d\n" % i, "name": "notes/n%d" % i})
+            self.assertIsNot(r.get("isError"), True, trim(r))
+        seen, cursor = [], None
+        for _ in range(5):
+            args = {"prefix": "notes/", "limit": 2}
+            if cursor:
+                args["cursor"] = cursor
+            r = m.call_tool("list", args)
+            self.assertIsNot(r.get("isError"), True, trim(r))
+            items = r["structuredContent"]["items"]
+            self.assertLessEqual(len(items), 2)
+            for it in items:
+                self.assertIsInstance(it.get("named"), int, it)
+                seen.append(it["name"])
+            cursor = r["structuredContent"].get("nextCursor")
+            if not cursor:
+                break
+        self.assertEqual(seen, ["notes/n0", "notes/n1", "notes/n2", "notes/old"])
+        self.finish(m)
+
+
 class Batches(McpTestCase):
     def batch(self):
         return [{"jsonrpc": "2.0", "id": "b1", "method": "ping"},

@@ -554,6 +554,43 @@ class MountChanges(MountCase):
         ct.run_cli("mount", socket=self.d.socket_path, check_exit=2)
 
 
+class MountEdges(MountCase):
+    def add(self, name, content):
+        ct.run_cli("add", "-n", name, "-", socket=self.d.socket_path, input=content)
+
+    def test_a_name_too_long_for_any_file_system_hides_nothing_else(self):
+        """One name of 1,500 bytes made its whole directory unlistable
+        (Input/output error); it is left out, the others are listed."""
+        self.add("d/ok.txt", b"ok\n")
+        self.add("d/" + "x" * 1500, b"long\n")
+        self.add("d/" + "y" * 1500 + "/under.txt", b"under\n")
+        self.add("d/zz.txt", b"zz\n")
+        self.m.start()
+        self.assertEqual(sorted(os.listdir(os.path.join(self.mnt, "d"))), ["ok.txt", "zz.txt"])
+        with open(os.path.join(self.mnt, "d", "zz.txt"), "rb") as f:
+            self.assertEqual(f.read(), b"zz\n")
+        ls = ct.run_cli("ls", "d", socket=self.d.socket_path).stdout
+        self.assertIn(b"x" * 1500, ls)
+
+    def test_a_second_mount_on_the_same_directory_is_refused(self):
+        self.add("a.txt", b"a\n")
+        self.m.start()
+        p = ct.run_cli("mount", "-f", self.mnt, socket=self.d.socket_path, check_exit=1,
+                       timeout=WAIT)
+        self.assertIn(b"mounted there already", p.stderr)
+        self.assertEqual(sorted(os.listdir(self.mnt)), ["a.txt", "by-hash"])
+        with open("/proc/self/mountinfo") as f:
+            self.assertEqual(sum(" %s " % self.mnt in line for line in f), 1)
+
+    def test_mounting_over_files_says_they_are_hidden(self):
+        os.makedirs(self.mnt)
+        with open(os.path.join(self.mnt, "mine.txt"), "w") as f:
+            f.write("mine\n")
+        self.m.start()
+        self.assertIn("is not empty: what is in it is hidden while mounted", self.m.log_text())
+        self.assertNotIn("mine.txt", os.listdir(self.mnt))
+
+
 class WideTree(MountCase):
     """Directories of hundreds of names, listed in pages, with
     subdirectories skipped over, names that sort between a file and its

@@ -67,7 +67,7 @@ class MountS3Databases(unittest.TestCase):
         why = tm.fuse_missing()
         if why:
             raise unittest.SkipTest(why)
-        s3fixture.require_tools()
+        cls.require_backend()
         cls.duckdb_why = dbfixture.duckdb_missing()
         cls.base = ct.make_tempdir(prefix="cairn-mount-s3-")
         cls.addClassCleanup(shutil.rmtree, cls.base, True)
@@ -81,16 +81,11 @@ class MountS3Databases(unittest.TestCase):
         cls.expected = {e: cls.run_engine(e, cls.local[e]) for e in FILES
                         if os.path.exists(cls.local[e])}
 
-        cls.srv = s3fixture.S3Server(os.path.join(cls.base, "s3"), buckets=[BUCKET])
-        cls.addClassCleanup(cls.srv.stop)
-        cls.srv.start()
-        cls.srv.control(latency=LATENCY)
         home = os.path.join(cls.base, "home")
         os.makedirs(home)
         dbase = os.path.join(cls.base, "d")
         os.makedirs(dbase)
-        url = cls.srv.url(BUCKET, "store", stall_timeout=5, timeout=30)
-        cls.d = S3Daemon(None, home, base=dbase, args=["--backend", url], env=cls.srv.env())
+        cls.d = cls.start_backend(home, dbase)
         cls.addClassCleanup(cls.d.cleanup)
         cls.d.start()
         for engine, path in cls.local.items():
@@ -99,6 +94,29 @@ class MountS3Databases(unittest.TestCase):
         cls.mnt = os.path.join(cls.base, "mnt")
         cls.mount = tm.Mount(cls.d, cls.mnt)
         cls.addClassCleanup(cls.mount.cleanup)
+
+    # -- the backend: what test_mount_azure.py replaces
+
+    @classmethod
+    def require_backend(cls):
+        s3fixture.require_tools()
+
+    @classmethod
+    def start_backend(cls, home, dbase):
+        """The server, with LATENCY on every request; returns the Daemon (not started) on it."""
+        cls.srv = s3fixture.S3Server(os.path.join(cls.base, "s3"), buckets=[BUCKET])
+        cls.addClassCleanup(cls.srv.stop)
+        cls.srv.start()
+        cls.srv.control(latency=LATENCY)
+        url = cls.srv.url(BUCKET, "store", stall_timeout=5, timeout=30)
+        return S3Daemon(None, home, base=dbase, args=["--backend", url], env=cls.srv.env())
+
+    def reset_gets(self):
+        self.srv.control(reset_counters=True)
+
+    def gets(self):
+        """GETs the server has served since reset_gets()."""
+        return self.srv.counters().get("requests", {}).get("GET", 0)
 
     @classmethod
     def run_engine(cls, engine, path):
@@ -116,10 +134,10 @@ class MountS3Databases(unittest.TestCase):
         self.assertEqual(str(local[0][0][0]), str(ROWS))
 
         make_cold(self.d, self.mount)
-        self.srv.control(reset_counters=True)
+        self.reset_gets()
         path = os.path.join(self.mnt, "db", FILES[engine])
         got = self.run_engine(engine, path)
-        gets = self.srv.counters().get("requests", {}).get("GET", 0)
+        gets = self.gets()
         for (name, sql), want, have in zip(self.queries, local, got):
             self.assertEqual(have, want, "%s through the mount: %s" % (name, sql))
         self.assertGreater(gets, 0, "cold queries through the mount read nothing from the bucket")

@@ -227,7 +227,9 @@ class TornTail(dd.RebuildHelpers, dd.DedupCase):
         p = self.d.cli("get", "a", check_exit=1)
         self.assertIn(b"integrity", p.stderr)
         p = self.d.cli("--json", "verify", check_exit=1)
-        [js] = ct.parse_json_lines(p.stdout)
+        # its result, then the error line
+        [js, err] = ct.parse_json_lines(p.stdout)
+        self.assertEqual(err["error"]["code"], "integrity", err)
         bad = {e["chunk"] for e in js.get("bad", [])}
         self.assertEqual(bad, {h for h, _ in dd.ref_chunks(docs["a"])})
         self.assertEqual({x["hash"] for e in js["bad"] for x in e["documents"]}, {hashes["a"]})
@@ -411,6 +413,17 @@ class CrashPoints(dd.DedupCase):
                 r = c.add(content, name="keep-%d" % i, tags=["k"])
                 self.assertIs(r.get("ok"), True, ct.short(r))
                 keep[r["hash"]] = content
+            # a small live document in the open pack, which the first doomed
+            # one joins: a pack with both live and dead records, that gc
+            # rewrites (a copy; an add that fills its pack seals it)
+            for i in range(8):
+                content = os.urandom(50 * KiB)
+                r = c.add(content, name="keep-late-%d" % i, tags=["k"])
+                self.assertIs(r.get("ok"), True, ct.short(r))
+                keep[r["hash"]] = content
+                packs = pf.db_rows(d.data_dir)["packs"]
+                if packs[max(packs)][1] == pf.PACK_OPEN:
+                    break
             before = chunks_on_disk(d)
             for i in range(3):
                 content = os.urandom(1200 * KiB) + shared[:200 * KiB]

@@ -19,17 +19,23 @@ request it gets):
                  at zero length, cold and from the cache
   NoCache        read_cache_size = 0: no directory, no status fields, reads
                  go to the server every time; the local backend has none
+  Stale          a pack gc deleted leaves no slices, even when cairnd was
+                 killed between the delete and the slices' removal, and its
+                 number is never given to a new pack (whose reads would find
+                 the old slices)
 """
 
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cairntest as ct  # noqa: E402
+import packfmt as pf  # noqa: E402
 from test_s3_backend import S3Case  # noqa: E402
 
 MiB = ct.MiB
@@ -239,6 +245,46 @@ class Ranges(CacheCase):
         d.stop()
 
     test_range_reads_on_s3_uncached = test_range_reads_on_s3
+
+
+class Stale(CacheCase):
+    def slice_seqs(self, d):
+        return {int(os.path.basename(f).split("-")[0], 16) & ((1 << 48) - 1)
+                for f in self.slice_files(d)}
+
+    def remote_seqs(self):
+        return {pf.parse_pack_name(k.rsplit("/", 1)[-1])[1] for k in self.remote_packs()}
+
+    def test_deleted_packs_leave_no_slices_and_their_numbers_stay_used(self):
+        d = self.cache_daemon()
+        d.start()
+        a = self.add_random(d, "a", 6 * MiB, 21)
+        self.assertEqual(self.get(d, "a"), a)
+        old = self.slice_seqs(d)
+        self.assertTrue(old, self.slice_files(d))
+        self.cli(d, "rm", "a")
+        d.stop()
+        # Killed after the backend's delete, before the slices go.
+        d.extra_env["CAIRN_CRASH_AT"] = "repack-deleted"
+        d.start()
+        self.cli(d, "gc", check=False)
+        self.assertEqual(d.proc.wait(60 * ct.SLOW), -signal.SIGKILL, d.log_tail())
+        ct._LIVE.discard(d.proc)
+        del d.extra_env["CAIRN_CRASH_AT"]
+        d.start()
+        self.cli(d, "gc")
+        d.stop()
+        d.start()
+        left = self.slice_seqs(d) - self.remote_seqs()
+        self.assertFalse(left, "slices of deleted packs %r stayed" % sorted(left))
+        before = self.remote_seqs()
+        b = self.add_random(d, "b", 6 * MiB, 22)
+        self.assertEqual(self.get(d, "b"), b)
+        new = self.remote_seqs() - before
+        self.assertTrue(new)
+        self.assertGreater(min(new), max(old), "a pack number was used again")
+        self.cli(d, "verify")
+        d.stop()
 
 
 class NoCache(CacheCase):

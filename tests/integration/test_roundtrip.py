@@ -8,6 +8,7 @@ import ctypes
 import hashlib
 import json
 import os
+import stat
 import random
 import re
 import signal
@@ -145,6 +146,35 @@ class RoundTrip(CliTestCase):
         p = self.cli("add", "--exclude", "", tree, check_exit=2)
         self.assertIn(b"empty --exclude", p.stderr)
 
+    def test_recursive_never_follows_links_unless_asked(self):
+        """add -r stored /etc/passwd through a link planted in the tree, and
+        skipped other links and FIFOs without a word; links are skipped and
+        named, -L follows those to files, FIFOs never block the walk."""
+        tree = os.path.join(self.tmp, "links")
+        outside = self.write("outside-secret", b"not part of the tree\n")
+        os.makedirs(os.path.join(tree, "dir"))
+        with open(os.path.join(tree, "plain.txt"), "wb") as f:
+            f.write(b"plain\n")
+        os.symlink(outside, os.path.join(tree, "link-out"))
+        os.symlink("dir", os.path.join(tree, "link-dir"))
+        os.symlink("nowhere", os.path.join(tree, "dangling"))
+        os.mkfifo(os.path.join(tree, "fifo"))
+        p = self.cli("add", "-r", tree)
+        self.assertEqual([n for _, n in ct.parse_add(p.stdout)], [os.path.join(tree, "plain.txt")])
+        err = p.stderr.decode()
+        for name, why in (("link-out", "a symbolic link (-L follows links to files)"),
+                          ("link-dir", "a symbolic link (-L"), ("dangling", "a symbolic link (-L"),
+                          ("fifo", "not a regular file")):
+            self.assertIn("cairn: skipped %s: %s" % (os.path.join(tree, name), why), err)
+        self.assertNotIn(b"not part of the tree", self.cli("search", "part").stdout)
+        p = self.cli("add", "-r", "-L", tree)
+        added = sorted(n for _, n in ct.parse_add(p.stdout))
+        self.assertEqual(added, [os.path.join(tree, "link-out"), os.path.join(tree, "plain.txt")])
+        err = p.stderr.decode()
+        self.assertIn("skipped %s: a symbolic link to a directory" % os.path.join(tree, "link-dir"), err)
+        self.assertIn("skipped %s: a symbolic link to nothing" % os.path.join(tree, "dangling"), err)
+        self.assertEqual(self.cli("-q", "add", "-r", tree).stderr, b"")
+
     def test_get_output_file_is_sparse(self):
         # Zero runs (aligned or not) in the middle and at the end; data at odd offsets.
         content = (os.urandom(1000) + bytes(8 * ct.MiB) + os.urandom(70000) + bytes(5000)
@@ -177,8 +207,70 @@ class RoundTrip(CliTestCase):
             self.assertEqual(f.read(), content)
         self.stop_daemon()
 
+    def test_get_o_keeps_the_mode_of_the_file_it_replaces(self):
+        """A private file stays private (it became 0644); a new file gets
+        0666 less the umask, as a plain create."""
+        h = self.add(b"secret\n", "-n", "secret")
+        private = os.path.join(self.tmp, "private")
+        with open(private, "wb") as f:
+            f.write(b"old")
+        for mode in (0o600, 0o640, 0o755):
+            with self.subTest(mode=oct(mode)):
+                os.chmod(private, mode)
+                self.cli("get", "-o", private, h)
+                self.assertEqual(stat.S_IMODE(os.stat(private).st_mode), mode)
+                with open(private, "rb") as f:
+                    self.assertEqual(f.read(), b"secret\n")
+        fresh = os.path.join(self.tmp, "fresh")
+        old = os.umask(0o027)
+        try:
+            self.cli("get", "-o", fresh, h)
+        finally:
+            os.umask(old)
+        self.assertEqual(stat.S_IMODE(os.stat(fresh).st_mode), 0o640)
+
 
 class NamesTagsMeta(CliTestCase):
+    def test_mime_of_content_stored_already_is_not_dropped_silently(self):
+        """add --mime TYPE of content stored already changed nothing and said
+        nothing; a mime type is the content's, set when it is first stored."""
+        h = self.add(b"<p>hi</p>\n", "-n", "page.html", "--mime", "text/html")
+        self.assertEqual(json.loads(self.cli("--json", "stat", h).stdout)["mime"], "text/html")
+        p = self.cli("add", "-n", "again.html", "--mime", "text/plain", "-", input=b"<p>hi</p>\n")
+        self.assertIn(b"stored already as text/html; --mime text/plain not applied", p.stderr)
+        self.assertEqual(json.loads(self.cli("--json", "stat", h).stdout)["mime"], "text/html")
+        # The same type, or none given: no word.
+        p = self.cli("add", "-n", "third.html", "--mime", "text/html", "-", input=b"<p>hi</p>\n")
+        self.assertEqual(p.stderr, b"")
+        self.assertEqual(self.cli("add", "-", input=b"<p>hi</p>\n").stderr, b"")
+        [js] = ct.parse_json_lines(self.cli("--json", "add", "-", input=b"<p>hi</p>\n").stdout)
+        self.assertEqual(js["mime"], "text/html")
+
+    def test_control_characters_never_reach_the_terminal_raw(self):
+        """A name with an escape sequence or a newline went to the terminal
+        raw (colours, split ls lines); on a terminal they show as '?', in a
+        pipe as they are. stat lists an item a line: "a, b" is one name."""
+        evil = "evil\x1b[31mred\nsplit"
+        self.cli("add", "-n", evil, "-", input=b"evil content\n")
+        h = ct.sha256_hex(b"evil content\n")
+        self.add(b"evil content\n", "-n", "a, b")
+        for args in (("ls",), ("stat", h), ("add", "-n", evil, self.write("e", b"evil content\n"))):
+            with self.subTest(args=args):
+                rc, tty = ct.run_on_tty([ct.CAIRN, "--socket", self.d.socket_path,
+                                         "--no-autostart"] + list(args), timeout=60 * ct.SLOW)
+                self.assertEqual(rc, 0, tty)
+                self.assertNotIn(b"\x1b[31m", tty)
+                self.assertIn(b"evil?[31mred?split", tty)
+        self.assertIn(evil.encode(), self.cli("ls").stdout)
+        # A snippet too: a document that clears the screen.
+        self.add(b"bell ringer \x1b[2J cleared\n", "-n", "bell.txt")
+        rc, tty = ct.run_on_tty([ct.CAIRN, "--socket", self.d.socket_path, "--no-autostart",
+                                 "search", "ringer"], timeout=60 * ct.SLOW)
+        self.assertNotIn(b"\x1b[2J", tty)
+        self.assertIn(b"?[2J", tty)
+        out = self.cli("stat", h).stdout.decode()
+        self.assertIn("names:\n  %s\n  a, b\n" % evil, out)
+
     def test_name_with_spaces(self):
         h = self.add(b"spaced", "-n", "my file.txt")
         p = self.cli("add", "-n", "my file.txt", "-", input=b"spaced")
@@ -746,6 +838,21 @@ class Progress(CliTestCase):
                                             r"in the store \([0-9.]+x smaller\) in [0-9.]+ s\n")
         # Not a terminal, no -v: nothing on stderr. -q: nothing even with a terminal.
         self.assertEqual(self.cli("add", "-r", tree).stderr, b"")
+        # A 5 MB file that differs from a stored one in 2 bytes adds a chunk or two: the
+        # summary counts what was written (it said 4.8 MiB; the store grew by 20 KB).
+        five = bytearray(os.urandom(5 * 1000 * 1000))
+        self.cli("add", self.write("five", bytes(five)))
+        five[2500000] ^= 1
+        five[2500001] ^= 1
+        before = self.d.status()["stored_bytes"]
+        p = self.cli("-v", "add", self.write("five2", bytes(five)))
+        grew = self.d.status()["stored_bytes"] - before
+        m = re.search(r"; ([0-9.]+) (B|KiB|MiB) new in the store", p.stderr.decode())
+        self.assertTrue(m, p.stderr)
+        said = float(m.group(1)) * {"B": 1, "KiB": 1024, "MiB": 1024 * 1024}[m.group(2)]
+        self.assertLess(said, 600 * 1024, p.stderr)
+        self.assertLess(abs(said - grew), 0.1 * grew + 2048, (said, grew))
+        self.assertIn(b"nothing new in the store", self.cli("-v", "add", self.write("five3", bytes(five))).stderr)
         self.assertEqual(self.cli("add", big, "--verbose", "-q").stderr, b"")
         h = ct.sha256_hex(open(big, "rb").read())
         p = self.cli("get", "-v", "-o", os.path.join(self.tmp, "out"), h)
@@ -783,6 +890,124 @@ class Progress(CliTestCase):
         # A progress line, if the add took long enough for one, was drawn in place and cleared.
         self.assertNotIn(b"MiB/s\n", err)
 
+    def test_progress_is_erased_before_output_on_the_same_terminal(self):
+        """stdout and stderr on one terminal: every result line starts a line
+        of its own, never glued to the progress text (which stays in place)."""
+        big = self.write("big", os.urandom(300 * ct.MiB))
+        small = self.write("small", b"small\n")
+        rc, tty = ct.run_on_tty([ct.CAIRN, "--socket", self.d.socket_path, "--no-autostart",
+                                 "add", big, small], timeout=120 * ct.SLOW)
+        self.assertEqual(rc, 0, tty)
+        self.assertIn(b"MiB/s", tty, "the add was too quick for a progress line: %r" % tty[:300])
+        for path in (big, small):
+            line = ct.sha256_file(path).encode() + b"  " + path.encode()
+            at = tty.find(line)
+            self.assertGreaterEqual(at, 0, tty[-500:])
+            before = tty[:at]
+            self.assertTrue(before == b"" or before.endswith((b"\n", b"\033[K")),
+                            "a result glued to what came before it: %r" % tty[max(0, at - 80):at + 80])
+
+
+class VerifyCounts(CliTestCase):
+    def verify_json(self, *refs):
+        [js] = ct.parse_json_lines(self.cli("--json", "verify", *refs).stdout)
+        self.assertEqual(js.get("bad_count"), 0, js)
+        return js["chunks_checked"], js["bytes_checked"]
+
+    def test_one_request_checks_each_distinct_chunk_once(self):
+        """verify REF... counts each distinct chunk once, however many of the
+        refs (or places in one document) reach it, as a whole-store verify
+        does (PROTOCOL.md `verify`)."""
+        a = os.urandom(3 * ct.MiB)
+        b = a[:2 * ct.MiB] + os.urandom(ct.MiB // 2)  # shares a's first chunks
+        piece = os.urandom(ct.MiB)
+        c = piece * 4  # its own chunks, again and again
+        ha = self.add(a, "-n", "a.bin")
+        hb = self.add(b, "-n", "b.bin")
+        hc = self.add(c, "-n", "c.bin")
+        [st] = ct.parse_json_lines(self.cli("--json", "status").stdout)
+        whole = (st["chunks"], st["unique_bytes"])
+        self.assertEqual(self.verify_json(), whole)
+        # every document of the store, some twice (by hash and by name)
+        self.assertEqual(self.verify_json("a.bin", ha, hb, "b.bin", hc, "c.bin", hc[:12]), whole)
+        # one document named twice: its chunks once
+        alone = self.verify_json("a.bin")
+        self.assertEqual(self.verify_json(ha, "a.bin", ha[:10]), alone)
+        self.assertEqual(alone[1], len(a))
+        # a document whose chunks repeat: each distinct one once
+        chunks_c, bytes_c = self.verify_json("c.bin")
+        self.assertLess(bytes_c, len(c))
+        # Chunks that straddle the 3 seams between the copies are distinct too: at most
+        # a few of chunk_max (256 KiB) each, however the random content cuts.
+        self.assertLessEqual(bytes_c, len(piece) + 6 * 256 * 1024)
+        # two documents sharing chunks: the shared ones once
+        both = self.verify_json("a.bin", "b.bin")
+        only_b = self.verify_json("b.bin")
+        self.assertLess(both[1], len(a) + len(b))
+        self.assertLess(both[0], alone[0] + only_b[0])
+        self.assertEqual(self.verify_json("a.bin", "b.bin", "c.bin"), whole)
+        self.stop_daemon()
+
+    def test_refs_that_name_nothing_are_named_and_the_others_verified(self):
+        """verify fox.txt nosuch said `cairn: not found`, named neither and
+        verified nothing; with several refs cairn goes on after a failure."""
+        fox = b"the quick brown fox\n" * 1000
+        self.add(fox, "-n", "fox.txt")
+        p = self.cli("verify", "fox.txt", "nosuch", check_exit=1)
+        self.assertIn(b"cairn: nosuch: not found", p.stderr)
+        self.assertNotIn(b"fox.txt", p.stderr)
+        self.assertRegex(p.stdout.decode(), r"checked [1-9][0-9]* chunks \(%d bytes\): 0 bad"
+                         % len(fox))
+        # Nothing left to verify: no whole-store verify instead.
+        p = self.cli("verify", "nosuch", "nope", check_exit=1)
+        self.assertIn(b"cairn: nosuch: not found", p.stderr)
+        self.assertIn(b"cairn: nope: not found", p.stderr)
+        self.assertEqual(p.stdout, b"")
+        self.stop_daemon()
+
+
+class BashCompletion(CliTestCase):
+    """completions/cairn.bash driven by bash itself: stored names come back
+    quoted for the shell (`stat ünïcode 名前.txt` was two words), and the
+    long options are offered."""
+    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "completions",
+                          "cairn.bash")
+
+    def complete(self, *words):
+        """COMPREPLY for the command line `cairn WORDS...` (the last word is the one completed)."""
+        line = ["cairn", "--socket", self.d.socket_path] + list(words)
+        script = ('source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); '
+                  '_cairn; printf "%s\\n" "${COMPREPLY[@]}"')
+        # A UTF-8 locale, as a user's terminal has (in C, bash quotes non-ASCII as $'\\303...').
+        env = dict(os.environ, PATH=os.path.dirname(ct.CAIRN) + os.pathsep + os.environ["PATH"],
+                   LANG="C.UTF-8")
+        env.pop("LC_ALL", None)
+        p = subprocess.run(["bash", "-c", script, "bash", self.SCRIPT] + line, env=env,
+                           capture_output=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return [ln for ln in p.stdout.decode().split("\n") if ln]
+
+    def test_names_are_quoted_and_long_options_offered(self):
+        self.add(b"uni\n", "-n", "\u00fcn\u00efcode \u540d\u524d.txt")
+        self.add(b"q\n", "-n", "it's $HOME")
+        self.assertEqual(self.complete("stat", "\u00fc"), ["\u00fcn\u00efcode\\ \u540d\u524d.txt"])
+        self.assertEqual(self.complete("get", "\u00fcn\u00efcode\\ "),
+                         ["\u00fcn\u00efcode\\ \u540d\u524d.txt"])
+        self.cli("add", "-n", "two\nlines", "-", input=b"nl\n")
+        self.assertEqual(self.complete("stat", "two"), ["$'two\\nlines'"])
+        [q] = self.complete("rm", "it")
+        # What the shell reads back from the completion is the name itself.
+        p = subprocess.run(["bash", "-c", "printf %s " + q], capture_output=True, timeout=10)
+        self.assertEqual(p.stdout.decode(), "it's $HOME")
+        for cmd, opts in (("add", ("--recursive", "--name", "--tag", "--meta", "--mime")),
+                          ("get", ("--output", "--recursive", "--range")),
+                          ("ls", ("--tag", "--long", "--docs")),
+                          ("search", ("--limit", "--tag", "--offset", "--fuzzy"))):
+            with self.subTest(cmd=cmd):
+                got = self.complete(cmd, "--")
+                for o in opts:
+                    self.assertIn(o, got)
+
 
 class GlobalOptionsAnywhere(CliTestCase):
     """--json, --socket and --no-autostart may come before or after the command."""
@@ -796,6 +1021,30 @@ class GlobalOptionsAnywhere(CliTestCase):
                 rows = [json.loads(line) for line in out.decode().splitlines()]
                 self.assertTrue(rows, out)
                 self.assertIn(h, json.dumps(rows))
+
+    def test_search_options_after_the_words(self):
+        """`search epoll -l 1` limits to one hit; a word that begins with "-"
+        and is no option of search stays the query's NOT."""
+        for i in range(3):
+            self.add(b"epoll wait number %d lisp tree\n" % i, "-n", "ep-%d" % i)
+        self.add(b"epoll alone\n", "-n", "ep-alone")
+
+        def hits(*args):
+            out = self.cli("search", *args).stdout.decode()
+            return [ln.split("  ")[2] for ln in out.splitlines()]
+        self.assertEqual(len(hits("epoll")), 4)
+        for args in (("epoll", "-l", "1"), ("epoll", "-l1"), ("epoll", "--limit", "1"),
+                     ("epoll", "--limit=1"), ("-l", "1", "epoll")):
+            with self.subTest(args=args):
+                self.assertEqual(len(hits(*args)), 1)
+        self.assertEqual(hits("epoll", "-lisp"), ["ep-alone"])
+        self.assertEqual(hits("epoll", "-tree"), ["ep-alone"])
+        self.assertEqual(len(hits("epoll", "-t", "none")), 0)
+        # After "--", an option's spelling is a word (here: NOT l, which no document has).
+        self.assertEqual(len(hits("epoll", "--", "-l")), 4)
+        # Global options among the words still count.
+        out = self.cli("search", "epoll", "--json", "-l", "2").stdout.decode().splitlines()
+        self.assertEqual(len([json.loads(ln) for ln in out]), 2)
 
     def test_socket_after_the_command(self):
         # The harness puts --no-autostart first; a wrong --socket after the command wins.
@@ -941,11 +1190,13 @@ class CliConfig(unittest.TestCase):
         self.cli("--config", other, "add", "-", input=b"x\n")
         self.assertTrue(os.path.exists(sock))
         self.assertEqual(ct.run_cli("status", socket=sock, env=self.env).returncode, 0)
-        # A missing --config file is an error, not a silent default.
-        p = ct.run_cli("--config", os.path.join(self.base, "nope.conf"), "ls", env=self.env,
-                       check_exit=None)
-        self.assertNotEqual(p.returncode, 0)
-        self.assertIn(b"nope.conf", p.stderr)
+        # A missing --config file is an error, not a silent default, and a usage error (2):
+        # 3 says the daemon is unreachable, which a script would retry forever.
+        for args in (("ls",), ("add", "-", "-"), ("get", "x"), ("search", "x")):
+            with self.subTest(args=args):
+                p = ct.run_cli("--config", os.path.join(self.base, "nope.conf"), *args,
+                               env=self.env, input=b"x", check_exit=2)
+                self.assertEqual(p.stderr.count(b"nope.conf"), 1, p.stderr)
 
     def test_failed_autostart_prints_the_daemons_reason(self):
         with open(self.conf, "a") as f:

@@ -375,52 +375,6 @@ class StartRefusals(S3Case):
 # --------------------------------------------------------------------------
 
 
-def run_clients(testcase, d, threads, ops, size, prefix="t"):
-    """`threads` clients each doing `ops` adds and gets at random; returns
-    (docs, counts, failures)."""
-    docs = {}
-    lock = threading.Lock()
-    failures = []
-    counts = {"add": 0, "get": 0}
-
-    def worker(k):
-        rng = random.Random(k)
-        mine = []
-        try:
-            with d.connect(timeout=300 * ct.SLOW) as c:
-                for i in range(ops):
-                    if not mine or rng.random() < 0.5:
-                        content = os.urandom(rng.choice((size, size, 5 * size, 300 * 1024)))
-                        r = c.add(content, name="%s%d-%d" % (prefix, k, i), tags=["t%d" % k])
-                        if r.get("ok") is not True or r.get("hash") != ct.sha256_hex(content):
-                            failures.append("add %s%d-%d: %r" % (prefix, k, i, ct.short(r)))
-                            continue
-                        mine.append(r["hash"])
-                        with lock:
-                            docs[r["hash"]] = content
-                            counts["add"] += 1
-                    else:
-                        with lock:
-                            pool = list(docs) if rng.random() < 0.5 else mine
-                            h = rng.choice(pool)
-                            want = docs[h]
-                        frames, got = c.get(h)
-                        if got != want:
-                            failures.append("get %s: %r" % (h, ct.short(frames[-1])))
-                        with lock:
-                            counts["get"] += 1
-        except Exception as e:
-            failures.append("thread %d: %r" % (k, e))
-
-    ts = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(600 * ct.SLOW)
-        testcase.assertFalse(t.is_alive(), "a client hangs\n%s" % d.log_tail())
-    return docs, counts, failures
-
-
 class Faults(S3Case):
     THREADS = 8
     OPS = 40
@@ -432,7 +386,7 @@ class Faults(S3Case):
         d.start()
         self.srv.control(fault_rate=0.1, faults=self.KINDS, seed=1234, stall_max_s=30)
         t0 = time.monotonic()
-        docs, counts, failures = run_clients(self, d, self.THREADS, self.OPS, self.SIZE)
+        docs, counts, failures = ct.run_clients(self, d, self.THREADS, self.OPS, self.SIZE)
         sys.stderr.write("# %d adds, %d gets in %.1f s\n" % (counts["add"], counts["get"], time.monotonic() - t0))
         # reads from S3 after the clients: a get of everything, with faults still on
         self.assert_docs(d, docs)
@@ -670,6 +624,21 @@ class R2(S3Case):
         log = daemon_output(d)
         self.assertNotIn(self.srv.api_token, log, "cairnd logged the API token")
 
+    def test_a_renewed_token_longer_than_the_first(self):
+        """A request retried after ExpiredToken is signed and sent with the
+        renewed token whole, however much longer it is than the first."""
+        self.srv.control(temp_token_bytes=12)
+        self.addCleanup(self.srv.control, temp_token_bytes=48)
+        d = self.daemon(url=self.r2_url(), env=self.r2_env())
+        d.start()
+        docs = self.add_docs(d, 3)
+        # Each next request meets ExpiredToken once, then goes again with a token 50 times longer.
+        self.srv.control(temp_token_bytes=600, expire_temp_keys=True)
+        docs.update(self.add_docs(d, 3, prefix="after"))
+        self.assert_docs(d, docs)
+        self.assertNotIn("InvalidToken", self.srv.counters().get("rejected", {}))
+        d.stop()
+
     def test_wrong_api_token_refused(self):
         d = self.daemon(url=self.r2_url(temp_ttl=3), env=self.r2_env(token="not-the-token"))
         out = self.assert_start_refused(d, "token", "403", "credentials")
@@ -763,20 +732,56 @@ class LocalDataDir(S3Case):
 
 
 class BatchedDeletes(S3Case):
-    def test_gc_deletes_packs_with_delete_objects(self):
-        """The packs a gc empties go in DeleteObjects requests (POST ?delete),
-        fewer requests than packs; every one of them leaves the bucket, and
-        what is kept stays readable."""
+    def packs_to_delete(self, nkeep, ngone):
+        """A started daemon with nkeep documents kept and ngone deleted, one
+        add (so one pack) each; returns (daemon, kept docs, the packs listed)."""
         d = self.daemon()
         d.start()
-        keep = self.add_docs(d, 3, prefix="keep")
+        keep = self.add_docs(d, nkeep, prefix="keep")
         gone = {}
-        for i in range(12):  # one add, one pack
+        for i in range(ngone):
             gone.update(self.add_docs(d, 1, prefix="gone%d" % i))
         with d.connect() as c:
             for h in gone:
                 self.assertIs(c.call("delete", ref=h).get("ok"), True)
-        before = set(self.remote_packs())
+        return d, keep, set(self.remote_packs())
+
+    def test_status_right_after_gc_shows_the_packs_gone(self):
+        """The packs a gc deletes are gone from `status` once its reply
+        comes, even when the server makes the deletion wait (here a SlowDown
+        with Retry-After: 2 on it; issue #28: status showed them for about
+        two seconds after the reply)."""
+        d, keep, before = self.packs_to_delete(2, 4)
+        # the first delete request of the run is the packs' (the lease goes after them)
+        self.srv.control(reset_counters=True, fault_rate=1, faults=["503"], retry_after=2,
+                         fault_methods=["DELETE", "POST"], fault_limit=1)
+        try:
+            with d.connect() as c:
+                r = c.call("gc", timeout=120 * ct.SLOW)
+                self.assertIs(r.get("ok"), True, ct.short(r))
+                st = c.call("status")
+            faults = self.srv.counters()["faults_total"]
+        finally:
+            self.srv.control(clear_faults=True)
+        self.assertEqual(faults, 1, "test setup: the deletion got its SlowDown")
+        self.assertGreaterEqual(r.get("packs_deleted", 0), 4, ct.short(r))
+        # what status should have said: the bucket once the deletion is done
+        deadline = time.monotonic() + 30 * ct.SLOW
+        while len(self.remote_packs()) > len(before) - 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = self.remote_packs()
+        self.assertLessEqual(len(left), len(before) - 4, "packs gc deleted still in the bucket")
+        self.assertEqual((st["packs"], st["pack_bytes"]),
+                         (len(left), sum(p.size for p in left.values())),
+                         "status right after gc %r vs the packs in the bucket" % ct.short(r))
+        self.assert_docs(d, keep)
+        d.stop()
+
+    def test_gc_deletes_packs_with_delete_objects(self):
+        """The packs a gc empties go in DeleteObjects requests (POST ?delete),
+        fewer requests than packs; every one of them leaves the bucket, and
+        what is kept stays readable."""
+        d, keep, before = self.packs_to_delete(3, 12)
         # Deletes are batched when they overlap: with 200 ms per request the
         # gc empties its packs (a database commit each) faster than a delete
         # returns, however loaded the machine is.

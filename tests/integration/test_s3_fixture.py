@@ -391,6 +391,14 @@ class Process(S3Case):
         self.srv.restart()
         self.assertEqual(self.assertOk(self.get("kept"), "GET after restart"), b"across restarts")
 
+    def test_kill9_and_start_on_the_same_port(self):
+        self.assertOk(self.put("kept", b"across a crash"), "PUT")
+        port = self.srv.s3_port
+        self.srv.kill9()
+        self.srv.start(s3_port=port)
+        self.assertEqual(self.srv.s3_port, port)
+        self.assertEqual(self.assertOk(self.get("kept"), "GET after kill -9"), b"across a crash")
+
     def test_url_and_env(self):
         url = self.srv.url(BUCKET, "pre fix/", part_size=8 << 20)
         self.assertTrue(url.startswith("s3://%s/pre%%20fix/?endpoint=http%%3A%%2F%%2F127.0.0.1%%3A%d&region=us-east-1"

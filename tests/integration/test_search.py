@@ -888,6 +888,22 @@ class IndexConsistency(SearchCase):
         self.assertEqual([x for x, _, _, _ in self.cli_hits("--name", "granary-*", "barley")], [h])
         self.assertEqual([x for x, _, _, _ in self.cli_hits("--name", "archive/*", "barley")], [h])
 
+    def test_hit_shows_the_name_that_matched(self):
+        """A document with two names: a hit found by the older one (a glob,
+        name:word, a word only in that name) shows it; found by the content,
+        the newest (it always showed the newest)."""
+        content = b"Ledger of the mill: wheat, spelt and millet.\n"
+        h = self.add_cli(content, "-n", "windmill-1890.txt")
+        time.sleep(1.1)
+        self.add_cli(content, "-n", "archive/ledger.txt")
+        for args, name in ((["--name", "windmill-*", "wheat"], "windmill-1890.txt"),
+                           (["name:windmill"], "windmill-1890.txt"),
+                           (["windmill"], "windmill-1890.txt"),
+                           (["wheat"], "archive/ledger.txt"),
+                           (["name:ledger"], "archive/ledger.txt")):
+            with self.subTest(args=args):
+                self.assertEqual([(x, n) for x, _, n, _ in self.cli_hits(*args)], [(h, name)])
+
     def test_text_with_nul_or_bad_utf8_indexed_by_name_only(self):
         self.add_cli(b"visible words then a NUL\x00 and hiddenword\n", "-n", "nulled.txt", "--mime",
                      "text/plain")

@@ -20,7 +20,7 @@
  *
  * Usage:
  *   node server.js --data DIR [--bucket NAME]... [--region R]... [--min-ttl S]
- *                  [--account-id ID]
+ *                  [--account-id ID] [--s3-port P]
  *   environment: S3FIX_ACCESS_KEY, S3FIX_SECRET_KEY (the main key pair) and
  *   S3FIX_API_TOKEN (the bearer token of the credentials API); the same
  *   names as options (--access-key, --secret-key, --api-token) also work.
@@ -106,6 +106,7 @@ function parseArgs(argv) {
     buckets: [],
     regions: [],
     minTtl: 1,
+    s3Port: 0,
     accountId: 'cairn-test-account',
     accessKey: process.env.S3FIX_ACCESS_KEY || null,
     secretKey: process.env.S3FIX_SECRET_KEY || null,
@@ -123,6 +124,7 @@ function parseArgs(argv) {
       case '--region': opts.regions.push(value()); break;
       case '--min-ttl': opts.minTtl = Number(value()); break;
       case '--account-id': opts.accountId = value(); break;
+      case '--s3-port': opts.s3Port = Number(value()); break;
       case '--access-key': opts.accessKey = value(); break;
       case '--secret-key': opts.secretKey = value(); break;
       case '--api-token': opts.apiToken = value(); break;
@@ -134,6 +136,7 @@ function parseArgs(argv) {
   if (!opts.apiToken) opts.apiToken = crypto.randomBytes(16).toString('hex');
   if (opts.regions.length === 0) opts.regions = ['us-east-1', 'auto'];
   if (!Number.isFinite(opts.minTtl) || opts.minTtl < 0) usage('--min-ttl wants seconds');
+  if (!Number.isInteger(opts.s3Port) || opts.s3Port < 0 || opts.s3Port > 65535) usage('--s3-port wants a port');
   return opts;
 }
 
@@ -247,10 +250,28 @@ FilesystemStore.prototype.putObject = async function putObject(object) {
     await fs.promises.rm(tmpPath, { force: true });
     throw err;
   });
-  await fs.promises.rename(tmpPath, objectPath);
+  // The object's file appears last, whole, after its metadata: a kill -9
+  // of this server at any moment leaves either no object or a whole one
+  // (s3rver fails every read of an object whose metadata file is torn).
   const md5 = md5Context.digest('hex');
   await this.putMetadata(object.bucket, object.key, object.metadata, md5);
+  await fs.promises.rename(tmpPath, objectPath);
   return { size, md5 };
+};
+
+FilesystemStore.prototype.putMetadata = async function putMetadata(bucket, key, metadata, md5) {
+  // as s3rver's own, but each file written beside the store and renamed into place
+  const json = {};
+  for (const [k, v] of Object.entries(metadata || {}))
+    if (S3Object.ALLOWED_METADATA.includes(k) || k.startsWith('x-amz-meta-')) json[k] = v;
+  const files = [['metadata.json', JSON.stringify(json, null, 2)]];
+  if (md5) files.unshift(['object.md5', md5]);
+  await fs.promises.mkdir(path.dirname(this.getResourcePath(bucket, key, 'object')), { recursive: true });
+  for (const [what, text] of files) {
+    const tmpPath = path.join(tmpDir, crypto.randomBytes(8).toString('hex'));
+    await fs.promises.writeFile(tmpPath, text);
+    await fs.promises.rename(tmpPath, this.getResourcePath(bucket, key, what));
+  }
 };
 
 // ---------------------------------------------------------------- state
@@ -279,6 +300,7 @@ const settings = {
   api_fault: null,
   seed: null,
   conditional_writes: true, // false: If-None-Match is ignored, as some S3-compatible stores do
+  temp_token_bytes: 48, // random bytes in a session token the credentials API issues (base64)
 };
 
 function freshCounters() {
@@ -853,6 +875,7 @@ const CONTROL_KEYS = {
   api_fault: v => v === null || v === '500' || v === '403' || v === 'bad_json',
   seed: v => v === null || Number.isInteger(v),
   conditional_writes: v => typeof v === 'boolean',
+  temp_token_bytes: v => Number.isInteger(v) && v >= 1 && v <= 4096,
 };
 const CONTROL_ACTIONS = ['reset_counters', 'expire_temp_keys', 'clear_faults'];
 
@@ -971,7 +994,7 @@ async function tempCredentials(req, res, accountId, body) {
   const ttl = settings.temp_ttl_cap !== null ? Math.min(p.ttlSeconds, settings.temp_ttl_cap) : p.ttlSeconds;
   const accessKeyId = crypto.randomBytes(16).toString('hex');
   const secretAccessKey = crypto.randomBytes(32).toString('hex');
-  const sessionToken = crypto.randomBytes(48).toString('base64');
+  const sessionToken = crypto.randomBytes(settings.temp_token_bytes).toString('base64');
   tempKeys.set(accessKeyId, {
     secret: secretAccessKey,
     token: sessionToken,
@@ -1064,7 +1087,7 @@ async function main() {
   });
   const addr = await s3rver.run();
   s3rverPort = addr.port;
-  s3Port = await listen(s3Server, 0);
+  s3Port = await listen(s3Server, opts.s3Port);
   controlPort = await listen(controlServer, 0);
   process.stdout.write(JSON.stringify({ s3_port: s3Port, control_port: controlPort, pid: process.pid }) + '\n');
 }
