@@ -261,14 +261,19 @@ class FaultProxy:
     requests, of the kinds given: "503" (ServerBusy, Retry-After: 1), "500"
     (InternalError), "reset" (the connection closed before the request is
     forwarded), "lost" (forwarded and carried out, then the connection closed
-    without an answer) and "truncate" (half of a GET's body, then closed).
+    without an answer), "truncate" (half of a GET's body, then closed) and
+    "stall" (forwarded and carried out, then nothing more is sent - for a GET
+    after the headers and half of the body - until the client closes the
+    connection or stall_max_s pass). profile(name) sets the latency profile
+    (PROFILES: clean, rtt20, rtt50, rtt100).
     The signature covers no Host, so requests pass through unchanged. Azurite
     does not check the request's time; the proxy does, as Azure does (403
     AuthenticationFailed beyond 15 minutes), against its clock moved by
     clock_offset seconds. delay_ms is added to every request (a round trip
     of that much more); `methods` counts the requests per method."""
 
-    KINDS = ("503", "500", "reset", "lost", "truncate")
+    KINDS = ("503", "500", "reset", "lost", "truncate", "stall")
+    PROFILES = {"clean": 0, "rtt20": 20, "rtt50": 50, "rtt100": 100}
 
     def __init__(self, srv, seed=1):
         self.srv = srv
@@ -279,6 +284,8 @@ class FaultProxy:
         self.clock_offset = 0  # seconds the "server clock" is ahead of this machine's
         self.delay_ms = 0  # added before every answer (rtt20: 20)
         self.methods = {}  # requests per method
+        self.stall_max_s = 30  # a stalled connection is closed by the proxy after this
+        self.stopping = threading.Event()
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.httpd = None
@@ -288,6 +295,10 @@ class FaultProxy:
         with self.lock:
             self.rate = rate
             self.kinds = list(kinds)
+
+    def profile(self, name):
+        """Latency profile `name` (PROFILES): that many ms before every answer."""
+        self.delay_ms = self.PROFILES[name]
 
     def _pick(self, method):
         with self.lock:
@@ -310,6 +321,29 @@ class FaultProxy:
 
             def log_message(self, *a):
                 pass
+
+            def _hold(self):
+                """Sends nothing more until the client closes, stall_max_s pass
+                or the proxy stops; then closes the connection."""
+                self.close_connection = True
+                try:
+                    self.wfile.flush()
+                    self.connection.settimeout(0.2)
+                except OSError:
+                    return
+                deadline = time.monotonic() + proxy.stall_max_s
+                while time.monotonic() < deadline and not proxy.stopping.is_set():
+                    try:
+                        if self.connection.recv(4096) == b"":
+                            break  # the client gave up
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        break
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
             def _any(self):
                 n = int(self.headers.get("Content-Length") or 0)
@@ -360,6 +394,9 @@ class FaultProxy:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
+                if kind == "stall" and (self.command != "GET" or len(data) < 2):
+                    self._hold()  # carried out, and no answer comes
+                    return
                 self.send_response(resp.status)
                 head = self.command == "HEAD"
                 for k, v in resp.getheaders():
@@ -371,6 +408,10 @@ class FaultProxy:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command == "HEAD":
+                    return
+                if kind == "stall":
+                    self.wfile.write(data[:len(data) // 2])
+                    self._hold()
                     return
                 if kind == "truncate" and len(data) > 1:
                     self.wfile.write(data[:len(data) // 2])
@@ -397,6 +438,7 @@ class FaultProxy:
         return "http://127.0.0.1:%d/%s" % (self.port, self.srv.account)
 
     def stop(self):
+        self.stopping.set()
         if self.httpd is not None:
             self.httpd.shutdown()
             self.httpd.server_close()
