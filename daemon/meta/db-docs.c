@@ -17,15 +17,32 @@
 #include "daemon/format/manifest.h"
 #include "proto/util.h"
 
+/* A document's name rows, each with the number of newer versions of its name. */
+#define NAME_ROWS                                                                                  \
+    "SELECT n.name AS name, n.t AS t, n.eid AS eid, (SELECT COUNT(*) FROM names m"                 \
+    " WHERE m.name = n.name AND (m.t > n.t OR (m.t = n.t AND m.eid > n.eid))) AS newer"            \
+    " FROM names n WHERE n.doc = ?1"
+/* NAME, or NAME@{N} for a version N newer ones came after (the ref that reaches it). */
+#define NAME_SHOWN "CASE WHEN newer = 0 THEN name ELSE name || '@{' || newer || '}' END"
+
 const char *const db_docs_sql[DB_S_COUNT_] = {
     [DB_S_DOC_BY_HASH] = "SELECT id FROM documents WHERE hash = ?1",
     [DB_S_DOC_BY_PREFIX] = "SELECT id FROM documents WHERE hash >= ?1 AND hash < ?1 || 'g' LIMIT 2",
     [DB_S_DOC_BY_NAME] = "SELECT doc FROM names WHERE name = ?1 ORDER BY t DESC, eid DESC LIMIT 1",
     [DB_S_DOC_BY_ID] = "SELECT hash, size, stored_size, chunks, mime, created, text, depth,"
                        " manifest, index_gen FROM documents WHERE id = ?1",
-    [DB_S_NEWEST_NAME] = "SELECT name FROM names WHERE doc = ?1 ORDER BY t DESC, eid DESC LIMIT 1",
+    /*
+     * The name a document is shown under: one that points to it now, the
+     * newest first, else NAME@{N} of its newest older version.
+     */
+    [DB_S_NEWEST_NAME] = "SELECT " NAME_SHOWN " FROM (" NAME_ROWS ")"
+                         " ORDER BY newer = 0 DESC, t DESC, eid DESC LIMIT 1",
     [DB_S_NAMES_OF_DOC] =
         "SELECT name FROM names WHERE doc = ?1 GROUP BY name ORDER BY MIN(t), MIN(eid)",
+    /* Every name of a document, oldest first; NAME@{N} where it is an older version only. */
+    [DB_S_NAMES_SHOWN] = "SELECT " NAME_SHOWN " FROM (SELECT name, MIN(newer) AS newer,"
+                         " MIN(t) AS t, MIN(eid) AS eid FROM (" NAME_ROWS ") GROUP BY name)"
+                         " ORDER BY t, eid",
     [DB_S_TAGS_OF_DOC] = "SELECT tag FROM tags WHERE doc = ?1 ORDER BY tag",
     [DB_S_META_OF_DOC] = "SELECT key, value FROM meta WHERE doc = ?1 ORDER BY key",
     [DB_S_META_GET] = "SELECT value FROM meta WHERE doc = ?1 AND key = ?2",
@@ -167,7 +184,7 @@ int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc
     }
     if (want & DB_WANT_DETAILS) {
         size_t nvalues;
-        if (!(s = db_stmt(c, DB_S_NAMES_OF_DOC, db_docs_sql)))
+        if (!(s = db_stmt(c, DB_S_NAMES_SHOWN, db_docs_sql)))
             return -EIO;
         sqlite3_bind_int64(s, 1, id);
         if ((r = query_strings(c, s, 0, &doc->names, &doc->nnames)) < 0)

@@ -33,6 +33,7 @@ enum db_stmt_id {
     DB_S_DOC_BY_ID,
     DB_S_NEWEST_NAME,
     DB_S_NAMES_OF_DOC,
+    DB_S_NAMES_SHOWN,
     DB_S_TAGS_OF_DOC,
     DB_S_META_OF_DOC,
     DB_S_META_GET,

@@ -56,6 +56,17 @@ class History(unittest.TestCase):
             with self.subTest(ref=bad):
                 p = self.d.cli("get", bad, check_exit=1)
                 self.assertIn(b"not found", p.stderr)
+        # an older version is shown by the ref that reaches it, not by a name that reads another
+        p = self.d.cli("--json", "stat", "notes.txt@{1}")
+        st = json.loads(p.stdout)
+        self.assertEqual((st["name"], st["names"]), ("notes.txt@{1}", ["notes.txt@{1}"]), st)
+        p = self.d.cli("--json", "stat", self.versions[0][0])
+        self.assertEqual(json.loads(p.stdout)["name"], "notes.txt@{2}")
+        self.d.cli("add", "-n", "kept.txt", "-", input=self.versions[0][1])
+        st = json.loads(self.d.cli("--json", "stat", self.versions[0][0]).stdout)
+        self.assertEqual((st["name"], st["names"]), ("kept.txt", ["notes.txt@{2}", "kept.txt"]), st)
+        st = json.loads(self.d.cli("--json", "stat", "notes.txt").stdout)
+        self.assertEqual((st["name"], st["names"]), ("notes.txt", ["notes.txt"]), st)
         # a name spelled like a version ref is that name
         self.d.cli("add", "-n", "notes.txt@{1}", "-", input=b"a literal name\n")
         self.assertEqual(self.d.cli("get", "notes.txt@{1}").stdout, b"a literal name\n")

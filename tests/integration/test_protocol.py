@@ -482,9 +482,11 @@ class Operations(ProtocolTestCase):
         self.assertEqual(got, b"v2")
         _, got = self.c.get(h1)
         self.assertEqual(got, b"v1")
-        self.assertIn("doc", self.c.call("stat", ref=h1)["names"])
+        # an older version: named by the ref that reaches it
+        self.assertEqual(self.c.call("stat", ref=h1)["names"], ["doc@{1}"])
         d = self.assertOk(self.c.call("delete", ref=h2))
         self.assertEqual((d["hash"], d["names"], d["deleted"]), (h2, ["doc"], [h2]))
+        self.assertEqual(self.c.call("stat", ref=h1)["names"], ["doc"])
         self.assertError(self.c.call("stat", ref=h2), "not_found")
         frames, got = self.c.get(h2)
         self.assertIsNone(got)
