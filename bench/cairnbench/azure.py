@@ -44,8 +44,10 @@ CONTAINER = "cairnbench"
 SIZE, RANGE, OPS, LIST_N, LIST_OBJECT_SIZE = s3.SIZE, s3.RANGE, s3.OPS, s3.LIST_N, s3.LIST_OBJECT_SIZE
 BACKENDS = ["azure"]
 RCLONE_REMOTE = "cbaz"
-# The kinds of fault the multiclient suite's runs with faults inject (the
-# proxy's every kind), and the backend's timeouts there, as for s3.
+# What the suites' captions call the server; the kinds of fault the
+# multiclient suite's runs with faults inject (the proxy's every kind), and
+# the backend's timeouts there, as for s3.
+SERVER = "Azurite behind the azure fixture's proxy (cairnbench/azure.py)"
 FAULTS = ["503", "500", "reset", "stall", "truncate", "lost"]
 FAULT_STALL_TIMEOUT, FAULT_TIMEOUT = s3.FAULT_STALL_TIMEOUT, s3.FAULT_TIMEOUT
 PeerError = s3.PeerError

@@ -51,7 +51,9 @@ RCLONE_REMOTE = "cbs3"
 # a stalled answer must be given up on quickly, as the issue asks.
 FAULT_STALL_TIMEOUT = 2
 FAULT_TIMEOUT = 30
-# The kinds of fault the multiclient suite's runs with faults inject.
+# What the suites' captions call the server, and the kinds of fault the
+# multiclient suite's runs with faults inject.
+SERVER = "the S3 test server (s3rver behind a SigV4-checking proxy, cairnbench/s3.py)"
 FAULTS = ["503", "500", "reset", "stall", "truncate"]
 
 

@@ -287,7 +287,8 @@ def _report_mcp(ctx, result, runs, mcp_runs):
 # --- s3 and azure ------------------------------------------------------------
 
 # The fixture modules of the remote backends these runs use (each with
-# unavailable(), Fixture, BACKENDS, FAULTS, FAULT_STALL_TIMEOUT, FAULT_TIMEOUT).
+# unavailable(), Fixture, BACKENDS, SERVER, FAULTS, FAULT_STALL_TIMEOUT,
+# FAULT_TIMEOUT).
 REMOTES = [s3, azure]
 REMOTE_PROFILE = "rtt50"
 REMOTE_FAULT_RATE = 0.1
@@ -297,8 +298,6 @@ REMOTE_ADD_TARGET = 500.0
 # run): a run at 8 in flight per client, which shows what the packer makes of
 # a load that allows batching.
 REMOTE_PIPELINE = 8
-SERVERS = {"s3": "the S3 test server (s3rver behind a SigV4-checking proxy, cairnbench/s3.py)",
-           "azure": "Azurite behind the azure fixture's proxy (cairnbench/azure.py)"}
 
 
 def _run_remote(ctx, log, mod):
@@ -378,7 +377,7 @@ def _report_remote(ctx, result, mod, so):
         "picked uniformly from %s (a stalled answer is closed by the proxy after 10 s; the "
         "backend's stall_timeout is %d s). adds/s counts acknowledged adds only; *PUTs* "
         "and *faults injected* are the proxy's counters for the measured phase (seeding %d "
-        "documents included)." % (REMOTE_PIPELINE, REMOTE_PIPELINE, kind, SERVERS[kind],
+        "documents included)." % (REMOTE_PIPELINE, REMOTE_PIPELINE, kind, mod.SERVER,
                                    REMOTE_PROFILE, 100 * REMOTE_FAULT_RATE, ", ".join(mod.FAULTS),
                                    mod.FAULT_STALL_TIMEOUT, REMOTE_FILES))
     for (faulty, clients, pipeline), d in sorted(so["runs"].items()):
