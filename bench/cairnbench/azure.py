@@ -22,11 +22,18 @@ head; a list of 50 blobs of 1 KiB; a delete):
                1.60 reaches no other path-style endpoint): copyto, cat
                --offset --count, lsf FILE, lsjson --no-modtime --no-mimetype
                DIR, deletefile
+
+The mount and multiclient suites use Fixture too, through the interface it
+shares with s3.S3Fixture: profile(latency, fault_rate=, faults=,
+stall_max_s=), backend("azure", prefix, **params) -> (cairnd's URL,
+environment), reset_counters(), counters() and gets() (the proxy's counts of
+requests per method and of faults per kind since reset_counters()).
 """
 
 import json
 import os
 import unittest
+import urllib.parse
 
 from . import procs, s3
 from .procs import run_timed
@@ -37,7 +44,12 @@ CONTAINER = "cairnbench"
 SIZE, RANGE, OPS, LIST_N, LIST_OBJECT_SIZE = s3.SIZE, s3.RANGE, s3.OPS, s3.LIST_N, s3.LIST_OBJECT_SIZE
 BACKENDS = ["azure"]
 RCLONE_REMOTE = "cbaz"
-PROFILE_MS = {"clean": 0, "rtt20": 20, "rtt50": 50, "rtt100": 100}
+# What the suites' captions call the server; the kinds of fault the
+# multiclient suite's runs with faults inject (the proxy's every kind), and
+# the backend's timeouts there, as for s3.
+SERVER = "Azurite behind the azure fixture's proxy (cairnbench/azure.py)"
+FAULTS = ["503", "500", "reset", "stall", "truncate", "lost"]
+FAULT_STALL_TIMEOUT, FAULT_TIMEOUT = s3.FAULT_STALL_TIMEOUT, s3.FAULT_TIMEOUT
 PeerError = s3.PeerError
 LIBCURL = "libcurl (bench/az-raw)"
 RCLONE = "rclone (azureblob remote)"
@@ -88,6 +100,8 @@ class Fixture(procs.Server):
             self.stop(check=False)
             raise RuntimeError("Azurite did not start: %s" % str(e)[-400:])
         self.proxy = fx.FaultProxy(self.srv).start()
+        self._stall_max_s = self.proxy.stall_max_s
+        self.reset_counters()
 
     @property
     def pid(self):
@@ -106,23 +120,55 @@ class Fixture(procs.Server):
         if srv is not None:
             srv.stop()
 
-    def profile(self, latency):
-        self.proxy.set(0)
-        self.proxy.delay_ms = PROFILE_MS[latency]
+    def profile(self, latency, fault_rate=0.0, faults=("503",), stall_max_s=None):
+        """Latency profile `latency` (the proxy's PROFILES), and no faults unless
+        given: `fault_rate` of the requests fail, kind picked from `faults`; a
+        stalled answer is closed by the proxy after `stall_max_s` (its default
+        when None), as S3Fixture.profile() takes them."""
+        self.proxy.set(fault_rate, faults)
+        self.proxy.profile(latency)
+        self.proxy.stall_max_s = stall_max_s or self._stall_max_s
 
     def env(self):
         env = clean_env()
         env.update(AZURE_STORAGE_ACCOUNT=self.srv.account, AZURE_STORAGE_KEY=self.srv.key)
         return env
 
+    def backend(self, kind, prefix, **params):
+        """(URL, environment) of cairn's azure backend keeping its blobs under
+        `prefix`, through the proxy; `params` (stall_timeout, timeout, ...) are
+        appended to the URL. The key is in the environment, not the URL."""
+        assert kind == "azure", kind
+        q = [("endpoint", self.proxy.endpoint), ("allow_http", "1")] + sorted(params.items())
+        query = "&".join("%s=%s" % (urllib.parse.quote(str(k), safe=""),
+                                    urllib.parse.quote(str(v), safe="")) for k, v in q)
+        return "azure://%s/%s/%s?%s" % (self.srv.account, CONTAINER,
+                                        urllib.parse.quote(prefix, safe="/"), query), self.env()
+
+    # -- the proxy's counters, as S3Fixture has the S3 server's
+
+    def reset_counters(self):
+        """Counts from now on: the proxy's own counters are never reset, so
+        counters() gives what was counted since this call."""
+        self._base = self.proxy.snapshot()
+
+    def counters(self):
+        """{"requests": {method: n}, "faults": {kind: n}} since reset_counters()."""
+        now = self.proxy.snapshot()
+        return {part: {k: n - self._base[part].get(k, 0) for k, n in now[part].items()
+                       if n - self._base[part].get(k, 0)} for part in ("requests", "faults")}
+
+    def gets(self):
+        """GET requests the proxy saw since reset_counters()."""
+        return self.counters()["requests"].get("GET", 0)
+
 
 def backend_round(ctx, server, kind, prefix, n):
     """One backend-bench process against the azure URL; {op: [ms]}, peak RSS."""
-    url = "azure://%s/%s/%s?endpoint=%s&allow_http=1" % (server.srv.account, CONTAINER, prefix,
-                                                          server.proxy.endpoint)
+    url, env = server.backend(kind, prefix)
     argv = [ctx.bin["backend-bench"], "--url", url, "--size", str(SIZE), "--iterations", str(n),
             "--range", str(RANGE), "--list=50"]
-    r = run_timed(argv, capture=True, env=server.env(), timeout=1800)
+    r = run_timed(argv, capture=True, env=env, timeout=1800)
     if r.returncode != 0:
         raise procs.SuiteError("backend-bench --url azure://... failed (%s): %s"
                                % (r.returncode, r.stderr.strip()[-400:]))

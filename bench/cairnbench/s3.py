@@ -51,6 +51,10 @@ RCLONE_REMOTE = "cbs3"
 # a stalled answer must be given up on quickly, as the issue asks.
 FAULT_STALL_TIMEOUT = 2
 FAULT_TIMEOUT = 30
+# What the suites' captions call the server, and the kinds of fault the
+# multiclient suite's runs with faults inject.
+SERVER = "the S3 test server (s3rver behind a SigV4-checking proxy, cairnbench/s3.py)"
+FAULTS = ["503", "500", "reset", "stall", "truncate"]
 
 
 def _fixture():
@@ -118,6 +122,19 @@ class S3Fixture(procs.Server):
         """Latency profile `latency`, and no faults unless given."""
         self.srv.control(clear_faults=True, down=False)
         self.srv.control(latency=latency, **faults)
+
+    # -- the server's counters (azure.Fixture has the same three)
+
+    def reset_counters(self):
+        self.srv.control(reset_counters=True)
+
+    def counters(self):
+        """{"requests": {method: n}, "faults": {kind: n}, ...} since reset_counters()."""
+        return self.srv.counters()
+
+    def gets(self):
+        """GET requests the proxy saw since reset_counters()."""
+        return self.counters().get("requests", {}).get("GET", 0)
 
     # -- what each tool needs to reach a prefix of the bucket
 

@@ -17,10 +17,15 @@ with access_mode READ_ONLY, tests/duckdb/query.js), at each place:
     mount, s3 rttN           `cairn mount` of a cairnd whose packs are on the
                              S3 test server (cairnbench/s3.py), with N ms
                              added to every request (rtt20, rtt50)
+    mount, azure rttN        the same with the azure backend, on Azurite
+                             behind the azure fixture's proxy
+                             (cairnbench/azure.py)
 
 each cold (make_cold(): nothing of the file cached on this machine) and
 then warm (the same query run again, in a new process). Every answer must
-equal the local file's; a wrong one fails the suite.
+equal the local file's; a wrong one fails the suite. For the remote places
+the proxy's count of GETs during each cold run is kept too (the fixtures'
+common reset_counters() and gets()).
 
 Last, `cairn get` of a large document of random bytes from the s3 backend
 (rtt20) read once before (a warm cache), in GB/s, against `cat FILE >
@@ -33,7 +38,7 @@ import shutil
 import subprocess
 import time
 
-from . import procs, report, s3
+from . import azure, procs, report, s3
 from .procs import run_timed
 
 MIB = 1024 * 1024
@@ -46,6 +51,8 @@ GET_PROFILE = "rtt20"
 WARM_RATIO = 1.2   # warm through the mount, at most this times the local file
 COLD_RATIO = 20.0  # cold at rtt50, at most this times the local file cold
 COLD_PROFILE = "rtt50"
+# The fixture modules of the remote backends with places of their own.
+REMOTES = [s3, azure]
 GET_TARGET_GBS = 1.0
 QUERY_TIMEOUT = 1800
 
@@ -148,7 +155,8 @@ class Mount(procs.Server):
 
 class Place:
     """Where a database is queried from: the local file, or a mount; for a mount,
-    its cairnd, and for the s3 backend the server and the latency profile."""
+    its cairnd, and for a remote backend (s3, azure) its fixture and the
+    latency profile."""
 
     def __init__(self, name, files, daemon=None, mount=None, server=None, profile=None):
         self.name, self.files = name, files  # files: {engine: path}
@@ -166,8 +174,13 @@ class Place:
             drop_page_cache(self.files[engine])
             self.resident.append(resident_bytes(self.files[engine]))
 
-    def s3_gets(self):
-        return self.server.srv.counters().get("requests", {}).get("GET", 0) if self.server else None
+    def reset_counters(self):
+        if self.server:
+            self.server.reset_counters()
+
+    def gets(self):
+        """The backend's GETs since reset_counters() (the proxy's count), or None."""
+        return self.server.gets() if self.server else None
 
 
 def make_cold(daemon, mount):
@@ -248,11 +261,10 @@ def _queries(ctx, places, engines, log):
                 for place in places[k:] + places[:k]:
                     place.prepare()
                     place.make_cold(engine)
-                    if place.server:
-                        place.server.srv.control(reset_counters=True)
+                    place.reset_counters()
                     per[place.name]["cold"].append(_sample(engine, place, sql, want))
                     if place.server:
-                        per[place.name]["gets"].append(place.s3_gets())
+                        per[place.name]["gets"].append(place.gets())
                     for _ in range(s["mount_warm_runs"]):
                         per[place.name]["warm"].append(_sample(engine, place, sql, want))
             for place in places:
@@ -288,10 +300,10 @@ def _get_throughput(ctx, daemon, server, log):
                 if tool == "cat":
                     r = procs.check_ok(run_timed(["cat", src], stdout=null), "cat")
                 else:
-                    server.srv.control(reset_counters=True)
+                    server.reset_counters()
                     r = procs.check_ok(run_timed(daemon.cli("get", "big.bin"), stdout=null,
                                                  timeout=QUERY_TIMEOUT), "cairn get")
-                    out["gets"].append(server.srv.counters().get("requests", {}).get("GET", 0))
+                    out["gets"].append(server.gets())
                 out[tool].append(r.seconds)
     os.unlink(src)
     return out
@@ -310,6 +322,27 @@ def _versions(engines):
     return v
 
 
+def _remote_places(ctx, mod, files, names):
+    """The fixture, cairnd and mount of the remote backend of fixture module
+    `mod` holding the databases, and its places (one per mount profile)."""
+    kind = mod.BACKENDS[0]
+    server = mod.Fixture(ctx)
+    # stall_timeout 2 s: an idle cairnd on a remote backend exits only once the
+    # backend's no-progress watchdog (every stall_timeout / 4, 7.5 s by default)
+    # has ticked after the last request, and every cold run stops one.
+    url, env = server.backend(kind, "mount/store", stall_timeout=2)
+    server.profile("clean")
+    daemon = procs.Cairnd(ctx, "mount-" + kind, config="[backend]\nurl = %s\n" % url, env=env)
+    for e, p in files.items():
+        _add(daemon, names[e], p, "%s backend" % kind)
+    mnt = os.path.join(daemon.dir, "mnt")
+    mount = Mount(daemon, mnt).start()
+    places = [Place("mount, %s %s" % (kind, profile), {
+        e: os.path.join(mnt, names[e]) for e in files}, daemon, mount, server, profile)
+        for profile in ctx.sizes["mount_profiles"]]
+    return (server, daemon, mount), places
+
+
 def run(ctx, result, log):
     why = fuse_missing(ctx)
     if why:
@@ -317,10 +350,10 @@ def run(ctx, result, log):
     s = ctx.sizes
     duck_why = _db().duckdb_missing()
     engines = [e for e in ENGINES if e[0] != "duckdb" or not duck_why]
-    s3_why = s3.unavailable()
+    remote_why = {mod.BACKENDS[0]: mod.unavailable() for mod in REMOTES}
     data = result.data
     data.update(engines=[e for e, _ in engines], versions=_versions(engines),
-                duckdb_why=duck_why, s3_why=s3_why, tier={
+                duckdb_why=duck_why, remote_why=remote_why, tier={
                     k: v for k, v in s.items() if k.startswith("mount_")})
     files = _make_databases(ctx, s, engines, log)
     data["db_bytes"] = {e: os.path.getsize(p) for e, p in files.items()}
@@ -334,40 +367,35 @@ def run(ctx, result, log):
     mount = Mount(daemon, mnt).start()
     places.append(Place(MOUNT_LOCAL, {e: os.path.join(mnt, names[e]) for e in files},
                         daemon, mount))
-    server = s3_daemon = None
-    if not s3_why:
-        server = s3.S3Fixture(ctx)
-        # stall_timeout 2 s: an idle cairnd on s3 exits only once the backend's
-        # no-progress watchdog (every stall_timeout / 4, 7.5 s by default) has
-        # ticked after the last request, and every cold run stops one.
-        url, env = server.backend("s3", "mount/store", stall_timeout=2)
-        server.profile("clean")
-        s3_daemon = procs.Cairnd(ctx, "mount-s3", config="[backend]\nurl = %s\n" % url, env=env)
-        for e, p in files.items():
-            _add(s3_daemon, names[e], p, "s3 backend")
-        s3_mnt = os.path.join(s3_daemon.dir, "mnt")
-        s3_mount = Mount(s3_daemon, s3_mnt).start()
-        for profile in s["mount_profiles"]:
-            places.append(Place("mount, s3 " + profile, {
-                e: os.path.join(s3_mnt, names[e]) for e in files}, s3_daemon, s3_mount,
-                server, profile))
+    remotes = {}  # kind: (fixture, cairnd, mount)
+    for mod in REMOTES:
+        kind = mod.BACKENDS[0]
+        if remote_why[kind]:
+            continue
+        try:
+            remotes[kind], more = _remote_places(ctx, mod, files, names)
+        except procs.Skip as e:
+            remote_why[kind] = str(e)
+            continue
+        places += more
     data["samples"], asked = _queries(ctx, places, engines, log)
     data["local_resident_after_drop"] = places[0].resident
     for place in places[1:]:
         place.daemon.check_alive()
-    get = _get_throughput(ctx, s3_daemon, server, log) if server else None
+    get = _get_throughput(ctx, remotes["s3"][1], remotes["s3"][0], log) if "s3" in remotes else None
     data["get"] = get
     mount.stop()
     daemon.stop()
-    if server:
-        s3_mount.stop()
-        s3_daemon.stop()
+    for server, remote_daemon, remote_mount in remotes.values():
+        remote_mount.stop()
+        remote_daemon.stop()
         server.stop()
     _report(ctx, result, places, engines, asked, files, get)
     if duck_why:
         result.note("DuckDB: not measured: " + duck_why)
-    if s3_why:
-        result.note("s3 backend: not measured: " + s3_why)
+    for kind, why in remote_why.items():
+        if why:
+            result.note("%s backend: not measured: %s" % (kind, why))
     left = [b for b in places[0].resident if b]
     if left:
         result.note("the local file was not wholly dropped from the page cache before some "
@@ -395,14 +423,16 @@ def _report(ctx, result, places, engines, asked, files, get):
                 label, len(qs), report.fmt_bytes(os.path.getsize(files[engine])),
                 data["versions"][engine]),
             ["query", "where", "cold ms", "warm ms", "cold ÷ local file", "warm ÷ local file",
-             "S3 GETs (cold)"],
+             "backend GETs (cold)"],
             "Each query in a process of its own, opening the database read-only, timed inside "
             "it: open, query and every row read (not the start of node or Python). Cold: the "
             "local file evicted from the page cache (posix_fadvise DONTNEED); a mount "
             "unmounted, its cairnd stopped, its data directory evicted, cairnd started and "
             "mounted again. Warm: the same query run again right after. %d cold and %d warm "
-            "runs per place and query; the places take turns. *all* is the sum of the "
-            "queries' medians, which the targets judge." % (
+            "runs per place and query; the places take turns. *backend GETs*: the GETs the "
+            "proxy in front of the S3 test server or of Azurite counted during a cold run "
+            "(remote places only). *all* is the sum of the queries' medians, which the "
+            "targets judge." % (
                 s["mount_cold_runs"], s["mount_cold_runs"] * s["mount_warm_runs"]))
         tot = totals[engine] = {p.name: {"cold": 0.0, "warm": 0.0} for p in places}
         for name, sql in qs + [("all", None)]:
@@ -435,26 +465,14 @@ def _report(ctx, result, places, engines, asked, files, get):
             worst = max(r for _, r in ratios)
             result.target(name, "worst %s (%s)" % (report.fmt_ratio(worst), ", ".join(
                 "%s %s" % (n, report.fmt_ratio(r)) for n, r in ratios)), worst <= WARM_RATIO)
-        name = ("mount: %s cold through cairn mount, s3 at %s, ≤ %.0fx the local file cold "
-                "(all queries)" % (label, COLD_PROFILE, COLD_RATIO))
-        place = "mount, s3 " + COLD_PROFILE
-        if tot is None:
-            result.target(name, "not measured: " + (data["duckdb_why"] or "?"), None)
-        elif place not in tot:
-            result.target(name, "not measured: " + (data["s3_why"] or "%s not run in this tier"
-                                                    % COLD_PROFILE), None)
-        else:
-            r = report.ratio(tot[place]["cold"], tot[LOCAL]["cold"])
-            result.target(name, "%s (%s vs %s ms; %s database)" % (
-                report.fmt_ratio(r), report.fmt(tot[place]["cold"]),
-                report.fmt(tot[LOCAL]["cold"]), report.fmt_bytes(data["db_bytes"][engine])),
-                r <= COLD_RATIO)
+        for mod in REMOTES:
+            _cold_target(result, data, tot, label, engine, mod.BACKENDS[0])
 
     size = s["mount_get_size"]
     name = ("mount: `cairn get` of a %s document from the s3 backend (%s), cache warm, "
             "≥ %.0f GB/s" % (report.fmt_bytes(size), GET_PROFILE, GET_TARGET_GBS))
     if not get:
-        result.target(name, "not measured: " + (data["s3_why"] or "?"), None)
+        result.target(name, "not measured: " + (data["remote_why"]["s3"] or "?"), None)
         return
     gbs = {tool: size / report.median(get[tool]) / 1e9 for tool in ("cairn get", "cat")}
     t = result.table(
@@ -472,3 +490,22 @@ def _report(ctx, result, places, engines, asked, files, get):
           report.fmt(gbs["cat"], 3), "-")
     result.target(name, "%s GB/s (cat of the local file: %s GB/s)" % (
         report.fmt(gbs["cairn get"], 3), report.fmt(gbs["cat"])), gbs["cairn get"] >= GET_TARGET_GBS)
+
+
+def _cold_target(result, data, tot, label, engine, kind):
+    """The target on cold queries through the mount on backend `kind` at
+    COLD_PROFILE; `tot` the engine's sums per place (None: not measured)."""
+    name = ("mount: %s cold through cairn mount, %s at %s, ≤ %.0fx the local file cold "
+            "(all queries)" % (label, kind, COLD_PROFILE, COLD_RATIO))
+    place = "mount, %s %s" % (kind, COLD_PROFILE)
+    if tot is None:
+        result.target(name, "not measured: " + (data["duckdb_why"] or "?"), None)
+    elif place not in tot:
+        result.target(name, "not measured: " + (data["remote_why"][kind] or
+                                                "%s not run in this tier" % COLD_PROFILE), None)
+    else:
+        r = report.ratio(tot[place]["cold"], tot[LOCAL]["cold"])
+        result.target(name, "%s (%s vs %s ms; %s database)" % (
+            report.fmt_ratio(r), report.fmt(tot[place]["cold"]),
+            report.fmt(tot[LOCAL]["cold"]), report.fmt_bytes(data["db_bytes"][engine])),
+            r <= COLD_RATIO)

@@ -9,10 +9,14 @@ not slow the next. Each run is closed-loop with one request in flight per
 client (pipeline 1, as redis-benchmark's default -P 1) and stops after its
 ops or its time limit, whichever comes first.
 
-The s3 runs: `add` only, against a cairnd whose backend is s3:// on the S3
-test server (cairnbench/s3.py: s3rver behind a SigV4-checking proxy) at
-the rtt50 latency profile, without faults and with 10% of the requests
-failing (503, 500, reset, stall, truncate).
+The s3 and azure runs: `add` only, against a cairnd whose backend is s3://
+on the S3 test server (cairnbench/s3.py: s3rver behind a SigV4-checking
+proxy), then one whose backend is azure:// on Azurite behind the azure
+fixture's proxy (cairnbench/azure.py), at the rtt50 latency profile,
+without faults and with 10% of the requests failing (s3: 503, 500, reset,
+stall, truncate; azure: the same and lost). One code path serves both
+(_run_remote, _report_remote), over the fixtures' common interface:
+profile(), backend(), reset_counters(), counters().
 
 redis-server listens on a Unix socket only, with `appendonly yes` and
 `appendfsync always`, so a SET is acknowledged after an fsync, as a cairn add
@@ -25,7 +29,7 @@ import io
 import json
 import os
 
-from . import charts, common, procs, report, s3
+from . import azure, charts, common, procs, report, s3
 from .procs import run_timed
 
 PROFILES = ["get", "add", "search", "mixed", "external_agent_churn"]
@@ -127,7 +131,8 @@ def run(ctx, result, log):
 
     _report(ctx, result, runs, redis)
     _report_mcp(ctx, result, runs, mcp_runs)
-    _report_s3(ctx, result, _run_s3(ctx, result, log))
+    for mod in REMOTES:
+        _report_remote(ctx, result, mod, _run_remote(ctx, log, mod))
 
 
 def _op(data, op):
@@ -279,61 +284,66 @@ def _report_mcp(ctx, result, runs, mcp_runs):
     result.data["mcp_runs"] = {"%s@%d" % k: v for k, v in mcp_runs.items()}
 
 
-# --- s3 -----------------------------------------------------------------------
+# --- s3 and azure ------------------------------------------------------------
 
-S3_PROFILE = "rtt50"
-S3_FAULT_RATE = 0.1
-S3_FAULTS = ["503", "500", "reset", "stall", "truncate"]
-S3_FILES = 20  # the add profile reads no seeded documents; a few are enough
-S3_ADD_TARGET = 500.0
+# The fixture modules of the remote backends these runs use (each with
+# unavailable(), Fixture, BACKENDS, SERVER, FAULTS, FAULT_STALL_TIMEOUT,
+# FAULT_TIMEOUT).
+REMOTES = [s3, azure]
+REMOTE_PROFILE = "rtt50"
+REMOTE_FAULT_RATE = 0.1
+REMOTE_FILES = 20  # the add profile reads no seeded documents; a few are enough
+REMOTE_ADD_TARGET = 500.0
 # Besides one request in flight per client (the suite's rule, and the target's
 # run): a run at 8 in flight per client, which shows what the packer makes of
 # a load that allows batching.
-S3_PIPELINE = 8
+REMOTE_PIPELINE = 8
 
 
-def _run_s3(ctx, result, log):
-    """{"why": reason or None, "runs": {(faults?, clients): loadgen JSON + counters}}."""
+def _run_remote(ctx, log, mod):
+    """{"why": reason or None, "runs": {(faults?, clients, pipeline): loadgen JSON +
+    the proxy's counters}} for the backend of fixture module `mod`."""
     s = ctx.sizes
-    out = {"why": s3.unavailable(), "runs": {}}
+    kind = mod.BACKENDS[0]
+    out = {"why": mod.unavailable(), "runs": {}}
     if out["why"]:
-        log("multiclient: s3 not measured: " + out["why"])
+        log("multiclient: %s not measured: %s" % (kind, out["why"]))
         return out
     try:
-        server = s3.S3Fixture(ctx)
+        server = mod.Fixture(ctx)
     except procs.Skip as e:
         out["why"] = str(e)
         return out
     # (faults?, clients, requests in flight per client)
     plan = ([(False, c, 1) for c in s["s3_mc_clients"]] +
-            [(False, c, S3_PIPELINE) for c in s["s3_mc_clients"] if c >= 8] +
+            [(False, c, REMOTE_PIPELINE) for c in s["s3_mc_clients"] if c >= 8] +
             [(True, c, 1) for c in s["s3_mc_fault_clients"]])
     with server:
         for faulty, clients, pipeline in plan:
-            log("multiclient: s3 add at %s, %d clients, pipeline %d%s" % (
-                S3_PROFILE, clients, pipeline,
-                ", %d%% faults" % (100 * S3_FAULT_RATE) if faulty else ""))
+            log("multiclient: %s add at %s, %d clients, pipeline %d%s" % (
+                kind, REMOTE_PROFILE, clients, pipeline,
+                ", %d%% faults" % (100 * REMOTE_FAULT_RATE) if faulty else ""))
             prefix = "mc-%s-%d-%d/store" % ("faults" if faulty else "clean", clients, pipeline)
-            params = {"stall_timeout": s3.FAULT_STALL_TIMEOUT,
-                      "timeout": s3.FAULT_TIMEOUT} if faulty else {}
-            url, env = server.backend("s3", prefix, **params)
-            server.profile(S3_PROFILE)
-            with procs.Cairnd(ctx, "mc-s3", config="[backend]\nurl = %s\n" % url,
+            params = {"stall_timeout": mod.FAULT_STALL_TIMEOUT,
+                      "timeout": mod.FAULT_TIMEOUT} if faulty else {}
+            url, env = server.backend(kind, prefix, **params)
+            server.profile(REMOTE_PROFILE)
+            with procs.Cairnd(ctx, "mc-" + kind, config="[backend]\nurl = %s\n" % url,
                               env=env) as daemon:
                 # Faults start once cairnd is up: opening the backend is not under test here.
                 if faulty:
-                    server.profile(S3_PROFILE, fault_rate=S3_FAULT_RATE, faults=S3_FAULTS,
-                                   stall_max_s=10)
-                server.srv.control(reset_counters=True)
+                    server.profile(REMOTE_PROFILE, fault_rate=REMOTE_FAULT_RATE,
+                                   faults=mod.FAULTS, stall_max_s=10)
+                server.reset_counters()
                 data = _loadgen(ctx, daemon, "add", clients,
                                 os.path.join(daemon.dir, "loadgen.json"),
-                                seconds=s["s3_mc_seconds"], files=S3_FILES, fail_ok=True,
+                                seconds=s["s3_mc_seconds"], files=REMOTE_FILES, fail_ok=True,
                                 pipeline=pipeline)
-                counters = server.srv.counters()
-                server.profile(S3_PROFILE)
+                counters = server.counters()
+                server.profile(REMOTE_PROFILE)
                 data["cairnd_peak_rss_kib"] = daemon.peak_rss_kib()
-                data["s3_requests"] = counters.get("requests", {})
-                data["s3_faults"] = counters.get("faults", {})
+                data["requests"] = counters.get("requests", {})
+                data["faults"] = counters.get("faults", {})
                 daemon.check_alive()
             procs.remove_tree(daemon.dir)
             server.check_alive()
@@ -341,32 +351,35 @@ def _run_s3(ctx, result, log):
     return out
 
 
-def _report_s3(ctx, result, so):
+def _report_remote(ctx, result, mod, so):
     s = ctx.sizes
-    names = {"add": "multiclient s3: durable `add` at 8 clients (%d in flight each), %s, ≥ %d "
-                    "acknowledged/s with 0 failures" % (S3_PIPELINE, S3_PROFILE, S3_ADD_TARGET),
-             "faults": "multiclient s3: 0 failures with %d%% injected faults (%s) at %s clients"
-                       % (100 * S3_FAULT_RATE, ",".join(S3_FAULTS), " and ".join(
+    kind = mod.BACKENDS[0]
+    names = {"add": "multiclient %s: durable `add` at 8 clients (%d in flight each), %s, ≥ %d "
+                    "acknowledged/s with 0 failures" % (kind, REMOTE_PIPELINE, REMOTE_PROFILE,
+                                                        REMOTE_ADD_TARGET),
+             "faults": "multiclient %s: 0 failures with %d%% injected faults (%s) at %s clients"
+                       % (kind, 100 * REMOTE_FAULT_RATE, ",".join(mod.FAULTS), " and ".join(
                            str(c) for c in s["s3_mc_fault_clients"]))}
     if so["why"]:
-        result.note("s3: not measured: " + so["why"])
+        result.note("%s: not measured: %s" % (kind, so["why"]))
         for name in names.values():
             result.target(name, "not measured: " + so["why"], None)
         return
     t = result.table(
-        "s3: durable adds through cairnd with the s3 backend (%s)" % S3_PROFILE,
+        "%s: durable adds through cairnd with the %s backend (%s)" % (kind, kind, REMOTE_PROFILE),
         ["faults", "clients", "in flight per client", "adds/s (acknowledged)", "adds", "failed",
-         "p50 ms", "p95 ms", "max ms", "errors", "S3 PUTs", "faults injected", "cairnd peak RSS"],
+         "p50 ms", "p95 ms", "max ms", "errors", "PUTs", "faults injected", "cairnd peak RSS"],
         "cairn-loadgen --profile add (8 KiB of unique text per add; one in flight per client, "
         "and in one run at 8 clients %d in flight each: --pipeline %d) "
-        "against a cairnd whose [backend] url is s3://... on the S3 test server, whose proxy "
+        "against a cairnd whose [backend] url is %s://... on %s, whose proxy "
         "waits 50 ms (%s) before forwarding each request. An add is acknowledged once the pack "
         "holding it is stored. With faults, %d%% of the requests the proxy accepts fail, kind "
         "picked uniformly from %s (a stalled answer is closed by the proxy after 10 s; the "
-        "backend's stall_timeout is %d s). adds/s counts acknowledged adds only; *S3 PUTs* "
+        "backend's stall_timeout is %d s). adds/s counts acknowledged adds only; *PUTs* "
         "and *faults injected* are the proxy's counters for the measured phase (seeding %d "
-        "documents included)." % (S3_PIPELINE, S3_PIPELINE, S3_PROFILE, 100 * S3_FAULT_RATE,
-                                   ", ".join(S3_FAULTS), s3.FAULT_STALL_TIMEOUT, S3_FILES))
+        "documents included)." % (REMOTE_PIPELINE, REMOTE_PIPELINE, kind, mod.SERVER,
+                                   REMOTE_PROFILE, 100 * REMOTE_FAULT_RATE, ", ".join(mod.FAULTS),
+                                   mod.FAULT_STALL_TIMEOUT, REMOTE_FILES))
     for (faulty, clients, pipeline), d in sorted(so["runs"].items()):
         if "error" in d:
             t.add("10%" if faulty else "none", clients, pipeline, "-", "-", "-", "-", "-", "-",
@@ -379,15 +392,15 @@ def _report_s3(ctx, result, so):
         t.add("10%" if faulty else "none", clients, pipeline, ok_rate, add["count"], add["failures"],
               L.get("p50"), L.get("p95"), L.get("max"),
               ", ".join("%s %d" % kv for kv in sorted(add["errors"].items())) or "-",
-              d["s3_requests"].get("PUT", 0),
-              ", ".join("%s %d" % kv for kv in sorted(d["s3_faults"].items())) or "0",
+              d["requests"].get("PUT", 0),
+              ", ".join("%s %d" % kv for kv in sorted(d["faults"].items())) or "0",
               report.fmt_bytes((d.get("cairnd_peak_rss_kib") or 0) * 1024))
         d["acknowledged_adds_per_s"] = ok_rate
 
     # Judged with 8 adds in flight per client (agents that keep a connection
     # open): with one in flight, no client can do more than one add per PUT
     # round trip, so 8 clients at rtt50 could never pass 160/s, batched or not.
-    clean8 = so["runs"].get((False, 8, S3_PIPELINE))
+    clean8 = so["runs"].get((False, 8, REMOTE_PIPELINE))
     single = so["runs"].get((False, 8, 1))
     if clean8 is None:
         result.target(names["add"], "8 clients not run in this tier", None)
@@ -402,7 +415,7 @@ def _report_s3(ctx, result, so):
                       "clients)" % (report.fmt(single["acknowledged_adds_per_s"]),
                                     report.fmt(p50), report.fmt(8000.0 / p50) if p50 else "n/a"))
         result.target(names["add"], "%s adds/s, %d failed%s" % (report.fmt(rate), failed, detail),
-                      rate >= S3_ADD_TARGET and failed == 0)
+                      rate >= REMOTE_ADD_TARGET and failed == 0)
     faulty = {c: d for (f, c, _), d in so["runs"].items() if f}
     if not faulty:
         result.target(names["faults"], "not run in this tier", None)
@@ -414,10 +427,10 @@ def _report_s3(ctx, result, so):
                 ok = False
             else:
                 parts.append("%d clients: %d failed of %d (%d faults injected)" % (
-                    c, d["failures"], d["ops"], sum(d["s3_faults"].values())))
+                    c, d["failures"], d["ops"], sum(d["faults"].values())))
                 ok = ok and d["failures"] == 0
         missing = [c for c in s["s3_mc_fault_clients"] if c not in faulty]
         result.target(names["faults"], "; ".join(parts) + (
             "; not run: %s clients" % missing if missing else ""), ok and not missing)
-    result.data["s3"] = {"%s@%d/pipeline%d" % ("faults" if f else "clean", c, p): d
+    result.data[kind] = {"%s@%d/pipeline%d" % ("faults" if f else "clean", c, p): d
                          for (f, c, p), d in so["runs"].items()}

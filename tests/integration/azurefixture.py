@@ -300,6 +300,12 @@ class FaultProxy:
         """Latency profile `name` (PROFILES): that many ms before every answer."""
         self.delay_ms = self.PROFILES[name]
 
+    def snapshot(self):
+        """A consistent copy of the counters: {"requests": methods, "faults":
+        counts, "total": requests}."""
+        with self.lock:
+            return {"requests": dict(self.methods), "faults": dict(self.counts), "total": self.requests}
+
     def _pick(self, method):
         with self.lock:
             self.requests += 1
