@@ -90,9 +90,11 @@ static const struct command {
      "  -n, --max-count N   at most the N newest versions\n"
      "  -0, --null          print each NAME@{N} alone, as stored, ended by a NUL\n"},
     {"status", cli_cmd_status,
-     "cairn status\n\n"
+     "cairn status [--format text|json|prometheus]\n\n"
      "Shows the daemon's state: version, backend, documents, bytes, cache, connections,\n"
-     "its writer id, and each other writer of a shared bucket with how far it has read it.\n"},
+     "its writer id, and each other writer of a shared bucket with how far it has read it.\n"
+     "  --format FORMAT     text (the default), json (as --json), or prometheus: the\n"
+     "                      daemon's metrics in the Prometheus text format\n"},
     {"refresh", cli_cmd_refresh,
      "cairn refresh\n\n"
      "Reads now what the other daemons of a shared bucket have written since this one\n"

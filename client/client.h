@@ -195,6 +195,8 @@ int client_stat(struct client *c, const char *ref, const msgpack_object **reply)
 int client_log(struct client *c, const char *name, uint64_t offset, uint64_t limit,
                const msgpack_object **reply);
 int client_status(struct client *c, const msgpack_object **reply);
+/* The daemon's metrics: a reply whose `text` is the Prometheus text format. */
+int client_metrics(struct client *c, const msgpack_object **reply);
 /* PROTOCOL.md `du`: what the names under `prefix` (NULL: every name) hold. */
 int client_du(struct client *c, const char *prefix, bool path, const msgpack_object **reply);
 /*

@@ -575,6 +575,21 @@ static int reply_command(struct cli *cli, int argc, char **argv,
     return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, NULL, r);
 }
 
+/* The daemon's metrics, as it renders them (the Prometheus text format). */
+static int print_metrics(struct cli *cli, struct client *c)
+{
+    const msgpack_object *reply;
+    const char *text;
+    size_t len;
+    int r = client_metrics(c, &reply);
+
+    if (r != 0)
+        return cli_fail(cli, NULL, r);
+    if (proto_get_str(reply, "text", &text, &len) != 0)
+        return cli_error(CLI_EXIT_FAILED, "internal", NULL, "the daemon sent no metrics");
+    return fwrite(text, 1, len, stdout) == len ? CLI_EXIT_OK : CLI_EXIT_FAILED;
+}
+
 int cli_cmd_status(struct cli *cli, int argc, char **argv)
 {
     static const char *const keys[] = {"version",
@@ -606,15 +621,43 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
                                        "connections",
                                        "writer",
                                        NULL};
-    int status = parse_operands(cli, argc, argv, 0, 0, "");
+    enum { OPT_HELP = 256, OPT_FORMAT };
+    static const struct option options[] = {
+        {"format", required_argument, NULL, OPT_FORMAT},
+        {"help", no_argument, NULL, OPT_HELP},
+        {0},
+    };
     const msgpack_object *reply, *writers;
+    bool prometheus = false;
     struct client *c;
-    int r;
+    int opt, r;
 
-    if (status >= 0)
-        return status;
+    while ((opt = cli_getopt(cli, argc, argv, ":h", options)) != -1) {
+        switch (opt) {
+        case OPT_FORMAT:
+            if (strcmp(optarg, "prometheus") == 0)
+                prometheus = true;
+            else if (strcmp(optarg, "json") == 0)
+                cli->json = true;
+            else if (strcmp(optarg, "text") != 0)
+                return cli_usage_error("%s: --format wants text, json or prometheus", argv[0]);
+            break;
+        case 'h':
+        case OPT_HELP:
+            cli_print_command_help(stdout, argv[0]);
+            return CLI_EXIT_OK;
+        default:
+            return cli_option_error(argv[0], opt, argv);
+        }
+    }
+    if (argc - optind > 0)
+        return cli_usage_error("%s: too many arguments", argv[0]);
+    if (prometheus && cli->json)
+        return cli_usage_error("%s: --format prometheus and --json do not go together", argv[0]);
     if (!(c = cli_client(cli)))
         return cli->no_client;
+    if (prometheus)
+        return print_metrics(cli, c);
     if ((r = client_status(c, &reply)) != 0)
         return cli_fail(cli, NULL, r);
     if (cli->json)

@@ -89,6 +89,11 @@ int client_status(struct client *c, const msgpack_object **reply)
     return call(c, "status", NULL, reply);
 }
 
+int client_metrics(struct client *c, const msgpack_object **reply)
+{
+    return call(c, "metrics", NULL, reply);
+}
+
 int client_du(struct client *c, const char *prefix, bool path, const msgpack_object **reply)
 {
     uint64_t id = client_begin(c, "du", prefix ? 1 + path : 0);

@@ -140,6 +140,7 @@ void config_print(const struct config *cfg, FILE *out)
     snprintf(buf, sizeof(buf), "%llums", (unsigned long long)cfg->client_timeout_ms);
     put(out, cfg, "daemon", "client_timeout", buf);
     put_u64(out, cfg, "daemon", "connection_memory", cfg->connection_memory);
+    put(out, cfg, "daemon", "metrics_listen", cfg->metrics_listen);
     put_uint(out, cfg, "daemon", "threads", cfg->threads);
     fputs("\n[store]\n", out);
     put(out, cfg, "store", "data_dir", cfg->data_dir);

@@ -14,6 +14,7 @@
 
 #include "compress/compress.h"
 #include "compress/cdc.h"
+#include "daemon/net/net.h"
 #include "daemon/store/store.h"
 #include "proto/util.h"
 
@@ -226,6 +227,20 @@ static const char *apply(struct config *cfg, const char *section, const char *ke
             if (parse_size(value, &sz) || sz < 4u * 1024 * 1024 || sz > 64ull * 1024 * 1024 * 1024)
                 return "connection_memory must be between 4M and 65536M";
             cfg->connection_memory = sz;
+            return NULL;
+        }
+        if (strcmp(key, "metrics_listen") == 0) {
+            struct sockaddr_storage sa;
+            int r;
+            if (!value[0]) {
+                cfg->metrics_listen[0] = '\0';
+                return NULL;
+            }
+            if ((r = metrics_addr_parse(value, &sa)) < 0 ||
+                copy_str(cfg->metrics_listen, sizeof(cfg->metrics_listen), value))
+                return r == -EPERM ? "metrics_listen must be a loopback address (127.0.0.1:PORT, "
+                                     "[::1]:PORT or localhost:PORT)"
+                                   : "metrics_listen must be HOST:PORT, such as 127.0.0.1:9464";
             return NULL;
         }
         if (strcmp(key, "threads") == 0) {

@@ -49,6 +49,7 @@ struct config {
     unsigned max_connections;
     uint64_t client_timeout_ms; /* 0: never */
     uint64_t connection_memory; /* all connections' buffers together */
+    char metrics_listen[80];    /* HOST:PORT of a loopback address, "" for none */
     unsigned threads;
     /* [store] encryption, for a store made at this start (CONFIG_ENC_*), and the passphrase's
      * sources besides CAIRN_PASSWORD_FILE and a terminal (README "Encryption at rest"). */

@@ -620,6 +620,9 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         snprintf(err, err_len, "out of memory");
         return DAEMON_E_SETUP;
     }
+    if (cfg->metrics_listen[0] &&
+        server_metrics_listen(d->srv, cfg->metrics_listen, err, err_len) < 0)
+        return DAEMON_E_SETUP;
     /* Unreferenced: it never keeps the loop alive. */
     uv_timer_start(&d->sweep_timer, on_sweep_tick, 1000, 1000);
     uv_unref((uv_handle_t *)&d->sweep_timer);
@@ -693,6 +696,8 @@ struct daemon *daemon_free(struct daemon *d)
     if (!d)
         return NULL;
     daemon_stop_listening(d);
+    if (d->srv)
+        server_metrics_close(d->srv);
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->stop_timer);

@@ -178,6 +178,7 @@ void conn_send(struct conn *c, msgpack_sbuffer *frames)
     wr->len = frames->size;
     wr->data = msgpack_sbuffer_release(frames);
     buf = uv_buf_init(wr->data, (unsigned)wr->len);
+    c->srv->metrics.bytes_out += wr->len;
     r = uv_write(&wr->w, (uv_stream_t *)&c->pipe, &buf, 1, on_write);
     if (r < 0) {
         free(wr->data);
@@ -365,6 +366,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     c->last_active = uv_now(c->srv->loop);
     c->rlen += (size_t)nread;
+    c->srv->metrics.bytes_in += (uint64_t)nread;
     process_frames(c);
     if (!c->closing)
         conn_kick(c);
@@ -560,6 +562,7 @@ void conn_accept(struct server *srv, uv_stream_t *listener)
         conn_close(c);
         return;
     }
+    srv->metrics.accepted++;
     if (srv->nconns > srv->max_connections && !evict_idlest(srv, c)) {
         log_warn("connection limit (%u) reached; refusing a client", srv->max_connections);
         reply_error(c, 0, PROTO_E_BUSY, "too many connections");
@@ -603,6 +606,8 @@ void reply_send(struct conn *c, struct reply *r)
 void reply_error(struct conn *c, uint64_t id, enum proto_error code, const char *message)
 {
     struct reply r;
+    if ((unsigned)code < PROTO_E_COUNT_)
+        c->srv->metrics.errors[code]++;
     reply_begin(&r, id, false, 1);
     proto_pack_error(&r.pk, code, message);
     reply_send(c, &r);
@@ -610,7 +615,7 @@ void reply_error(struct conn *c, uint64_t id, enum proto_error code, const char 
 
 void conn_check_gone(struct server *srv)
 {
-    if (srv->stopping && srv->nconns == 0 && srv->gone) {
+    if (srv->stopping && srv->nconns == 0 && srv->nscrapes == 0 && srv->gone) {
         void (*gone)(void *ctx) = srv->gone;
         srv->gone = NULL;
         gone(srv->gone_ctx);

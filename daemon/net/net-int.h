@@ -7,9 +7,12 @@
 
 #include <uv.h>
 
+#include "daemon/net/metrics.h"
 #include "daemon/net/net.h"
 
 struct conn;
+struct metrics_listener;
+struct scrape;
 struct conn_handler;
 
 struct server {
@@ -33,6 +36,11 @@ struct server {
     struct conn *budget_head, *budget_tail, *budget_forced;
     const struct conn_handler *handler; /* dispatch's */
     uint64_t started_ms;
+    struct net_metrics metrics; /* metrics.h */
+    /* metrics-http.c: the loopback listener ([daemon] metrics_listen) and its scrapes. */
+    struct metrics_listener *mlistener;
+    struct scrape *scrapes;
+    unsigned nscrapes;
     struct conn *conns;
     struct conn *pending; /* connections with frames to process */
     unsigned nconns;

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <sys/socket.h>
 #include <uv.h>
 
 struct db;
@@ -47,6 +48,16 @@ struct server_parts {
 };
 
 int server_new(struct server **out, const struct server_parts *parts);
+/*
+ * Serves the metrics (README "Metrics") over HTTP on `addr`, HOST:PORT of a
+ * loopback address (127.0.0.0/8, [::1] or localhost). 0, or negative errno
+ * with the reason in err.
+ */
+int server_metrics_listen(struct server *srv, const char *addr, char *err, size_t err_len);
+/* Closes the metrics listener and its scrapes (those reading the database once that is done). */
+void server_metrics_close(struct server *srv);
+/* Whether `s` is such an address: 0, -EINVAL (not HOST:PORT) or -EPERM (not loopback). */
+int metrics_addr_parse(const char *s, struct sockaddr_storage *out);
 /*
  * Only once no connection is left. Its handle closes asynchronously: the
  * memory goes in the close callback, so the caller runs the loop afterwards.

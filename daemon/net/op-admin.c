@@ -224,6 +224,27 @@ static void pack_writers(msgpack_packer *pk, uint64_t own, const struct refresh_
     }
 }
 
+/* The metrics op: the Prometheus text, one string. */
+static void metrics_reply(struct op_status *st)
+{
+    char *text;
+    size_t len;
+    struct reply r;
+    int rc = metrics_render(st->op.srv, &st->totals, &text, &len);
+
+    if (rc < 0) {
+        op_reply_status_error(&st->op, rc);
+    } else {
+        reply_begin(&r, st->op.base.id, true, 1);
+        proto_pack_cstr(&r.pk, "text");
+        msgpack_pack_str(&r.pk, len);
+        msgpack_pack_str_body(&r.pk, text, len);
+        free(text);
+        reply_send(st->op.base.conn, &r);
+    }
+    op_finish(&st->op);
+}
+
 static void status_done(uv_work_t *work, int status)
 {
     struct op_status *st = container_of(work, struct op_status, work);
@@ -236,6 +257,10 @@ static void status_done(uv_work_t *work, int status)
     if (status < 0 || st->status != 0) {
         op_reply_status_error(&st->op, status < 0 ? status : st->status);
         op_finish(&st->op);
+        return;
+    }
+    if (st->op.kind == OP_METRICS) {
+        metrics_reply(st);
         return;
     }
     struct store_stats ss;
@@ -310,9 +335,9 @@ static void status_done(uv_work_t *work, int status)
     op_finish(&st->op);
 }
 
-void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map)
+static void status_start(struct conn *c, uint64_t id, enum op_kind kind)
 {
-    struct op *op = op_new(c, id, OP_STATUS, sizeof(struct op_status), NULL);
+    struct op *op = op_new(c, id, kind, sizeof(struct op_status), NULL);
     struct op_status *st;
 
     if (!op)
@@ -320,6 +345,18 @@ void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map)
     st = container_of(op, struct op_status, op);
     st->dead_gen = c->srv->gc ? gc_dead_generation(c->srv->gc) : 0;
     op_queue(op, &st->work, status_work, status_done);
+}
+
+void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    (void)map;
+    status_start(c, id, OP_STATUS);
+}
+
+void op_do_metrics(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    (void)map;
+    status_start(c, id, OP_METRICS);
 }
 
 /* ---- progress of gc and verify ---- */

@@ -25,6 +25,7 @@ struct op *op_new(struct conn *c, uint64_t id, enum op_kind kind, size_t size,
         return NULL;
     }
     op->kind = kind;
+    op->started_ns = uv_hrtime();
     op->srv = c->srv;
     op->clear = clear;
     op->base.id = id;
@@ -41,8 +42,10 @@ static void op_free(struct op *op)
 
 void op_finish(struct op *op)
 {
-    if (!op->abandoned)
+    if (!op->abandoned) {
+        metrics_op_done(&op->srv->metrics, op->kind, uv_hrtime() - op->started_ns);
         conn_request_remove(op->base.conn, &op->base);
+    }
     op->abandoned = true;
     if (!op->job_running)
         op_free(op);

@@ -39,6 +39,8 @@ enum op_kind {
     OP_REFRESH,
     OP_LOG,
     OP_KEY,
+    OP_METRICS,
+    OP_KIND_COUNT_
 };
 
 /* The part every operation shares; it must be the first member of each kind's struct. */
@@ -46,7 +48,8 @@ struct op {
     struct request base;
     enum op_kind kind;
     struct server *srv;
-    bool abandoned; /* the connection is gone; a running job frees the op */
+    uint64_t started_ns; /* uv_hrtime() when it came */
+    bool abandoned;      /* the connection is gone; a running job frees the op */
     bool job_running;
     /* Frees what the kind's own fields own (not the op itself); NULL when they own nothing. */
     void (*clear)(struct op *op);
@@ -105,6 +108,7 @@ void op_do_delete(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_list(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_stat(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_metrics(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_du(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_search(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_gc(struct conn *c, uint64_t id, const msgpack_object *map);

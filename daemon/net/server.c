@@ -62,6 +62,7 @@ void server_stop(struct server *srv, void (*gone)(void *ctx), void *ctx)
     srv->stopping = true;
     srv->gone = gone;
     srv->gone_ctx = ctx;
+    server_metrics_close(srv);
     for (struct conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
         if (c->inflight == 0)
@@ -83,6 +84,7 @@ void server_set_shutdown(struct server *srv, void (*shutdown)(void *ctx), void *
 
 void server_close_all(struct server *srv)
 {
+    server_metrics_close(srv);
     for (struct conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
         conn_close(c);

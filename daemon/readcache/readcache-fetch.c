@@ -18,6 +18,12 @@
 /* Files unlinked after one write's evictions, at most (the rest at the next write). */
 #define EVICT_BATCH 64
 
+/* A slice evicted, whose file goes once the lock is let go. */
+struct rc_gone {
+    uint64_t pack;
+    uint32_t slice;
+};
+
 static void write_work(uv_work_t *work);
 static void write_done(uv_work_t *work, int status);
 
@@ -142,41 +148,68 @@ struct rc_entry *rc_start_fetch(struct readcache *rc, uint64_t pack, uint32_t sl
 
 /* ---- writes and evictions, on workers ---- */
 
+/* Counts `e`'s bytes and evicts the oldest slices until they fit; returns how many went. */
+static size_t make_room(struct readcache *rc, struct rc_entry *e, struct rc_gone *gone)
+{
+    size_t ngone = 0;
+
+    rc->stats.bytes += READCACHE_HEADER + e->len;
+    while (rc->stats.bytes > rc->max_bytes && rc->lru_tail && rc->lru_tail != e &&
+           ngone < EVICT_BATCH) {
+        struct rc_entry *v = rc->lru_tail;
+        gone[ngone].pack = v->pack;
+        gone[ngone++].slice = v->slice;
+        rc_remove_entry(rc, v);
+        rc->stats.evictions++;
+        rc_settle(v);
+    }
+    return ngone;
+}
+
 static void write_work(uv_work_t *work)
 {
     struct rc_fetch *f = container_of(work, struct rc_fetch, work);
     struct readcache *rc = f->rc;
     struct rc_entry *e = f->e;
-    struct {
-        uint64_t pack;
-        uint32_t slice;
-    } gone[EVICT_BATCH + 1];
+    struct rc_gone gone[EVICT_BATCH];
     uint32_t crc[READCACHE_PAGES];
     size_t ngone = 0;
+    bool reserved, dropped = false;
+    /* The entry may be gone once the lock is let go at the end. */
+    uint64_t pack = e->pack;
+    uint32_t slice = e->slice;
 
-    /* The bytes stay put while the entry has a fetch: no lock needed to read them. */
-    f->write_status = readcache_file_write(rc->dirfd, e->pack, e->slice, e->mem, e->len, crc);
+    /*
+     * Room first, so that the directory never holds more than the bound,
+     * not even while this slice is written: its bytes are counted (and the
+     * oldest slices go) before its file is made.
+     */
     pthread_mutex_lock(&rc->lock);
-    if (f->write_status == 0 && e->in_table) {
+    reserved = e->in_table;
+    if (reserved)
+        ngone = make_room(rc, e, gone);
+    pthread_mutex_unlock(&rc->lock);
+    /*
+     * A reader that found one of these entries before it went may still open
+     * its file: it then finds none, or a newer copy, and both are safe.
+     */
+    for (size_t i = 0; i < ngone; i++)
+        rc_unlink_slice(rc, gone[i].pack, gone[i].slice);
+    /* The bytes stay put while the entry has a fetch: no lock needed to read them. */
+    f->write_status =
+        reserved ? readcache_file_write(rc->dirfd, e->pack, e->slice, e->mem, e->len, crc) : 0;
+    pthread_mutex_lock(&rc->lock);
+    if (reserved && f->write_status == 0 && e->in_table) {
         memcpy(e->crc, crc, sizeof(crc));
         e->have_crc = true;
         e->touched = time(NULL);
-        e->state = RC_ON_DISK;
-        rc->stats.bytes += READCACHE_HEADER + e->len;
+        e->state = RC_ON_DISK; /* its bytes, counted above, are now the entry's */
         rc->stats.slices++;
         rc_lru_front(rc, e);
-        while (rc->stats.bytes > rc->max_bytes && rc->lru_tail != e && ngone < EVICT_BATCH) {
-            struct rc_entry *v = rc->lru_tail;
-            gone[ngone].pack = v->pack;
-            gone[ngone++].slice = v->slice;
-            rc_remove_entry(rc, v);
-            rc->stats.evictions++;
-            rc_settle(v);
-        }
     } else {
-        if (f->write_status == 0) { /* dropped while it was written */
-            gone[ngone].pack = e->pack;
-            gone[ngone++].slice = e->slice;
+        if (reserved) {
+            rc->stats.bytes -= READCACHE_HEADER + e->len;
+            dropped = f->write_status == 0; /* dropped while it was written */
         }
         rc_remove_entry(rc, e);
     }
@@ -185,12 +218,8 @@ static void write_work(uv_work_t *work)
     rc_drop_mem(e);
     rc_settle(e);
     pthread_mutex_unlock(&rc->lock);
-    /*
-     * A reader that found one of these entries before it went may still open
-     * its file: it then finds none, or a newer copy, and both are safe.
-     */
-    for (size_t i = 0; i < ngone; i++)
-        rc_unlink_slice(rc, gone[i].pack, gone[i].slice);
+    if (dropped)
+        rc_unlink_slice(rc, pack, slice);
 }
 
 static void write_done(uv_work_t *work, int status)

@@ -153,6 +153,8 @@ void store_get_stats(struct store *st, struct store_stats *out)
         out->rc_damaged = rs.damaged;
     }
     out->open_pack = st->packer ? packer_open_seq(st->packer) : 0;
+    if (st->be)
+        out->backend = st->be->stats;
 }
 
 /* ---- running operations ---- */

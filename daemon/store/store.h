@@ -30,6 +30,7 @@
 #include <uv.h>
 
 #include "daemon/meta/db.h"
+#include "storage/backend.h"
 
 struct backend;
 struct manifest_entry;
@@ -229,6 +230,7 @@ struct store_stats {
     bool read_cache;
     uint64_t rc_bytes, rc_max, rc_hits, rc_misses, rc_fetched, rc_damaged;
     uint64_t open_pack;
+    struct backend_stats backend; /* the backend front end's counters */
 };
 void store_get_stats(struct store *st, struct store_stats *out);
 

@@ -213,7 +213,7 @@ OPS = ["hello", "add", "data", "get", "delete", "list", "stat", "status", "searc
        "du", "refresh"]
 RAW_FRAME, RAW_BYTES, HANG_UP = len(OPS), len(OPS) + 1, len(OPS) + 2
 # ops added later come after the raw kinds (fuzz-dispatch.c)
-KEY, LOG, SHUTDOWN = len(OPS) + 3, len(OPS) + 4, len(OPS) + 5
+KEY, LOG, SHUTDOWN, METRICS = len(OPS) + 3, len(OPS) + 4, len(OPS) + 5, len(OPS) + 6
 SEP = b"\xc1\xc1\xc1\xc1"
 
 
@@ -278,6 +278,7 @@ def dispatch():
                 seg("get", 23, {"ref": "notes/a.txt@{1}"})],
         # the harness's server has no shutdown: bad_request, and the daemon goes on
         "shutdown": [seg(SHUTDOWN, 24), seg("status", 25)],
+        "metrics": [seg(METRICS, 26), seg(METRICS, 27, {"extra": [1, 2]})],
         "raw-frame": [seg(RAW_FRAME, 0, mp({"id": 15, "op": "no_such_op"}))],
         "raw-bytes": [seg(RAW_BYTES, 0, b"\x00\x10\x00\x01" + mp({"id": 16, "op": "status"}))],
         # an add, then reads of it, its deletion and a gc, pipelined
@@ -360,7 +361,7 @@ def dispatch_dict():
     keys = ["id", "op", "ref", "name", "mime", "tags", "meta", "size", "data", "more", "offset",
             "length", "dry_run", "tag", "limit", "after", "before", "names", "unnamed", "prefix",
             "path", "query", "fuzzy", "progress", "refs", "versions", "client"]
-    values = [mp(k) for k in keys] + [mp(op) for op in OPS + ["key", "log"]]
+    values = [mp(k) for k in keys] + [mp(op) for op in OPS + ["key", "log", "metrics"]]
     values += [mp(v) for v in ("notes/a.txt", "alias", "bin/blob", "big/periodic", "usr/share/",
                                A1[:8], README[:12], BIG, PAIR, "tag:x", "OR", "NOT", '"', "*",
                                True, False, None, 0, 1, 1000, 1001, 1 << 20, (1 << 64) - 1,
@@ -459,6 +460,18 @@ KEYS = {
 }
 
 
+# -- fuzz-metrics-http: request heads the metrics listener reads --
+METRICS_HTTP = {
+    "get": b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nAccept: */*\r\n\r\n",
+    "head": b"HEAD /metrics?x=1 HTTP/1.0\r\n\r\n",
+    "post": b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+    "path": b"GET /metrics/../x HTTP/1.1\n\n",
+    "http09": b"GET /metrics\r\n\r\n",
+    "spaces": b"GET  /metrics  HTTP/1.1\r\n\r\n",
+    "empty": b"\r\n\r\n",
+}
+
+
 def write(name, seeds):
     d = os.path.join(HERE, "corpus", name)
     os.makedirs(d, exist_ok=True)
@@ -485,6 +498,7 @@ def main():
     write("gcmark", GCMARK)
     write("keys", KEYS)
     write("dispatch", dispatch())
+    write("metrics-http", METRICS_HTTP)
     with open(os.path.join(HERE, "fuzz-dispatch.dict"), "w") as f:
         f.write(dispatch_dict())
     return 0
