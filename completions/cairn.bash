@@ -72,6 +72,7 @@ _cairn()
             ls | list) opts='-l --long -h --human-readable -d --docs -t --tag -0 --null' ;;
             du) opts='-h --human-readable' ;;
             log) opts='-n --max-count -0 --null' ;;
+            status) opts='--format' ;;
             key) opts='--new-password-file' ;;
             mount) opts='-f --foreground' ;;
             mcp) opts='--allow-path' ;;

@@ -68,6 +68,7 @@ complete -c cairn -n '__fish_seen_subcommand_from get' -s r -l recursive -d 'Res
 complete -c cairn -n '__fish_seen_subcommand_from rm delete' -s n -l dry-run -d 'Print what would go, change nothing'
 complete -c cairn -n '__fish_seen_subcommand_from get rm delete stat log verify' -a '(__cairn_refs)'
 complete -c cairn -n '__fish_seen_subcommand_from log' -s n -l max-count -x -d 'At most the N newest versions'
+complete -c cairn -n '__fish_seen_subcommand_from status' -l format -x -a 'text json prometheus' -d 'text, json or the Prometheus metrics'
 
 complete -c cairn -n '__fish_seen_subcommand_from ls list' -s t -l tag -x -d 'Only documents with this tag'
 complete -c cairn -n '__fish_seen_subcommand_from ls list' -s l -l long -d 'Full hash, sizes, mime type, time'

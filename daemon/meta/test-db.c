@@ -289,11 +289,11 @@ static void test_name_versions(void **state)
     assert_false(current);
     assert_int_equal(db_name_current(e->db, "nothing", id1, &current), 0);
     assert_false(current);
-    /* The older version stays reachable by hash and keeps the name in its history. */
+    /* The older version stays reachable by hash, shown as the version ref that reaches it. */
     assert_int_equal(resolve(e, hex1, DB_WANT_DETAILS, &doc), 0);
-    assert_string_equal(doc.name, "report.pdf");
+    assert_string_equal(doc.name, "report.pdf@{1}");
     assert_int_equal(doc.nnames, 1);
-    assert_string_equal(doc.names[0], "report.pdf");
+    assert_string_equal(doc.names[0], "report.pdf@{1}");
     db_doc_clear(&doc);
 
     /* Re-adding the current version under its own name changes nothing. */
