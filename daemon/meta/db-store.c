@@ -13,17 +13,30 @@
 
 const char *const db_store_sql[DB_S_COUNT_] = {
     [DB_S_CHUNK_FIND] = "SELECT pack, off, len, sub, size, stored FROM chunks WHERE hash = ?1",
-    [DB_S_CHUNK_LOOKUP] = "SELECT stored FROM chunks WHERE hash = ?1 AND condemned = 0",
+    /* Stored for dedup: live, and not where verify found it damaged. */
+    [DB_S_CHUNK_LOOKUP] = "SELECT stored FROM chunks c WHERE hash = ?1 AND condemned = 0"
+                          " AND NOT EXISTS (SELECT 1 FROM bad_chunks b WHERE b.hash = c.hash"
+                          " AND b.pack = c.pack AND b.off = c.off)",
     /*
-     * A new copy replaces the location only of a condemned row: a live row
-     * keeps pointing where it did, and the new copy is dead weight for gc.
+     * A new copy replaces the location only of a condemned row or of one
+     * pointing at a copy verify found damaged: a live row keeps pointing
+     * where it did, and the new copy is dead weight for gc.
      */
     [DB_S_CHUNK_PUT] = "INSERT INTO chunks(hash, pack, off, len, sub, size, stored, condemned)"
                        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)"
                        " ON CONFLICT(hash) DO UPDATE SET pack = excluded.pack,"
                        " off = excluded.off, len = excluded.len, sub = excluded.sub,"
                        " size = excluded.size, stored = excluded.stored, condemned = 0"
-                       " WHERE chunks.condemned != 0",
+                       " WHERE chunks.condemned != 0 OR EXISTS (SELECT 1 FROM bad_chunks b"
+                       " WHERE b.hash = chunks.hash AND b.pack = chunks.pack"
+                       " AND b.off = chunks.off)",
+    [DB_S_CHUNK_BAD_ANY] = "SELECT 1 FROM bad_chunks b JOIN chunks c ON c.hash = b.hash"
+                           " AND c.pack = b.pack AND c.off = b.off LIMIT 1",
+    [DB_S_CHUNK_BAD] = "INSERT OR IGNORE INTO bad_chunks(hash, pack, off) VALUES(?1, ?2, ?3)",
+    /* Copies no row points at any more: healed, or gone with gc. */
+    [DB_S_CHUNK_BAD_PRUNE] = "DELETE FROM bad_chunks WHERE NOT EXISTS (SELECT 1 FROM chunks c"
+                             " WHERE c.hash = bad_chunks.hash AND c.pack = bad_chunks.pack"
+                             " AND c.off = bad_chunks.off)",
     [DB_S_SEGMENT_FIND] = "SELECT pack, off, len, 0, size, len FROM segments WHERE hash = ?1",
     [DB_S_SEGMENT_PUT] = "INSERT INTO segments(hash, pack, off, len, size, condemned)"
                          " VALUES(?1, ?2, ?3, ?4, ?5, 0)"
@@ -140,6 +153,48 @@ int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
     sqlite3_bind_int64(s, 6, loc->size);
     sqlite3_bind_int64(s, 7, loc->stored);
     return db_step_done(txn->c, s);
+}
+
+int db_chunks_bad_any(struct db *db, bool *any)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int64_t v;
+    int r;
+
+    *any = false;
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_CHUNK_BAD_ANY, db_store_sql))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    r = db_query_id(c, s, &v);
+    db_reader_release(db, c);
+    if (r < 0)
+        return r;
+    *any = r == 0;
+    return 0;
+}
+
+int db_txn_chunk_bad(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                     const struct db_loc *loc)
+{
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_CHUNK_BAD, db_store_sql);
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)loc->pack);
+    sqlite3_bind_int64(s, 3, (int64_t)loc->off);
+    return db_step_done(txn->c, s);
+}
+
+int db_txn_chunk_bad_prune(struct db_txn *txn)
+{
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_CHUNK_BAD_PRUNE, db_store_sql);
+
+    return s ? db_step_done(txn->c, s) : -EIO;
 }
 
 int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],

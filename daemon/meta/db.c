@@ -127,6 +127,16 @@ static const char schema_sql[] =
     " done BLOB NOT NULL,"
     " copied INTEGER NOT NULL,"
     " PRIMARY KEY(writer, gen)) WITHOUT ROWID;"
+    /*
+     * Chunk copies verify found damaged (store/verify.c): to an add, a chunk
+     * whose row points at one is not stored, so the add writes a fresh copy,
+     * and the row moves to it (db_txn_chunk_put).
+     */
+    "CREATE TABLE IF NOT EXISTS bad_chunks("
+    " hash BLOB NOT NULL,"
+    " pack INTEGER NOT NULL,"
+    " off INTEGER NOT NULL,"
+    " PRIMARY KEY(hash, pack, off)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS state("
     " key TEXT PRIMARY KEY,"
     " value INTEGER NOT NULL) WITHOUT ROWID;";

@@ -287,6 +287,16 @@ int db_segment_find(struct db *db, const uint8_t hash[PROTO_HASH_LEN], struct db
  */
 int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                      const struct db_loc *loc);
+/*
+ * The copy of a chunk at loc is damaged (verify): until a new copy is put,
+ * a lookup finds the chunk not stored, and db_txn_chunk_put of a new copy
+ * moves the row to it. _prune forgets copies no row points at any more.
+ */
+int db_txn_chunk_bad(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                     const struct db_loc *loc);
+int db_txn_chunk_bad_prune(struct db_txn *txn);
+/* Whether any chunk's row points at a copy known damaged (nothing to heal when not). */
+int db_chunks_bad_any(struct db *db, bool *any);
 int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                        const struct db_loc *loc);
 /*

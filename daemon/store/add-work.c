@@ -161,8 +161,14 @@ static int check_existing(struct store_add *add, struct cut_job *job)
     r = db_resolve(add->st->db, hex, PROTO_HASH_HEX, 0, &doc);
     if (r < 0 || r == DB_E_AMBIGUOUS)
         return r < 0 ? r : -EIO;
-    /* Adding what is already there, as it is named, changes nothing: skip every write. */
-    if (r == 0 && add->p.ntags == 0 && add->p.nmeta == 0) {
+    /*
+     * Adding what is already there, as it is named, changes nothing: skip
+     * every write - unless verify found stored chunks damaged, which this
+     * content may heal (the chunks then go through their lookups as new).
+     */
+    bool heal = false;
+    if (r == 0 && add->p.ntags == 0 && add->p.nmeta == 0 &&
+        db_chunks_bad_any(add->st->db, &heal) == 0 && !heal) {
         bool current = !add->p.name || !add->p.name[0];
         if (!current && db_name_current(add->st->db, add->p.name, doc.rowid, &current) < 0)
             current = false;

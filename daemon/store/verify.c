@@ -1,8 +1,12 @@
 /*
  * Scrubbing: reads stored records back from their packs (never from the
  * cache), decodes them and checks every chunk and manifest segment against
- * its id, then names the documents that use each bad one. Read-only: it
- * repairs nothing, it reports.
+ * its id, then names the documents that use each bad one. It repairs
+ * nothing itself: it remembers each damaged chunk copy in the database, so
+ * that an add of content holding the chunk (the original file added again)
+ * writes a fresh copy, which the chunk's row then points to (healing; the
+ * damaged record is dead weight for gc). The reply comes once that is
+ * committed.
  *
  * The whole store is checked pack by pack, each record read once; a
  * document's chunks are checked through its manifest, each distinct chunk of
@@ -52,6 +56,15 @@ struct store_verify {
     uint8_t *block_raw;
     size_t block_raw_len;
     bool block_ok;
+    /* The damaged chunk copies found, remembered for healing once the scrub is done. */
+    struct bad_copy *copies;
+    size_t ncopies;
+    struct db_write dbw;
+};
+
+struct bad_copy {
+    uint8_t hash[PROTO_HASH_LEN];
+    struct db_loc loc;
 };
 
 static void block_forget(struct store_verify *v)
@@ -73,6 +86,7 @@ static void verify_free(struct store_verify *v)
         free(v->refs[i]);
     free(v->refs);
     free(v->walked);
+    free(v->copies);
     chunkset_deinit(&v->checked);
     block_forget(v);
     store_op_end(v->st, &v->op);
@@ -158,6 +172,12 @@ static int report_chunk(struct store_verify *v, const uint8_t hash[PROTO_HASH_LE
         if (r <= 0)
             return r;
     }
+    struct bad_copy *grown = realloc(v->copies, (v->ncopies + 1) * sizeof(*grown));
+    if (!grown)
+        return -ENOMEM;
+    v->copies = grown;
+    memcpy(grown[v->ncopies].hash, hash, PROTO_HASH_LEN);
+    grown[v->ncopies++].loc = now;
     return add_bad(v, hash, status);
 }
 
@@ -419,17 +439,49 @@ static void verify_work(uv_work_t *work)
     v->status = r;
 }
 
+static void verify_reply(struct store_verify *v)
+{
+    for (size_t i = 0; v->status == 0 && i < v->res.nbad; i++)
+        log_error("verify: chunk %s is bad (%s)", v->res.bad[i].hash,
+                  v->res.bad[i].status == STORE_E_INTEGRITY ? "integrity" : "unreadable");
+    v->done(v->userdata, v->status, &v->res);
+    verify_free(v);
+}
+
+static int remember_apply(struct db_txn *txn, struct db_write *w)
+{
+    struct store_verify *v = container_of(w, struct store_verify, dbw);
+    int r = db_txn_chunk_bad_prune(txn);
+
+    for (size_t i = 0; r == 0 && i < v->ncopies; i++)
+        r = db_txn_chunk_bad(txn, v->copies[i].hash, &v->copies[i].loc);
+    return r;
+}
+
+static void remember_done(struct db_write *w)
+{
+    struct store_verify *v = container_of(w, struct store_verify, dbw);
+
+    /* The report stands either way; only healing waits for the next verify. */
+    if (w->status != 0)
+        log_warn("verify: cannot remember the damaged chunks for healing: %s",
+                 w->status < 0 ? strerror(-w->status) : "database error");
+    verify_reply(v);
+}
+
 static void verify_done(uv_work_t *work, int status)
 {
     struct store_verify *v = container_of(work, struct store_verify, work);
 
     if (status < 0)
         v->status = status;
-    for (size_t i = 0; v->status == 0 && i < v->res.nbad; i++)
-        log_error("verify: chunk %s is bad (%s)", v->res.bad[i].hash,
-                  v->res.bad[i].status == STORE_E_INTEGRITY ? "integrity" : "unreadable");
-    v->done(v->userdata, v->status, &v->res);
-    verify_free(v);
+    if (v->status != 0 || (v->ncopies == 0 && v->nrefs)) {
+        verify_reply(v);
+        return;
+    }
+    /* A whole-store verify that found nothing also forgets the copies healed meanwhile. */
+    v->dbw = (struct db_write){.apply = remember_apply, .done = remember_done};
+    db_write(v->st->db, &v->dbw);
 }
 
 int store_verify(struct store *st, const char *const *refs, size_t nrefs,

@@ -675,6 +675,46 @@ class Integrity(DedupCase):
         self.d.assert_healthy()
         self.d.stop()
 
+    def test_adding_the_original_again_heals_what_verify_found_damaged(self):
+        """A chunk whose stored copy verify found damaged is not stored to an
+        add: adding the original content again writes a fresh copy, the
+        document reads back, verify is clean; the damaged record is dead weight for gc.
+        Without the verify first, the add stores nothing (the copy is not
+        known to be bad) and the document stays damaged."""
+        a = os.urandom(900 * KiB)
+        ha = add(self.d, a, "-n", "a.bin")
+        bad, bad_len = ref_chunks(a)[1]
+        sc, _ = self.check_store()
+        [place] = places(sc, bad)
+        damaged_row = sc.rows["chunks"][bad]
+        self.assertEqual(pf.block_envelope(place.rec)["algo"], pf.ALGO_RAW)
+        path = place.pack.path
+        pf.xor_byte(path, pf.record_file_offsets(place.rec)["raw"] + place.sub_off + bad_len // 2)
+        pf.fix_record_crc(path, place.rec.offset)
+        self.d.restart()  # nothing of a in the daemon's cache
+        # re-added before any verify: deduplicated, still damaged
+        self.assertEqual(add(self.d, a, "-n", "a.bin"), ha)
+        self.d.cli("get", "a.bin", check_exit=1)
+        p = self.d.cli("--json", "verify", check_exit=1)
+        self.assertEqual([e["chunk"] for e in verify_json(self, p.stdout)["bad"]], [bad])
+        # after verify: the add writes the damaged chunk again, and only that one
+        self.assertEqual(add(self.d, a, "-n", "a.bin"), ha)
+        self.assertEqual(self.d.cli("get", "a.bin").stdout, a)
+        # the row moved to the new copy; the damaged one stays, dead weight
+        sc, _ = self.check_store(exact=False)
+        self.assertNotEqual(sc.rows["chunks"][bad][:2], damaged_row[:2])
+        self.assertEqual(len(places(sc, bad)), 2)
+        self.assertEqual([h for h, v in sc.copies.items() if len(v) > 1], [bad])
+        self.assertEqual(parse_verify_text(self.d.cli("verify").stdout)[1][2], 0)
+        # a gc and a restart later the document is still whole
+        self.d.cli("gc")
+        self.d.restart()
+        self.assertEqual(self.d.cli("get", "a.bin").stdout, a)
+        self.assertEqual(parse_verify_text(self.d.cli("verify").stdout)[1][2], 0)
+        self.check_store(exact=False)
+        self.d.assert_healthy()
+        self.d.stop()
+
     def test_verify_lists_the_named_documents_of_a_bad_chunk_first(self):
         """A bad chunk with more users than a reply lists (64) still names the
         documents the verify request named."""
