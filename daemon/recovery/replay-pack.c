@@ -511,6 +511,16 @@ int replay_read_pack(struct replay *rp, uint64_t seq, uint64_t size, uint64_t kn
     if (db_pack_key(rv->db, seq, rp->key, sizeof(rp->key)) < 0)
         return 1; /* cannot be: the listing made the writer known */
     rp->nindex = 0;
+    if (own && size < PACK_HEADER_SIZE) {
+        /*
+         * One of ours cut before its header was written (a kill right after
+         * its file was made): it holds nothing, so it goes.
+         */
+        log_warn("replay: %s holds no pack header (%llu bytes): removed", rp->key,
+                 (unsigned long long)size);
+        r = replay_del(rp, rp->key);
+        return r != 0 ? r : 1;
+    }
     r = replay_get(rp, rp->key, 0, PACK_HEADER_SIZE, &hdr, &len);
     if (r != 0)
         return r;

@@ -366,6 +366,30 @@ class TornTail(dd.RebuildHelpers, dd.DedupCase):
                          "the lost pack keeps its row")
         self.d.stop()
 
+    def test_an_empty_pack_of_its_own_is_removed_at_start(self):
+        """A kill right after a pack's file was made, before its header was
+        written, leaves an empty file (CrashPoints met it under ASan): it
+        holds nothing, and the next start removes it; a pack of another
+        writer is left alone."""
+        content = os.urandom(200 * KiB)
+        ha = dd.add(self.d, content, "-n", "a")
+        self.d.stop()
+        [(seq, path)] = pf.list_packs(self.d.data_dir)
+        writer = os.path.basename(path).split("-")[0]
+        empty = os.path.join(os.path.dirname(path), "%s-%016x" % (writer, (seq & 0xFFFFFFFFFFFF) + 1))
+        short = os.path.join(os.path.dirname(path), "%s-%016x" % (writer, (seq & 0xFFFFFFFFFFFF) + 2))
+        open(empty, "wb").close()
+        with open(short, "wb") as f:
+            f.write(b"CAIRN")
+        self.d.start()
+        self.assertFalse(os.path.exists(empty))
+        self.assertFalse(os.path.exists(short))
+        self.assertIn("holds no pack header (0 bytes): removed", self.last_start_log())
+        self.assertEqual(self.d.cli("get", ha).stdout, content)
+        dd.add(self.d, os.urandom(100 * KiB), "-n", "b")
+        self.check_store(exact=False)
+        self.d.stop()
+
 
 # --------------------------------------------------------------------------
 # crash points
