@@ -117,24 +117,36 @@ int db_segment_find(struct db *db, const uint8_t hash[PROTO_HASH_LEN], struct db
     return find(db, DB_S_SEGMENT_FIND, hash, loc);
 }
 
-int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored)
+/*
+ * The first column of the first row of statement `id` on a reader, with
+ * `hash` (NULL: nothing) bound as ?1: 0, DB_E_NOT_FOUND or negative errno.
+ */
+static int query_value(struct db *db, enum db_stmt_id id, const uint8_t *hash, int64_t *v)
 {
     struct db_conn *c = db_reader_acquire(db);
     sqlite3_stmt *s;
-    int64_t v;
     int r;
 
     if (!c)
         return -EIO;
-    if (!(s = db_stmt(c, DB_S_CHUNK_LOOKUP, db_store_sql))) {
+    if (!(s = db_stmt(c, id, db_store_sql))) {
         db_reader_release(db, c);
         return -EIO;
     }
-    sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
-    r = db_query_id(c, s, &v);
+    if (hash)
+        sqlite3_bind_blob(s, 1, hash, PROTO_HASH_LEN, SQLITE_STATIC);
+    r = db_query_id(c, s, v);
+    db_reader_release(db, c);
+    return r;
+}
+
+int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t *stored)
+{
+    int64_t v;
+    int r = query_value(db, DB_S_CHUNK_LOOKUP, hash, &v);
+
     if (r == 0)
         *stored = (uint32_t)v;
-    db_reader_release(db, c);
     return r;
 }
 
@@ -157,24 +169,11 @@ int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
 
 int db_chunks_bad_any(struct db *db, bool *any)
 {
-    struct db_conn *c = db_reader_acquire(db);
-    sqlite3_stmt *s;
     int64_t v;
-    int r;
+    int r = query_value(db, DB_S_CHUNK_BAD_ANY, NULL, &v);
 
-    *any = false;
-    if (!c)
-        return -EIO;
-    if (!(s = db_stmt(c, DB_S_CHUNK_BAD_ANY, db_store_sql))) {
-        db_reader_release(db, c);
-        return -EIO;
-    }
-    r = db_query_id(c, s, &v);
-    db_reader_release(db, c);
-    if (r < 0)
-        return r;
     *any = r == 0;
-    return 0;
+    return r < 0 ? r : 0;
 }
 
 int db_txn_chunk_bad(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
@@ -360,19 +359,9 @@ int db_journal_of_doc(struct db *db, const uint8_t doc[PROTO_HASH_LEN],
 
 int db_journal_newest(struct db *db, uint64_t *time_ns)
 {
-    struct db_conn *c = db_reader_acquire(db);
-    sqlite3_stmt *s;
     int64_t v = 0;
-    int r;
+    int r = query_value(db, DB_S_JOURNAL_NEWEST, NULL, &v);
 
-    if (!c)
-        return -EIO;
-    if (!(s = db_stmt(c, DB_S_JOURNAL_NEWEST, db_store_sql))) {
-        db_reader_release(db, c);
-        return -EIO;
-    }
-    r = db_query_id(c, s, &v);
-    db_reader_release(db, c);
     if (r < 0)
         return r;
     *time_ns = (uint64_t)v;
