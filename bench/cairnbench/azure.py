@@ -148,15 +148,13 @@ class Fixture(procs.Server):
     # -- the proxy's counters, as S3Fixture has the S3 server's
 
     def reset_counters(self):
-        """Counts from now on: the proxy's own counters are never reset, so
-        counters() gives what was counted since this call."""
-        self._base = self.proxy.snapshot()
+        """Counts from now on."""
+        self.proxy.reset_counters()
 
     def counters(self):
         """{"requests": {method: n}, "faults": {kind: n}} since reset_counters()."""
         now = self.proxy.snapshot()
-        return {part: {k: n - self._base[part].get(k, 0) for k, n in now[part].items()
-                       if n - self._base[part].get(k, 0)} for part in ("requests", "faults")}
+        return {part: {k: n for k, n in now[part].items() if n} for part in ("requests", "faults")}
 
     def gets(self):
         """GET requests the proxy saw since reset_counters()."""

@@ -8,7 +8,7 @@ tests (Python 3 standard library only).
     srv.account_sas("rl")                   # an account SAS token with those permissions
     srv.stop()
 
-    proxy = FaultProxy(srv).start()         # in front of it, in this process
+    proxy = FaultProxy(srv).start()         # in front of it, a node process
     proxy.endpoint                          # http://127.0.0.1:PORT/devstoreaccount1
     proxy.set(rate=0.1, kinds=["503", "500", "reset", "lost", "truncate"])
     proxy.counts                            # {"503": n, ...}
@@ -32,10 +32,6 @@ Skips (unittest.SkipTest) when node or tests/azure/node_modules is missing
 """
 
 import base64
-import http.client
-import http.server
-import random
-import threading
 import email.utils
 import hashlib
 import hmac
@@ -58,6 +54,7 @@ from serverproc import ServerProcess
 AZ_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "azure"))
 NODE_MODULES = os.path.join(AZ_DIR, "node_modules")
 AZURITE_JS = os.path.join(NODE_MODULES, "azurite", "dist", "src", "blob", "main.js")
+PROXY_JS = os.path.join(AZ_DIR, "proxy.js")
 START_TIMEOUT = 30
 STOP_TIMEOUT = 10
 VERSION = "2021-12-02"
@@ -251,201 +248,103 @@ class AzureServer(ServerProcess):
 
 
 
-_FAULT_BODY = ('<?xml version="1.0" encoding="utf-8"?><Error><Code>%s</Code>'
-               '<Message>injected by the test proxy\nRequestId:0</Message></Error>')
+def _setting(name, doc):
+    """A FaultProxy setting, read from and written to the proxy."""
+    return property(lambda self: self.state()[name], lambda self, v: self.control(**{name: v}), doc=doc)
 
 
-class FaultProxy:
-    """An HTTP proxy on 127.0.0.1 in front of an AzureServer, in a thread of
-    the test process, that injects faults into a share `rate` of the
-    requests, of the kinds given: "503" (ServerBusy, Retry-After: 1), "500"
-    (InternalError), "reset" (the connection closed before the request is
-    forwarded), "lost" (forwarded and carried out, then the connection closed
-    without an answer), "truncate" (half of a GET's body, then closed) and
-    "stall" (forwarded and carried out, then nothing more is sent - for a GET
-    after the headers and half of the body - until the client closes the
-    connection or stall_max_s pass). profile(name) sets the latency profile
-    (PROFILES: clean, rtt20, rtt50, rtt100).
-    The signature covers no Host, so requests pass through unchanged. Azurite
-    does not check the request's time; the proxy does, as Azure does (403
-    AuthenticationFailed beyond 15 minutes), against its clock moved by
-    clock_offset seconds. delay_ms is added to every request (a round trip
-    of that much more); `methods` counts the requests per method."""
+class FaultProxy(ServerProcess):
+    """An HTTP proxy on 127.0.0.1 in front of an AzureServer, a node process
+    of its own (tests/azure/proxy.js, which says what each fault does), that
+    injects faults into a share `rate` of the requests, of the kinds given:
+    "503" (ServerBusy, Retry-After: 1), "500" (InternalError), "reset" (the
+    connection closed before the request is forwarded), "lost" (forwarded
+    and carried out, then the connection closed without an answer),
+    "truncate" (half of a GET's body, then closed) and "stall" (forwarded and
+    carried out, then nothing more is sent - for a GET after the headers and
+    half of the body - until the client closes the connection or stall_max_s
+    pass). profile(name) sets the latency profile (PROFILES: clean, rtt20,
+    rtt50, rtt100). The signature covers no Host, so requests pass through
+    unchanged, streamed on kept-alive connections. Azurite does not check the
+    request's time; the proxy does, as Azure does (403 AuthenticationFailed
+    beyond 15 minutes), against its clock moved by clock_offset seconds.
+    delay_ms is added to every request (a round trip of that much more).
+    Reading counts, requests or methods asks the proxy; reset_counters()
+    zeroes them."""
 
     KINDS = ("503", "500", "reset", "lost", "truncate", "stall")
     PROFILES = {"clean": 0, "rtt20": 20, "rtt50": 50, "rtt100": 100}
+    LOG_NAME = "fault proxy"
+    LIVE = _LIVE
 
     def __init__(self, srv, seed=1):
         self.srv = srv
-        self.rate = 0.0
-        self.kinds = ["503"]
-        self.counts = {k: 0 for k in self.KINDS}
-        self.requests = 0
-        self.clock_offset = 0  # seconds the "server clock" is ahead of this machine's
-        self.delay_ms = 0  # added before every answer (rtt20: 20)
-        self.methods = {}  # requests per method
-        self.stall_max_s = 30  # a stalled connection is closed by the proxy after this
-        self.stopping = threading.Event()
-        self.rng = random.Random(seed)
-        self.lock = threading.Lock()
-        self.httpd = None
-        self.thread = None
+        self.seed = seed
+        self.log_path = os.path.join(srv.base, "faultproxy.log")
+        self.port = None
+        self.control_port = None
+        self.proc = None
 
-    def set(self, rate, kinds=("503",)):
-        with self.lock:
-            self.rate = rate
-            self.kinds = list(kinds)
-
-    def profile(self, name):
-        """Latency profile `name` (PROFILES): that many ms before every answer."""
-        self.delay_ms = self.PROFILES[name]
-
-    def snapshot(self):
-        """A consistent copy of the counters: {"requests": methods, "faults":
-        counts, "total": requests}."""
-        with self.lock:
-            return {"requests": dict(self.methods), "faults": dict(self.counts), "total": self.requests}
-
-    def _pick(self, method):
-        with self.lock:
-            self.requests += 1
-            self.methods[method] = self.methods.get(method, 0) + 1
-            if self.rng.random() >= self.rate:
-                return None
-            kinds = [k for k in self.kinds if k != "truncate" or method == "GET"]
-            if not kinds:
-                return None
-            kind = self.rng.choice(kinds)
-            self.counts[kind] += 1
-            return kind
-
-    def start(self):
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def _hold(self):
-                """Sends nothing more until the client closes, stall_max_s pass
-                or the proxy stops; then closes the connection."""
-                self.close_connection = True
-                try:
-                    self.wfile.flush()
-                    self.connection.settimeout(0.2)
-                except OSError:
-                    return
-                deadline = time.monotonic() + proxy.stall_max_s
-                while time.monotonic() < deadline and not proxy.stopping.is_set():
-                    try:
-                        if self.connection.recv(4096) == b"":
-                            break  # the client gave up
-                    except socket.timeout:
-                        continue
-                    except OSError:
-                        break
-                try:
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-            def _any(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
-                stamp = self.headers.get("x-ms-date")  # a SAS request may carry none
-                when = email.utils.parsedate_to_datetime(stamp).timestamp() if stamp else None
-                if when is not None and abs(time.time() + proxy.clock_offset - when) > 15 * 60:
-                    # what Azure answers a request dated more than 15 minutes off its clock
-                    doc = (_FAULT_BODY.replace("injected by the test proxy", "Request date header too old: '%s'")
-                           % ("AuthenticationFailed", self.headers.get("x-ms-date"))).encode()
-                    self.send_response(403)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(doc)))
-                    self.send_header("x-ms-error-code", "AuthenticationFailed")
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(doc)
-                    return
-                kind = proxy._pick(self.command)
-                if proxy.delay_ms:
-                    time.sleep(proxy.delay_ms / 1000.0)
-                if kind in ("503", "500"):
-                    doc = (_FAULT_BODY % ("ServerBusy" if kind == "503" else "InternalError")).encode()
-                    self.send_response(int(kind))
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(doc)))
-                    self.send_header("x-ms-error-code", "ServerBusy" if kind == "503" else "InternalError")
-                    if kind == "503":
-                        self.send_header("Retry-After", "1")
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(doc)
-                    return
-                if kind == "reset":
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                conn = http.client.HTTPConnection(proxy.srv.host, proxy.srv.port, timeout=60)
-                try:
-                    hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
-                    conn.request(self.command, self.path, body=body if self.command in ("PUT", "POST") else None,
-                                 headers=hdrs)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    conn.close()
-                if kind == "lost":
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                if kind == "stall" and (self.command != "GET" or len(data) < 2):
-                    self._hold()  # carried out, and no answer comes
-                    return
-                self.send_response(resp.status)
-                head = self.command == "HEAD"
-                for k, v in resp.getheaders():
-                    # a HEAD's Content-Length is the blob's size, not that of its (empty) body
-                    if k.lower() not in ("connection", "keep-alive", "transfer-encoding") and (
-                            head or k.lower() != "content-length"):
-                        self.send_header(k, v)
-                if not head:
-                    self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command == "HEAD":
-                    return
-                if kind == "stall":
-                    self.wfile.write(data[:len(data) // 2])
-                    self._hold()
-                    return
-                if kind == "truncate" and len(data) > 1:
-                    self.wfile.write(data[:len(data) // 2])
-                    self.wfile.flush()
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                self.wfile.write(data)
-
-            do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _any
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+    def start(self, timeout=START_TIMEOUT):
+        assert not self.running()
+        require_tools()
+        args = [node_path(), PROXY_JS, "--upstream-port", str(self.srv.port), "--seed", str(self.seed)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, cwd=AZ_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=log, close_fds=True)
+        _LIVE.add(self)
+        try:
+            ready = self.read_ready(timeout, "proxy.js")
+        except BaseException:
+            self.kill9()
+            raise
+        self.port, self.control_port = ready["port"], ready["control_port"]
         return self
 
-    @property
-    def port(self):
-        return self.httpd.server_address[1]
+    def stop(self):
+        return self._end(signal.SIGTERM)
+
+    def kill9(self):
+        return self._end(signal.SIGKILL)
 
     @property
     def endpoint(self):
         return "http://127.0.0.1:%d/%s" % (self.port, self.srv.account)
 
-    def stop(self):
-        self.stopping.set()
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
+    # -- the control port
+
+    def control(self, **change):
+        """POSTs the change (fields of tests/azure/proxy.js) and returns the new state."""
+        st, reply = serverproc.json_request("POST", "http://127.0.0.1:%d/control" % self.control_port, change)
+        if st != 200:
+            raise AssertionError("proxy control %r refused: %s %r" % (change, st, reply))
+        return reply
+
+    def state(self):
+        st, reply = serverproc.json_request("GET", "http://127.0.0.1:%d/control" % self.control_port)
+        assert st == 200, (st, reply)
+        return reply
+
+    def set(self, rate, kinds=("503",)):
+        self.control(rate=rate, kinds=list(kinds))
+
+    def profile(self, name):
+        """Latency profile `name` (PROFILES): that many ms before every answer."""
+        self.delay_ms = self.PROFILES[name]
+
+    def reset_counters(self):
+        self.control(reset_counters=True)
+
+    def snapshot(self):
+        """A consistent copy of the counters: {"requests": methods, "faults":
+        counts, "total": requests}."""
+        s = self.state()
+        return {"requests": s["requests"], "faults": s["faults"], "total": s["total"]}
+
+    counts = property(lambda self: self.state()["faults"], doc="faults injected, per kind")
+    requests = property(lambda self: self.state()["total"], doc="requests seen")
+    methods = property(lambda self: self.state()["requests"], doc="requests seen, per method")
+    delay_ms = _setting("delay_ms", "ms added before every answer (rtt20: 20)")
+    clock_offset = _setting("clock_offset", "seconds the proxy's clock is ahead of this machine's")
+    stall_max_s = _setting("stall_max_s", "seconds after which a stalled connection is closed")
+

@@ -28,17 +28,12 @@ Skips (unittest.SkipTest) when node is not installed or tests/s3/node_modules
 is missing (tests/s3/setup.sh installs it; scripts/check runs that).
 """
 
-import json
 import os
-import select
 import shutil
 import signal
 import subprocess
-import time
 import unittest
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import serverproc
 from serverproc import ServerProcess
@@ -125,7 +120,7 @@ class S3Server(ServerProcess):
         self.starts += 1
         _LIVE.add(self)
         try:
-            ready = self._read_ready(timeout)
+            ready = self.read_ready(timeout, "server.js")
         except BaseException:
             self.kill9()
             raise
@@ -133,27 +128,6 @@ class S3Server(ServerProcess):
         self.control_port = ready["control_port"]
         assert ready["pid"] == self.proc.pid, ready
         return self
-
-    def _read_ready(self, timeout):
-        deadline = time.monotonic() + timeout
-        line = b""
-        fd = self.proc.stdout.fileno()
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError("server.js printed no ready line within %ds\n%s" % (timeout, self.log_tail()))
-            r, _, _ = select.select([fd], [], [], left)
-            if not r:
-                continue
-            piece = os.read(fd, 4096)
-            if not piece:
-                rc = self.proc.wait()
-                raise AssertionError("server.js exited with %s at start\n%s" % (rc, self.log_tail()))
-            line += piece
-        try:
-            return json.loads(line.decode("utf-8"))
-        except ValueError:
-            raise AssertionError("server.js printed %r instead of its ready line\n%s" % (line, self.log_tail()))
 
     def stop(self):
         """SIGTERM (the server exits 0), SIGKILL after STOP_TIMEOUT; returns
@@ -206,19 +180,7 @@ class S3Server(ServerProcess):
 
     def _json(self, method, url, body=None, headers=None, timeout=CONTROL_TIMEOUT):
         """(status, parsed JSON or raw bytes) of one request to the control port."""
-        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                status, raw = r.status, r.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
-        try:
-            return status, json.loads(raw.decode("utf-8"))
-        except ValueError:
-            return status, raw
+        return serverproc.json_request(method, url, body, headers, timeout)
 
     def control(self, **settings):
         """POSTs the settings (tests/s3/README.md lists them) and returns the new

@@ -4,8 +4,13 @@ LOG_NAME in a log tail, and the module's set of running servers in LIVE,
 which that module's atexit hook stops."""
 
 import atexit
+import json
 import os
+import select
 import subprocess
+import time
+import urllib.error
+import urllib.request
 
 STOP_TIMEOUT = 10
 
@@ -58,6 +63,29 @@ class ServerProcess:
         self.LIVE.discard(self)
         return self.proc.returncode
 
+    def read_ready(self, timeout, what):
+        """The JSON object of the ready line the server (`what`, for the
+        messages) prints on its stdout, a pipe, within timeout seconds."""
+        deadline = time.monotonic() + timeout
+        line = b""
+        fd = self.proc.stdout.fileno()
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("%s printed no ready line within %ds\n%s" % (what, timeout, self.log_tail()))
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                continue
+            piece = os.read(fd, 4096)
+            if not piece:
+                rc = self.proc.wait()
+                raise AssertionError("%s exited with %s at start\n%s" % (what, rc, self.log_tail()))
+            line += piece
+        try:
+            return json.loads(line.decode("utf-8"))
+        except ValueError:
+            raise AssertionError("%s printed %r instead of its ready line\n%s" % (what, line, self.log_tail()))
+
     def log_text(self):
         try:
             with open(self.log_path, "rb") as f:
@@ -73,3 +101,21 @@ class ServerProcess:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def json_request(method, url, body=None, headers=None, timeout=10):
+    """(status, parsed JSON or raw bytes) of one request to a test server's
+    control port; body: bytes, or an object sent as JSON."""
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, raw = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    try:
+        return status, json.loads(raw.decode("utf-8"))
+    except ValueError:
+        return status, raw

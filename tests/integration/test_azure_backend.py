@@ -337,7 +337,7 @@ class ReadCache(AzureCase):
         d.stop()
         # a new cairnd: its memory caches are empty; the first read goes to the service
         d.start()
-        proxy.methods.clear()
+        proxy.reset_counters()
         self.assert_docs(d, {r["hash"]: data})
         self.assertGreater(proxy.methods.get("GET", 0), 0, "the first read asked the service nothing")
         s = d.status()
@@ -345,7 +345,7 @@ class ReadCache(AzureCase):
         d.stop()
         # another: the slice files on disk serve the read, no Get Blob
         d.start()
-        proxy.methods.clear()
+        proxy.reset_counters()
         self.assert_docs(d, {r["hash"]: data})
         self.assertEqual(proxy.methods.get("GET", 0), 0, "the second read went to the service: %r" % proxy.methods)
         s = d.status()

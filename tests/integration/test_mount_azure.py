@@ -44,7 +44,7 @@ class MountAzureDatabases(ms.MountS3Databases):
         return AzureDaemon(None, home, base=dbase, args=["--backend", url], env=cls.srv.env())
 
     def reset_gets(self):
-        self.proxy.methods.clear()
+        self.proxy.reset_counters()
 
     def gets(self):
         return self.proxy.methods.get("GET", 0)
