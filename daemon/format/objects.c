@@ -20,17 +20,19 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
 {
     msgpack_sbuffer sbuf;
     msgpack_packer pk;
-    static const char *const ops[] = {"add", "delete", "unname"};
+    static const char *const ops[] = {"add", "delete", "unname", "void"};
     uint32_t n = 4;
 
     if (e->op == ENTRY_ADD)
         n += 7 + (e->name && e->name[0]) + (e->ntags > 0) + (e->nmeta > 0);
     else if (e->op == ENTRY_DELETE)
         n += e->if_unnamed;
-    else if (e->name && e->name[0])
+    else if (e->op == ENTRY_VOID)
+        ;
+    else if (e->op == ENTRY_UNNAME && e->name && e->name[0])
         n++;
     else
-        return -EINVAL; /* an unname entry without a name */
+        return -EINVAL; /* an unname entry without a name, or no op */
     msgpack_sbuffer_init(&sbuf);
     msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, n);
@@ -195,6 +197,9 @@ int objects_entry_decode(const uint8_t *raw, size_t len, struct entry *e)
         r = e->name && e->name[0] ? 0 : -EBADMSG;
     } else if (proto_str_eq(op, "add")) {
         r = decode_add(msg.map, e);
+    } else if (proto_str_eq(op, "void")) {
+        e->op = ENTRY_VOID;
+        r = 0;
     } else {
         r = -EBADMSG;
     }

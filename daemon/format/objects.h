@@ -11,12 +11,20 @@
  *    depth, root: bin, name?, tags?, meta?}
  *   {v: 2, op: "delete", doc: bin32, time, if_unnamed?: true}
  *   {v: 2, op: "unname", doc: bin32, time, name}
+ *   {v: 2, op: "void", doc: bin32, time}
  *
  * A delete with `if_unnamed` deletes the document only if no name points to
  * it when the entry applies (`cairn rm NAME`: a document goes with its last
  * name); one that did not apply leaves no journal row. An unname entry takes
  * the name off that one document: every version of the name that points to
  * it goes.
+ *
+ * A void entry cancels the entry whose id its `doc` holds: a writer whose
+ * database could not apply an entry it had already written (the client was
+ * told the operation failed) writes one after it, so a replay, a rebuild
+ * and the other writers of a shared bucket never apply that entry, and undo
+ * it where they already had (the document is worked out again from its
+ * other entries). Void entries are never dead weight for gc.
  *
  * An add entry carries the document's manifest root (manifest.h: depth and
  * the packed root entries), so it alone says what the document is made of,
@@ -40,6 +48,7 @@ enum entry_op {
     ENTRY_ADD = 0,
     ENTRY_DELETE = 1,
     ENTRY_UNNAME = 2,
+    ENTRY_VOID = 3, /* doc: the id of the entry it cancels */
 };
 
 struct entry {

@@ -170,6 +170,25 @@ static void test_unname_and_conditional_delete(void **state)
     assert_int_equal(objects_entry_encode(&nameless, &raw, &len), -EINVAL);
 }
 
+/* A void entry: the cancelled entry's id in doc, nothing else. */
+static void test_void_entry(void **state)
+{
+    struct entry v = {.op = ENTRY_VOID, .time_ns = 9}, out;
+    uint8_t *raw;
+    size_t len;
+
+    (void)state;
+    make_hash(v.doc, 5);
+    assert_int_equal(objects_entry_encode(&v, &raw, &len), 0);
+    assert_int_equal(objects_entry_decode(raw, len, &out), 0);
+    assert_int_equal(out.op, ENTRY_VOID);
+    assert_int_equal(out.time_ns, 9);
+    assert_memory_equal(out.doc, v.doc, PROTO_HASH_LEN);
+    assert_null(out.name);
+    objects_entry_clear(&out);
+    free(raw);
+}
+
 /* ---- hostile bytes ------------------------------------------------------------------ */
 
 static void expect_bad(const uint8_t *raw, size_t len, const char *what)
@@ -465,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_delete_roundtrip),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_unname_and_conditional_delete),
+        cmocka_unit_test(test_void_entry),
         cmocka_unit_test(test_size_limit),
         cmocka_unit_test(test_hostile_fields),
         cmocka_unit_test(test_not_a_map),

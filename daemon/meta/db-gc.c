@@ -19,6 +19,8 @@
  * row is gone, and a rebuild from the packs would bring that add back
  * without them. A marked pack (DB_PACK_MARKED) keeps its rows until it is
  * emptied, so its add entries keep their deletes alive by the rules above.
+ * A void entry is never dead: the entry it cancels may still be in a pack
+ * that a rebuild reads (its own row is gone, so no rule could tell).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -31,11 +33,11 @@
 #include "daemon/format/manifest.h"
 
 #define JOURNAL_DEAD                                                                               \
-    "((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc AND x.op = 1"              \
-    " AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM packs p"                   \
+    "(j.op != 3 AND ((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"            \
+    " AND x.op = 1 AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM packs p"      \
     " WHERE p.state = 2) AND (NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"             \
     " AND x.op = 0 AND x.time < j.time) OR (j.op = 2 AND EXISTS (SELECT 1 FROM journal x"          \
-    " WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time)))))"
+    " WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time))))))"
 
 const char *const db_gc_sql[DB_S_COUNT_] = {
     [DB_S_STATE_GET] = "SELECT value FROM state WHERE key = ?1",

@@ -67,6 +67,8 @@ enum db_stmt_id {
     DB_S_JOURNAL_NEWEST,
     DB_S_JOURNAL_LATER,
     DB_S_JOURNAL_OF_DOC,
+    DB_S_JOURNAL_VOIDED,
+    DB_S_JOURNAL_ROW,
     DB_S_PACK_SET,
     DB_S_PACK_DROP,
     DB_S_PACKS,

@@ -62,6 +62,9 @@ const char *const db_store_sql[DB_S_COUNT_] = {
                            " OR (time = ?2 AND (op < ?3 OR (op = ?3 AND hash > ?4)))) LIMIT 1",
     [DB_S_JOURNAL_OF_DOC] = "SELECT hash, pack, off, len FROM journal WHERE doc = ?1"
                             " AND applied = 1 ORDER BY time, op DESC, hash",
+    /* A void entry's doc is the id of the entry it cancels (objects.h). */
+    [DB_S_JOURNAL_VOIDED] = "SELECT 1 FROM journal WHERE doc = ?1 AND op = 3 LIMIT 1",
+    [DB_S_JOURNAL_ROW] = "SELECT applied, pack, off, len FROM journal WHERE hash = ?1",
     [DB_S_PACK_SET] = "INSERT INTO packs(seq, size, state) VALUES(?1, ?2, ?3)"
                       " ON CONFLICT(seq) DO UPDATE SET size = excluded.size,"
                       " state = excluded.state",
@@ -355,6 +358,47 @@ int db_journal_of_doc(struct db *db, const uint8_t doc[PROTO_HASH_LEN],
     *out = v;
     *n = count;
     return 0;
+}
+
+int db_txn_journal_voided(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool *voided)
+{
+    sqlite3_stmt *s = db_stmt(txn->c, DB_S_JOURNAL_VOIDED, db_store_sql);
+    int64_t one;
+    int r;
+
+    if (!s)
+        return -EIO;
+    sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
+    r = db_query_id(txn->c, s, &one);
+    *voided = r == 0;
+    return r == DB_E_NOT_FOUND ? 0 : r;
+}
+
+int db_journal_row(struct db *db, const uint8_t id[PROTO_HASH_LEN], struct db_pending_entry *row,
+                   bool *applied)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *s;
+    int rc;
+
+    if (!c)
+        return -EIO;
+    if (!(s = db_stmt(c, DB_S_JOURNAL_ROW, db_store_sql))) {
+        db_reader_release(db, c);
+        return -EIO;
+    }
+    sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
+    if ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        memset(row, 0, sizeof(*row));
+        memcpy(row->id, id, PROTO_HASH_LEN);
+        *applied = sqlite3_column_int(s, 0) != 0;
+        row->loc.pack = (uint64_t)sqlite3_column_int64(s, 1);
+        row->loc.off = (uint64_t)sqlite3_column_int64(s, 2);
+        row->loc.len = (uint32_t)sqlite3_column_int64(s, 3);
+    }
+    sqlite3_reset(s);
+    db_reader_release(db, c);
+    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? DB_E_NOT_FOUND : -EIO;
 }
 
 int db_journal_newest(struct db *db, uint64_t *time_ns)

@@ -327,6 +327,11 @@ int db_journal_later(struct db *db, const uint8_t doc[PROTO_HASH_LEN], uint64_t 
 /* The applied journal entries of a document, in the journal's order (malloc'd). */
 int db_journal_of_doc(struct db *db, const uint8_t doc[PROTO_HASH_LEN],
                       struct db_pending_entry **out, size_t *n);
+/* Whether a void entry cancels the entry `id` (objects.h). */
+int db_txn_journal_voided(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN], bool *voided);
+/* The journal row of entry `id`: where it is and whether it was applied; DB_E_NOT_FOUND. */
+int db_journal_row(struct db *db, const uint8_t id[PROTO_HASH_LEN], struct db_pending_entry *row,
+                   bool *applied);
 /* The time of the newest journal entry (0 when none): new entries come after it. */
 int db_journal_newest(struct db *db, uint64_t *time_ns);
 /* Creates or updates a pack's row. */

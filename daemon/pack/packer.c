@@ -267,6 +267,7 @@ static void batch_fail(struct packer_batch *b, int status)
 
     for (; g; g = next) {
         next = g->next_;
+        g->written = false;
         g->done(g, status);
     }
     batch_free(b);
@@ -599,6 +600,7 @@ static void fail_late(struct packer_group *late)
                  "(the bucket could not be read for half the grace period); it fails");
     while (late) {
         struct packer_group *next = late->next_;
+        late->written = false;
         late->done(late, PACKER_E_UNAVAILABLE);
         late = next;
     }
@@ -733,6 +735,7 @@ static void batch_committed(struct db_write *w)
     b->pk->txns--;
     for (; g; g = next) {
         next = g->next_;
+        g->written = true;
         g->done(g, w->status != 0 ? (w->status < 0 ? w->status : -EIO) : g->status_);
     }
     batch_free(b);

@@ -106,6 +106,11 @@ struct packer_group {
      * errno, PACKER_E_UNAVAILABLE, or what apply returned.
      */
     void (*done)(struct packer_group *g, int status);
+    /*
+     * Set before done: the records are durable in a pack, whatever the
+     * status (a failure then is the database's).
+     */
+    bool written;
     /* Private to the packer. */
     int status_;
     struct packer_group *next_;

@@ -15,6 +15,11 @@
  * rebuild end with the same documents, whatever order the entries came in.
  * A name's versions are ordered by their entries' times and ids, so names
  * need nothing more.
+ *
+ * A void entry cancels another (objects.h): an entry with a void is never
+ * applied, its row goes; one applied before its void arrived (another
+ * writer's, read by a refresh between the two) is undone by working its
+ * document out again from its other entries.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -49,9 +54,16 @@ struct event {
     struct entry e;
     int verdict;  /* 0 apply, else refused (a STORE_E_* or RECORD_E_BAD) */
     bool skipped; /* a delete that applies only when unnamed, and did not */
-    /* Late: the document's applied entries, in order (NULL when it is not late). */
+    bool voided;  /* a void entry cancels it: not applied */
+    /*
+     * Late: the document's applied entries, in order (NULL when it is not
+     * late). For a void entry whose cancelled entry was applied (undo): the
+     * other applied entries of that entry's document, undo_doc.
+     */
     struct past_entry *past;
     size_t npast;
+    bool undo;
+    uint8_t undo_doc[PROTO_HASH_LEN];
 };
 
 struct event_page {
@@ -117,27 +129,27 @@ static void past_free(struct event *ev)
 }
 
 /*
- * When the document has an applied entry later than this one, reads all its
- * applied entries back (the event's own is not among them). 0, or a
- * failure: an entry of the document that cannot be read makes the event
- * wait (it stays pending) rather than work the document out without it.
+ * Reads back the applied entries of document `doc` into ev->past, in order,
+ * all but entry `skip` (NULL: none). 0, or a failure: an entry of the
+ * document that cannot be read makes the event wait (it stays pending)
+ * rather than work the document out without it.
  */
-static int load_past(const struct recovery_parts *rv, struct event *ev)
+static int load_entries(const struct recovery_parts *rv, struct event *ev,
+                        const uint8_t doc[PROTO_HASH_LEN], const uint8_t *skip)
 {
     struct db_pending_entry *rows;
-    bool later;
     size_t n;
-    int r = db_journal_later(rv->db, ev->e.doc, ev->e.time_ns, (int)ev->e.op, ev->pend.id, &later);
+    int r;
 
-    if (r < 0 || !later)
-        return r;
-    if ((r = db_journal_of_doc(rv->db, ev->e.doc, &rows, &n)) < 0)
+    if ((r = db_journal_of_doc(rv->db, doc, &rows, &n)) < 0)
         return r;
     if (n && !(ev->past = calloc(n, sizeof(*ev->past))))
         r = -ENOMEM;
     for (size_t i = 0; r == 0 && i < n; i++) {
-        memcpy(ev->past[i].id, rows[i].id, PROTO_HASH_LEN);
-        if ((r = read_entry(rv, &rows[i], &ev->past[i].e)) == 0)
+        if (skip && memcmp(rows[i].id, skip, PROTO_HASH_LEN) == 0)
+            continue;
+        memcpy(ev->past[ev->npast].id, rows[i].id, PROTO_HASH_LEN);
+        if ((r = read_entry(rv, &rows[i], &ev->past[ev->npast].e)) == 0)
             ev->npast++;
     }
     free(rows);
@@ -145,10 +157,49 @@ static int load_past(const struct recovery_parts *rv, struct event *ev)
         past_free(ev);
         return r > 0 ? -EIO : r;
     }
+    return 0;
+}
+
+/*
+ * When the document has an applied entry later than this one, reads all its
+ * applied entries back (the event's own is not among them).
+ */
+static int load_past(const struct recovery_parts *rv, struct event *ev)
+{
+    bool later;
+    int r = db_journal_later(rv->db, ev->e.doc, ev->e.time_ns, (int)ev->e.op, ev->pend.id, &later);
+
+    if (r < 0 || !later)
+        return r;
+    if ((r = load_entries(rv, ev, ev->e.doc, NULL)) < 0)
+        return r;
     /* A document with no applied entry left is not late: nothing to redo. */
     if (ev->npast == 0)
         past_free(ev);
     return 0;
+}
+
+/*
+ * A void entry: when the entry it cancels was applied, the other applied
+ * entries of that entry's document, to work it out again without it.
+ */
+static int load_undo(const struct recovery_parts *rv, struct event *ev)
+{
+    struct db_pending_entry row;
+    struct entry cancelled;
+    bool applied;
+    int r = db_journal_row(rv->db, ev->e.doc, &row, &applied);
+
+    if (r == DB_E_NOT_FOUND || (r == 0 && !applied))
+        return 0; /* not applied: it never will be */
+    if (r < 0)
+        return r;
+    if ((r = read_entry(rv, &row, &cancelled)) != 0)
+        return r > 0 ? -EIO : r;
+    memcpy(ev->undo_doc, cancelled.doc, PROTO_HASH_LEN);
+    objects_entry_clear(&cancelled);
+    ev->undo = true;
+    return load_entries(rv, ev, ev->undo_doc, ev->e.doc);
 }
 
 static void slice_work(void *arg)
@@ -160,6 +211,7 @@ static void slice_work(void *arg)
     for (size_t i = sl->from; sl->status == 0 && i < sl->to; i++) {
         struct event *ev = &pg->ev[i];
         int r = read_entry(rv, &ev->pend, &ev->e);
+        bool cancels = r == 0 && ev->e.op == ENTRY_VOID;
         if (r == 0 && ev->e.op == ENTRY_ADD) {
             r = store_walk_manifest(rv->st, ev->e.depth, ev->e.root, ev->e.root_len, 0, check_chunk,
                                     pg->rp);
@@ -168,7 +220,8 @@ static void slice_work(void *arg)
             r = STORE_E_INTEGRITY; /* unreadable: refused, not fatal */
         if (r == -ENOMEM || r == -EIO || r == STORE_E_UNAVAILABLE)
             sl->status = r < 0 ? r : -EIO;
-        else if ((ev->verdict = r) == 0 && (r = load_past(rv, ev)) < 0)
+        else if ((ev->verdict = r) == 0 &&
+                 (r = cancels ? load_undo(rv, ev) : load_past(rv, ev)) < 0)
             sl->status = r;
     }
 }
@@ -225,6 +278,8 @@ static int apply_entry(struct replay *rp, struct db_txn *txn, const struct entry
     int r;
 
     *skipped = false;
+    if (e->op == ENTRY_VOID)
+        return 0; /* page_apply's, never a document's */
     proto_hex_encode(e->doc, PROTO_HASH_LEN, hex);
     if (e->op == ENTRY_UNNAME) {
         int64_t rowid = 0;
@@ -281,31 +336,44 @@ static bool before(const struct entry *a, const uint8_t aid[PROTO_HASH_LEN], con
 }
 
 /*
- * A late entry: the document is worked out anew, from nothing, by its
- * applied entries and this one in the journal's order.
+ * The document is worked out anew, from nothing, by the applied entries in
+ * `past` and, in its place in the journal's order, `mine` (a late entry;
+ * NULL when undoing a cancelled one).
  */
-static int redo_document(struct replay *rp, struct db_txn *txn, struct event *ev)
+static int rework(struct replay *rp, struct db_txn *txn, const uint8_t doc[PROTO_HASH_LEN],
+                  const struct past_entry *past, size_t npast, struct event *mine)
 {
     char hex[PROTO_HASH_HEX + 1];
-    bool mine_done = false, skipped;
+    bool mine_done = mine == NULL, skipped;
     int r;
 
-    proto_hex_encode(ev->e.doc, PROTO_HASH_LEN, hex);
+    proto_hex_encode(doc, PROTO_HASH_LEN, hex);
     r = db_txn_delete(txn, hex);
     if (r != 0 && r != DB_E_NOT_FOUND)
         return r;
     rp->removed |= r == 0;
     r = 0;
-    for (size_t i = 0; r == 0 && i <= ev->npast; i++) {
-        if (!mine_done &&
-            (i == ev->npast || before(&ev->e, ev->pend.id, &ev->past[i].e, ev->past[i].id))) {
+    for (size_t i = 0; r == 0 && i <= npast; i++) {
+        if (!mine_done && (i == npast || before(&mine->e, mine->pend.id, &past[i].e, past[i].id))) {
             mine_done = true;
-            r = apply_entry(rp, txn, &ev->e, ev->pend.id, &skipped);
-            ev->skipped = skipped;
+            r = apply_entry(rp, txn, &mine->e, mine->pend.id, &skipped);
+            mine->skipped = skipped;
         }
-        if (r == 0 && i < ev->npast)
-            r = apply_entry(rp, txn, &ev->past[i].e, ev->past[i].id, &skipped);
+        if (r == 0 && i < npast)
+            r = apply_entry(rp, txn, &past[i].e, past[i].id, &skipped);
     }
+    return r;
+}
+
+/* A void entry: the entry it cancels goes, undone if it was applied. */
+static int apply_void(struct replay *rp, struct db_txn *txn, struct event *ev)
+{
+    int r = 0;
+
+    if (ev->undo)
+        r = rework(rp, txn, ev->undo_doc, ev->past, ev->npast, NULL);
+    if (r == 0)
+        r = db_txn_journal_applied(txn, ev->e.doc, true);
     return r;
 }
 
@@ -316,12 +384,17 @@ static int page_apply(struct db_txn *txn, void *ctx)
 
     for (size_t i = 0; r == 0 && i < pg->n; i++) {
         struct event *ev = &pg->ev[i];
-        if (ev->verdict != 0) {
+        if (ev->verdict == 0 && ev->e.op != ENTRY_VOID &&
+            (r = db_txn_journal_voided(txn, ev->pend.id, &ev->voided)) < 0)
+            break;
+        if (ev->verdict != 0 || ev->voided) {
             r = db_txn_journal_applied(txn, ev->pend.id, true);
             continue;
         }
-        if (ev->past)
-            r = redo_document(pg->rp, txn, ev);
+        if (ev->e.op == ENTRY_VOID)
+            r = apply_void(pg->rp, txn, ev);
+        else if (ev->past)
+            r = rework(pg->rp, txn, ev->e.doc, ev->past, ev->npast, ev);
         else
             r = apply_entry(pg->rp, txn, &ev->e, ev->pend.id, &ev->skipped);
         /* As when it was written: a delete that did not apply keeps no row. */
@@ -366,8 +439,8 @@ int replay_events(struct replay *rp)
                          ev->verdict == RECORD_E_BAD ? "its journal entry is damaged"
                                                      : "a chunk or segment is missing or damaged");
                 rp->refused++;
-            } else if (r == 0) {
-                /* Unname entries are neither: the summary counts adds and deletes. */
+            } else if (r == 0 && !ev->voided) {
+                /* Unname and void entries are neither: the summary counts adds and deletes. */
                 rp->deleted += ev->e.op == ENTRY_DELETE && !ev->skipped;
                 rp->added += ev->e.op == ENTRY_ADD;
             }

@@ -118,6 +118,7 @@ struct store_add {
     bool finishing, final_cut_done, entry_started, committing, aborted;
     bool unchanged;
     int error;
+    int final_status; /* the commit's failure, told once its entry is cancelled (void.c) */
     uint8_t doc_hash[PROTO_HASH_LEN];
     uint64_t ticket, entry_ns;
     uint8_t *root;

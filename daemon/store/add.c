@@ -558,6 +558,8 @@ static void entry_start(struct store_add *add)
 static int final_apply(struct db_txn *txn, struct packer_group *g)
 {
     struct store_add *add = container_of(g, struct store_add, final);
+    if (store_test_fails_apply(add->st, add->p.name))
+        return -EIO;
     return db_txn_add(txn, &add->dba);
 }
 
@@ -575,19 +577,33 @@ static void report(struct store_add *add, bool created)
     add->ops->done(add->userdata, 0, &res);
 }
 
+static void final_voided(void *ctx)
+{
+    struct store_add *add = ctx;
+    int status = add->final_status;
+
+    add->committing = false;
+    add_fail(add, status < 0 ? status : STORE_E_UNAVAILABLE);
+    (void)add_maybe_end(add);
+}
+
 static void final_done(struct packer_group *g, int status)
 {
     struct store_add *add = container_of(g, struct store_add, final);
     struct store *st = add->st;
 
-    add->committing = false;
     add->ticket = 0; /* used */
-    add_list_clear(&add->final_recs);
     if (status != 0) {
-        add_fail(add, status < 0 ? status : STORE_E_UNAVAILABLE);
-        (void)add_maybe_end(add);
+        add->final_status = status;
+        /* Its entry may be in a pack already: cancelled before the failure is told. */
+        bool voiding = store_void_entries(st, g, final_voided, add);
+        add_list_clear(&add->final_recs);
+        if (!voiding)
+            final_voided(add);
         return;
     }
+    add->committing = false;
+    add_list_clear(&add->final_recs);
     if (add->p.name && add->p.name[0])
         refcache_forget_name(st->refs, add->p.name);
     if (add->dba.index_changed) {

@@ -36,6 +36,7 @@ struct store_delete {
     bool dry_run;
     uv_work_t work;
     int status;
+    int final_status; /* the commit's failure, told once its entries are cancelled (void.c) */
     uint64_t ticket, time_ns;
     struct db_doc doc; /* what the ref resolved to */
     struct delete_doc *docs;
@@ -170,6 +171,8 @@ static int delete_apply(struct db_txn *txn, struct packer_group *g)
     struct store_delete *del = container_of(g, struct store_delete, g);
     int r;
 
+    if (del->doc.by_name && store_test_fails_apply(del->st, del->doc.name))
+        return -EIO;
     /* By hash: the ref may name another document by now. */
     if (!del->doc.by_name)
         return db_txn_delete(txn, del->docs[0].hash);
@@ -188,6 +191,19 @@ static int delete_apply(struct db_txn *txn, struct packer_group *g)
     return 0;
 }
 
+/* DB_E_NOT_FOUND: deleted meanwhile by someone else. */
+static int delete_status(int status)
+{
+    return status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE : store_status_from_db(status);
+}
+
+static void delete_voided(void *ctx)
+{
+    struct store_delete *del = ctx;
+
+    delete_end(del, delete_status(del->final_status));
+}
+
 static void delete_committed(struct packer_group *g, int status)
 {
     struct store_delete *del = container_of(g, struct store_delete, g);
@@ -195,6 +211,12 @@ static void delete_committed(struct packer_group *g, int status)
     bool removed = false;
 
     del->ticket = 0; /* used */
+    /* Its entries may be in a pack already: cancelled before the failure is told. */
+    if (status != 0 && status != DB_E_NOT_FOUND) {
+        del->final_status = status;
+        if (store_void_entries(st, g, delete_voided, del))
+            return;
+    }
     if (status == 0) {
         if (del->doc.by_name)
             refcache_forget_name(st->refs, del->doc.name);
@@ -211,9 +233,7 @@ static void delete_committed(struct packer_group *g, int status)
             if (del->docs[i].kept_rowid)
                 store_index_changed(st, del->docs[i].kept_rowid, NULL, 0);
     }
-    /* DB_E_NOT_FOUND: deleted meanwhile by someone else. */
-    delete_end(del,
-               status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE : store_status_from_db(status));
+    delete_end(del, delete_status(status));
 }
 
 static void resolve_done(uv_work_t *work, int status)

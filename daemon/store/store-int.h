@@ -44,6 +44,12 @@ struct store {
     struct store_index_hooks index;
     struct store_ops_hook ops_ended;
     uint64_t last_entry_ns; /* recovery starts it at the newest entry in the packs */
+    /*
+     * Test-only fault injection: with CAIRN_TEST_FAIL_APPLY=NAME in cairnd's
+     * environment, the database changes of an add of NAME and of `rm NAME`
+     * fail (-EIO) after their records are in a pack (test_durability.py).
+     */
+    const char *test_fail_apply;
     /* The shared bucket's gc (store_set_bucket_seen): when its marks were last all seen. */
     uint64_t bucket_seen_ms, gc_grace_ms;
     /* Worker-to-loop reads. */
@@ -57,12 +63,25 @@ struct store {
 void store_index_changed(struct store *st, int64_t rowid, char *text, size_t len);
 void store_index_removed(struct store *st);
 
+/* Whether CAIRN_TEST_FAIL_APPLY names `name` (test_fail_apply; any thread). */
+bool store_test_fails_apply(const struct store *st, const char *name);
+
 /* A journal time (ns since the epoch) later than every one handed out before. */
 uint64_t store_entry_time(struct store *st);
 struct entry;
 struct packer_rec;
 /* Encodes a journal entry as a sealed PACK_REC_ENTRY record in *rec (worker threads). */
 int store_entry_record(struct store *st, const struct entry *e, struct packer_rec *rec);
+
+struct packer_group;
+/*
+ * The failed group's records are durable in a pack (packer_group.written)
+ * and it has journal entries: a void entry is written for each (void.c),
+ * then cb(ctx) comes, on a later loop turn, whether that worked or not
+ * (a failure is logged), and true is returned. Else false: nothing to do.
+ */
+bool store_void_entries(struct store *st, const struct packer_group *failed, void (*cb)(void *ctx),
+                        void *ctx);
 
 /* Maps a backend read status to the store's codes. */
 int store_map_read_status(int status);

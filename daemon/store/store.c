@@ -39,6 +39,7 @@ int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db
     st->rcache = rc;
     st->cfg = *cfg;
     st->next_op_seq = 1;
+    st->test_fail_apply = getenv("CAIRN_TEST_FAIL_APPLY");
     *out = st;
     if ((r = cdc_init(&st->cdc, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max)) < 0 ||
         (r = cache_new(&st->cache, cfg->cache_size)) < 0 ||
@@ -227,6 +228,12 @@ uint64_t store_next_op(const struct store *st)
 }
 
 /* ---- helpers ---- */
+
+bool store_test_fails_apply(const struct store *st, const char *name)
+{
+    return st->test_fail_apply && *st->test_fail_apply && name &&
+           strcmp(name, st->test_fail_apply) == 0;
+}
 
 uint64_t store_entry_time(struct store *st)
 {

@@ -2,7 +2,12 @@
 """An acknowledged add survives kill -9. Eight threads add documents
 concurrently while the daemon is killed; after a restart (stale socket and
 lock left behind) every acknowledged document is byte-identical, its name
-resolves, and nothing listed is unreadable."""
+resolves, and nothing listed is unreadable. And what a client was told
+failed stays undone: an add or rm whose records reached a pack but whose
+database changes failed (CAIRN_TEST_FAIL_APPLY) is undone after a restart,
+a gc and a rebuild from the packs alone."""
+
+import subprocess
 
 import hashlib
 import os
@@ -178,6 +183,67 @@ class Restart(unittest.TestCase):
             self.assertEqual(r.get("hash"), ct.sha256_hex(content), ct.short(r))
             _, got = c.get("partial")
             self.assertEqual(got, content)
+        d.stop()
+
+
+class FailedCommit(ct.StoreChecks, unittest.TestCase):
+    """CAIRN_TEST_FAIL_APPLY=NAME makes the database changes of an add of NAME
+    and of `rm NAME` fail after their records (journal entry included) are in
+    the open pack. The client is told the operation failed, so it must stay
+    undone everywhere the packs are read again: without a void entry after
+    it, a rebuild applied the failed add and the failed rm."""
+
+    def rebuild(self, d):
+        p = subprocess.run(d.command() + ["--rebuild-index"], env=d.env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=300 * ct.SLOW)
+        self.assertEqual(p.returncode, 0, "--rebuild-index failed:\n%s" % p.stdout.decode()[-3000:])
+
+    def check(self, d, when, kept, doomed_new):
+        self.assertEqual(d.cli("get", "victim").stdout, kept["victim"], "%s: the failed rm applied" % when)
+        self.assertEqual(d.cli("get", "keep").stdout, kept["keep"], when)
+        self.assertEqual(d.cli("get", "after").stdout, kept["after"], when)
+        p = d.cli("stat", ct.sha256_hex(doomed_new), check_exit=None)
+        self.assertEqual(p.returncode, 1, "%s: the failed add applied: %r" % (when, p.stdout))
+        names = [line.split()[-1] for line in d.cli("ls").stdout.decode().splitlines() if line.strip()]
+        self.assertEqual(sorted(names), ["after", "keep", "victim"], when)
+
+    def test_failed_add_and_rm_stay_undone(self):
+        d = ct.Daemon(self)
+        d.start()
+        kept = {"victim": os.urandom(3000) + b"victim", "keep": b"kept all along", "after": b""}
+        d.cli("add", "-n", "victim", "-", input=kept["victim"])
+        d.cli("add", "-n", "keep", "-", input=kept["keep"])
+        d.stop()
+        d.extra_env["CAIRN_TEST_FAIL_APPLY"] = "victim"
+        d.start()
+        doomed_new = os.urandom(5000) + b"the new victim"
+        p = d.cli("add", "-n", "victim", "-", input=doomed_new, check_exit=None)
+        self.assertNotEqual(p.returncode, 0, "the add whose commit failed was reported done")
+        p = d.cli("rm", "victim", check_exit=None)
+        self.assertNotEqual(p.returncode, 0, "the rm whose commit failed was reported done")
+        kept["after"] = os.urandom(2000) + b"added after the failures"
+        d.cli("add", "-n", "after", "-", input=kept["after"])
+        self.check(d, "live", kept, doomed_new)
+        d.stop()
+        del d.extra_env["CAIRN_TEST_FAIL_APPLY"]
+        d.start()
+        self.check(d, "after a restart", kept, doomed_new)
+        d.stop()
+        self.rebuild(d)
+        d.start()
+        self.check(d, "after --rebuild-index", kept, doomed_new)
+        # gc rewrites the packs (keep's old copy dies with it); the voids go along
+        d.cli("rm", "keep")
+        kept["keep"] = b"kept, re-added"
+        d.cli("add", "-n", "keep", "-", input=kept["keep"])
+        with d.connect(timeout=300) as c:
+            r = c.call("gc", timeout=300 * ct.SLOW)
+        self.assertIs(r.get("ok"), True, ct.short(r))
+        d.stop()
+        self.rebuild(d)
+        d.start()
+        self.check(d, "after gc and --rebuild-index", kept, doomed_new)
+        self.assert_verify_ok(d)
         d.stop()
 
 

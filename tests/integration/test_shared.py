@@ -616,5 +616,61 @@ class OrphanPack(SharedCase):
         d.stop()
 
 
+class FailedCommit(SharedCase):
+    def test_an_entry_another_daemon_applied_is_undone_by_its_void(self):
+        """A's database fails an add after its pack is in the bucket
+        (CAIRN_TEST_FAIL_APPLY); B refreshes before A's void entry lands (the
+        void's pack is held back with SlowDowns), so B applies the add, and
+        undoes it when the void arrives: the client was told it failed."""
+        a, b = self.shared(2, intervals=["1h", "1h"])
+        a.stop()
+        a.extra_env["CAIRN_TEST_FAIL_APPLY"] = "doomed"
+        a.start()
+        old = os.urandom(3000)
+        h_old = self.add_ok(a, old, name="doomed2")
+        self.refresh(b)
+        writer = pf.own_writer(a.data_dir)
+        top = max(pack_writers(self.keys()).get(writer, [0]))
+        # in a shared bucket each batch is a pack: the add's is top+1, its void's top+2
+        void_key = pf.pack_name(writer, top + 2)
+        self.srv.control(fault_rate=1, faults=["503"], retry_after=2, fault_methods=["PUT"],
+                         fault_path=void_key, fault_limit=3)
+        content = os.urandom(4000) + b"doomed"
+        result = {}
+
+        def add():
+            with a.connect(timeout=120) as c:
+                result["r"] = c.add(content, name="doomed")
+
+        t = threading.Thread(target=add, daemon=True)
+        try:
+            t.start()
+            deadline = time.monotonic() + 30 * ct.SLOW
+            while top + 1 not in pack_writers(self.keys()).get(writer, []):
+                self.assertLess(time.monotonic(), deadline, "the add's pack never reached the bucket")
+                time.sleep(0.05)
+            self.refresh(b)
+            self.assertTrue(t.is_alive(), "test setup: the void landed before B's refresh")
+            self.assertEqual(b.cli("get", "doomed").stdout, content, "test setup: B did not apply the add")
+            t.join(120 * ct.SLOW)
+        finally:
+            self.srv.control(clear_faults=True)
+        self.assertFalse(t.is_alive())
+        self.assertIsNot(result["r"].get("ok"), True, "the add whose commit failed was reported done")
+        self.refresh(b)
+        for d in (a, b):
+            p = d.cli("stat", ct.sha256_hex(content), check_exit=None)
+            self.assertEqual(p.returncode, 1, "the failed add is on %s: %r" % (d.data_dir, p.stdout))
+            self.assertEqual(d.cli("get", "doomed2").stdout, old)
+            self.assertEqual(d.cli("get", h_old).stdout, old)
+        a.stop()
+        b.stop()
+        self.rebuild(b)
+        b.start()
+        self.assertEqual(b.cli("stat", ct.sha256_hex(content), check_exit=None).returncode, 1,
+                         "the failed add is back after --rebuild-index")
+        b.stop()
+
+
 if __name__ == "__main__":
     ct.main()
