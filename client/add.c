@@ -88,6 +88,14 @@ static int print_added(struct add *add, FILE *out, const msgpack_object *reply, 
     if (add->cli->json)
         return cli_print_json(out, cli_json_reply(reply)) < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
     proto_get_str(reply, "hash", &hash, &hash_len);
+    if (add->req.heal) {
+        /* No document: what the file rewrote, beside the file. */
+        char human[32];
+        cli_human_size(written, human, sizeof(human));
+        fprintf(out, "%s  ", written ? human : "0");
+        cli_put_record(add->cli, out, name[0] ? name : "-", name[0] ? strlen(name) : 1);
+        return CLI_EXIT_OK;
+    }
     proto_get_str(reply, "name", &echoed, &echoed_len);
     if (add->cli->null) {
         cli_put_record(add->cli, out, hash, hash_len);
@@ -205,7 +213,7 @@ static int add_small(struct add *add, uint8_t *data, size_t got, const char *wha
         p->what = NULL;
         return merge(status, cli_fail(add->cli, what, -ENOMEM));
     }
-    add->req.name = name;
+    add->req.name = add->req.heal ? NULL : name; /* healing names nothing */
     r = client_add_send(c, &add->req, data, got, &p->id);
     if (r != 0) {
         free(p->what);
@@ -304,7 +312,7 @@ static int add_fd(struct add *add, int fd, const char *what, const char *name)
     if (!c)
         return add->cli->no_client;
     client_set_progress(c, progress_bytes, &add->progress);
-    add->req.name = name;
+    add->req.name = add->req.heal ? NULL : name; /* healing names nothing */
     /* A regular file is read up to the size it had when opened, so one that keeps growing
      * (a log being written) still ends; one that claims 0 (in /proc) is read to its end. */
     add->req.read_limit = regular ? (uint64_t)st.st_size : 0;
@@ -487,7 +495,12 @@ static void summary(const struct add *add)
     secs = ((double)ts.tv_sec * 1e9 + (double)ts.tv_nsec - (double)add->progress.start_ns) / 1e9;
     cli_human_size(add->bytes, bytes, sizeof(bytes));
     cli_human_size(add->new_stored, stored, sizeof(stored));
-    if (add->new_stored == 0)
+    if (add->req.heal)
+        fprintf(stderr,
+                "read %llu file%s, %s; %s rewritten of what verify found damaged in %.1f s\n",
+                (unsigned long long)add->docs, add->docs == 1 ? "" : "s", bytes,
+                add->new_stored ? stored : "nothing", secs);
+    else if (add->new_stored == 0)
         fprintf(stderr, "added %llu document%s, %s; nothing new in the store in %.1f s\n",
                 (unsigned long long)add->docs, add->docs == 1 ? "" : "s", bytes, secs);
     else
@@ -500,11 +513,17 @@ static void summary(const struct add *add)
 int cli_cmd_add(struct cli *cli, int argc, char **argv)
 {
     static const struct option options[] = {
-        {"recursive", no_argument, NULL, 'r'},   {"name", required_argument, NULL, 'n'},
-        {"tag", required_argument, NULL, 't'},   {"meta", required_argument, NULL, 'm'},
-        {"mime", required_argument, NULL, 'M'},  {"exclude", required_argument, NULL, 'x'},
-        {"dereference", no_argument, NULL, 'L'}, {"null", no_argument, NULL, '0'},
-        {"help", no_argument, NULL, 'h'},        {0},
+        {"recursive", no_argument, NULL, 'r'},
+        {"name", required_argument, NULL, 'n'},
+        {"tag", required_argument, NULL, 't'},
+        {"meta", required_argument, NULL, 'm'},
+        {"mime", required_argument, NULL, 'M'},
+        {"exclude", required_argument, NULL, 'x'},
+        {"dereference", no_argument, NULL, 'L'},
+        {"null", no_argument, NULL, '0'},
+        {"heal", no_argument, NULL, 'H'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
     };
     /* No option can occur more often than there are arguments. */
     _cleanup_free_ const char **tags = calloc((size_t)argc, sizeof(*tags));
@@ -544,6 +563,9 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
         case 'M':
             add.req.mime = optarg;
             break;
+        case 'H':
+            add.req.heal = true;
+            break;
         case 'x':
             if (!optarg[0])
                 return cli_usage_error("add: empty --exclude pattern");
@@ -562,6 +584,8 @@ int cli_cmd_add(struct cli *cli, int argc, char **argv)
         return cli_usage_error("add: missing PATH");
     if (add.name && argc - optind > 1)
         return cli_usage_error("add: -n names one document, not %d", argc - optind);
+    if (add.req.heal && (add.name || add.req.n_tags || add.req.n_meta || add.req.mime))
+        return cli_usage_error("add: --heal stores no document: it takes no -n, -t, -m or --mime");
     progress_init(&add.progress, cli, "added", false);
     for (int i = optind; i < argc && !ends_walk(status); i++)
         status = merge(status, add_path(&add, argv[i]));

@@ -23,7 +23,7 @@ static const struct command {
 } commands[] = {
     {"add", cli_cmd_add,
      "cairn add [-r [-L]] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]...\n"
-     "          [--mime TYPE] [-0] PATH...\n\n"
+     "          [--mime TYPE] [--heal] [-0] PATH...\n\n"
      "Stores files (- reads standard input) and prints \"<hash>  <name>\" for each.\n"
      "  -r, --recursive     add the regular files under directories, named by their paths\n"
      "                      (links, FIFOs and devices are skipped, and named on stderr)\n"
@@ -32,6 +32,8 @@ static const struct command {
      "  -t, --tag TAG       add a tag (repeatable)\n"
      "  -m, --meta KEY=VALUE  add metadata (repeatable)\n"
      "      --mime TYPE     the mime type (default: guessed from the first 8 KiB)\n"
+     "      --heal          store no document: only rewrite the chunks of these files\n"
+     "                      that verify found damaged; prints \"<bytes rewritten>  <path>\"\n"
      "  -0, --null          print each hash alone, ended by a NUL (for xargs -0)\n"
      "      --exclude GLOB  leave out what -r finds whose name matches GLOB (or whose\n"
      "                      path does, when GLOB has a /); repeatable\n"
@@ -207,7 +209,7 @@ void cli_print_usage(FILE *out)
           "Commands:\n"
           "  add [-r [-L]] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]... [--mime "
           "TYPE]\n"
-          "      [-0] PATH...\n"
+          "      [--heal] [-0] PATH...\n"
           "                  store files; - reads standard input, -r adds directories\n"
           "  get [-o FILE] [--range START-END] REF | get -r PREFIX DIR\n"
           "                  write a document to standard output or FILE, or a tree to DIR\n"

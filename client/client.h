@@ -54,6 +54,8 @@ struct client_add_req {
     size_t n_meta;
     /* client_add(): read at most this many bytes of the input; 0 reads it to its end. */
     uint64_t read_limit;
+    /* Only fresh copies of chunks verify found damaged; no document (PROTOCOL.md add). */
+    bool heal;
 };
 
 /*
@@ -281,6 +283,10 @@ struct client_search_req {
  */
 int client_encode_add(msgpack_sbuffer *sbuf, uint64_t id, const struct client_add_req *req,
                       int64_t size, const void *data, size_t len, bool more);
+/* The add frame's fields but `data` and `more` (client_pack_add_head packs them). */
+uint32_t client_add_head_fields(const struct client_add_req *req, int64_t size);
+void client_pack_add_head(msgpack_packer *pk, const struct client_add_req *req, int64_t size,
+                          const void *first, size_t first_len);
 /* A continuation {id, op: "data", data, more} of the add `id`. */
 int client_encode_data(msgpack_sbuffer *sbuf, uint64_t id, const void *data, size_t len, bool more);
 int client_encode_get(msgpack_sbuffer *sbuf, uint64_t id, const char *ref);

@@ -96,37 +96,49 @@ static bool nonempty(const char *s)
     return s && s[0];
 }
 
+uint32_t client_add_head_fields(const struct client_add_req *req, int64_t size)
+{
+    return 1 + nonempty(req->name) + (req->n_tags > 0) + (req->n_meta > 0) + (size >= 0) +
+           req->heal;
+}
+
+void client_pack_add_head(msgpack_packer *pk, const struct client_add_req *req, int64_t size,
+                          const void *first, size_t first_len)
+{
+    if (req->heal)
+        pack_bool(pk, "heal", true);
+    if (nonempty(req->name)) {
+        proto_pack_cstr(pk, "name");
+        proto_pack_cstr(pk, req->name);
+    }
+    if (req->n_tags > 0)
+        pack_strs(pk, "tags", req->tags, req->n_tags);
+    if (req->n_meta > 0) {
+        proto_pack_cstr(pk, "meta");
+        msgpack_pack_map(pk, req->n_meta);
+        for (size_t i = 0; i < req->n_meta; i++) {
+            proto_pack_cstr(pk, req->meta[i].key);
+            proto_pack_cstr(pk, req->meta[i].value);
+        }
+    }
+    if (size >= 0) {
+        proto_pack_cstr(pk, "size");
+        msgpack_pack_uint64(pk, (uint64_t)size);
+    }
+    proto_pack_cstr(pk, "mime");
+    proto_pack_cstr(pk, req->mime ? req->mime : client_mime_guess(first, first_len));
+}
+
 int client_encode_add(msgpack_sbuffer *sbuf, uint64_t id, const struct client_add_req *req,
                       int64_t size, const void *data, size_t len, bool more)
 {
     static const struct client_add_req unnamed;
     struct encoder enc;
-    uint32_t nfields;
 
     if (!req)
         req = &unnamed;
-    nfields = 3 + nonempty(req->name) + (req->n_tags > 0) + (req->n_meta > 0) + (size >= 0);
-    encoder_begin(&enc, sbuf, id, "add", nfields);
-    if (nonempty(req->name)) {
-        proto_pack_cstr(&enc.pk, "name");
-        proto_pack_cstr(&enc.pk, req->name);
-    }
-    if (req->n_tags > 0)
-        pack_strs(&enc.pk, "tags", req->tags, req->n_tags);
-    if (req->n_meta > 0) {
-        proto_pack_cstr(&enc.pk, "meta");
-        msgpack_pack_map(&enc.pk, req->n_meta);
-        for (size_t i = 0; i < req->n_meta; i++) {
-            proto_pack_cstr(&enc.pk, req->meta[i].key);
-            proto_pack_cstr(&enc.pk, req->meta[i].value);
-        }
-    }
-    if (size >= 0) {
-        proto_pack_cstr(&enc.pk, "size");
-        msgpack_pack_uint64(&enc.pk, (uint64_t)size);
-    }
-    proto_pack_cstr(&enc.pk, "mime");
-    proto_pack_cstr(&enc.pk, req->mime ? req->mime : client_mime_guess(data, len));
+    encoder_begin(&enc, sbuf, id, "add", 2 + client_add_head_fields(req, size)); /* + more, data */
+    client_pack_add_head(&enc.pk, req, size, data, len);
     pack_bool(&enc.pk, "more", more);
     proto_pack_cstr(&enc.pk, "data");
     proto_pack_bin(&enc.pk, data, len);

@@ -230,24 +230,6 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t have, size_t cap)
     return (ssize_t)have;
 }
 
-static void pack_strs(msgpack_packer *pk, const char *key, const char *const *strs, size_t n)
-{
-    proto_pack_cstr(pk, key);
-    msgpack_pack_array(pk, n);
-    for (size_t i = 0; i < n; i++)
-        proto_pack_cstr(pk, strs[i]);
-}
-
-static void pack_meta(msgpack_packer *pk, const struct client_meta *meta, size_t n)
-{
-    proto_pack_cstr(pk, "meta");
-    msgpack_pack_map(pk, n);
-    for (size_t i = 0; i < n; i++) {
-        proto_pack_cstr(pk, meta[i].key);
-        proto_pack_cstr(pk, meta[i].value);
-    }
-}
-
 static void pack_more(msgpack_packer *pk, bool more)
 {
     proto_pack_cstr(pk, "more");
@@ -274,24 +256,9 @@ static ssize_t read_limited(int fd, uint8_t *buf, size_t have, size_t cap, uint6
 static uint64_t begin_add(struct client *c, const struct client_add_req *req, int64_t size,
                           const uint8_t *first, size_t first_len, bool more)
 {
-    bool named = req->name && req->name[0];
-    uint32_t nfields = 3 + named + (req->n_tags > 0) + (req->n_meta > 0) + (size >= 0);
-    uint64_t id = client_begin(c, "add", nfields);
+    uint64_t id = client_begin(c, "add", 2 + client_add_head_fields(req, size)); /* + more, data */
 
-    if (named) {
-        proto_pack_cstr(&c->pk, "name");
-        proto_pack_cstr(&c->pk, req->name);
-    }
-    if (req->n_tags > 0)
-        pack_strs(&c->pk, "tags", req->tags, req->n_tags);
-    if (req->n_meta > 0)
-        pack_meta(&c->pk, req->meta, req->n_meta);
-    if (size >= 0) {
-        proto_pack_cstr(&c->pk, "size");
-        msgpack_pack_uint64(&c->pk, (uint64_t)size);
-    }
-    proto_pack_cstr(&c->pk, "mime");
-    proto_pack_cstr(&c->pk, req->mime ? req->mime : client_mime_guess(first, first_len));
+    client_pack_add_head(&c->pk, req, size, first, first_len);
     pack_more(&c->pk, more);
     return id;
 }

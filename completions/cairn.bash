@@ -66,7 +66,7 @@ _cairn()
     if [[ $cur == -* && ! $dashdash ]]; then
         local opts=''
         case $cmd in
-            add) opts='-r --recursive -L --dereference --exclude -n --name -t --tag -m --meta --mime -0 --null' ;;
+            add) opts='-r --recursive -L --dereference --exclude -n --name -t --tag -m --meta --mime --heal -0 --null' ;;
             get) opts='-o --output -r --recursive --range' ;;
             rm | delete) opts='-n --dry-run' ;;
             ls | list) opts='-l --long -h --human-readable -d --docs -t --tag -0 --null' ;;

@@ -56,6 +56,7 @@ complete -c cairn -n '__fish_seen_subcommand_from help' -a "$commands"
 complete -c cairn -n '__fish_seen_subcommand_from add' -F
 complete -c cairn -n '__fish_seen_subcommand_from add' -s r -l recursive -d 'Add the regular files under directories'
 complete -c cairn -n '__fish_seen_subcommand_from add' -s L -l dereference -d 'With -r, follow links to regular files'
+complete -c cairn -n '__fish_seen_subcommand_from add' -l heal -d 'Only rewrite the chunks verify found damaged, store no document'
 complete -c cairn -n '__fish_seen_subcommand_from add' -l exclude -x -d 'Leave out what -r finds that matches GLOB'
 complete -c cairn -n '__fish_seen_subcommand_from add' -s n -l name -x -d 'Name of the document'
 complete -c cairn -n '__fish_seen_subcommand_from add' -s t -l tag -x -d 'Add a tag'

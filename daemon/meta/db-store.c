@@ -30,8 +30,17 @@ const char *const db_store_sql[DB_S_COUNT_] = {
                        " WHERE chunks.condemned != 0 OR EXISTS (SELECT 1 FROM bad_chunks b"
                        " WHERE b.hash = chunks.hash AND b.pack = chunks.pack"
                        " AND b.off = chunks.off)",
+    /* A rebuild: the copy found last wins (see db_txn_chunk_put_latest). */
+    [DB_S_CHUNK_PUT_LATEST] =
+        "INSERT INTO chunks(hash, pack, off, len, sub, size, stored, condemned)"
+        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)"
+        " ON CONFLICT(hash) DO UPDATE SET pack = excluded.pack,"
+        " off = excluded.off, len = excluded.len, sub = excluded.sub,"
+        " size = excluded.size, stored = excluded.stored, condemned = 0",
     [DB_S_CHUNK_BAD_ANY] = "SELECT 1 FROM bad_chunks b JOIN chunks c ON c.hash = b.hash"
                            " AND c.pack = b.pack AND c.off = b.off LIMIT 1",
+    [DB_S_CHUNK_DAMAGED] = "SELECT 1 FROM chunks c JOIN bad_chunks b ON b.hash = c.hash"
+                           " AND b.pack = c.pack AND b.off = c.off WHERE c.hash = ?1",
     [DB_S_CHUNK_BAD] = "INSERT OR IGNORE INTO bad_chunks(hash, pack, off) VALUES(?1, ?2, ?3)",
     /* Copies no row points at any more: healed, or gone with gc. */
     [DB_S_CHUNK_BAD_PRUNE] = "DELETE FROM bad_chunks WHERE NOT EXISTS (SELECT 1 FROM chunks c"
@@ -153,10 +162,19 @@ int db_chunk_lookup(struct db *db, const uint8_t hash[PROTO_HASH_LEN], uint32_t 
     return r;
 }
 
-int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+int db_chunk_damaged(struct db *db, const uint8_t hash[PROTO_HASH_LEN], bool *damaged)
+{
+    int64_t v;
+    int r = query_value(db, DB_S_CHUNK_DAMAGED, hash, &v);
+
+    *damaged = r == 0;
+    return r == DB_E_NOT_FOUND ? 0 : r;
+}
+
+static int chunk_put(struct db_txn *txn, enum db_stmt_id id, const uint8_t hash[PROTO_HASH_LEN],
                      const struct db_loc *loc)
 {
-    sqlite3_stmt *s = db_stmt(txn->c, DB_S_CHUNK_PUT, db_store_sql);
+    sqlite3_stmt *s = db_stmt(txn->c, id, db_store_sql);
 
     if (!s)
         return -EIO;
@@ -168,6 +186,18 @@ int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
     sqlite3_bind_int64(s, 6, loc->size);
     sqlite3_bind_int64(s, 7, loc->stored);
     return db_step_done(txn->c, s);
+}
+
+int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                     const struct db_loc *loc)
+{
+    return chunk_put(txn, DB_S_CHUNK_PUT, hash, loc);
+}
+
+int db_txn_chunk_put_latest(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                            const struct db_loc *loc)
+{
+    return chunk_put(txn, DB_S_CHUNK_PUT_LATEST, hash, loc);
 }
 
 int db_chunks_bad_any(struct db *db, bool *any)

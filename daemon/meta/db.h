@@ -288,6 +288,15 @@ int db_segment_find(struct db *db, const uint8_t hash[PROTO_HASH_LEN], struct db
 int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                      const struct db_loc *loc);
 /*
+ * The same for a rebuild, where what verify found is not known: of several
+ * copies of a chunk, the one found last (packs are read oldest first) wins.
+ * A chunk is stored again only when its copy could not serve: found
+ * damaged and healed, or condemned by gc (whose pack then goes); two
+ * writers of a shared bucket that both stored it made two good copies.
+ */
+int db_txn_chunk_put_latest(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
+                            const struct db_loc *loc);
+/*
  * The copy of a chunk at loc is damaged (verify): until a new copy is put,
  * a lookup finds the chunk not stored, and db_txn_chunk_put of a new copy
  * moves the row to it. _prune forgets copies no row points at any more.
@@ -295,6 +304,8 @@ int db_txn_chunk_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
 int db_txn_chunk_bad(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],
                      const struct db_loc *loc);
 int db_txn_chunk_bad_prune(struct db_txn *txn);
+/* Whether the chunk's row points at a copy known damaged (an add with heal rewrites it). */
+int db_chunk_damaged(struct db *db, const uint8_t hash[PROTO_HASH_LEN], bool *damaged);
 /* Whether any chunk's row points at a copy known damaged (nothing to heal when not). */
 int db_chunks_bad_any(struct db *db, bool *any);
 int db_txn_segment_put(struct db_txn *txn, const uint8_t hash[PROTO_HASH_LEN],

@@ -86,6 +86,10 @@ static const char *parse_add_params(const msgpack_object *map, struct store_add_
         p->has_size = true;
         p->size = size;
     }
+    if (proto_map_get(map, "heal") && proto_get_bool(map, "heal", &p->heal) != 0)
+        return "heal must be a boolean";
+    if (p->heal && ((p->name && p->name[0]) || p->ntags || p->nmeta))
+        return "an add with heal stores no document: it takes no name, tags or meta";
     return NULL;
 }
 

@@ -32,7 +32,8 @@ static int rows_apply(struct db_txn *txn, void *ctx)
     for (size_t i = 0; r == 0 && i < rp->nrows; i++) {
         struct replay_row *w = &rp->rows[i];
         if (w->kind == DB_ROW_CHUNK)
-            r = db_txn_chunk_put(txn, w->hash, &w->loc);
+            r = rp->rebuild ? db_txn_chunk_put_latest(txn, w->hash, &w->loc)
+                            : db_txn_chunk_put(txn, w->hash, &w->loc);
         else if (w->kind == DB_ROW_SEGMENT)
             r = db_txn_segment_put(txn, w->hash, &w->loc);
         else if (rp->relocating)

@@ -66,7 +66,7 @@ static int seg_block(struct store *st, struct seg_job *sj, const struct record_p
  * blocks of at most RECORD_BLOCK_MAX bytes. A chunk that repeats within the
  * segment is stored once.
  */
-static int seg_process(struct store *st, struct seg_job *sj)
+static int seg_process(struct store *st, struct seg_job *sj, bool heal)
 {
     struct record_piece *pieces = NULL;
     uint32_t *known = NULL;
@@ -91,6 +91,17 @@ static int seg_process(struct store *st, struct seg_job *sj)
         if (repeat)
             continue;
         r = db_chunk_lookup(st->db, c->hash, &known[i]);
+        if (r == DB_E_NOT_FOUND && heal) {
+            /* Healing stores nothing new: only fresh copies of damaged chunks. */
+            bool damaged = false;
+            if ((r = db_chunk_damaged(st->db, c->hash, &damaged)) < 0)
+                break;
+            if (!damaged) {
+                known[i] = 0;
+                continue;
+            }
+            r = DB_E_NOT_FOUND;
+        }
         if (r == DB_E_NOT_FOUND) {
             /* A full block goes first; the next one starts with this chunk. */
             if (npieces > first &&
@@ -120,7 +131,7 @@ out:
 void add_seg_work(uv_work_t *work)
 {
     struct seg_job *sj = container_of(work, struct seg_job, work);
-    sj->status = seg_process(sj->add->st, sj);
+    sj->status = seg_process(sj->add->st, sj, sj->add->p.heal);
 }
 
 /* The journal entry of this add: the manifest root with what the add brought. */
@@ -155,8 +166,16 @@ static int check_existing(struct store_add *add, struct cut_job *job)
 {
     char hex[PROTO_HASH_HEX + 1];
     struct db_doc doc;
+    bool heal = false;
     int r;
 
+    /* Healing with nothing known damaged writes nothing. */
+    if (add->p.heal) {
+        if ((r = db_chunks_bad_any(add->st->db, &heal)) < 0)
+            return r;
+        job->unchanged = !heal;
+        return 0;
+    }
     proto_hex_encode(add->doc_hash, PROTO_HASH_LEN, hex);
     r = db_resolve(add->st->db, hex, PROTO_HASH_HEX, 0, &doc);
     if (r < 0 || r == DB_E_AMBIGUOUS)
@@ -166,7 +185,6 @@ static int check_existing(struct store_add *add, struct cut_job *job)
      * every write - unless verify found stored chunks damaged, which this
      * content may heal (the chunks then go through their lookups as new).
      */
-    bool heal = false;
     if (r == 0 && add->p.ntags == 0 && add->p.nmeta == 0 &&
         db_chunks_bad_any(add->st->db, &heal) == 0 && !heal) {
         bool current = !add->p.name || !add->p.name[0];
@@ -243,7 +261,7 @@ void add_cut_work(uv_work_t *work)
     if ((job->status = check_existing(add, job)) != 0 || job->unchanged || !job->whole)
         return;
     /* A whole small document: its segment and its entry in this same job. */
-    if ((job->status = seg_process(add->st, sj)) != 0)
+    if ((job->status = seg_process(add->st, sj, add->p.heal)) != 0)
         return;
     sj->done = true;
     /* Small enough to be compressed again with others in a bulk load (packer.h). */

@@ -623,6 +623,8 @@ static void final_done(struct packer_group *g, int status)
     add_free(add);
 }
 
+static void add_report_unchanged(struct store_add *add);
+
 /* Everything before is durable: the entry goes with the last block, committing the document. */
 static void final_send(struct store_add *add)
 {
@@ -650,14 +652,19 @@ static void final_send(struct store_add *add)
     memcpy(d->event_id, add->entry.id, PROTO_HASH_LEN);
     add->final_recs = add->last;
     add->last = (struct rec_list){0};
-    if (add_list_push(&add->final_recs, &add->entry) < 0) {
+    /* Healing commits no document: its last blocks go alone, if it has any. */
+    if (!add->p.heal && add_list_push(&add->final_recs, &add->entry) < 0) {
         add_fail(add, -ENOMEM);
+        return;
+    }
+    if (add->final_recs.n == 0) {
+        add_report_unchanged(add);
         return;
     }
     add->final.recs = add->final_recs.v;
     add->final.nrecs = add->final_recs.n;
     add->final.ticket = add->ticket;
-    add->final.apply = final_apply;
+    add->final.apply = add->p.heal ? NULL : final_apply;
     add->final.done = final_done;
     add->final.not_after_ms = add->deadline_ms;
     add->committing = true;

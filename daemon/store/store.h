@@ -103,6 +103,12 @@ struct store_add_params {
     size_t nmeta;
     bool has_size;
     uint64_t size;
+    /*
+     * Heal: the content only gives fresh copies of the stored chunks verify
+     * found damaged (bad_chunks); nothing else is stored, no document and
+     * no journal entry. The result's `written` counts the bytes rewritten.
+     */
+    bool heal;
 };
 
 struct store_add_result {

@@ -38,7 +38,6 @@ import hmac
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -150,12 +149,6 @@ class AzureServer(ServerProcess):
         for c in self.containers:
             self.create_container(c)
         return self
-
-    def stop(self):
-        return self._end(signal.SIGTERM)
-
-    def kill9(self):
-        return self._end(signal.SIGKILL)
 
     # -- addresses
 
@@ -300,12 +293,6 @@ class FaultProxy(ServerProcess):
             raise
         self.port, self.control_port = ready["port"], ready["control_port"]
         return self
-
-    def stop(self):
-        return self._end(signal.SIGTERM)
-
-    def kill9(self):
-        return self._end(signal.SIGKILL)
 
     @property
     def endpoint(self):

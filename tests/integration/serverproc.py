@@ -7,6 +7,7 @@ import atexit
 import json
 import os
 import select
+import signal
 import subprocess
 import time
 import urllib.error
@@ -43,6 +44,14 @@ class ServerProcess:
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
+
+    def stop(self):
+        """SIGTERM, SIGKILL after STOP_TIMEOUT; returns the exit status."""
+        return self._end(signal.SIGTERM)
+
+    def kill9(self):
+        """kill -9 of the server."""
+        return self._end(signal.SIGKILL)
 
     def _end(self, sig):
         """`sig` to the server, SIGKILL after STOP_TIMEOUT; the exit status."""

@@ -715,6 +715,60 @@ class Integrity(DedupCase):
         self.d.assert_healthy()
         self.d.stop()
 
+    def test_add_heal_rewrites_only_the_damaged_chunks(self):
+        """`cairn add --heal FILE` from a file that shares the damaged chunk
+        (here a later version: the same start, another end) rewrites that
+        chunk only: no document, name or journal entry of the file is
+        stored, the damaged document reads back and verify is clean. Before
+        a verify, and once nothing is damaged, it writes nothing."""
+        a = os.urandom(900 * KiB)
+        ha = add(self.d, a, "-n", "a.bin")
+        bad, bad_len = ref_chunks(a)[0]
+        sc, _ = self.check_store()
+        [place] = places(sc, bad)
+        path = place.pack.path
+        pf.xor_byte(path, pf.record_file_offsets(place.rec)["raw"] + place.sub_off + bad_len // 2)
+        pf.fix_record_crc(path, place.rec.offset)
+        self.d.restart()
+        later = os.path.join(self.tmp, "a-later.bin")
+        with open(later, "wb") as f:
+            f.write(a[:bad_len + 1000] + os.urandom(300 * KiB))
+        docs_before = self.d.status()["documents"]
+        # not known damaged yet: nothing to rewrite
+        self.assertEqual(self.d.cli("add", "--heal", later).stdout.decode(), "0  %s\n" % later)
+        self.d.cli("get", "a.bin", check_exit=1)
+        self.d.cli("verify", check_exit=1)
+        p = self.d.cli("--json", "add", "--heal", later)
+        [r] = ct.parse_json_lines(p.stdout)
+        self.assertEqual(r.get("written", 0) > 0, True, r)
+        self.assertIs(r.get("new"), False, r)
+        self.assertEqual(r.get("name"), "", r)
+        self.assertEqual(self.d.cli("get", "a.bin").stdout, a)
+        self.assertEqual(parse_verify_text(self.d.cli("verify").stdout)[1][2], 0)
+        st = self.d.status()
+        self.assertEqual(st["documents"], docs_before, "--heal stored a document")
+        self.assertEqual(self.d.cli("stat", ct.sha256_hex(open(later, "rb").read()),
+                                    check_exit=None).returncode, 1)
+        # only the damaged chunk got a second copy; nothing new of the later file
+        sc, _ = self.check_store(exact=False)
+        self.assertEqual([h for h, v in sc.copies.items() if len(v) > 1], [bad])
+        self.assertNotIn(ct.sha256_hex(open(later, "rb").read()),
+                         [ln.split()[0] for ln in self.d.cli("ls", "--docs").stdout.decode().splitlines()])
+        # nothing damaged any more: writes nothing
+        self.assertEqual(self.d.cli("add", "--heal", later).stdout.decode(), "0  %s\n" % later)
+        # a rebuild from the packs alone finds the same documents
+        RebuildHelpers.rebuild(self)
+        self.assertEqual(self.d.cli("get", ha).stdout, a)
+        self.assertEqual(self.d.status()["documents"], docs_before)
+        # and --heal takes nothing that makes a document
+        for extra in (["-n", "x"], ["-t", "t"], ["-m", "k=v"], ["--mime", "text/plain"]):
+            p = self.d.cli("add", "--heal", *extra, later, check_exit=2)
+            self.assertIn(b"--heal stores no document", p.stderr)
+        with self.d.connect() as c:
+            r = c.add(b"x" * 100, name="n", heal=True)
+        self.assertEqual(ct.error_code(r), "bad_request", ct.short(r))
+        self.d.stop()
+
     def test_verify_lists_the_named_documents_of_a_bad_chunk_first(self):
         """A bad chunk with more users than a reply lists (64) still names the
         documents the verify request named."""
