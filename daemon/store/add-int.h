@@ -133,7 +133,6 @@ struct store_add {
 };
 
 /* Records and lists of them (add-work.c). */
-void add_rec_clear(struct packer_rec *rec);
 void add_list_clear(struct rec_list *l);
 /* Appends a record (taken over); -ENOMEM leaves it with the caller. */
 int add_list_push(struct rec_list *l, struct packer_rec *rec);

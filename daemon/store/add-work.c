@@ -14,17 +14,10 @@
 
 /* ---- record lists ---- */
 
-void add_rec_clear(struct packer_rec *rec)
-{
-    free(rec->bytes);
-    free(rec->idx);
-    memset(rec, 0, sizeof(*rec));
-}
-
 void add_list_clear(struct rec_list *l)
 {
     for (size_t i = 0; i < l->n; i++)
-        add_rec_clear(&l->v[i]);
+        store_rec_clear(&l->v[i]);
     free(l->v);
     l->v = NULL;
     l->n = 0;
@@ -57,7 +50,7 @@ static int seg_block(struct store *st, struct seg_job *sj, const struct record_p
     sj->stored += rec.len;
     sj->written += rec.len;
     if ((r = add_list_push(&sj->blocks, &rec)) < 0)
-        add_rec_clear(&rec);
+        store_rec_clear(&rec);
     return r;
 }
 

@@ -73,7 +73,7 @@ static void add_free(struct store_add *add)
     for (struct spill *sp = add->spills, *next; sp; sp = next) {
         next = sp->next;
         free(sp->list);
-        add_rec_clear(&sp->rec);
+        store_rec_clear(&sp->rec);
         free(sp);
     }
     if (add->ticket)
@@ -87,7 +87,7 @@ static void add_free(struct store_add *add)
     manifest_builder_clear(&add->mb);
     add_list_clear(&add->last);
     add_list_clear(&add->final_recs);
-    add_rec_clear(&add->entry);
+    store_rec_clear(&add->entry);
     free(add->root);
     params_clear(&add->p);
     store_op_end(st, &add->op);
@@ -362,7 +362,7 @@ static void spill_done(uv_work_t *work, int status)
         push_entry(add, sp->level + 1, &up);
     }
     free(sp->list);
-    add_rec_clear(&sp->rec);
+    store_rec_clear(&sp->rec);
     free(sp);
     spill_start(add);
     add_progress(add);
@@ -458,7 +458,7 @@ static void cut_done(uv_work_t *work, int status)
     } else if (job->sj) {
         seg_free(job->sj);
     }
-    add_rec_clear(&job->entry);
+    store_rec_clear(&job->entry);
     free(job->root);
     free(job->carry.data);
     free(job->in.data);

@@ -75,10 +75,8 @@ static void delete_end(struct store_delete *del, int status)
     } else {
         del->done(del->userdata, status, NULL);
     }
-    for (size_t i = 0; i < del->nrecs; i++) {
-        free(del->recs[i].bytes);
-        free(del->recs[i].idx);
-    }
+    for (size_t i = 0; i < del->nrecs; i++)
+        store_rec_clear(&del->recs[i]);
     free(del->recs);
     free(del->docs);
     free(del->deleted);

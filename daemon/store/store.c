@@ -268,6 +268,13 @@ int store_entry_record(struct store *st, const struct entry *e, struct packer_re
     return 0;
 }
 
+void store_rec_clear(struct packer_rec *rec)
+{
+    free(rec->bytes);
+    free(rec->idx);
+    memset(rec, 0, sizeof(*rec));
+}
+
 int store_status_from_db(int status)
 {
     if (status == DB_E_NOT_FOUND)

@@ -38,10 +38,8 @@ static void void_end(struct store_void *sv)
                   "a rebuild from the packs, or another writer of the bucket, may apply %s",
                   sv->n, sv->n == 1 ? "y" : "ies", strerror(sv->status < 0 ? -sv->status : EIO),
                   sv->n == 1 ? "it" : "them");
-    for (size_t i = 0; sv->recs && i < sv->n; i++) {
-        free(sv->recs[i].bytes);
-        free(sv->recs[i].idx);
-    }
+    for (size_t i = 0; sv->recs && i < sv->n; i++)
+        store_rec_clear(&sv->recs[i]);
     free(sv->recs);
     free(sv->ids);
     st->active--;
