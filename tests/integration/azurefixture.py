@@ -282,15 +282,7 @@ class FaultProxy(ServerProcess):
         assert not self.running()
         require_tools()
         args = [node_path(), PROXY_JS, "--upstream-port", str(self.srv.port), "--seed", str(self.seed)]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, cwd=AZ_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=log, close_fds=True)
-        _LIVE.add(self)
-        try:
-            ready = self.read_ready(timeout, "proxy.js")
-        except BaseException:
-            self.kill9()
-            raise
+        ready = self.spawn_ready(args, AZ_DIR, timeout, "proxy.js")
         self.port, self.control_port = ready["port"], ready["control_port"]
         return self
 

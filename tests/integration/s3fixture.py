@@ -31,7 +31,6 @@ is missing (tests/s3/setup.sh installs it; scripts/check runs that).
 import os
 import shutil
 import signal
-import subprocess
 import unittest
 import urllib.parse
 
@@ -112,18 +111,9 @@ class S3Server(ServerProcess):
         env = dict(os.environ)
         env.update(S3FIX_ACCESS_KEY=self.access_key, S3FIX_SECRET_KEY=self.secret_key,
                    S3FIX_API_TOKEN=self.api_token)
-        with open(self.log_path, "ab") as log:
-            log.write(b"=== start %d\n" % self.starts)
-            log.flush()
-            self.proc = subprocess.Popen(args, cwd=S3_DIR, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=log, close_fds=True)
+        banner = b"=== start %d\n" % self.starts
         self.starts += 1
-        _LIVE.add(self)
-        try:
-            ready = self.read_ready(timeout, "server.js")
-        except BaseException:
-            self.kill9()
-            raise
+        ready = self.spawn_ready(args, S3_DIR, timeout, "server.js", env=env, banner=banner)
         self.s3_port = ready["s3_port"]
         self.control_port = ready["control_port"]
         assert ready["pid"] == self.proc.pid, ready

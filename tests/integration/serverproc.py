@@ -72,6 +72,23 @@ class ServerProcess:
         self.LIVE.discard(self)
         return self.proc.returncode
 
+    def spawn_ready(self, args, cwd, timeout, what, env=None, banner=None):
+        """Starts the server (stdout a pipe, stderr appended to log_path after
+        `banner`), registers it in LIVE and returns its ready line's object
+        (read_ready); a server that prints none is killed."""
+        with open(self.log_path, "ab") as log:
+            if banner:
+                log.write(banner)
+                log.flush()
+            self.proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=log, close_fds=True)
+        self.LIVE.add(self)
+        try:
+            return self.read_ready(timeout, what)
+        except BaseException:
+            self.kill9()
+            raise
+
     def read_ready(self, timeout, what):
         """The JSON object of the ready line the server (`what`, for the
         messages) prints on its stdout, a pipe, within timeout seconds."""
