@@ -520,8 +520,10 @@ def _run_s3(ctx, result, log, have_rclone, mod=s3):
                             ops, peak = mod.backend_round(ctx, server, kind,
                                                          "be-%s-%s-%d/" % (kind, profile, r), n)
                         elif tool == libcurl:
+                            # A fresh prefix each round, as cairn's: on Azurite a list of
+                            # blobs put moments ago is slower than one of old blobs.
                             ops, peak = mod.raw_round(ctx, server, kind,
-                                                     "raw-%s-%s/" % (kind, profile), n)
+                                                     "raw-%s-%s-%d/" % (kind, profile, r), n)
                         elif tool in smp:
                             try:
                                 ops = mod.rclone_round(ctx, rc_env, "rc-%s/" % kind, src, n)
