@@ -510,14 +510,9 @@ def _run_s3(ctx, result, log, have_rclone, mod=s3):
                 # At clean a request takes a millisecond or so and the test server's own
                 # latency moves by half between rounds: more rounds, as cheap as they are.
                 rounds = s.get("s3_clean_rounds", s["s3_rounds"]) if profile == "clean" else s["s3_rounds"]
-                # And more requests a process at clean: there, one request of the same kind
-                # took the server from 0.8 to 2.4 ms (a HEAD) from round to round, and the
-                # first requests of a process more than the later ones; 4 a round left the
-                # medians to chance. rclone (whole commands, 100 ms each) keeps n.
-                nc = s.get("s3_clean_iterations", n) if profile == "clean" else n
                 for r in range(rounds):
                     log("backends: %s at %s, %d x %d, round %d of %d"
-                        % (kind, profile, nc, len(mod.OPS), r + 1, rounds))
+                        % (kind, profile, n, len(mod.OPS), r + 1, rounds))
                     # The order rotates from round to round, so drift hits every tool alike.
                     for tool in tools[r % len(tools):] + tools[:r % len(tools)]:
                         peak = None
@@ -528,10 +523,10 @@ def _run_s3(ctx, result, log, have_rclone, mod=s3):
                         # libcurl, of another 6.63 and 6.42. Each deletes its own objects.
                         if tool == cairn:
                             ops, peak = mod.backend_round(ctx, server, kind,
-                                                         "be-%s-%s-%d/" % (kind, profile, r), nc)
+                                                         "be-%s-%s-%d/" % (kind, profile, r), n)
                         elif tool == libcurl:
                             ops, peak = mod.raw_round(ctx, server, kind,
-                                                     "be-%s-%s-%d/" % (kind, profile, r), nc)
+                                                     "be-%s-%s-%d/" % (kind, profile, r), n)
                         elif tool in smp:
                             try:
                                 ops = mod.rclone_round(ctx, rc_env, "rc-%s/" % kind, src, n)
