@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <getopt.h>
+#include <limits.h>
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@ struct add {
     struct progress progress;
     /* For the summary: documents added, their bytes, and the bytes new to the store. */
     uint64_t docs, bytes, new_stored;
+    uint64_t sent; /* adds sent: a directory of a walk that sent none is stored as itself */
     struct pending win[ADD_WINDOW];
     size_t head, count;
 };
@@ -215,6 +217,7 @@ static int add_small(struct add *add, uint8_t *data, size_t got, const char *wha
     }
     add->req.name = add->req.heal ? NULL : name; /* healing names nothing */
     r = client_add_send(c, &add->req, data, got, &p->id);
+    add->sent += r == 0;
     if (r != 0) {
         free(p->what);
         free(p->name);
@@ -282,6 +285,27 @@ static void warn_changed(int fd, const struct stat *before, const char *what)
         fprintf(stderr, "cairn: warning: %s changed while it was read; stored as read\n", what);
 }
 
+/*
+ * The file the next add's name comes from (PROTOCOL.md add, `mode` and
+ * `mtime`), or none (NULL: standard input). The mtime is clamped to what
+ * nanoseconds in 64 bits hold (years 1678 to 2262).
+ */
+static void set_file(struct add *add, const struct stat *st)
+{
+    const int64_t limit = INT64_MAX / 1000000000 - 1;
+    int64_t sec;
+
+    add->req.mode = 0;
+    add->req.mtime = 0;
+    if (!st || !(S_ISREG(st->st_mode) || S_ISDIR(st->st_mode) || S_ISLNK(st->st_mode)))
+        return;
+    sec = st->st_mtim.tv_sec > limit    ? limit
+          : st->st_mtim.tv_sec < -limit ? -limit
+                                        : st->st_mtim.tv_sec;
+    add->req.mode = (uint32_t)(st->st_mode & (S_IFMT | 07777));
+    add->req.mtime = sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
 /* Adds the content of fd (closed here) as `name`; `what` names it in messages. */
 static int add_fd(struct add *add, int fd, const char *what, const char *name)
 {
@@ -317,6 +341,7 @@ static int add_fd(struct add *add, int fd, const char *what, const char *name)
      * (a log being written) still ends; one that claims 0 (in /proc) is read to its end. */
     add->req.read_limit = regular ? (uint64_t)st.st_size : 0;
     r = client_add(c, &add->req, in, &reply);
+    add->sent++;
     if (r != 0)
         return merge(status, cli_fail(add->cli, what, r));
     if (regular)
@@ -347,6 +372,60 @@ static int merge(int status, int r)
 }
 
 static int add_tree(struct add *add, int dir_fd, const char *path);
+
+/* A symbolic link of a walk, stored as itself: its target is the content, its mode says link. */
+static int add_link(struct add *add, int dir, const char *entry, const char *path,
+                    const struct stat *st)
+{
+    uint8_t *target = malloc(PATH_MAX);
+    ssize_t n;
+
+    if (!target)
+        return cli_fail(add->cli, path, -ENOMEM);
+    n = readlinkat(dir, entry, (char *)target, PATH_MAX);
+    if (n < 0 || n == PATH_MAX) {
+        free(target);
+        return fail_local(add, path, n < 0 ? NULL : "the link's target is too long");
+    }
+    set_file(add, st);
+    return add_small(add, target, (size_t)n, path, path);
+}
+
+/*
+ * A directory of a walk that stored nothing (empty, or all of it left out):
+ * the directory itself, as an empty document whose mode says directory, so
+ * get -r makes it again. Its path without trailing '/'.
+ */
+static int add_dir(struct add *add, const char *path, const struct stat *st)
+{
+    size_t len = strlen(path);
+    _cleanup_free_ char *name = NULL;
+    uint8_t *empty;
+
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    if (!(name = strndup(path, len)) || !(empty = malloc(1)))
+        return cli_fail(add->cli, path, -ENOMEM);
+    set_file(add, st);
+    return add_small(add, empty, 0, path, name);
+}
+
+/* The walk of a directory (dir_fd closed here), and the directory itself when it stored nothing. */
+static int add_walk(struct add *add, int dir_fd, const char *path)
+{
+    uint64_t sent = add->sent;
+    struct stat st;
+    int status;
+
+    if (fstat(dir_fd, &st) < 0) {
+        close(dir_fd);
+        return fail_local(add, path, NULL);
+    }
+    status = add_tree(add, dir_fd, path);
+    if (add->sent == sent && !ends_walk(status) && !add->req.heal)
+        status = merge(status, add_dir(add, path, &st));
+    return status;
+}
 
 /*
  * Whether --exclude leaves out this entry of a walk: a pattern with a '/'
@@ -386,7 +465,7 @@ static int add_entry(struct add *add, int dir, const char *entry, const char *pa
         return fail_local(add, path, NULL);
     if (S_ISDIR(st.st_mode)) {
         fd = openat(dir, entry, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        return fd < 0 ? fail_local(add, path, NULL) : add_tree(add, fd, path);
+        return fd < 0 ? fail_local(add, path, NULL) : add_walk(add, fd, path);
     }
     /*
      * A link is not followed (it may lead anywhere: /etc/passwd, ~/.ssh)
@@ -395,7 +474,7 @@ static int add_entry(struct add *add, int dir, const char *entry, const char *pa
      */
     if (S_ISLNK(st.st_mode)) {
         if (!add->dereference)
-            return skipped(add, path, "a symbolic link (-L follows links to files)");
+            return add_link(add, dir, entry, path, &st);
         if (fstatat(dir, entry, &st, 0) < 0)
             return skipped(add, path, "a symbolic link to nothing");
         if (S_ISDIR(st.st_mode))
@@ -410,6 +489,7 @@ static int add_entry(struct add *add, int dir, const char *entry, const char *pa
         close(fd);
         fd = -1;
     }
+    set_file(add, &st);
     return fd < 0 ? fail_local(add, path, NULL) : add_fd(add, fd, path, path);
 }
 
@@ -453,6 +533,7 @@ static int add_path(struct add *add, const char *path)
         fd = fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
         if (fd < 0)
             return cli_fail_errno("standard input");
+        set_file(add, NULL);
         return add_fd(add, fd, "standard input", add->name ? add->name : "");
     }
     fd = open(path, O_RDONLY | O_NOCTTY | O_CLOEXEC);
@@ -462,10 +543,13 @@ static int add_path(struct add *add, const char *path)
         close(fd);
         return fail_local(add, path, NULL);
     }
-    if (!S_ISDIR(st.st_mode))
+    if (!S_ISDIR(st.st_mode)) {
+        /* A named file keeps its mode and mtime; a FIFO or a device has none worth keeping. */
+        set_file(add, &st);
         return add_fd(add, fd, path, add->name ? add->name : path);
+    }
     if (add->recursive && !add->name)
-        return add_tree(add, fd, path);
+        return add_walk(add, fd, path);
     close(fd);
     if (add->name)
         return cli_usage_error("add: -n names one document, not the files of directory %s", path);

@@ -25,8 +25,10 @@ static const struct command {
      "cairn add [-r [-L]] [--exclude GLOB]... [-n NAME] [-t TAG]... [-m KEY=VALUE]...\n"
      "          [--mime TYPE] [--heal] [-0] PATH...\n\n"
      "Stores files (- reads standard input) and prints \"<hash>  <name>\" for each.\n"
-     "  -r, --recursive     add the regular files under directories, named by their paths\n"
-     "                      (links, FIFOs and devices are skipped, and named on stderr)\n"
+     "  -r, --recursive     add the files under directories, named by their paths, with\n"
+     "                      their modes and mtimes; links are stored as links, and a\n"
+     "                      directory holding nothing stored as itself (FIFOs and\n"
+     "                      devices are skipped, and named on stderr)\n"
      "  -L, --dereference   with -r, follow symbolic links to regular files\n"
      "  -n, --name NAME     the document's name (one document only; default: the path)\n"
      "  -t, --tag TAG       add a tag (repeatable)\n"
@@ -49,7 +51,8 @@ static const struct command {
      "                      the rest); a range past the end gives what there is\n"
      "  -r, --recursive     restore every name in the path PREFIX as a file under\n"
      "                      DIR, at its path (DIR/usr/share/doc/... for\n"
-     "                      /usr/share/doc/...); existing files are replaced\n"},
+     "                      /usr/share/doc/...); existing files are replaced, and\n"
+     "                      modes, mtimes, links and directories come back as added\n"},
     {"rm", cli_cmd_rm,
      "cairn rm [-n] REF...\n\n"
      "Removes names and deletes documents (alias: delete). Names behave like paths:\n"
@@ -66,7 +69,8 @@ static const struct command {
      "the time the name got that version (UTC) and the name (alias: list). Names\n"
      "are paths: PREFIX lists the name PREFIX and the names under it (PREFIX/...).\n"
      "Without PREFIX, documents no name points to follow, with the name -.\n"
-     "  -l, --long          full hash, size, stored size, mime type, time, name\n"
+     "  -l, --long          mode, full hash, size, stored size, mime type, time (the\n"
+     "                      file's mtime when the name has one), name\n"
      "  -h, --human-readable  sizes in KiB, MiB, GiB\n"
      "  -d, --docs          one line per document instead, in hash order:\n"
      "                      hash, size and newest name\n"

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -147,13 +148,22 @@ int cli_cmd_mount(struct cli *cli, int argc, char **argv);
  */
 int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
                     uint64_t length, const char *path);
+/* The file a name version was added from (PROTOCOL.md list, `mode` and `mtime`). */
+struct cli_fattr {
+    uint32_t mode; /* st_mode with its type bits; 0: none recorded */
+    int64_t mtime; /* ns since the epoch */
+};
+
 /*
  * get -r's cli_get_to_file() of a whole document: `name` in the working
- * directory, never through a symbolic link (one there is replaced);
+ * directory, never through a symbolic link (one there is replaced), with
+ * the permissions (0777 bits) and mtime of `fa` when it has a mode;
  * `shown` is the path messages give.
  */
 int cli_restore_file(struct cli *cli, struct client *c, const char *ref, const char *name,
-                     const char *shown);
+                     const char *shown, const struct cli_fattr *fa);
+/* Nanoseconds since the epoch as a timespec (tv_nsec in 0..999999999). */
+struct timespec cli_timespec_ns(int64_t ns);
 /* get -r: every name under `prefix` as a file under `dir` (tree.c). */
 int cli_get_tree(struct cli *cli, const char *prefix, const char *dir);
 
@@ -185,6 +195,9 @@ int cli_null_conflict(const struct cli *cli, const char *cmd, const char *other)
 /* Unix time as ISO-8601 UTC, "2024-01-31T12:00:00Z". */
 #define CLI_TIME_MAX 32
 void cli_format_time(uint64_t seconds, char buf[CLI_TIME_MAX]);
+/* A mode as ls -l shows it ("-rwxr-xr-x", "drwx------", "lrwxrwxrwx"); "?---------" for 0. */
+#define CLI_MODE_MAX 11
+void cli_format_mode(uint32_t mode, char buf[CLI_MODE_MAX]);
 
 /*
  * Where cairnd keeps its data: $CAIRN_DATA_DIR, else `configured` (the

@@ -56,6 +56,9 @@ struct client_add_req {
     uint64_t read_limit;
     /* Only fresh copies of chunks verify found damaged; no document (PROTOCOL.md add). */
     bool heal;
+    /* With a name: the file it comes from, st_mode (0: none sent) and mtime in ns. */
+    uint32_t mode;
+    int64_t mtime;
 };
 
 /*

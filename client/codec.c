@@ -98,8 +98,8 @@ static bool nonempty(const char *s)
 
 uint32_t client_add_head_fields(const struct client_add_req *req, int64_t size)
 {
-    return 1 + nonempty(req->name) + (req->n_tags > 0) + (req->n_meta > 0) + (size >= 0) +
-           req->heal;
+    return 1 + nonempty(req->name) * (1 + 2 * (req->mode != 0)) + (req->n_tags > 0) +
+           (req->n_meta > 0) + (size >= 0) + req->heal;
 }
 
 void client_pack_add_head(msgpack_packer *pk, const struct client_add_req *req, int64_t size,
@@ -110,6 +110,12 @@ void client_pack_add_head(msgpack_packer *pk, const struct client_add_req *req, 
     if (nonempty(req->name)) {
         proto_pack_cstr(pk, "name");
         proto_pack_cstr(pk, req->name);
+        if (req->mode) {
+            proto_pack_cstr(pk, "mode");
+            msgpack_pack_uint32(pk, req->mode);
+            proto_pack_cstr(pk, "mtime");
+            msgpack_pack_int64(pk, req->mtime);
+        }
     }
     if (req->n_tags > 0)
         pack_strs(pk, "tags", req->tags, req->n_tags);

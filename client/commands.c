@@ -137,7 +137,8 @@ static int get_to_special(struct cli *cli, struct client *c, const char *ref, ui
  * `nofollow` a symbolic link at `path` is replaced, never followed.
  */
 static int get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
-                       uint64_t length, const char *path, const char *shown, bool nofollow)
+                       uint64_t length, const char *path, const char *shown, bool nofollow,
+                       const struct cli_fattr *fa)
 {
     _cleanup_free_ char *tmp = NULL;
     struct sigaction saved[ARRAY_SIZE(get_signals)];
@@ -185,7 +186,13 @@ static int get_to_file(struct cli *cli, struct client *c, const char *ref, uint6
     mask = umask(0);
     umask(mask);
     mode = existed ? sb.st_mode & 0777 : 0666 & ~mask;
+    if (fa && fa->mode)
+        mode = fa->mode & 0777; /* restored as recorded; never setuid, setgid or sticky */
     r = fchmod(fd, mode);
+    if (r == 0 && fa && fa->mode) {
+        struct timespec times[2] = {{.tv_nsec = UTIME_OMIT}, cli_timespec_ns(fa->mtime)};
+        r = futimens(fd, times);
+    }
     if (close(fd) < 0 || r < 0 || rename(tmp, path) < 0) {
         int e = errno;
         unlink(tmp);
@@ -200,13 +207,13 @@ static int get_to_file(struct cli *cli, struct client *c, const char *ref, uint6
 int cli_get_to_file(struct cli *cli, struct client *c, const char *ref, uint64_t offset,
                     uint64_t length, const char *path)
 {
-    return get_to_file(cli, c, ref, offset, length, path, path, false);
+    return get_to_file(cli, c, ref, offset, length, path, path, false, NULL);
 }
 
 int cli_restore_file(struct cli *cli, struct client *c, const char *ref, const char *name,
-                     const char *shown)
+                     const char *shown, const struct cli_fattr *fa)
 {
-    return get_to_file(cli, c, ref, 0, UINT64_MAX, name, shown, true);
+    return get_to_file(cli, c, ref, 0, UINT64_MAX, name, shown, true, fa);
 }
 
 /* "START-END" (END included) or "START-" (to the end) into offset and length. */
@@ -413,16 +420,18 @@ static void ls_size(const struct ls_opts *o, uint64_t n, char *buf, size_t len)
 
 /*
  * ls: `<hash 12>  <size>  <date>  <name>` per name; --docs: `<hash>  <size>
- * <name>` per document; -l: `<hash>  <size>  <stored>  <mime>  <time>
- * <name>`. A document without a name shows `-`.
+ * <name>` per document; -l: `<mode>  <hash>  <size>  <stored>  <mime>
+ * <time>  <name>`, the time the file's mtime when the name has one. A
+ * document without a name shows `-`.
  */
 static void print_doc(void *userdata, const msgpack_object *doc)
 {
     const struct ls_opts *o = userdata;
     const char *hash = "", *name = "", *mime = "";
     size_t hash_len = 0, name_len = 0, mime_len = 0;
-    uint64_t size = 0, stored = 0, when = 0;
-    char sz[32], st[32], t[CLI_TIME_MAX];
+    uint64_t size = 0, stored = 0, when = 0, mode = 0;
+    int64_t mtime = 0;
+    char sz[32], st[32], t[CLI_TIME_MAX], m[CLI_MODE_MAX];
 
     if (o->cli->json) {
         cli_print_json(stdout, cli_json_reply(doc));
@@ -450,9 +459,15 @@ static void print_doc(void *userdata, const msgpack_object *doc)
     ls_size(o, size, sz, sizeof(sz));
     if (o->long_form) {
         ls_size(o, stored, st, sizeof(st));
+        if (proto_get_uint(doc, "mode", &mode) == 0 && mode <= UINT32_MAX &&
+            proto_get_int(doc, "mtime", &mtime) == 0 && mtime >= 0)
+            when = (uint64_t)mtime / 1000000000u;
+        else
+            mode = 0;
+        cli_format_mode((uint32_t)mode, m);
         cli_format_time(when, t);
-        printf("%.*s  %10s  %10s  %-24.*s  %s  ", (int)hash_len, hash, sz, st, (int)mime_len, mime,
-               t);
+        printf("%s  %.*s  %10s  %10s  %-24.*s  %s  ", m, (int)hash_len, hash, sz, st, (int)mime_len,
+               mime, t);
     } else if (o->docs) {
         printf("%.*s  %s  ", (int)hash_len, hash, sz);
     } else {
@@ -531,9 +546,9 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
 
 int cli_cmd_stat(struct cli *cli, int argc, char **argv)
 {
-    static const char *const keys[] = {"hash",    "name",        "names",  "names_cut",
-                                       "size",    "stored_size", "chunks", "mime",
-                                       "created", "tags",        "meta",   NULL};
+    static const char *const keys[] = {"hash",      "name", "mode",        "mtime",  "names",
+                                       "names_cut", "size", "stored_size", "chunks", "mime",
+                                       "created",   "tags", "meta",        NULL};
     int status = parse_operands(cli, argc, argv, 1, 1, "REF");
     const msgpack_object *reply;
     struct client *c;

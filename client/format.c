@@ -136,6 +136,34 @@ void cli_format_time(uint64_t seconds, char buf[CLI_TIME_MAX])
         snprintf(buf, CLI_TIME_MAX, "%" PRIu64, seconds);
 }
 
+void cli_format_mode(uint32_t mode, char buf[CLI_MODE_MAX])
+{
+    static const char rwx[] = "rwxrwxrwx";
+    uint32_t type = mode & 0170000;
+
+    buf[0] = type == 0040000 ? 'd' : type == 0120000 ? 'l' : type == 0100000 ? '-' : '?';
+    for (int i = 0; i < 9; i++)
+        buf[1 + i] = mode & (0400u >> i) ? rwx[i] : '-';
+    /* setuid, setgid and sticky as ls shows them */
+    if (mode & 04000)
+        buf[3] = mode & 0100 ? 's' : 'S';
+    if (mode & 02000)
+        buf[6] = mode & 010 ? 's' : 'S';
+    if (mode & 01000)
+        buf[9] = mode & 01 ? 't' : 'T';
+    buf[10] = '\0';
+}
+
+struct timespec cli_timespec_ns(int64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+    if (ts.tv_nsec < 0) {
+        ts.tv_sec--;
+        ts.tv_nsec += 1000000000;
+    }
+    return ts;
+}
+
 static bool is_empty(const msgpack_object *v)
 {
     return v->type == MSGPACK_OBJECT_NIL || (v->type == MSGPACK_OBJECT_STR && !v->via.str.size) ||
@@ -183,19 +211,38 @@ int cli_null_conflict(const struct cli *cli, const char *cmd, const char *other)
                            cli->json ? "--json" : other);
 }
 
+/* How a field's integer is shown. */
+enum field_kind {
+    FIELD_PLAIN,
+    FIELD_TIME, /* Unix seconds */
+    FIELD_MODE, /* st_mode: "-rwxr-xr-x (100755)" */
+    FIELD_NS,   /* nanoseconds since the epoch: "2001-01-01T00:00:00.5Z" */
+};
+
 /* Items of a list or a map (each on its own line, in cli_print_fields), else one value. */
-static void print_value(FILE *out, const msgpack_object *v, bool is_time)
+static void print_value(FILE *out, const msgpack_object *v, enum field_kind kind)
 {
-    char when[CLI_TIME_MAX];
+    char when[CLI_TIME_MAX], mode[CLI_MODE_MAX];
 
     switch (v->type) {
     case MSGPACK_OBJECT_STR:
         cli_put_text(out, v->via.str.ptr, v->via.str.size);
         break;
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        if (is_time) {
+        if (kind == FIELD_TIME) {
             cli_format_time(v->via.u64, when);
             fputs(when, out);
+        } else if (kind == FIELD_MODE && v->via.u64 <= UINT32_MAX) {
+            cli_format_mode((uint32_t)v->via.u64, mode);
+            fprintf(out, "%s (%06" PRIo64 ")", mode, v->via.u64);
+        } else if (kind == FIELD_NS) {
+            cli_format_time(v->via.u64 / 1000000000u, when);
+            uint64_t frac = v->via.u64 % 1000000000u;
+            size_t len = strlen(when);
+            if (frac && len > 0 && when[len - 1] == 'Z')
+                fprintf(out, "%.*s.%09" PRIu64 "Z", (int)len - 1, when, frac);
+            else
+                fputs(when, out);
         } else {
             fprintf(out, "%" PRIu64, v->via.u64);
         }
@@ -213,15 +260,15 @@ static void print_value(FILE *out, const msgpack_object *v, bool is_time)
     case MSGPACK_OBJECT_ARRAY:
         for (uint32_t i = 0; i < v->via.array.size; i++) {
             fputs("\n  ", out);
-            print_value(out, &v->via.array.ptr[i], false);
+            print_value(out, &v->via.array.ptr[i], FIELD_PLAIN);
         }
         break;
     case MSGPACK_OBJECT_MAP:
         for (uint32_t i = 0; i < v->via.map.size; i++) {
             fputs("\n  ", out);
-            print_value(out, &v->via.map.ptr[i].key, false);
+            print_value(out, &v->via.map.ptr[i].key, FIELD_PLAIN);
             fputc('=', out);
-            print_value(out, &v->via.map.ptr[i].val, false);
+            print_value(out, &v->via.map.ptr[i].val, FIELD_PLAIN);
         }
         break;
     default:
@@ -241,7 +288,11 @@ void cli_print_fields(FILE *out, const msgpack_object *map, const char *const *k
         if (!is_empty(v)) {
             if (v->type != MSGPACK_OBJECT_ARRAY && v->type != MSGPACK_OBJECT_MAP)
                 fputc(' ', out);
-            print_value(out, v, strcmp(*keys, "created") == 0);
+            print_value(out, v,
+                        strcmp(*keys, "created") == 0 ? FIELD_TIME
+                        : strcmp(*keys, "mode") == 0  ? FIELD_MODE
+                        : strcmp(*keys, "mtime") == 0 ? FIELD_NS
+                                                      : FIELD_PLAIN);
         }
         fputc('\n', out);
     }

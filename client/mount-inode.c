@@ -218,6 +218,7 @@ static struct mount_node *node_ref(struct mount_fs *fs, const struct mount_node 
         if (n->home == home && same_node(n, want)) {
             /* The same version again: the time it got its name may be newer. */
             n->mtime = want->mtime;
+            n->mode = want->mode;
             n->nlookup++;
             return n;
         }

@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Names asked for at a time: pages stay small whatever the tree. */
 #define TREE_PAGE 128
@@ -109,6 +110,7 @@ struct item {
     char hash[PROTO_HASH_HEX + 1];
     uint64_t size;
     int64_t time;
+    uint32_t mode; /* a name's file mode (0: none); `time` is then its mtime */
     bool bad;
 };
 
@@ -131,6 +133,13 @@ static int item_read(const msgpack_object *doc, const char *time_key, struct ite
         return -EBADMSG;
     proto_get_uint(doc, time_key, &t); /* a time before 1970 shows as 1970 */
     it->time = t > INT64_MAX ? INT64_MAX : (int64_t)t;
+    uint64_t mode;
+    int64_t mtime;
+    if (proto_get_uint(doc, "mode", &mode) == 0 && proto_file_mode_valid(mode) &&
+        proto_get_int(doc, "mtime", &mtime) == 0) {
+        it->mode = (uint32_t)mode;
+        it->time = mtime / 1000000000 - (mtime % 1000000000 < 0);
+    }
     memcpy(it->hash, hash, PROTO_HASH_HEX);
     if (proto_get_str(doc, "name", &name, &name_len) == 0 &&
         (memchr(name, '\0', name_len) || !(it->name = strndup(name, name_len))))
@@ -282,9 +291,20 @@ int mount_lookup(struct mount_fs *fs, const struct mount_node *parent, const cha
             return -ENOMEM;
         }
         r = file ? find_name(fs, raw, &it) : dir_exists(fs, raw);
-        if (r == 0 && file) {
+        if (r == 0 && file && S_ISDIR(it.mode)) {
+            /* A directory added as itself (one that was empty): a directory of names. */
             *out = (struct mount_node){
-                .kind = MOUNT_NAMED, .path = it.name, .size = it.size, .mtime = it.time};
+                .kind = MOUNT_DIR, .path = path, .mtime = it.time, .mode = it.mode};
+            path = NULL; /* handed over */
+            item_clear(&it);
+            return 0;
+        }
+        if (r == 0 && file) {
+            *out = (struct mount_node){.kind = MOUNT_NAMED,
+                                       .path = it.name,
+                                       .size = it.size,
+                                       .mtime = it.time,
+                                       .mode = it.mode};
             memcpy(out->hash, it.hash, sizeof(out->hash));
             return 0; /* the name is handed over */
         }
@@ -317,7 +337,7 @@ int mount_check_current(struct mount_fs *fs, const struct mount_node *node)
 
 /* ---- listing a directory ---- */
 
-static int dir_add(struct mount_dir *d, char *name, bool dir, uint64_t ino)
+static int dir_add(struct mount_dir *d, char *name, bool dir, uint64_t ino, bool link)
 {
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 64;
@@ -327,7 +347,8 @@ static int dir_add(struct mount_dir *d, char *name, bool dir, uint64_t ino)
         d->v = v;
         d->cap = cap;
     }
-    d->v[d->n] = (struct mount_dirent){.name = name, .dir = dir, .ino = ino, .seq = d->n};
+    d->v[d->n] =
+        (struct mount_dirent){.name = name, .dir = dir, .link = link, .ino = ino, .seq = d->n};
     d->n++;
     return 0;
 }
@@ -402,12 +423,15 @@ static void scan_item(void *userdata, const msgpack_object *doc)
         s->err = -ENOMEM;
         return;
     }
-    if (!rest[first]) {
-        s->err = dir_add(s->out, child, false, mount_ino_of(MOUNT_NAMED, it.name, it.hash));
+    if (!rest[first] && !S_ISDIR(it.mode)) {
+        s->err = dir_add(s->out, child, false, mount_ino_of(MOUNT_NAMED, it.name, it.hash),
+                         S_ISLNK(it.mode));
     } else {
         _cleanup_free_ char *path = child_path(s->dir->path, rest, first);
-        s->err = path ? dir_add(s->out, child, true, mount_ino_of(MOUNT_DIR, path, NULL)) : -ENOMEM;
-        scan_set_skip(s, it.name, s->plen + first + 1);
+        s->err = path ? dir_add(s->out, child, true, mount_ino_of(MOUNT_DIR, path, NULL), false)
+                      : -ENOMEM;
+        if (rest[first])
+            scan_set_skip(s, it.name, s->plen + first + 1);
     }
     if (s->err)
         free(child);
@@ -457,7 +481,7 @@ static void take_blob(void *userdata, const msgpack_object *doc)
         return;
     if (!(name = strdup(it.hash)))
         s->err = -ENOMEM;
-    else if ((s->err = dir_add(d, name, false, mount_ino_of(MOUNT_BLOB, NULL, it.hash))) < 0)
+    else if ((s->err = dir_add(d, name, false, mount_ino_of(MOUNT_BLOB, NULL, it.hash), false)) < 0)
         free(name);
 }
 
@@ -572,7 +596,7 @@ int mount_list_dir(struct mount_fs *fs, const struct mount_node *dir, struct mou
             }
         }
         char *name = strdup(MOUNT_HASHDIR_NAME);
-        if (!name || dir_add(out, name, true, MOUNT_INO_HASHDIR) < 0) {
+        if (!name || dir_add(out, name, true, MOUNT_INO_HASHDIR, false) < 0) {
             free(name);
             mount_dir_clear(out);
             return -ENOMEM;

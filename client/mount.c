@@ -41,14 +41,18 @@ static void fill_attr(const struct mount_fs *fs, const struct mount_node *n, str
     st->st_uid = getuid();
     st->st_gid = getgid();
     st->st_blksize = MOUNT_BLKSIZE;
+    /* Read-only: a name's recorded permissions without their write bits. */
     if (n->kind == MOUNT_DIR || n->kind == MOUNT_HASHDIR) {
-        st->st_mode = S_IFDIR | 0555;
+        st->st_mode = S_IFDIR | (n->mode ? n->mode & 0555 : 0555);
         /* 1: the count of subdirectories is unknown, so find must not take it as a leaf. */
         st->st_nlink = 1;
-        st->st_mtime = st->st_ctime = st->st_atime = fs->started;
+        st->st_mtime = st->st_ctime = st->st_atime = n->mode ? n->mtime : fs->started;
         return;
     }
-    st->st_mode = S_IFREG | 0444;
+    if (S_ISLNK(n->mode))
+        st->st_mode = S_IFLNK | 0777;
+    else
+        st->st_mode = S_IFREG | (n->mode ? n->mode & 0555 : 0444);
     st->st_nlink = 1;
     st->st_size = (off_t)n->size;
     st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
@@ -176,7 +180,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             const struct mount_dirent *e = &d->v[i - 2 - d->base];
             name = e->name;
             st.st_ino = e->ino;
-            st.st_mode = e->dir ? S_IFDIR : S_IFREG;
+            st.st_mode = e->dir ? S_IFDIR : e->link ? S_IFLNK : S_IFREG;
         } else {
             /* Not 0: readdir(3) hides entries with inode 0. */
             st.st_ino = i == 0 ? ino : MOUNT_INO_ROOT;
@@ -302,6 +306,47 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     fuse_reply_buf(req, buf, ri.len);
 }
 
+/* A name added as a symbolic link: its content is the target. */
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+    struct mount_fs *fs = fs_of(req);
+    char target[PATH_MAX];
+    struct client *c = NULL;
+    struct read_into ri;
+    struct mount_node n;
+    int r;
+
+    if ((r = mount_node_get(fs, ino, &n)) < 0) {
+        fuse_reply_err(req, -r);
+        return;
+    }
+    free(n.path);
+    if (n.kind != MOUNT_NAMED || !S_ISLNK(n.mode) || n.size == 0 || n.size >= sizeof(target)) {
+        fuse_reply_err(req, n.kind == MOUNT_NAMED && S_ISLNK(n.mode) ? EIO : EINVAL);
+        return;
+    }
+    ri = (struct read_into){.buf = target, .cap = (size_t)n.size, .hash = n.hash};
+    r = -EIO;
+    for (int tries = 0; tries < 2; tries++) {
+        if (!(c = mount_client(fs)))
+            break;
+        ri.len = 0;
+        r = client_get_range(c, n.hash, 0, n.size, read_piece, &ri);
+        if (r >= 0)
+            break;
+    }
+    if (r == 0 && (ri.len != n.size || memchr(target, '\0', ri.len)))
+        r = -EIO;
+    else if (r != 0)
+        r = c ? mount_errno(c, r) : -EIO;
+    if (r != 0) {
+        fuse_reply_err(req, r == -ENOENT ? ESTALE : -r);
+        return;
+    }
+    target[ri.len] = '\0';
+    fuse_reply_readlink(req, target);
+}
+
 static const struct fuse_lowlevel_ops mount_ops = {
     .lookup = op_lookup,
     .forget = op_forget,
@@ -312,6 +357,7 @@ static const struct fuse_lowlevel_ops mount_ops = {
     .releasedir = op_releasedir,
     .open = op_open,
     .read = op_read,
+    .readlink = op_readlink,
 };
 
 /* Mounts, serves until unmounted or signalled, unmounts. The exit status. */

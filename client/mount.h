@@ -46,15 +46,18 @@ struct mount_node {
     char hash[PROTO_HASH_HEX + 1]; /* files */
     uint64_t size;                 /* files */
     int64_t mtime;                 /* Unix seconds */
-    uint64_t home;                 /* the number its identity asks for (ino_of) */
-    struct mount_node *next;       /* in its bucket of the table, by ino */
-    struct mount_node *hnext;      /* in its bucket of the table, by home */
+    /* MOUNT_NAMED, and MOUNT_DIR of a name: the st_mode the name was added with (0: none). */
+    uint32_t mode;
+    uint64_t home;            /* the number its identity asks for (ino_of) */
+    struct mount_node *next;  /* in its bucket of the table, by ino */
+    struct mount_node *hnext; /* in its bucket of the table, by home */
 };
 
 /* One entry of a directory listing. */
 struct mount_dirent {
     char *name;
     bool dir;
+    bool link;    /* a name added as a symbolic link */
     uint64_t ino; /* what the node would get; informational, as d_ino is */
     size_t seq;   /* the order found in, which decides between equal names */
 };

@@ -12,6 +12,8 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -68,10 +70,17 @@ int cli_cmd_du(struct cli *cli, int argc, char **argv)
     return CLI_EXIT_OK;
 }
 
-/* One page of names to restore, copied out of the reply. */
+/* A name to restore, copied out of the reply. */
+struct tree_item {
+    char *name;
+    char hash[PROTO_HASH_HEX + 1];
+    uint64_t size;
+    struct cli_fattr fa;
+};
+
+/* One page of names to restore. */
 struct tree_page {
-    char *names[TREE_PAGE];
-    char hashes[TREE_PAGE][PROTO_HASH_HEX + 1];
+    struct tree_item v[TREE_PAGE];
     size_t n;
     bool bad; /* an item without a name or hash */
 };
@@ -79,24 +88,31 @@ struct tree_page {
 static void take_item(void *userdata, const msgpack_object *item)
 {
     struct tree_page *pg = userdata;
+    struct tree_item *it = &pg->v[pg->n];
     const char *name, *hash;
     size_t name_len, hash_len;
+    uint64_t mode = 0;
 
     if (pg->n == TREE_PAGE || proto_get_str(item, "name", &name, &name_len) != 0 ||
         proto_get_str(item, "hash", &hash, &hash_len) != 0 || hash_len != PROTO_HASH_HEX ||
-        !(pg->names[pg->n] = strndup(name, name_len))) {
+        proto_get_uint(item, "size", &it->size) != 0 || !(it->name = strndup(name, name_len))) {
         pg->bad = true;
         return;
     }
-    memcpy(pg->hashes[pg->n], hash, PROTO_HASH_HEX);
-    pg->hashes[pg->n][PROTO_HASH_HEX] = '\0';
+    memcpy(it->hash, hash, PROTO_HASH_HEX);
+    it->hash[PROTO_HASH_HEX] = '\0';
+    /* A mode this client does not know is restored as a file, as one without a mode. */
+    it->fa = (struct cli_fattr){0};
+    if (proto_get_uint(item, "mode", &mode) == 0 && proto_file_mode_valid(mode) &&
+        proto_get_int(item, "mtime", &it->fa.mtime) == 0)
+        it->fa.mode = (uint32_t)mode;
     pg->n++;
 }
 
 static void page_clear(struct tree_page *pg)
 {
     for (size_t i = 0; i < pg->n; i++)
-        free(pg->names[i]);
+        free(pg->v[i].name);
     pg->n = 0;
 }
 
@@ -191,9 +207,88 @@ static int open_parent(char *path, size_t dir_len, const char **base)
     return fd;
 }
 
-/* Restores one document at `path` (below DIR, dir_len bytes of it) through open_parent(). */
-static int restore(struct cli *cli, struct client *c, const char *hash, char *path, size_t dir_len,
-                   int cwd_fd)
+/* Sets the permissions and mtime of the directory `base` in `dir`, made when missing. */
+static int restore_dir(int dir, const char *base, const struct cli_fattr *fa, const char *path)
+{
+    struct timespec times[2] = {{.tv_nsec = UTIME_OMIT}, cli_timespec_ns(fa->mtime)};
+    int fd;
+
+    if (mkdirat(dir, base, 0700) < 0 && errno != EEXIST)
+        return cli_fail_errno(path);
+    fd = openat(dir, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+        cli_error(0, CLI_CODE_IO, NULL, "%s: not restored: a symbolic link or a file is in the way",
+                  path);
+        return CLI_EXIT_FAILED;
+    }
+    if (fd < 0 || fchmod(fd, fa->mode & 0777) < 0 || futimens(fd, times) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        errno = e;
+        return cli_fail_errno(path);
+    }
+    close(fd);
+    return CLI_EXIT_OK;
+}
+
+/*
+ * Makes the symbolic link `base` in `dir`, its target the document's
+ * content: made under a temporary name and renamed over whatever file or
+ * link is there, as a file is restored.
+ */
+static int restore_link(struct cli *cli, struct client *c, const struct tree_item *it, int dir,
+                        const char *base, const char *path)
+{
+    struct timespec times[2] = {{.tv_nsec = UTIME_OMIT}, cli_timespec_ns(it->fa.mtime)};
+    char target[PATH_MAX], tmp[64];
+    ssize_t n = 0;
+    int fd, r;
+
+    if (it->size == 0 || it->size >= sizeof(target)) {
+        cli_error(0, CLI_CODE_IO, NULL, "%s: not restored: a link target of %" PRIu64 " bytes",
+                  path, it->size);
+        return CLI_EXIT_FAILED;
+    }
+    /* The target through a memory file: the library writes documents to descriptors. */
+    if ((fd = memfd_create("cairn-link", MFD_CLOEXEC)) < 0)
+        return cli_fail_errno(path);
+    r = client_get_range_fd(c, it->hash, 0, UINT64_MAX, fd, false);
+    if (r == 0 && (n = pread(fd, target, sizeof(target), 0)) != (ssize_t)it->size)
+        r = n < 0 ? -errno : -EBADMSG;
+    close(fd);
+    if (r != 0)
+        return cli_fail(cli, path, r);
+    target[n] = '\0';
+    if (memchr(target, '\0', (size_t)n)) {
+        cli_error(0, CLI_CODE_IO, NULL, "%s: not restored: the link target holds a NUL", path);
+        return CLI_EXIT_FAILED;
+    }
+    for (unsigned i = 0;; i++) {
+        snprintf(tmp, sizeof(tmp), ".cairn-link.%ld.%u", (long)getpid(), i);
+        if (symlinkat(target, dir, tmp) == 0)
+            break;
+        if (errno != EEXIST || i == 100)
+            return cli_fail_errno(path);
+    }
+    if (renameat(dir, tmp, dir, base) < 0) {
+        int e = errno;
+        unlinkat(dir, tmp, 0);
+        errno = e;
+        return cli_fail_errno(path);
+    }
+    /* A link's own mtime; its permissions mean nothing on Linux. */
+    if (utimensat(dir, base, times, AT_SYMLINK_NOFOLLOW) < 0)
+        return cli_fail_errno(path);
+    return CLI_EXIT_OK;
+}
+
+/*
+ * Restores one name at `path` (below DIR, dir_len bytes of it) through
+ * open_parent(): a file, a symbolic link or a directory, as it was added.
+ */
+static int restore(struct cli *cli, struct client *c, const struct tree_item *it, char *path,
+                   size_t dir_len, int cwd_fd)
 {
     const char *base = NULL;
     int r, fd;
@@ -218,7 +313,12 @@ static int restore(struct cli *cli, struct client *c, const char *hash, char *pa
             close(fd);
         return cli_fail_errno(path);
     }
-    r = cli_restore_file(cli, c, hash, base, path);
+    if (S_ISDIR(it->fa.mode))
+        r = restore_dir(fd, base, &it->fa, path);
+    else if (S_ISLNK(it->fa.mode))
+        r = restore_link(cli, c, it, fd, base, path);
+    else
+        r = cli_restore_file(cli, c, it->hash, base, path, &it->fa);
     close(fd);
     if (fchdir(cwd_fd) < 0) {
         cli_error(0, CLI_CODE_IO, NULL, "cannot return to the working directory: %s",
@@ -263,14 +363,14 @@ int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
         /* Bytes count while a file is written; the library reports each get's own total. */
         client_set_progress(c, progress_bytes, &progress);
         for (size_t i = 0; i < pg->n; i++) {
-            _cleanup_free_ char *path = tree_path(dir, pg->names[i]);
+            _cleanup_free_ char *path = tree_path(dir, pg->v[i].name);
             if (!path) {
-                cli_error(0, CLI_CODE_IO, pg->names[i],
-                          "%s: not restored: the name is not a path under %s", pg->names[i], dir);
+                cli_error(0, CLI_CODE_IO, pg->v[i].name,
+                          "%s: not restored: the name is not a path under %s", pg->v[i].name, dir);
                 status = CLI_EXIT_FAILED;
                 continue;
             }
-            if (restore(cli, c, pg->hashes[i], path, strlen(dir), cwd_fd) != CLI_EXIT_OK)
+            if (restore(cli, c, &pg->v[i], path, strlen(dir), cwd_fd) != CLI_EXIT_OK)
                 status = CLI_EXIT_FAILED;
             progress_file(&progress);
         }
@@ -279,8 +379,8 @@ int cli_get_tree(struct cli *cli, const char *prefix, const char *dir)
         if (pg->n < TREE_PAGE)
             break;
         free(after);
-        after = pg->names[pg->n - 1]; /* handed over */
-        pg->names[pg->n - 1] = NULL;
+        after = pg->v[pg->n - 1].name; /* handed over */
+        pg->v[pg->n - 1].name = NULL;
         page_clear(pg);
     }
     page_clear(pg);

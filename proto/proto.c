@@ -280,6 +280,20 @@ int proto_get_uint(const msgpack_object *map, const char *key, uint64_t *out)
     return 0;
 }
 
+int proto_get_int(const msgpack_object *map, const char *key, int64_t *out)
+{
+    const msgpack_object *o = proto_map_get(map, key);
+    if (!o)
+        return PROTO_MISSING;
+    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *out = o->via.i64;
+    else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+        *out = (int64_t)o->via.u64;
+    else
+        return -EINVAL;
+    return 0;
+}
+
 int proto_get_bool(const msgpack_object *map, const char *key, bool *out)
 {
     const msgpack_object *o = proto_map_get(map, key);
@@ -382,6 +396,12 @@ bool proto_is_hex(const char *s, size_t len)
             return false;
     }
     return true;
+}
+
+bool proto_file_mode_valid(uint64_t mode)
+{
+    uint64_t type = mode & ~(uint64_t)07777;
+    return type == 0100000 || type == 0040000 || type == 0120000;
 }
 
 int proto_hex_decode(const char *hex, size_t hexlen, uint8_t *bin, size_t len)

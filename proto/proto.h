@@ -108,6 +108,8 @@ const msgpack_object *proto_map_get(const msgpack_object *map, const char *key);
  */
 #define PROTO_MISSING 1
 int proto_get_uint(const msgpack_object *map, const char *key, uint64_t *out);
+/* A signed integer: a negative one, or a positive one up to INT64_MAX. */
+int proto_get_int(const msgpack_object *map, const char *key, int64_t *out);
 int proto_get_bool(const msgpack_object *map, const char *key, bool *out);
 int proto_get_str(const msgpack_object *map, const char *key, const char **ptr, size_t *len);
 int proto_get_bin(const msgpack_object *map, const char *key, const uint8_t **ptr, size_t *len);
@@ -149,5 +151,11 @@ void proto_hex_encode(const uint8_t *bin, size_t len, char *hex /* 2*len+1 */);
 /* 0 when `hex` is exactly 2*len lowercase or uppercase hex digits. */
 int proto_hex_decode(const char *hex, size_t hexlen, uint8_t *bin, size_t len);
 bool proto_is_hex(const char *s, size_t len);
+/*
+ * A file mode an add may give its name (PROTOCOL.md `add`, `mode`): the type
+ * bits of a regular file (0100000), a directory (0040000) or a symbolic link
+ * (0120000), with permission bits up to 07777 and nothing else.
+ */
+bool proto_file_mode_valid(uint64_t mode);
 /* The value of one hex digit (either case), or -1. */
 int proto_hex_value(char c);

@@ -24,7 +24,8 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
     uint32_t n = 4;
 
     if (e->op == ENTRY_ADD)
-        n += 7 + (e->name && e->name[0]) + (e->ntags > 0) + (e->nmeta > 0);
+        n += 7 + (e->name && e->name[0]) * (1 + 2 * (e->fmode != 0)) + (e->ntags > 0) +
+             (e->nmeta > 0);
     else if (e->op == ENTRY_DELETE)
         n += e->if_unnamed;
     else if (e->op == ENTRY_VOID)
@@ -71,6 +72,12 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
         if (e->name && e->name[0]) {
             proto_pack_cstr(&pk, "name");
             proto_pack_cstr(&pk, e->name);
+            if (e->fmode) {
+                proto_pack_cstr(&pk, "fmode");
+                msgpack_pack_uint32(&pk, e->fmode);
+                proto_pack_cstr(&pk, "fmtime");
+                msgpack_pack_int64(&pk, e->fmtime);
+            }
         }
         if (e->ntags > 0)
             pack_strings(&pk, "tags", e->tags, e->ntags);
@@ -160,6 +167,16 @@ static int decode_add(const msgpack_object *map, struct entry *e)
         memcpy(e->root, root, root_len);
     if (proto_map_get(map, "name") && !(e->name = dup_str(proto_map_get(map, "name"))))
         return -EBADMSG;
+    if (proto_map_get(map, "fmode")) {
+        uint64_t mode;
+        if (proto_get_uint(map, "fmode", &mode) != 0 ||
+            proto_get_int(map, "fmtime", &e->fmtime) != 0)
+            return -EBADMSG;
+        if (e->name && e->name[0] && proto_file_mode_valid(mode))
+            e->fmode = (uint32_t)mode;
+        else
+            e->fmtime = 0;
+    }
     if ((r = get_strings(proto_map_get(map, "tags"), &e->tags, &e->ntags)) < 0)
         return r;
     return get_meta(proto_map_get(map, "meta"), e);

@@ -8,7 +8,7 @@
  * entry's raw bytes, a msgpack map in the object envelope (compress.h):
  *
  *   {v: 2, op: "add", doc: bin32, time, size, mime, text, chunks, stored,
- *    depth, root: bin, name?, tags?, meta?}
+ *    depth, root: bin, name?, fmode?, fmtime?, tags?, meta?}
  *   {v: 2, op: "delete", doc: bin32, time, if_unnamed?: true}
  *   {v: 2, op: "unname", doc: bin32, time, name}
  *   {v: 2, op: "void", doc: bin32, time}
@@ -28,7 +28,9 @@
  *
  * An add entry carries the document's manifest root (manifest.h: depth and
  * the packed root entries), so it alone says what the document is made of,
- * with the name, tags and metadata that add brought. `time` (nanoseconds
+ * with the name, tags and metadata that add brought, and the mode and mtime
+ * (ns) of the file the name was added from (`fmode`, `fmtime`: only with a
+ * name; a mode this build does not know is read as none). `time` (nanoseconds
  * since the epoch) orders the journal; `chunks` is the number of chunks,
  * `stored` the document's share of stored bytes when it was added, and
  * `text` whether its content is indexed for search.
@@ -60,6 +62,8 @@ struct entry {
     uint64_t size, nchunks, stored;
     bool text;
     char *mime, *name; /* adds: may be NULL; unname: the name */
+    uint32_t fmode;    /* adds with a name: the file's st_mode (proto_file_mode_valid), or 0 */
+    int64_t fmtime;    /* with fmode: the file's mtime, ns since the epoch */
     unsigned depth;
     uint8_t *root; /* packed manifest entries */
     size_t root_len;

@@ -28,7 +28,8 @@
 const char *const db_docs_sql[DB_S_COUNT_] = {
     [DB_S_DOC_BY_HASH] = "SELECT id FROM documents WHERE hash = ?1",
     [DB_S_DOC_BY_PREFIX] = "SELECT id FROM documents WHERE hash >= ?1 AND hash < ?1 || 'g' LIMIT 2",
-    [DB_S_DOC_BY_NAME] = "SELECT doc FROM names WHERE name = ?1 ORDER BY t DESC, eid DESC LIMIT 1",
+    [DB_S_DOC_BY_NAME] = "SELECT doc, mode, mtime FROM names WHERE name = ?1"
+                         " ORDER BY t DESC, eid DESC LIMIT 1",
     [DB_S_DOC_BY_ID] = "SELECT hash, size, stored_size, chunks, mime, created, text, depth,"
                        " manifest, index_gen FROM documents WHERE id = ?1",
     /*
@@ -51,7 +52,8 @@ const char *const db_docs_sql[DB_S_COUNT_] = {
                         " ?8, ?9, 1)",
     [DB_S_DOC_DELETE] = "DELETE FROM documents WHERE id = ?1",
     [DB_S_DOC_INDEX_BUMP] = "UPDATE documents SET index_gen = index_gen + 1 WHERE id = ?1",
-    [DB_S_NAME_INSERT] = "INSERT INTO names(name, doc, added, t, eid) VALUES(?1, ?2, ?3, ?4, ?5)",
+    [DB_S_NAME_INSERT] = "INSERT INTO names(name, doc, added, t, eid, mode, mtime)"
+                         " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [DB_S_TAG_INSERT] = "INSERT OR IGNORE INTO tags(doc, tag) VALUES(?1, ?2)",
     [DB_S_META_UPSERT] = "INSERT INTO meta(doc, key, value) VALUES(?1, ?2, ?3)"
                          " ON CONFLICT(doc, key) DO UPDATE SET value = excluded.value",
@@ -207,7 +209,8 @@ int db_load_doc(struct db_conn *c, int64_t id, unsigned want, struct db_doc *doc
  * Finds the document id for a ref (PROTOCOL.md "References"). When it was
  * found by name, *by_name is set so the caller reports that name.
  */
-static int resolve_id(struct db_conn *c, const char *ref, size_t len, int64_t *id, bool *by_name)
+static int resolve_id(struct db_conn *c, const char *ref, size_t len, int64_t *id, bool *by_name,
+                      struct db_fattr *fa)
 {
     char key[PROTO_MAX_REF + 1];
     sqlite3_stmt *s;
@@ -253,11 +256,11 @@ static int resolve_id(struct db_conn *c, const char *ref, size_t len, int64_t *i
     if (!(s = db_stmt(c, DB_S_DOC_BY_NAME, db_docs_sql)))
         return -EIO;
     sqlite3_bind_text(s, 1, key, (int)len, SQLITE_TRANSIENT);
-    r = db_query_id(c, s, id);
+    r = db_query_name_row(c, s, id, fa);
     if (r == 0)
         *by_name = true;
     /* No such name: NAME@{N}, an older version, which stands for its document as its hash does. */
-    return r == DB_E_NOT_FOUND ? db_resolve_version(c, key, len, id) : r;
+    return r == DB_E_NOT_FOUND ? db_resolve_version(c, key, len, id, fa) : r;
 }
 
 int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc)
@@ -270,7 +273,7 @@ int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, st
     memset(doc, 0, sizeof(*doc));
     if (!c)
         return -EIO;
-    r = resolve_id(c, ref, ref_len, &id, &by_name);
+    r = resolve_id(c, ref, ref_len, &id, &by_name, &doc->fattr);
     if (r == 0 && by_name && !(doc->name = strndup(ref, ref_len)))
         r = -ENOMEM;
     doc->by_name = by_name;
@@ -297,9 +300,11 @@ int db_load(struct db *db, int64_t rowid, unsigned want, struct db_doc *doc)
     return r;
 }
 
-int db_name_current(struct db *db, const char *name, int64_t doc, bool *current)
+int db_name_current(struct db *db, const char *name, int64_t doc, const struct db_fattr *fa,
+                    bool *current)
 {
     struct db_conn *c = db_reader_acquire(db);
+    struct db_fattr now = {0};
     sqlite3_stmt *s;
     int64_t id = -1;
     int r;
@@ -312,11 +317,13 @@ int db_name_current(struct db *db, const char *name, int64_t doc, bool *current)
         return -EIO;
     }
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-    r = db_query_id(c, s, &id);
+    r = db_query_name_row(c, s, &id, &now);
     db_reader_release(db, c);
     if (r < 0)
         return r;
-    *current = r == 0 && id == doc;
+    /* As add_name decides whether an add makes a new version. */
+    *current =
+        r == 0 && id == doc && (fa->mode == 0 || (fa->mode == now.mode && fa->mtime == now.mtime));
     return 0;
 }
 
@@ -438,20 +445,26 @@ static int insert_doc(struct db_conn *c, const struct db_add *add, const char *h
     return 0;
 }
 
-/* Adds a name version unless the name already points here; *changed when it did not. */
+/*
+ * Adds a name version unless the name already points here, from the same
+ * file (an add without a file's mode keeps the one recorded); *changed when
+ * it did add one.
+ */
 static int add_name(struct db_conn *c, const struct db_add *add, int64_t id, int64_t now,
                     bool *changed)
 {
     int64_t current = -1;
+    struct db_fattr fa = {0};
     sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_NAME, db_docs_sql);
     int r;
 
     if (!s)
         return -EIO;
     sqlite3_bind_text(s, 1, add->name, -1, SQLITE_STATIC);
-    if ((r = db_query_id(c, s, &current)) < 0)
+    if ((r = db_query_name_row(c, s, &current, &fa)) < 0)
         return r;
-    if (current == id)
+    if (current == id &&
+        (add->fattr.mode == 0 || (add->fattr.mode == fa.mode && add->fattr.mtime == fa.mtime)))
         return 0;
     if (!(s = db_stmt(c, DB_S_NAME_INSERT, db_docs_sql)))
         return -EIO;
@@ -460,6 +473,8 @@ static int add_name(struct db_conn *c, const struct db_add *add, int64_t id, int
     sqlite3_bind_int64(s, 3, now);
     sqlite3_bind_int64(s, 4, (int64_t)add->event_ns);
     sqlite3_bind_blob(s, 5, add->event_id, PROTO_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 6, add->fattr.mode);
+    sqlite3_bind_int64(s, 7, add->fattr.mode ? add->fattr.mtime : 0);
     *changed = true;
     return db_step_done(c, s);
 }

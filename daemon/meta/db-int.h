@@ -185,12 +185,17 @@ int db_step_done(struct db_conn *c, sqlite3_stmt *s);
 int db_errno(int rc);
 /* Runs a statement that yields at most one integer; DB_E_NOT_FOUND if no row. */
 int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out);
+/* A name row's columns `col` (mode) and `col + 1` (mtime). */
+void db_fattr_column(sqlite3_stmt *s, int col, struct db_fattr *fa);
+/* As db_query_id, for a statement selecting a name row's doc, mode and mtime. */
+int db_query_name_row(struct db_conn *c, sqlite3_stmt *s, int64_t *id, struct db_fattr *fa);
 /*
  * A ref NAME@{N} (db-names.c): the document of the Nth version of NAME
  * before its newest (0: the newest). DB_E_NOT_FOUND when the ref has no such
  * suffix or the name no such version.
  */
-int db_resolve_version(struct db_conn *c, const char *ref, size_t len, int64_t *id);
+int db_resolve_version(struct db_conn *c, const char *ref, size_t len, int64_t *id,
+                       struct db_fattr *fa);
 /* The row id of the document with this hash (64 lowercase hex): 0, DB_E_NOT_FOUND or -EIO. */
 int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id);
 

@@ -31,7 +31,7 @@ const char *const db_names_sql[DB_S_COUNT_] = {
      * caller stops at the first name without the prefix.
      */
     [DB_S_LIST_NAMES] =
-        "SELECT n.doc, n.name, n.added FROM names n WHERE n.name > ?1"
+        "SELECT n.doc, n.name, n.added, n.mode, n.mtime FROM names n WHERE n.name > ?1"
         " AND n.name >= ?4 AND n.seq = (SELECT x.seq FROM names x"
         " WHERE x.name = n.name ORDER BY x.t DESC, x.eid DESC LIMIT 1) AND (?3 IS NULL OR EXISTS "
         "(SELECT 1 FROM"
@@ -52,9 +52,11 @@ const char *const db_names_sql[DB_S_COUNT_] = {
                           " EXISTS (SELECT 1 FROM tags t WHERE t.doc = d.id AND t.tag = ?3))"
                           " ORDER BY d.hash LIMIT ?2",
     /* A name's versions, newest first (NAME@{N} is the one at offset N). */
-    [DB_S_NAME_VERSION] = "SELECT doc FROM names WHERE name = ?1 ORDER BY t DESC, eid DESC"
-                          " LIMIT 1 OFFSET ?2",
-    [DB_S_NAME_VERSIONS] = "SELECT d.hash, d.size, n.added FROM names n JOIN documents d"
+    [DB_S_NAME_VERSION] =
+        "SELECT doc, mode, mtime FROM names WHERE name = ?1 ORDER BY t DESC, eid DESC"
+        " LIMIT 1 OFFSET ?2",
+    [DB_S_NAME_VERSIONS] = "SELECT d.hash, d.size, n.added, n.mode, n.mtime FROM names n"
+                           " JOIN documents d"
                            " ON d.id = n.doc WHERE n.name = ?1 ORDER BY n.t DESC, n.eid DESC"
                            " LIMIT ?2 OFFSET ?3",
     [DB_S_NAME_VERSION_COUNT] = "SELECT COUNT(*) FROM names WHERE name = ?1",
@@ -63,7 +65,8 @@ const char *const db_names_sql[DB_S_COUNT_] = {
 /* Versions a ref can reach back: NAME@{0} to NAME@{DB_MAX_VERSION}. */
 #define DB_MAX_VERSION 999999
 
-int db_resolve_version(struct db_conn *c, const char *ref, size_t len, int64_t *id)
+int db_resolve_version(struct db_conn *c, const char *ref, size_t len, int64_t *id,
+                       struct db_fattr *fa)
 {
     size_t open, digits;
     uint64_t n = 0;
@@ -84,7 +87,7 @@ int db_resolve_version(struct db_conn *c, const char *ref, size_t len, int64_t *
         return n > DB_MAX_VERSION ? DB_E_NOT_FOUND : -EIO;
     sqlite3_bind_text(s, 1, ref, (int)(open - 2), SQLITE_TRANSIENT);
     sqlite3_bind_int64(s, 2, (int64_t)n);
-    return db_query_id(c, s, id);
+    return db_query_name_row(c, s, id, fa);
 }
 
 int db_name_versions(struct db *db, const char *name, uint64_t offset, uint64_t limit,
@@ -129,6 +132,7 @@ int db_name_versions(struct db *db, const char *name, uint64_t offset, uint64_t 
         snprintf(v[count].hash, sizeof(v[count].hash), "%s", hash ? (const char *)hash : "");
         v[count].size = (uint64_t)sqlite3_column_int64(s, 1);
         v[count].named = sqlite3_column_int64(s, 2);
+        db_fattr_column(s, 3, &v[count].fattr);
         v[count].version = offset + count;
         count++;
     }
@@ -239,68 +243,62 @@ int db_txn_delete_if_unnamed(struct db_txn *txn, const char *hash_hex, bool *del
     return r;
 }
 
-/* Loads the documents of `ids` (with the names in `names`, when given) in the snapshot c. */
-static int load_rows(struct db_conn *c, const int64_t *ids, char **names, const int64_t *added,
-                     size_t n, struct db_doc **docs)
-{
-    struct db_doc *out = calloc(n ? n : 1, sizeof(*out));
-    int r = out ? 0 : -ENOMEM;
-
-    for (size_t i = 0; r == 0 && i < n; i++) {
-        if (names) {
-            out[i].name = names[i]; /* handed over; db_load_doc keeps a name it is given */
-            names[i] = NULL;
-            out[i].named = added[i];
-        }
-        r = db_load_doc(c, ids[i], DB_WANT_TAGS, &out[i]);
-    }
-    if (r < 0) {
-        db_docs_free(out, n);
-        return r;
-    }
-    *docs = out;
-    return 0;
-}
+struct row {
+    int64_t id, added;
+    char *name;
+    struct db_fattr fattr;
+};
 
 struct rows {
-    int64_t *ids, *added;
-    char **names;
+    struct row *v;
     size_t n, cap;
 };
 
-static int rows_push(struct rows *rw, int64_t id, char *name, int64_t added)
+/* Takes `row` (its name too, freed when it cannot). */
+static int rows_push(struct rows *rw, const struct row *row)
 {
     if (rw->n == rw->cap) {
         size_t cap = rw->cap ? rw->cap * 2 : 64;
-        int64_t *ids = realloc(rw->ids, cap * sizeof(*ids));
-        if (ids)
-            rw->ids = ids;
-        int64_t *at = realloc(rw->added, cap * sizeof(*at));
-        if (at)
-            rw->added = at;
-        char **names = realloc(rw->names, cap * sizeof(*names));
-        if (names)
-            rw->names = names;
-        if (!ids || !at || !names) {
-            free(name);
+        struct row *v = realloc(rw->v, cap * sizeof(*v));
+        if (!v) {
+            free(row->name);
             return -ENOMEM;
         }
+        rw->v = v;
         rw->cap = cap;
     }
-    rw->ids[rw->n] = id;
-    rw->added[rw->n] = added;
-    rw->names[rw->n] = name;
-    rw->n++;
+    rw->v[rw->n++] = *row;
     return 0;
 }
 
 static void rows_free(struct rows *rw)
 {
     for (size_t i = 0; i < rw->n; i++)
-        free(rw->names[i]);
-    free(rw->names);
-    free(rw->ids);
-    free(rw->added);
+        free(rw->v[i].name);
+    free(rw->v);
+}
+
+/* Loads the documents of the rows (with their names, unless `unnamed`) in the snapshot c. */
+static int load_rows(struct db_conn *c, struct rows *rw, bool unnamed, struct db_doc **docs)
+{
+    struct db_doc *out = calloc(rw->n ? rw->n : 1, sizeof(*out));
+    int r = out ? 0 : -ENOMEM;
+
+    for (size_t i = 0; r == 0 && i < rw->n; i++) {
+        if (!unnamed) {
+            out[i].name = rw->v[i].name; /* handed over; db_load_doc keeps a name it is given */
+            rw->v[i].name = NULL;
+            out[i].named = rw->v[i].added;
+            out[i].fattr = rw->v[i].fattr;
+        }
+        r = db_load_doc(c, rw->v[i].id, DB_WANT_TAGS, &out[i]);
+    }
+    if (r < 0) {
+        db_docs_free(out, rw->n);
+        return r;
+    }
+    *docs = out;
+    return 0;
 }
 
 /* Binds ?5, ?6 and ?7 of NAME_IN_PATH: the path, or NULL for any name. */
@@ -352,7 +350,7 @@ int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc *
     }
     /* Collect first: db_load_doc reuses statements, so the cursor must be finished. */
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        char *name = NULL;
+        struct row row = {.id = sqlite3_column_int64(s, 0)};
         if (!q->unnamed) {
             const char *v = (const char *)sqlite3_column_text(s, 1);
             /* Names sort bytewise: past the first that lacks the prefix, none has it. */
@@ -360,20 +358,21 @@ int db_list_names(struct db *db, const struct db_names_query *q, struct db_doc *
                 rc = SQLITE_DONE;
                 break;
             }
-            if (!(name = strdup(v))) {
+            if (!(row.name = strdup(v))) {
                 r = -ENOMEM;
                 break;
             }
+            row.added = sqlite3_column_int64(s, 2);
+            db_fattr_column(s, 3, &row.fattr);
         }
-        if ((r = rows_push(&rw, sqlite3_column_int64(s, 0), name,
-                           q->unnamed ? 0 : sqlite3_column_int64(s, 2))) < 0)
+        if ((r = rows_push(&rw, &row)) < 0)
             break;
     }
     sqlite3_reset(s);
     if (r == 0 && rc != SQLITE_DONE)
         r = -EIO;
     if (r == 0)
-        r = load_rows(c, rw.ids, q->unnamed ? NULL : rw.names, rw.added, rw.n, docs);
+        r = load_rows(c, &rw, q->unnamed, docs);
     db_snapshot_end(db, c);
     if (r == 0)
         *n = rw.n;

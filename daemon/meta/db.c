@@ -52,7 +52,10 @@ static const char schema_sql[] =
     " doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
     " added INTEGER NOT NULL,"
     " t INTEGER NOT NULL,"
-    " eid BLOB NOT NULL);"
+    " eid BLOB NOT NULL,"
+    /* The file the version was added from (add -r): st_mode (0: none) and mtime in ns. */
+    " mode INTEGER NOT NULL DEFAULT 0,"
+    " mtime INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS names_by_name ON names(name, t, eid);"
     "CREATE INDEX IF NOT EXISTS names_by_doc ON names(doc, t, eid);"
     "CREATE TABLE IF NOT EXISTS tags("
@@ -344,7 +347,7 @@ void db_snapshot_end(struct db *db, struct db_conn *c)
  * upgrade.c; format 2 (names ordered by arrival, packs of one writer) is
  * made anew from the packs; a newer format than this build knows is refused.
  */
-static int check_format(struct db_conn *c)
+static int check_format(struct db_conn *c, int *found)
 {
     sqlite3_stmt *s;
     int version = -1;
@@ -364,13 +367,35 @@ static int check_format(struct db_conn *c)
         log_error("database: format %d is newer than this cairnd (format %d)", version, DB_FORMAT);
         return -EPROTO;
     }
+    *found = version;
+    return 0;
+}
+
+/*
+ * Makes the tables of this format, and brings a database of format 3 (names
+ * without their files' mode and mtime) up to it in one transaction.
+ */
+static int make_schema(struct db_conn *c, int version)
+{
+    static const char format3_to_4[] =
+        "ALTER TABLE names ADD COLUMN mode INTEGER NOT NULL DEFAULT 0;"
+        "ALTER TABLE names ADD COLUMN mtime INTEGER NOT NULL DEFAULT 0;";
+    int r;
+
+    if ((r = exec(c, "BEGIN IMMEDIATE")) < 0)
+        return r;
+    if ((version == 3 && (r = exec(c, format3_to_4)) < 0) || (r = exec(c, schema_sql)) < 0 ||
+        (r = exec(c, "PRAGMA user_version=" DB_FORMAT_STR)) < 0 || (r = exec(c, "COMMIT")) < 0) {
+        exec(c, "ROLLBACK");
+        return r;
+    }
     return 0;
 }
 
 int db_new(struct db **out, uv_loop_t *loop, const char *path)
 {
     struct db *db = calloc(1, sizeof(*db));
-    int r;
+    int r, version = 0;
 
     if (!db)
         return -ENOMEM;
@@ -386,12 +411,12 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
         db_free(db);
         return r;
     }
-    r = check_format(db->writer);
+    r = check_format(db->writer, &version);
     if (r != 0) {
         db_free(db);
         return r;
     }
-    if (exec(db->writer, schema_sql) || exec(db->writer, "PRAGMA user_version=3")) {
+    if (make_schema(db->writer, version) < 0) {
         db_free(db);
         return -EIO;
     }
@@ -577,6 +602,31 @@ int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out)
     else if (rc == SQLITE_DONE)
         r = DB_E_NOT_FOUND;
     else {
+        log_error("database: %s", sqlite3_errmsg(c->sql));
+        r = -EIO;
+    }
+    sqlite3_reset(s);
+    return r;
+}
+
+void db_fattr_column(sqlite3_stmt *s, int col, struct db_fattr *fa)
+{
+    int64_t mode = sqlite3_column_int64(s, col);
+    /* Anything but a mode a client could have sent (proto_file_mode_valid) is none. */
+    fa->mode = proto_file_mode_valid((uint64_t)mode) ? (uint32_t)mode : 0;
+    fa->mtime = fa->mode ? sqlite3_column_int64(s, col + 1) : 0;
+}
+
+int db_query_name_row(struct db_conn *c, sqlite3_stmt *s, int64_t *id, struct db_fattr *fa)
+{
+    int rc = sqlite3_step(s);
+    int r = 0;
+    if (rc == SQLITE_ROW) {
+        *id = sqlite3_column_int64(s, 0);
+        db_fattr_column(s, 1, fa);
+    } else if (rc == SQLITE_DONE) {
+        r = DB_E_NOT_FOUND;
+    } else {
         log_error("database: %s", sqlite3_errmsg(c->sql));
         r = -EIO;
     }

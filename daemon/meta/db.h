@@ -46,14 +46,27 @@ enum {
     DB_E_FORMAT2,    /* db_new: a database of format 2; it is made anew from the packs */
 };
 
-#define DB_FORMAT 3
+/* 4: names keep the mode and mtime of the file they were added from (3 is brought up to it). */
+#define DB_FORMAT 4
+#define DB_FORMAT_STR "4"
+
+/*
+ * The file a name version was added from (`cairn add -r`): its st_mode,
+ * type bits included (regular file, directory or symbolic link; 0: none
+ * recorded), and its mtime in nanoseconds since the epoch.
+ */
+struct db_fattr {
+    uint32_t mode;
+    int64_t mtime;
+};
 
 struct db_doc {
     int64_t rowid;
     char hash[PROTO_HASH_HEX + 1];
-    char *name;    /* the name it was found by, else its newest name; NULL if none */
-    bool by_name;  /* db_resolve: the ref was a name */
-    int64_t named; /* db_list_names: when the name got this version (Unix seconds) */
+    char *name;            /* the name it was found by, else its newest name; NULL if none */
+    bool by_name;          /* db_resolve: the ref was a name */
+    int64_t named;         /* db_list_names: when the name got this version (Unix seconds) */
+    struct db_fattr fattr; /* db_list_names, db_resolve of NAME or NAME@{N}: that version's file */
     uint64_t size, stored_size, nchunks;
     int64_t created;
     char mime[PROTO_MAX_MIME + 1];
@@ -89,7 +102,8 @@ struct db_add {
     uint8_t hash[PROTO_HASH_LEN];
     uint64_t size, nchunks, stored;
     const char *mime;
-    const char *name; /* NULL or "" for none */
+    const char *name;      /* NULL or "" for none */
+    struct db_fattr fattr; /* the name version's file; none without a name */
     const char *const *tags;
     size_t ntags;
     const char *const *meta_keys, *const *meta_values;
@@ -156,8 +170,13 @@ int db_txn_delete(struct db_txn *txn, const char *hash_hex);
 int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc);
 /* The document with this row id; DB_E_NOT_FOUND when it is gone. */
 int db_load(struct db *db, int64_t rowid, unsigned want, struct db_doc *doc);
-/* Whether the newest document named `name` is the document with row id `doc`. */
-int db_name_current(struct db *db, const char *name, int64_t doc, bool *current);
+/*
+ * Whether the newest version of `name` is the document with row id `doc`,
+ * from the file `fa` (any, when its mode is 0): an add of it as `name` would
+ * make no new version.
+ */
+int db_name_current(struct db *db, const char *name, int64_t doc, const struct db_fattr *fa,
+                    bool *current);
 /* Documents ordered by hash, after `after` (may be NULL), with `tag` (may be NULL). */
 int db_list(struct db *db, const char *tag, const char *after, size_t limit, struct db_doc **docs,
             size_t *ndocs);
@@ -186,6 +205,7 @@ struct db_version {
     char hash[PROTO_HASH_HEX + 1];
     uint64_t size, version;
     int64_t named; /* Unix seconds: when the name got this version */
+    struct db_fattr fattr;
 };
 
 /*

@@ -271,6 +271,7 @@ static void test_name_versions(void **state)
     struct test_doc other = {.size = 30, .name = "other"};
     char hex1[PROTO_HASH_HEX + 1], hex2[PROTO_HASH_HEX + 1];
     struct db_doc doc;
+    const struct db_fattr nofile = {0};
     bool current;
 
     test_hash(v1.hash, 0x71, 6);
@@ -283,11 +284,11 @@ static void test_name_versions(void **state)
     int64_t id2 = test_doc_add_ok(e, &v2).rowid;
 
     assert_resolves(e, "report.pdf", v2.hash, "report.pdf");
-    assert_int_equal(db_name_current(e->db, "report.pdf", id2, &current), 0);
+    assert_int_equal(db_name_current(e->db, "report.pdf", id2, &nofile, &current), 0);
     assert_true(current);
-    assert_int_equal(db_name_current(e->db, "report.pdf", id1, &current), 0);
+    assert_int_equal(db_name_current(e->db, "report.pdf", id1, &nofile, &current), 0);
     assert_false(current);
-    assert_int_equal(db_name_current(e->db, "nothing", id1, &current), 0);
+    assert_int_equal(db_name_current(e->db, "nothing", id1, &nofile, &current), 0);
     assert_false(current);
     /* The older version stays reachable by hash, shown as the version ref that reaches it. */
     assert_int_equal(resolve(e, hex1, DB_WANT_DETAILS, &doc), 0);
@@ -306,7 +307,7 @@ static void test_name_versions(void **state)
     assert_int_equal(test_doc_delete(e, hex2), 0);
     assert_resolves(e, "report.pdf", v1.hash, "report.pdf");
     assert_resolve_fails(e, hex2, DB_E_NOT_FOUND);
-    assert_int_equal(db_name_current(e->db, "report.pdf", id1, &current), 0);
+    assert_int_equal(db_name_current(e->db, "report.pdf", id1, &nofile, &current), 0);
     assert_true(current);
 
     /* Adding v2 again makes it the newest version again, after v1. */

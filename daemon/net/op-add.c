@@ -90,6 +90,16 @@ static const char *parse_add_params(const msgpack_object *map, struct store_add_
         return "heal must be a boolean";
     if (p->heal && ((p->name && p->name[0]) || p->ntags || p->nmeta))
         return "an add with heal stores no document: it takes no name, tags or meta";
+    if (proto_map_get(map, "mode") || proto_map_get(map, "mtime")) {
+        uint64_t mode;
+        if (proto_get_uint(map, "mode", &mode) != 0 || !proto_file_mode_valid(mode))
+            return "mode must be the st_mode of a regular file, directory or symbolic link";
+        if (proto_get_int(map, "mtime", &p->fattr.mtime) != 0)
+            return "mtime must be an integer (nanoseconds since the epoch) and comes with mode";
+        if (!p->name || !p->name[0])
+            return "mode and mtime belong to a name: they need name";
+        p->fattr.mode = (uint32_t)mode;
+    }
     return NULL;
 }
 

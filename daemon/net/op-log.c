@@ -66,7 +66,7 @@ static void log_done(uv_work_t *work, int status)
     msgpack_pack_array(&r.pk, (uint32_t)l->n);
     for (size_t i = 0; i < l->n; i++) {
         const struct db_version *v = &l->versions[i];
-        msgpack_pack_map(&r.pk, 4);
+        msgpack_pack_map(&r.pk, 4 + op_fattr_fields(&v->fattr));
         proto_pack_cstr(&r.pk, "version");
         msgpack_pack_uint64(&r.pk, v->version);
         proto_pack_cstr(&r.pk, "hash");
@@ -75,6 +75,7 @@ static void log_done(uv_work_t *work, int status)
         msgpack_pack_uint64(&r.pk, v->size);
         proto_pack_cstr(&r.pk, "named");
         msgpack_pack_int64(&r.pk, v->named);
+        op_pack_fattr(&r.pk, &v->fattr);
     }
     reply_send(l->op.base.conn, &r);
     op_finish(&l->op);

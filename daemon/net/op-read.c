@@ -251,9 +251,10 @@ static size_t list_fit(const struct db_doc *docs, size_t n)
 
     for (fit = 0; fit < n; fit++) {
         const struct db_doc *doc = &docs[fit];
-        size_t cost = 8 * reply_str_cost(16) + reply_str_cost(PROTO_HASH_HEX) +
+        /* Ten keys, five of them integers (with mode and mtime). */
+        size_t cost = 10 * reply_str_cost(16) + reply_str_cost(PROTO_HASH_HEX) +
                       reply_str_cost(doc->name ? strlen(doc->name) : 0) +
-                      reply_str_cost(strlen(doc->mime)) + 3 * 9 + 5;
+                      reply_str_cost(strlen(doc->mime)) + 5 * 9 + 5;
         for (size_t t = 0; t < doc->ntags; t++)
             cost += reply_str_cost(strlen(doc->tags[t]));
         if (fit > 0 && used + cost > REPLY_BUDGET)
@@ -293,7 +294,7 @@ static void list_done(uv_work_t *work, int status)
     msgpack_pack_array(&r.pk, fit);
     for (size_t i = 0; i < fit; i++) {
         const struct db_doc *doc = &l->docs[i];
-        msgpack_pack_map(&r.pk, l->names ? 8 : 7);
+        msgpack_pack_map(&r.pk, (l->names ? 8 : 7) + op_fattr_fields(&doc->fattr));
         proto_pack_cstr(&r.pk, "hash");
         proto_pack_cstr(&r.pk, doc->hash);
         proto_pack_cstr(&r.pk, "name");
@@ -312,6 +313,7 @@ static void list_done(uv_work_t *work, int status)
             proto_pack_cstr(&r.pk, "named");
             msgpack_pack_int64(&r.pk, doc->named);
         }
+        op_pack_fattr(&r.pk, &doc->fattr);
     }
     proto_pack_cstr(&r.pk, "more");
     if (more)
@@ -428,11 +430,12 @@ static void stat_done(uv_work_t *work, int status)
     }
     /* The newest names that fit in STAT_NAMES_BUDGET (names are oldest first). */
     size_t cut = op_strings_cut((const char *const *)doc->names, doc->nnames, STAT_NAMES_BUDGET);
-    reply_begin(&r, s->op.base.id, true, cut > 0 ? 11 : 10);
+    reply_begin(&r, s->op.base.id, true, (cut > 0 ? 11 : 10) + op_fattr_fields(&doc->fattr));
     proto_pack_cstr(&r.pk, "hash");
     proto_pack_cstr(&r.pk, doc->hash);
     proto_pack_cstr(&r.pk, "name");
     proto_pack_cstr(&r.pk, doc->name ? doc->name : "");
+    op_pack_fattr(&r.pk, &doc->fattr);
     proto_pack_cstr(&r.pk, "names");
     op_pack_strings(&r.pk, (const char *const *)doc->names, cut, doc->nnames);
     if (cut > 0) {

@@ -148,6 +148,21 @@ void op_free_strings(char **v, size_t n)
     free(v);
 }
 
+unsigned op_fattr_fields(const struct db_fattr *fa)
+{
+    return fa->mode ? 2 : 0;
+}
+
+void op_pack_fattr(msgpack_packer *pk, const struct db_fattr *fa)
+{
+    if (!fa->mode)
+        return;
+    proto_pack_cstr(pk, "mode");
+    msgpack_pack_uint32(pk, fa->mode);
+    proto_pack_cstr(pk, "mtime");
+    msgpack_pack_int64(pk, fa->mtime);
+}
+
 void op_pack_strings(msgpack_packer *pk, const char *const *v, size_t first, size_t n)
 {
     msgpack_pack_array(pk, n - first);

@@ -24,6 +24,7 @@
 #include "proto/util.h"
 
 struct server;
+struct db_fattr;
 
 enum op_kind {
     OP_ADD,
@@ -95,6 +96,9 @@ void op_free_strings(char **v, size_t n);
  * undefined behaviour in C.
  */
 void op_pack_strings(msgpack_packer *pk, const char *const *v, size_t first, size_t n);
+/* A name version's file as `mode` and `mtime`: two map entries, or none without a mode. */
+unsigned op_fattr_fields(const struct db_fattr *fa);
+void op_pack_fattr(msgpack_packer *pk, const struct db_fattr *fa);
 /* How many of the first strings of v to leave out so that the rest fit in `budget` reply bytes. */
 size_t op_strings_cut(const char *const *v, size_t n, size_t budget);
 /* Reads the required `ref` field into *ref and *len; replies and finishes the op on error. */

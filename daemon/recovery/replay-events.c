@@ -305,6 +305,7 @@ static int apply_entry(struct replay *rp, struct db_txn *txn, const struct entry
         .stored = e->stored,
         .mime = e->mime,
         .name = e->name,
+        .fattr = {.mode = e->fmode, .mtime = e->fmtime},
         .tags = (const char *const *)e->tags,
         .ntags = e->ntags,
         .meta_keys = (const char *const *)e->meta_keys,

@@ -140,6 +140,8 @@ int add_entry_build(struct store_add *add, uint64_t size, uint64_t nchunks, uint
         .text = text,
         .mime = add->p.mime,
         .name = add->p.name,
+        .fmode = add->p.fattr.mode,
+        .fmtime = add->p.fattr.mtime,
         .depth = depth,
         .root = (uint8_t *)root,
         .root_len = root_len,
@@ -181,7 +183,8 @@ static int check_existing(struct store_add *add, struct cut_job *job)
     if (r == 0 && add->p.ntags == 0 && add->p.nmeta == 0 &&
         db_chunks_bad_any(add->st->db, &heal) == 0 && !heal) {
         bool current = !add->p.name || !add->p.name[0];
-        if (!current && db_name_current(add->st->db, add->p.name, doc.rowid, &current) < 0)
+        if (!current &&
+            db_name_current(add->st->db, add->p.name, doc.rowid, &add->p.fattr, &current) < 0)
             current = false;
         job->unchanged = current;
         job->stored_size = doc.stored_size;

@@ -637,6 +637,7 @@ static void final_send(struct store_add *add)
     d->stored = add->stored;
     d->mime = add->p.mime;
     d->name = add->p.name;
+    d->fattr = add->p.fattr;
     d->tags = (const char *const *)add->p.tags;
     d->ntags = add->p.ntags;
     d->meta_keys = (const char *const *)add->p.meta_keys;

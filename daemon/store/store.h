@@ -97,6 +97,7 @@ unsigned store_active(struct store *st);
 struct store_add_params {
     /* Owned strings; the add takes them over (store_add_begin frees them on failure too). */
     char *name, *mime;
+    struct db_fattr fattr; /* the file the name is added from (mode 0: none); only with a name */
     char **tags;
     size_t ntags;
     char **meta_keys, **meta_values;

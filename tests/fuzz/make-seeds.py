@@ -332,7 +332,10 @@ def dispatch():
                 {"tags": [1]}, {"tags": [""]}, {"tags": ["t"] * 65}, {"meta": ["k"]},
                 {"meta": {"k": 1}}, {"meta": {"": "v"}}, {"meta": {"k": "v\x00"}}, {"size": "1"},
                 {"size": 3, "data": b"four"}, {"data": "str"}, {"more": "yes"}, {"heal": 1},
-                {"heal": True, "name": "n"}],
+                {"heal": True, "name": "n"}, {"name": "n", "mode": 0o20644, "mtime": 0},
+                {"name": "n", "mode": 0o100644}, {"name": "n", "mode": "644", "mtime": 0},
+                {"mode": 0o100644, "mtime": 0}, {"name": "n", "mode": 0o100644, "mtime": 1.5},
+                {"name": "n", "mode": 0o120777, "mtime": -1, "data": b"target"}],
         "data": [{"data": b"no stream"}],
         "get": [{"ref": 7}, {"ref": ""}, {"ref": "r" * 4097}, {"ref": "alias", "offset": "1"},
                 {"ref": "alias", "length": -1}, {"ref": BLOB[:6]}, {"ref": "ffffffff"}],
@@ -361,7 +364,8 @@ def dispatch_dict():
     """tests/fuzz/fuzz-dispatch.dict: the field names and values the ops read, as msgpack."""
     keys = ["id", "op", "ref", "name", "mime", "tags", "meta", "size", "data", "more", "offset",
             "length", "dry_run", "tag", "limit", "after", "before", "names", "unnamed", "prefix",
-            "path", "query", "fuzzy", "progress", "refs", "versions", "client", "heal"]
+            "path", "query", "fuzzy", "progress", "refs", "versions", "client", "heal", "mode",
+            "mtime"]
     values = [mp(k) for k in keys] + [mp(op) for op in OPS + ["key", "log", "metrics"]]
     values += [mp(v) for v in ("notes/a.txt", "alias", "bin/blob", "big/periodic", "usr/share/",
                                A1[:8], README[:12], BIG, PAIR, "tag:x", "OR", "NOT", '"', "*",

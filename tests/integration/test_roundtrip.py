@@ -148,8 +148,9 @@ class RoundTrip(CliTestCase):
 
     def test_recursive_never_follows_links_unless_asked(self):
         """add -r stored /etc/passwd through a link planted in the tree, and
-        skipped other links and FIFOs without a word; links are skipped and
-        named, -L follows those to files, FIFOs never block the walk."""
+        skipped other links and FIFOs without a word; links are stored as
+        links (their targets, never what they point to), -L follows those to
+        files, FIFOs are skipped and named and never block the walk."""
         tree = os.path.join(self.tmp, "links")
         outside = self.write("outside-secret", b"not part of the tree\n")
         os.makedirs(os.path.join(tree, "dir"))
@@ -160,16 +161,18 @@ class RoundTrip(CliTestCase):
         os.symlink("nowhere", os.path.join(tree, "dangling"))
         os.mkfifo(os.path.join(tree, "fifo"))
         p = self.cli("add", "-r", tree)
-        self.assertEqual([n for _, n in ct.parse_add(p.stdout)], [os.path.join(tree, "plain.txt")])
-        err = p.stderr.decode()
-        for name, why in (("link-out", "a symbolic link (-L follows links to files)"),
-                          ("link-dir", "a symbolic link (-L"), ("dangling", "a symbolic link (-L"),
-                          ("fifo", "not a regular file")):
-            self.assertIn("cairn: skipped %s: %s" % (os.path.join(tree, name), why), err)
+        self.assertEqual([n for _, n in ct.parse_add(p.stdout)],
+                         [os.path.join(tree, n) for n in ("dangling", "dir", "link-dir", "link-out",
+                                                          "plain.txt")])
+        self.assertEqual(self.get(os.path.join(tree, "link-out")), outside.encode())
+        self.assertIn("cairn: skipped %s: not a regular file" % os.path.join(tree, "fifo"),
+                      p.stderr.decode())
         self.assertNotIn(b"not part of the tree", self.cli("search", "part").stdout)
         p = self.cli("add", "-r", "-L", tree)
         added = sorted(n for _, n in ct.parse_add(p.stdout))
-        self.assertEqual(added, [os.path.join(tree, "link-out"), os.path.join(tree, "plain.txt")])
+        self.assertEqual(added, [os.path.join(tree, "dir"), os.path.join(tree, "link-out"),
+                                 os.path.join(tree, "plain.txt")])
+        self.assertEqual(self.get(os.path.join(tree, "link-out")), b"not part of the tree\n")
         err = p.stderr.decode()
         self.assertIn("skipped %s: a symbolic link to a directory" % os.path.join(tree, "link-dir"), err)
         self.assertIn("skipped %s: a symbolic link to nothing" % os.path.join(tree, "dangling"), err)
@@ -542,10 +545,11 @@ class Listing(CliTestCase):
             items = c.list_all(names=True, prefix="usr/share/doc/git", path=True)
             self.assertEqual([x["name"] for x in items], git)
         self.assertTrue(all(isinstance(j.get("named"), int) for j in js))
-        # -l: the full hash, sizes and mime type; -h: human sizes
+        # -l: the mode (none recorded from standard input), the full hash, sizes and mime
+        # type; -h: human sizes
         big = self.add(b"x" * 3000000, "-n", "big.bin")
         [row] = [r for r in self.cli("ls", "-lh", "big.bin").stdout.decode().splitlines()]
-        self.assertTrue(row.startswith(big + "  "), row)
+        self.assertTrue(row.startswith("?---------  " + big + "  "), row)
         self.assertIn("2.9 MiB", row)
         self.assertTrue(row.endswith("  big.bin"), row)
         # after rm NAME the other names stay listed

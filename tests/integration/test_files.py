@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Files as files: `cairn add -r` keeps each file's mode and mtime with its
+name, stores symbolic links as links (never followed out of the tree) and
+directories it stored nothing under as themselves; `get -r` restores them,
+`ls -l`, `stat` and `log` show them; the database and the journal keep them
+across a restart and a `--rebuild-index`."""
+
+import glob
+import json
+import os
+import stat
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cairntest as ct  # noqa: E402
+
+# 2001-09-09 01:46:40 UTC and a bit, as a file system keeps it
+MTIME_NS = 1000000000 * 10 ** 9 + 123456789
+
+
+class FileAttributes(unittest.TestCase):
+    def setUp(self):
+        self.tmp = ct.make_tempdir(self)
+        self.d = ct.Daemon(self).start()
+        self.tree = os.path.join(self.tmp, "tree")
+        t = self.tree
+        os.makedirs(os.path.join(t, "sub", "deep"))
+        os.makedirs(os.path.join(t, "empty"))
+        os.makedirs(os.path.join(t, "only-fifo"))
+        os.mkfifo(os.path.join(t, "only-fifo", "fifo"))
+        self.outside = os.path.join(self.tmp, "outside-secret")
+        with open(self.outside, "wb") as f:
+            f.write(b"not part of the tree\n")
+        files = {"script.sh": (b"#!/bin/sh\necho hi\n", 0o755), "private": (b"mine\n", 0o600),
+                 "sub/deep/file.txt": (b"deep\n", 0o644), "sub/group": (b"g\n", 0o640)}
+        for rel, (content, mode) in files.items():
+            path = os.path.join(t, rel)
+            with open(path, "wb") as f:
+                f.write(content)
+            os.chmod(path, mode)
+            os.utime(path, ns=(MTIME_NS, MTIME_NS))
+        self.files = files
+        os.symlink("script.sh", os.path.join(t, "link-in"))
+        os.symlink(self.outside, os.path.join(t, "link-out"))
+        os.symlink("nowhere", os.path.join(t, "dangling"))
+        os.chmod(os.path.join(t, "empty"), 0o750)
+        os.utime(os.path.join(t, "empty"), ns=(MTIME_NS, MTIME_NS))
+        os.utime(os.path.join(t, "link-in"), ns=(MTIME_NS, MTIME_NS), follow_symlinks=False)
+
+    def cli(self, *args, **kw):
+        return self.d.cli(*args, **kw)
+
+    def stat_json(self, ref):
+        return json.loads(self.cli("--json", "stat", ref).stdout)
+
+    def name(self, rel):
+        return os.path.join(self.tree, rel)
+
+    def test_add_r_keeps_modes_mtimes_links_and_empty_directories(self):
+        p = self.cli("add", "-r", self.tree)
+        added = {n: h for h, n in ct.parse_add(p.stdout)}
+        for rel in list(self.files) + ["link-in", "link-out", "dangling", "empty", "only-fifo"]:
+            self.assertIn(self.name(rel), added, p.stdout)
+        self.assertIn("skipped %s: not a regular file" % self.name("only-fifo/fifo"), p.stderr.decode())
+        for rel, (content, mode) in self.files.items():
+            with self.subTest(rel=rel):
+                st = self.stat_json(self.name(rel))
+                self.assertEqual(st["mode"], stat.S_IFREG | mode)
+                self.assertEqual(st["mtime"], MTIME_NS)
+        # A link is its target, stored as a link: the file outside is never read.
+        self.assertEqual(self.stat_json(self.name("link-out"))["mode"] & 0o170000, stat.S_IFLNK)
+        self.assertEqual(self.cli("get", self.name("link-out")).stdout, self.outside.encode())
+        self.assertEqual(self.cli("get", self.name("link-in")).stdout, b"script.sh")
+        self.assertEqual(self.stat_json(self.name("link-in"))["mtime"], MTIME_NS)
+        self.assertEqual(self.cli("get", self.name("dangling")).stdout, b"nowhere")
+        self.assertNotIn(b"not part of the tree", self.cli("search", "part").stdout)
+        st = self.stat_json(self.name("empty"))
+        self.assertEqual((st["mode"], st["mtime"], st["size"]), (stat.S_IFDIR | 0o750, MTIME_NS, 0))
+        # A directory holding only what -r leaves out is kept as a directory too.
+        self.assertEqual(self.stat_json(self.name("only-fifo"))["mode"] & 0o170000, stat.S_IFDIR)
+        # Directories that hold stored names are implied by them, not stored.
+        self.assertNotIn(self.name("sub"), added)
+        # ls -l shows the mode and the file's mtime.
+        lines = {line.split()[-1]: line.split() for line in
+                 self.cli("ls", "-l", self.tree).stdout.decode().splitlines()}
+        self.assertEqual(lines[self.name("script.sh")][0], "-rwxr-xr-x")
+        self.assertEqual(lines[self.name("script.sh")][5], "2001-09-09T01:46:40Z")
+        self.assertEqual(lines[self.name("private")][0], "-rw-------")
+        self.assertEqual(lines[self.name("empty")][0], "drwxr-x---")
+        self.assertEqual(lines[self.name("link-in")][0], "lrwxrwxrwx")
+        text = self.cli("stat", self.name("script.sh")).stdout.decode()
+        self.assertIn("mode: -rwxr-xr-x (100755)", text)
+        self.assertIn("mtime: 2001-09-09T01:46:40.123456789Z", text)
+
+    def test_get_r_restores_them(self):
+        self.cli("add", "-q", "-r", self.tree)
+        out = os.path.join(self.tmp, "out")
+        self.cli("get", "-r", self.tree, out)
+        back = out + self.tree
+        for rel, (content, mode) in self.files.items():
+            with self.subTest(rel=rel):
+                st = os.lstat(os.path.join(back, rel))
+                self.assertEqual(stat.S_IMODE(st.st_mode), mode)
+                self.assertEqual(st.st_mtime_ns, MTIME_NS)
+                with open(os.path.join(back, rel), "rb") as f:
+                    self.assertEqual(f.read(), content)
+        self.assertEqual(os.readlink(os.path.join(back, "link-in")), "script.sh")
+        self.assertEqual(os.lstat(os.path.join(back, "link-in")).st_mtime_ns, MTIME_NS)
+        self.assertEqual(os.readlink(os.path.join(back, "link-out")), self.outside)
+        self.assertEqual(os.readlink(os.path.join(back, "dangling")), "nowhere")
+        st = os.lstat(os.path.join(back, "empty"))
+        self.assertTrue(stat.S_ISDIR(st.st_mode))
+        self.assertEqual((stat.S_IMODE(st.st_mode), st.st_mtime_ns), (0o750, MTIME_NS))
+        self.assertEqual(os.listdir(os.path.join(back, "empty")), [])
+        # Restoring again over the tree it made replaces links and files alike.
+        self.cli("get", "-r", self.tree, out)
+        self.assertEqual(os.readlink(os.path.join(back, "link-in")), "script.sh")
+
+    def test_get_r_never_writes_through_a_restored_link(self):
+        """A stored link `x` -> a directory outside, then a name `x/y`: the
+        restore makes the link and refuses to write y through it."""
+        victim = os.path.join(self.tmp, "victim")
+        os.makedirs(victim)
+        src = os.path.join(self.tmp, "src")
+        os.makedirs(src)
+        os.symlink(victim, os.path.join(src, "x"))
+        self.cli("add", "-q", "-r", src)
+        self.cli("add", "-q", "-n", os.path.join(src, "x", "y"), "-", input=b"planted\n")
+        out = os.path.join(self.tmp, "out2")
+        p = self.cli("get", "-r", src, out, check_exit=1)
+        self.assertIn(b"a symbolic link or a file is in the way", p.stderr)
+        self.assertEqual(os.readlink(out + os.path.join(src, "x")), victim)
+        self.assertEqual(os.listdir(victim), [])
+
+    def test_a_changed_mode_or_mtime_is_a_new_version_an_unchanged_file_is_not(self):
+        self.cli("add", "-q", "-r", self.tree)
+        script = self.name("script.sh")
+        self.cli("add", "-q", "-r", self.tree)
+        self.assertEqual(len(self.cli("log", script).stdout.splitlines()), 1)
+        os.chmod(script, 0o700)
+        self.cli("add", "-q", "-r", self.tree)
+        got = [json.loads(line) for line in self.cli("--json", "log", script).stdout.splitlines()]
+        self.assertEqual([v["mode"] for v in got], [stat.S_IFREG | 0o700, stat.S_IFREG | 0o755])
+        self.assertEqual(got[0]["hash"], got[1]["hash"])
+        self.assertEqual(self.stat_json(script + "@{1}")["mode"], stat.S_IFREG | 0o755)
+        # An add without a file (standard input) keeps what the name has.
+        self.cli("add", "-q", "-n", script, "-", input=self.files["script.sh"][0])
+        self.assertEqual(len(self.cli("log", script).stdout.splitlines()), 2)
+        # A single file added by its path keeps its mode too.
+        single = os.path.join(self.tmp, "single")
+        with open(single, "wb") as f:
+            f.write(b"one\n")
+        os.chmod(single, 0o741)
+        self.cli("add", "-q", single)
+        self.assertEqual(self.stat_json(single)["mode"], stat.S_IFREG | 0o741)
+        # From standard input there is no file: no mode.
+        self.cli("add", "-q", "-n", "piped", "-", input=b"piped\n")
+        self.assertNotIn("mode", self.stat_json("piped"))
+
+    def test_kept_across_restart_and_rebuild(self):
+        self.cli("add", "-q", "-r", self.tree)
+        want = {rel: self.stat_json(self.name(rel)) for rel in ("script.sh", "link-in", "empty")}
+        self.d.stop()
+        self.d.start()
+        self.assertEqual({rel: self.stat_json(self.name(rel)) for rel in want}, want)
+        # From the journal alone: the database made again from the packs.
+        self.d.stop()
+        for f in glob.glob(os.path.join(self.d.data_dir, "cairn.db*")):
+            os.unlink(f)
+        p = subprocess.run([ct.CAIRND, "--data-dir", self.d.data_dir, "--socket",
+                            self.d.socket_path, "--rebuild-index"], stdin=subprocess.DEVNULL,
+                           capture_output=True, env=self.d.env(), timeout=120 * ct.SLOW)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.d.start()
+        for rel, st in want.items():
+            with self.subTest(rel=rel):
+                got = self.stat_json(self.name(rel))
+                self.assertEqual((got["mode"], got["mtime"]), (st["mode"], st["mtime"]))
+
+    def test_protocol_refuses_bad_modes(self):
+        for fields, why in (({"name": "x", "mode": 0o020644, "mtime": 0}, "mode"),
+                            ({"name": "x", "mode": 0o100644}, "mtime"),
+                            ({"name": "x", "mode": "0644", "mtime": 0}, "mode"),
+                            ({"mode": 0o100644, "mtime": 0}, "need name")):
+            with self.subTest(fields=fields):
+                with self.d.connect() as c:
+                    reply = c.add(b"x", **fields)
+                self.assertEqual(ct.error_code(reply), "bad_request", reply)
+                self.assertIn(why, reply["error"]["message"])
+
+    def test_mount_shows_them(self):
+        from test_mount import Mount, fuse_missing
+        why = fuse_missing()
+        if why:
+            self.skipTest(why)
+        self.cli("add", "-q", "-r", self.tree)
+        mnt = os.path.join(self.tmp, "mnt")
+        Mount(self.d, mnt, self).start()
+        seen = mnt + self.tree
+        st = os.lstat(os.path.join(seen, "script.sh"))
+        # Read-only: the recorded permissions without their write bits.
+        self.assertEqual((stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode)), (stat.S_IFREG, 0o555))
+        self.assertEqual(st.st_mtime, MTIME_NS // 10 ** 9)
+        self.assertEqual(stat.S_IMODE(os.lstat(os.path.join(seen, "private")).st_mode), 0o400)
+        self.assertTrue(stat.S_ISLNK(os.lstat(os.path.join(seen, "link-in")).st_mode))
+        self.assertEqual(os.readlink(os.path.join(seen, "link-in")), "script.sh")
+        self.assertEqual(os.readlink(os.path.join(seen, "link-out")), self.outside)
+        # The link inside the tree leads to its file there.
+        with open(os.path.join(seen, "link-in"), "rb") as f:
+            self.assertEqual(f.read(), self.files["script.sh"][0])
+        st = os.lstat(os.path.join(seen, "empty"))
+        self.assertTrue(stat.S_ISDIR(st.st_mode))
+        self.assertEqual((stat.S_IMODE(st.st_mode), st.st_mtime), (0o550, MTIME_NS // 10 ** 9))
+        self.assertEqual(os.listdir(os.path.join(seen, "empty")), [])
+        kinds = {e.name: (e.is_dir(follow_symlinks=False), e.is_symlink()) for e in os.scandir(seen)}
+        self.assertEqual(kinds["empty"], (True, False))
+        self.assertEqual(kinds["link-in"], (False, True))
+        self.assertEqual(kinds["script.sh"], (False, False))
+
+    def test_a_database_of_format_3_is_brought_up_to_date(self):
+        """Names of a format-3 database had no mode or mtime: the columns are
+        added at start, the names kept, and new adds keep their files'."""
+        import sqlite3
+        self.cli("add", "-q", "-n", "old", "-", input=b"old content\n")
+        self.d.stop()
+        db = sqlite3.connect(os.path.join(self.d.data_dir, "cairn.db"))
+        db.executescript("DROP INDEX IF EXISTS names_by_name; DROP INDEX IF EXISTS names_by_doc;"
+                         "ALTER TABLE names DROP COLUMN mode; ALTER TABLE names DROP COLUMN mtime;"
+                         "PRAGMA user_version=3;")
+        db.close()
+        self.d.start()
+        self.assertEqual(self.cli("get", "old").stdout, b"old content\n")
+        self.assertNotIn("mode", self.stat_json("old"))
+        self.cli("add", "-q", "-r", self.tree)
+        self.assertEqual(self.stat_json(self.name("script.sh"))["mode"], stat.S_IFREG | 0o755)
+        db = sqlite3.connect(os.path.join(self.d.data_dir, "cairn.db"))
+        self.assertEqual(db.execute("PRAGMA user_version").fetchone()[0], 4)
+        db.close()
+
+
+if __name__ == "__main__":
+    ct.main()
