@@ -89,6 +89,16 @@ static const struct command {
      "cairn stat REF\n\n"
      "Shows a document's details: hash, names, size, stored size, mime type, tags,\n"
      "metadata and creation time.\n"},
+    {"cp", cli_cmd_cp,
+     "cairn cp REF NAME\n\n"
+     "Gives the document REF points to the name NAME too (a new version of NAME when\n"
+     "it pointed elsewhere), with the file mode and mtime of REF's version; stores\n"
+     "nothing else. Prints \"<hash>  NAME\".\n"},
+    {"mv", cli_cmd_mv,
+     "cairn mv NAME NEWNAME\n\n"
+     "Renames: NEWNAME gets NAME's newest version (with its file mode and mtime) and\n"
+     "NAME goes, every version of it. No document is deleted: an older version of\n"
+     "NAME stays stored, by its hash. Prints \"<hash>  NEWNAME\".\n"},
     {"log", cli_cmd_log,
      "cairn log [-n N] [-0] NAME\n\n"
      "Lists the versions of a name, newest first: hash, size, the time the name got\n"
@@ -223,6 +233,8 @@ void cli_print_usage(FILE *out)
           "                  list names (or documents) (alias: list)\n"
           "  du [-h] [PREFIX]  logical, unique and stored bytes under a path prefix\n"
           "  stat REF        show a document's details\n"
+          "  cp REF NAME     give a document one more name\n"
+          "  mv NAME NEWNAME rename (NAME goes; no document is deleted)\n"
           "  log [-n N] [-0] NAME\n"
           "                  list a name's versions, newest first, with the refs NAME@{N}\n"
           "  status [--format text|json|prometheus]\n"

@@ -196,6 +196,9 @@ struct client_search_req;
 int client_search(struct client *c, const struct client_search_req *req, client_doc_fn *fn,
                   void *userdata);
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
+/* PROTOCOL.md `name`: gives REF's document the name NAME; with `rename`, REF's name goes. */
+int client_name(struct client *c, const char *ref, const char *name, bool rename,
+                const msgpack_object **reply);
 /* The versions of `name`, newest first, from `offset` on, at most `limit`. */
 int client_log(struct client *c, const char *name, uint64_t offset, uint64_t limit,
                const msgpack_object **reply);

@@ -563,6 +563,41 @@ int cli_cmd_stat(struct cli *cli, int argc, char **argv)
     return r == 0 ? print_reply(cli, reply, keys) : cli_fail(cli, argv[optind], r);
 }
 
+/* cp SRC DST and mv SRC DST: `<hash>  DST`, as add prints a name it stored. */
+static int name_command(struct cli *cli, int argc, char **argv, bool rename)
+{
+    int status = parse_operands(cli, argc, argv, 2, 2, rename ? "NAME NEWNAME" : "REF NAME");
+    const msgpack_object *reply;
+    const char *hash = "";
+    size_t hash_len = 0;
+    struct client *c;
+    int r;
+
+    if (status >= 0)
+        return status;
+    if (!(c = cli_client(cli)))
+        return cli->no_client;
+    r = client_name(c, argv[optind], argv[optind + 1], rename, &reply);
+    if (r != 0)
+        return cli_fail(cli, argv[optind], r);
+    if (cli->json)
+        return cli_print_json(stdout, cli_json_reply(reply)) < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    proto_get_str(reply, "hash", &hash, &hash_len);
+    printf("%.*s  ", (int)hash_len, hash);
+    cli_put_record(cli, stdout, argv[optind + 1], strlen(argv[optind + 1]));
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_cp(struct cli *cli, int argc, char **argv)
+{
+    return name_command(cli, argc, argv, false);
+}
+
+int cli_cmd_mv(struct cli *cli, int argc, char **argv)
+{
+    return name_command(cli, argc, argv, true);
+}
+
 /*
  * A command without operands: one request, its reply printed as `keys`.
  * `verb` names a long job whose progress is shown (NULL: none).

@@ -84,6 +84,25 @@ int client_log(struct client *c, const char *name, uint64_t offset, uint64_t lim
     return r < 0 ? r : client_await(c, id, reply);
 }
 
+int client_name(struct client *c, const char *ref, const char *name, bool rename,
+                const msgpack_object **reply)
+{
+    uint64_t id = client_begin(c, "name", 3);
+    int r;
+
+    proto_pack_cstr(&c->pk, "ref");
+    proto_pack_cstr(&c->pk, ref);
+    proto_pack_cstr(&c->pk, "name");
+    proto_pack_cstr(&c->pk, name);
+    proto_pack_cstr(&c->pk, "rename");
+    if (rename)
+        msgpack_pack_true(&c->pk);
+    else
+        msgpack_pack_false(&c->pk);
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
+}
+
 int client_status(struct client *c, const msgpack_object **reply)
 {
     return call(c, "status", NULL, reply);

@@ -13,9 +13,9 @@
 #include "daemon/store/store.h"
 #include "proto/util.h"
 
-static const char *const op_names[] = {"hello",   "add",    "data",   "get",      "delete", "list",
-                                       "stat",    "status", "search", "gc",       "verify", "du",
-                                       "refresh", "key",    "log",    "shutdown", "metrics"};
+static const char *const op_names[] = {
+    "hello", "add",    "data", "get",     "delete", "list", "stat",     "status",  "search",
+    "gc",    "verify", "du",   "refresh", "key",    "log",  "shutdown", "metrics", "name"};
 
 /* ---- hello ---- */
 
@@ -80,7 +80,7 @@ static const struct {
     {"verify", op_do_verify},   {"du", op_do_du},
     {"refresh", op_do_refresh}, {"key", op_do_key},
     {"log", op_do_log},         {"shutdown", op_do_shutdown},
-    {"metrics", op_do_metrics},
+    {"metrics", op_do_metrics}, {"name", op_do_name},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)

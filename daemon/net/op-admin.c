@@ -110,6 +110,63 @@ void op_do_delete(struct conn *c, uint64_t id, const msgpack_object *map)
     op->job_running = true;
 }
 
+/* ---- name: copy and rename ---- */
+
+static void name_done(void *userdata, int status, const struct store_name_result *res)
+{
+    struct op *op = userdata;
+    struct reply r;
+
+    if (!op_job_end(op))
+        return;
+    if (status != 0) {
+        op_reply_status_error(op, status);
+        op_finish(op);
+        return;
+    }
+    reply_begin(&r, op->base.id, true, 4);
+    proto_pack_cstr(&r.pk, "hash");
+    proto_pack_cstr(&r.pk, res->hash);
+    proto_pack_cstr(&r.pk, "name");
+    proto_pack_cstr(&r.pk, res->name);
+    proto_pack_cstr(&r.pk, "from");
+    proto_pack_cstr(&r.pk, res->from ? res->from : "");
+    proto_pack_cstr(&r.pk, "renamed");
+    if (res->renamed)
+        msgpack_pack_true(&r.pk);
+    else
+        msgpack_pack_false(&r.pk);
+    reply_send(op->base.conn, &r);
+    op_finish(op);
+}
+
+void op_do_name(struct conn *c, uint64_t id, const msgpack_object *map)
+{
+    struct op *op = op_new(c, id, OP_NAME, sizeof(struct op), NULL);
+    _cleanup_free_ char *ref = NULL, *name = NULL; /* store_name keeps its own copies */
+    bool rename = false;
+    size_t ref_len;
+    int r;
+
+    if (!op || !op_take_ref(op, map, &ref, &ref_len))
+        return;
+    if (op_get_string(map, "name", PROTO_MAX_NAME, false, &name) || !name ||
+        (proto_map_get(map, "rename") && proto_get_bool(map, "rename", &rename) != 0)) {
+        reply_error(c, id, PROTO_E_BAD_REQUEST,
+                    "name must be a non-empty string of at most 4096 bytes without NUL, rename "
+                    "a boolean");
+        op_finish(op);
+        return;
+    }
+    r = store_name(c->srv->st, ref, ref_len, name, rename, name_done, op);
+    if (r < 0) {
+        op_reply_status_error(op, r);
+        op_finish(op);
+        return;
+    }
+    op->job_running = true;
+}
+
 /* ---- du ---- */
 
 struct op_du {

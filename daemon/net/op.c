@@ -95,6 +95,12 @@ enum proto_error op_error_code(int status, const char **msg)
     case STORE_E_UNAVAILABLE:
         *msg = "the storage backend is unavailable";
         return PROTO_E_BACKEND_UNAVAILABLE;
+    case STORE_E_NOT_A_NAME:
+        *msg = "rename takes a name (a hash or NAME@{N} has no name to move)";
+        return PROTO_E_BAD_REQUEST;
+    case STORE_E_SAME_NAME:
+        *msg = "a name cannot be renamed to itself";
+        return PROTO_E_BAD_REQUEST;
     case -ENOMEM:
     case -ENOBUFS:
         *msg = "out of memory";

@@ -48,6 +48,8 @@ enum {
     STORE_E_SIZE,        /* the client sent a different size than announced */
     STORE_E_TOO_LARGE,   /* over the document size limit */
     STORE_E_UNAVAILABLE, /* the backend cannot be reached */
+    STORE_E_NOT_A_NAME,  /* a rename of a ref that is not a name */
+    STORE_E_SAME_NAME,   /* a rename of a name to itself */
 };
 
 /* Bounds of the configurable chunk sizes (the segment a cut job takes is 1 MiB). */
@@ -229,6 +231,25 @@ struct store_delete_result {
 typedef void store_delete_cb(void *userdata, int status, const struct store_delete_result *res);
 int store_delete(struct store *st, const char *ref, size_t ref_len, bool dry_run,
                  store_delete_cb *done, void *userdata);
+
+/* ---- copy and rename (name.c) ---- */
+
+struct store_name_result {
+    const char *hash; /* the document the ref resolved to */
+    const char *name; /* the new name */
+    const char *from; /* the ref when it was a name, else NULL */
+    bool renamed;
+};
+
+typedef void store_name_cb(void *userdata, int status, const struct store_name_result *res);
+/*
+ * Gives the document `ref` points to the name `name` as a new version of it,
+ * with the file mode and mtime of the version copied; with `rename`, `ref`
+ * must be a name (STORE_E_NOT_A_NAME) other than `name` (STORE_E_SAME_NAME),
+ * and every version of it goes. No document is deleted.
+ */
+int store_name(struct store *st, const char *ref, size_t ref_len, const char *name, bool rename,
+               store_name_cb *done, void *userdata);
 
 /* What status reports about the store beyond the database's totals. */
 struct store_stats {

@@ -74,13 +74,13 @@
  * them in: the start-up checks that the daemon's list is this one, so a new
  * op cannot stay out of reach of the fuzzer unnoticed.
  */
-static const char *const fuzz_ops[] = {"hello",   "add",    "data",   "get",      "delete", "list",
-                                       "stat",    "status", "search", "gc",       "verify", "du",
-                                       "refresh", "key",    "log",    "shutdown", "metrics"};
+static const char *const fuzz_ops[] = {
+    "hello", "add",    "data", "get",     "delete", "list", "stat",     "status",  "search",
+    "gc",    "verify", "du",   "refresh", "key",    "log",  "shutdown", "metrics", "name"};
 /*
  * The ops before the raw kinds; ops added later take kinds after them
- * (FUZZ_KEY, FUZZ_LOG, FUZZ_SHUTDOWN, FUZZ_METRICS), so that the inputs of the corpus keep their
- * meaning.
+ * (FUZZ_KEY, FUZZ_LOG, FUZZ_SHUTDOWN, FUZZ_METRICS, FUZZ_NAME), so that the inputs of the corpus
+ * keep their meaning.
  */
 #define FUZZ_FIRST_OPS 13
 enum {
@@ -91,6 +91,7 @@ enum {
     FUZZ_LOG,
     FUZZ_SHUTDOWN,
     FUZZ_METRICS,
+    FUZZ_NAME,
     FUZZ_KINDS,
 };
 

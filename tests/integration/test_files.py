@@ -240,5 +240,87 @@ class FileAttributes(unittest.TestCase):
         db.close()
 
 
+class CopyAndRename(unittest.TestCase):
+    """cairn cp REF NAME and cairn mv NAME NEWNAME: journaled names, no content stored,
+    nothing deleted; the same after a restart and a --rebuild-index."""
+
+    def setUp(self):
+        self.tmp = ct.make_tempdir(self)
+        self.d = ct.Daemon(self).start()
+
+    def cli(self, *args, **kw):
+        return self.d.cli(*args, **kw)
+
+    def add(self, name, content):
+        return ct.parse_add(self.cli("add", "-n", name, "-", input=content).stdout)[0][0]
+
+    def test_cp_and_mv(self):
+        script = os.path.join(self.tmp, "run.sh")
+        with open(script, "wb") as f:
+            f.write(b"#!/bin/sh\n")
+        os.chmod(script, 0o751)
+        self.cli("add", "-q", script)
+        h = ct.sha256_hex(b"#!/bin/sh\n")
+        stored = json.loads(self.cli("--json", "status").stdout)["stored_bytes"]
+        p = self.cli("cp", script, "copy.sh")
+        self.assertEqual(p.stdout, ("%s  copy.sh\n" % h).encode())
+        st = json.loads(self.cli("--json", "stat", "copy.sh").stdout)
+        self.assertEqual((st["hash"], st["mode"]), (h, stat.S_IFREG | 0o751))
+        self.assertEqual(json.loads(self.cli("--json", "stat", script).stdout)["hash"], h)
+        # Copying onto a name that points elsewhere makes a new version of it.
+        other = self.add("other", b"other content\n")
+        self.cli("cp", "copy.sh", "other")
+        self.assertEqual([line.split()[0] for line in self.cli("log", "other").stdout.decode().splitlines()],
+                         [h, other])
+        # A copy by hash or by NAME@{N}.
+        self.cli("cp", other, "by-hash-copy")
+        self.assertEqual(self.cli("get", "by-hash-copy").stdout, b"other content\n")
+        self.cli("cp", "other@{1}", "from-version")
+        self.assertEqual(self.cli("get", "from-version").stdout, b"other content\n")
+        # Nothing stored but names.
+        self.assertLessEqual(json.loads(self.cli("--json", "status").stdout)["stored_bytes"],
+                             stored + 4096)
+
+        # mv: the new name gets the newest version, the old name goes, nothing is deleted.
+        v1 = self.add("notes", b"first notes\n")
+        v2 = self.add("notes", b"second notes\n")
+        p = self.cli("mv", "notes", "renamed")
+        self.assertEqual(p.stdout, ("%s  renamed\n" % v2).encode())
+        self.assertEqual(self.cli("get", "renamed").stdout, b"second notes\n")
+        p = self.cli("get", "notes", check_exit=1)
+        self.assertIn(b"not found", p.stderr)
+        self.assertEqual(self.cli("get", v1).stdout, b"first notes\n")
+        self.assertIn(v1, [j["hash"] for j in ct.parse_json_lines(self.cli("--json", "ls").stdout)
+                           if not j["name"]])
+        self.assertEqual([j["hash"] for j in ct.parse_json_lines(
+            self.cli("--json", "search", "second").stdout)], [v2])
+        # Refusals: a hash has no name to move; a name onto itself.
+        for args in (("mv", v1, "x"), ("mv", "renamed", "renamed"), ("mv", "other@{1}", "y")):
+            with self.subTest(args=args):
+                p = self.cli("--json", *args, check_exit=1)
+                self.assertEqual(json.loads(p.stdout)["error"]["code"], "bad_request", p.stdout)
+        p = self.cli("cp", "no-such-name", "z", check_exit=1)
+        self.assertIn(b"not found", p.stderr)
+        self.cli("cp", "only-one", check_exit=2)
+
+        want = {j["name"]: j["hash"] for j in ct.parse_json_lines(self.cli("--json", "ls").stdout)}
+        self.d.stop()
+        self.d.start()
+        self.assertEqual({j["name"]: j["hash"] for j in
+                          ct.parse_json_lines(self.cli("--json", "ls").stdout)}, want)
+        self.d.stop()
+        for f in glob.glob(os.path.join(self.d.data_dir, "cairn.db*")):
+            os.unlink(f)
+        p = subprocess.run([ct.CAIRND, "--data-dir", self.d.data_dir, "--socket",
+                            self.d.socket_path, "--rebuild-index"], stdin=subprocess.DEVNULL,
+                           capture_output=True, env=self.d.env(), timeout=120 * ct.SLOW)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.d.start()
+        self.assertEqual({j["name"]: j["hash"] for j in
+                          ct.parse_json_lines(self.cli("--json", "ls").stdout)}, want)
+        self.assertEqual(json.loads(self.cli("--json", "stat", "copy.sh").stdout)["mode"],
+                         stat.S_IFREG | 0o751)
+
+
 if __name__ == "__main__":
     ct.main()
