@@ -89,6 +89,18 @@ static const struct command {
      "cairn stat REF\n\n"
      "Shows a document's details: hash, names, size, stored size, mime type, tags,\n"
      "metadata and creation time.\n"},
+    {"tag", cli_cmd_tag,
+     "cairn tag [-d] REF TAG...\n\n"
+     "Adds tags to the document REF points to (with -d, removes them), and shows its\n"
+     "tags and metadata. Tags belong to the document: every name pointing to it has\n"
+     "them.\n"
+     "  -d, --delete        remove the tags instead\n"},
+    {"meta", cli_cmd_meta,
+     "cairn meta REF KEY=VALUE...\n"
+     "cairn meta -d REF KEY...\n\n"
+     "Sets metadata of the document REF points to (with -d, removes the keys), and\n"
+     "shows its tags and metadata. Metadata belongs to the document, as tags do.\n"
+     "  -d, --delete        remove the keys instead\n"},
     {"cp", cli_cmd_cp,
      "cairn cp REF NAME\n\n"
      "Gives the document REF points to the name NAME too (a new version of NAME when\n"
@@ -233,6 +245,10 @@ void cli_print_usage(FILE *out)
           "                  list names (or documents) (alias: list)\n"
           "  du [-h] [PREFIX]  logical, unique and stored bytes under a path prefix\n"
           "  stat REF        show a document's details\n"
+          "  tag [-d] REF TAG...\n"
+          "                  add (or remove) a document's tags\n"
+          "  meta REF KEY=VALUE... | meta -d REF KEY...\n"
+          "                  set (or remove) a document's metadata\n"
           "  cp REF NAME     give a document one more name\n"
           "  mv NAME NEWNAME rename (NAME goes; no document is deleted)\n"
           "  log [-n N] [-0] NAME\n"

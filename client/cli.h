@@ -130,6 +130,8 @@ int cli_cmd_rm(struct cli *cli, int argc, char **argv);
 int cli_cmd_ls(struct cli *cli, int argc, char **argv);
 int cli_cmd_stat(struct cli *cli, int argc, char **argv);
 int cli_cmd_cp(struct cli *cli, int argc, char **argv);
+int cli_cmd_tag(struct cli *cli, int argc, char **argv);
+int cli_cmd_meta(struct cli *cli, int argc, char **argv);
 int cli_cmd_mv(struct cli *cli, int argc, char **argv);
 int cli_cmd_log(struct cli *cli, int argc, char **argv);
 int cli_cmd_status(struct cli *cli, int argc, char **argv);

@@ -196,6 +196,15 @@ struct client_search_req;
 int client_search(struct client *c, const struct client_search_req *req, client_doc_fn *fn,
                   void *userdata);
 int client_stat(struct client *c, const char *ref, const msgpack_object **reply);
+/* PROTOCOL.md `edit`: what to add to and remove from a document's tags and metadata. */
+struct client_edit_req {
+    const char *const *tags, *const *untags, *const *unmeta;
+    size_t ntags, nuntags, nunmeta;
+    const struct client_meta *meta;
+    size_t nmeta;
+};
+int client_edit(struct client *c, const char *ref, const struct client_edit_req *req,
+                const msgpack_object **reply);
 /* PROTOCOL.md `name`: gives REF's document the name NAME; with `rename`, REF's name goes. */
 int client_name(struct client *c, const char *ref, const char *name, bool rename,
                 const msgpack_object **reply);

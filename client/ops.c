@@ -84,6 +84,42 @@ int client_log(struct client *c, const char *name, uint64_t offset, uint64_t lim
     return r < 0 ? r : client_await(c, id, reply);
 }
 
+static void pack_str_list(msgpack_packer *pk, const char *key, const char *const *v, size_t n)
+{
+    proto_pack_cstr(pk, key);
+    msgpack_pack_array(pk, (uint32_t)n);
+    for (size_t i = 0; i < n; i++)
+        proto_pack_cstr(pk, v[i]);
+}
+
+int client_edit(struct client *c, const char *ref, const struct client_edit_req *req,
+                const msgpack_object **reply)
+{
+    uint64_t id = client_begin(c, "edit",
+                               1 + (req->ntags > 0) + (req->nuntags > 0) + (req->nmeta > 0) +
+                                   (req->nunmeta > 0));
+    int r;
+
+    proto_pack_cstr(&c->pk, "ref");
+    proto_pack_cstr(&c->pk, ref);
+    if (req->ntags > 0)
+        pack_str_list(&c->pk, "tags", req->tags, req->ntags);
+    if (req->nuntags > 0)
+        pack_str_list(&c->pk, "untags", req->untags, req->nuntags);
+    if (req->nunmeta > 0)
+        pack_str_list(&c->pk, "unmeta", req->unmeta, req->nunmeta);
+    if (req->nmeta > 0) {
+        proto_pack_cstr(&c->pk, "meta");
+        msgpack_pack_map(&c->pk, (uint32_t)req->nmeta);
+        for (size_t i = 0; i < req->nmeta; i++) {
+            proto_pack_cstr(&c->pk, req->meta[i].key);
+            proto_pack_cstr(&c->pk, req->meta[i].value);
+        }
+    }
+    r = client_send(c);
+    return r < 0 ? r : client_await(c, id, reply);
+}
+
 int client_name(struct client *c, const char *ref, const char *name, bool rename,
                 const msgpack_object **reply)
 {

@@ -7,7 +7,7 @@ _cairn()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
     local global_opts='--socket --config --json --no-autostart -q --quiet -v --verbose --help -V --version'
-    local commands='add get rm delete ls list du stat cp mv log status refresh stop key gc verify search mcp mount help'
+    local commands='add get rm delete ls list du stat tag meta cp mv log status refresh stop key gc verify search mcp mount help'
     COMPREPLY=()
 
     # bash splits --socket=PATH and --config=FILE at '='.
@@ -72,6 +72,7 @@ _cairn()
             ls | list) opts='-l --long -h --human-readable -d --docs -t --tag -0 --null' ;;
             du) opts='-h --human-readable' ;;
             log) opts='-n --max-count -0 --null' ;;
+            tag | meta) opts='-d --delete' ;;
             status) opts='--format' ;;
             key) opts='--new-password-file' ;;
             mount) opts='-f --foreground' ;;
@@ -95,7 +96,7 @@ _cairn()
         help)
             mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")
             ;;
-        get | rm | delete | stat | cp | mv | log | verify)
+        get | rm | delete | stat | tag | meta | cp | mv | log | verify)
             # ls -0: each name as stored, ended by a NUL (a document without a
             # name by its hash), so names with newlines come through whole.
             # Names go back quoted for the shell (spaces, quotes, $); what was

@@ -3,7 +3,7 @@
 # already answers (`cairn --no-autostart ls`, at most 1 second; it never
 # starts one).
 
-set -l commands add get rm delete ls list du stat cp mv log status refresh stop key gc verify search mcp mount help
+set -l commands add get rm delete ls list du stat tag meta cp mv log status refresh stop key gc verify search mcp mount help
 
 function __cairn_refs
     set -l tokens (commandline -opc)
@@ -38,6 +38,8 @@ complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'rm delete' 
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a 'ls list' -d 'List names or documents'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a du -d 'Bytes under a path prefix'
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a stat -d "Show a document's details"
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a tag -d "Add or remove a document's tags"
+complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a meta -d "Set or remove a document's metadata"
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a cp -d "Give a document one more name"
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a mv -d "Rename a name"
 complete -c cairn -n "not __fish_seen_subcommand_from $commands" -a log -d "List the versions of a name"
@@ -69,8 +71,9 @@ complete -c cairn -n '__fish_seen_subcommand_from get' -s o -l output -r -F -d '
 complete -c cairn -n '__fish_seen_subcommand_from get' -l range -x -d 'Only bytes START-END'
 complete -c cairn -n '__fish_seen_subcommand_from get' -s r -l recursive -d 'Restore the names under PREFIX to DIR'
 complete -c cairn -n '__fish_seen_subcommand_from rm delete' -s n -l dry-run -d 'Print what would go, change nothing'
-complete -c cairn -n '__fish_seen_subcommand_from get rm delete stat cp mv log verify' -a '(__cairn_refs)'
+complete -c cairn -n '__fish_seen_subcommand_from get rm delete stat tag meta cp mv log verify' -a '(__cairn_refs)'
 complete -c cairn -n '__fish_seen_subcommand_from log' -s n -l max-count -x -d 'At most the N newest versions'
+complete -c cairn -n '__fish_seen_subcommand_from tag meta' -s d -l delete -d 'Remove instead'
 complete -c cairn -n '__fish_seen_subcommand_from status' -l format -x -a 'text json prometheus' -d 'text, json or the Prometheus metrics'
 
 complete -c cairn -n '__fish_seen_subcommand_from ls list' -s t -l tag -x -d 'Only documents with this tag'

@@ -20,7 +20,7 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
 {
     msgpack_sbuffer sbuf;
     msgpack_packer pk;
-    static const char *const ops[] = {"add", "delete", "unname", "void"};
+    static const char *const ops[] = {"add", "delete", "unname", "void", "edit"};
     uint32_t n = 4;
 
     if (e->op == ENTRY_ADD)
@@ -30,6 +30,8 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
         n += e->if_unnamed;
     else if (e->op == ENTRY_VOID)
         ;
+    else if (e->op == ENTRY_EDIT)
+        n += (e->ntags > 0) + (e->nuntags > 0) + (e->nmeta > 0) + (e->nunmeta > 0);
     else if (e->op == ENTRY_UNNAME && e->name && e->name[0])
         n++;
     else
@@ -79,6 +81,14 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
                 msgpack_pack_int64(&pk, e->fmtime);
             }
         }
+    }
+    if (e->op == ENTRY_EDIT) {
+        if (e->nuntags > 0)
+            pack_strings(&pk, "untags", e->untags, e->nuntags);
+        if (e->nunmeta > 0)
+            pack_strings(&pk, "unmeta", e->unmeta, e->nunmeta);
+    }
+    if (e->op == ENTRY_ADD || e->op == ENTRY_EDIT) {
         if (e->ntags > 0)
             pack_strings(&pk, "tags", e->tags, e->ntags);
         if (e->nmeta > 0) {
@@ -217,6 +227,12 @@ int objects_entry_decode(const uint8_t *raw, size_t len, struct entry *e)
     } else if (proto_str_eq(op, "void")) {
         e->op = ENTRY_VOID;
         r = 0;
+    } else if (proto_str_eq(op, "edit")) {
+        e->op = ENTRY_EDIT;
+        if ((r = get_strings(proto_map_get(msg.map, "tags"), &e->tags, &e->ntags)) == 0 &&
+            (r = get_strings(proto_map_get(msg.map, "untags"), &e->untags, &e->nuntags)) == 0 &&
+            (r = get_strings(proto_map_get(msg.map, "unmeta"), &e->unmeta, &e->nunmeta)) == 0)
+            r = get_meta(proto_map_get(msg.map, "meta"), e);
     } else {
         r = -EBADMSG;
     }
@@ -244,5 +260,7 @@ void objects_entry_clear(struct entry *e)
     free_strings(e->tags, e->ntags);
     free_strings(e->meta_keys, e->nmeta);
     free_strings(e->meta_values, e->nmeta);
+    free_strings(e->untags, e->nuntags);
+    free_strings(e->unmeta, e->nunmeta);
     memset(e, 0, sizeof(*e));
 }

@@ -12,6 +12,7 @@
  *   {v: 2, op: "delete", doc: bin32, time, if_unnamed?: true}
  *   {v: 2, op: "unname", doc: bin32, time, name}
  *   {v: 2, op: "void", doc: bin32, time}
+ *   {v: 2, op: "edit", doc: bin32, time, tags?, untags?, meta?, unmeta?}
  *
  * A delete with `if_unnamed` deletes the document only if no name points to
  * it when the entry applies (`cairn rm NAME`: a document goes with its last
@@ -25,6 +26,11 @@
  * and the other writers of a shared bucket never apply that entry, and undo
  * it where they already had (the document is worked out again from its
  * other entries). Void entries are never dead weight for gc.
+ *
+ * An edit entry changes a stored document's tags and metadata (`cairn tag`,
+ * `cairn meta`): `tags` are added and `untags` removed, `meta` keys set and
+ * `unmeta` keys removed; an edit of a document that is not there changes
+ * nothing.
  *
  * An add entry carries the document's manifest root (manifest.h: depth and
  * the packed root entries), so it alone says what the document is made of,
@@ -51,6 +57,7 @@ enum entry_op {
     ENTRY_DELETE = 1,
     ENTRY_UNNAME = 2,
     ENTRY_VOID = 3, /* doc: the id of the entry it cancels */
+    ENTRY_EDIT = 4,
 };
 
 struct entry {
@@ -69,8 +76,11 @@ struct entry {
     size_t root_len;
     char **tags;
     size_t ntags;
-    char **meta_keys, **meta_values;
+    char **meta_keys, **meta_values; /* adds and edits: metadata set */
     size_t nmeta;
+    /* edits only: the tags and the metadata keys removed */
+    char **untags, **unmeta;
+    size_t nuntags, nunmeta;
 };
 
 /* The entry's raw bytes (msgpack, malloc'd). */

@@ -127,6 +127,52 @@ static void test_add_minimal(void **state)
     free(raw2);
 }
 
+/* An edit: tags added and removed, metadata set and removed; an empty edit has none of them. */
+static void test_edit_roundtrip(void **state)
+{
+    char *tags[] = {"new", NULL}, *untags[] = {"old", "older", NULL}, *unmeta[] = {"gone", NULL};
+    char *keys[] = {"owner", NULL}, *values[] = {"ann", NULL};
+    struct entry in = {.op = ENTRY_EDIT,
+                       .time_ns = 7,
+                       .tags = tags,
+                       .ntags = 1,
+                       .untags = untags,
+                       .nuntags = 2,
+                       .meta_keys = keys,
+                       .meta_values = values,
+                       .nmeta = 1,
+                       .unmeta = unmeta,
+                       .nunmeta = 1},
+                 out;
+    uint8_t *raw;
+    size_t len;
+
+    make_hash(in.doc, 4);
+    assert_int_equal(objects_entry_encode(&in, &raw, &len), 0);
+    assert_int_equal(objects_entry_decode(raw, len, &out), 0);
+    assert_int_equal(out.op, ENTRY_EDIT);
+    assert_memory_equal(out.doc, in.doc, PROTO_HASH_LEN);
+    assert_int_equal(out.time_ns, 7);
+    assert_int_equal(out.ntags, 1);
+    assert_string_equal(out.tags[0], "new");
+    assert_int_equal(out.nuntags, 2);
+    assert_string_equal(out.untags[1], "older");
+    assert_int_equal(out.nmeta, 1);
+    assert_string_equal(out.meta_values[0], "ann");
+    assert_int_equal(out.nunmeta, 1);
+    assert_string_equal(out.unmeta[0], "gone");
+    assert_null(out.name);
+    assert_null(out.root);
+    objects_entry_clear(&out);
+    free(raw);
+    in = (struct entry){.op = ENTRY_EDIT, .time_ns = 8};
+    assert_int_equal(objects_entry_encode(&in, &raw, &len), 0);
+    assert_int_equal(objects_entry_decode(raw, len, &out), 0);
+    assert_int_equal(out.ntags + out.nuntags + out.nmeta + out.nunmeta, 0);
+    objects_entry_clear(&out);
+    free(raw);
+}
+
 /*
  * A file's mode goes only with a name; one this build does not know (a
  * FIFO's, bits past 07777) is read as none, and a mistyped one is refused.
@@ -520,11 +566,17 @@ static void test_not_a_map(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_add_roundtrip),  cmocka_unit_test(test_add_minimal),
-        cmocka_unit_test(test_add_file_mode),  cmocka_unit_test(test_delete_roundtrip),
-        cmocka_unit_test(test_truncated),      cmocka_unit_test(test_unname_and_conditional_delete),
-        cmocka_unit_test(test_void_entry),     cmocka_unit_test(test_size_limit),
-        cmocka_unit_test(test_hostile_fields), cmocka_unit_test(test_not_a_map),
+        cmocka_unit_test(test_add_roundtrip),
+        cmocka_unit_test(test_add_minimal),
+        cmocka_unit_test(test_add_file_mode),
+        cmocka_unit_test(test_edit_roundtrip),
+        cmocka_unit_test(test_delete_roundtrip),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_unname_and_conditional_delete),
+        cmocka_unit_test(test_void_entry),
+        cmocka_unit_test(test_size_limit),
+        cmocka_unit_test(test_hostile_fields),
+        cmocka_unit_test(test_not_a_map),
     };
     return cmocka_run_group_tests_name("journal entries", tests, NULL, NULL);
 }

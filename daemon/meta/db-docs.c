@@ -479,46 +479,6 @@ static int add_name(struct db_conn *c, const struct db_add *add, int64_t id, int
     return db_step_done(c, s);
 }
 
-/* Merges tags and metadata; *changed when any of them is new. */
-static int add_tags_meta(struct db_conn *c, const struct db_add *add, int64_t id, bool *changed)
-{
-    sqlite3_stmt *s;
-    int r;
-
-    for (size_t i = 0; i < add->ntags; i++) {
-        if (!(s = db_stmt(c, DB_S_TAG_INSERT, db_docs_sql)))
-            return -EIO;
-        sqlite3_bind_int64(s, 1, id);
-        sqlite3_bind_text(s, 2, add->tags[i], -1, SQLITE_STATIC);
-        if ((r = db_step_done(c, s)) < 0)
-            return r;
-        *changed |= sqlite3_changes(c->sql) > 0;
-    }
-    for (size_t i = 0; i < add->nmeta; i++) {
-        bool same = false;
-        if (!(s = db_stmt(c, DB_S_META_GET, db_docs_sql)))
-            return -EIO;
-        sqlite3_bind_int64(s, 1, id);
-        sqlite3_bind_text(s, 2, add->meta_keys[i], -1, SQLITE_STATIC);
-        if (sqlite3_step(s) == SQLITE_ROW) {
-            const unsigned char *v = sqlite3_column_text(s, 0);
-            same = v && strcmp((const char *)v, add->meta_values[i]) == 0;
-        }
-        sqlite3_reset(s);
-        if (same)
-            continue;
-        if (!(s = db_stmt(c, DB_S_META_UPSERT, db_docs_sql)))
-            return -EIO;
-        sqlite3_bind_int64(s, 1, id);
-        sqlite3_bind_text(s, 2, add->meta_keys[i], -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 3, add->meta_values[i], -1, SQLITE_STATIC);
-        if ((r = db_step_done(c, s)) < 0)
-            return r;
-        *changed = true;
-    }
-    return 0;
-}
-
 int db_doc_id(struct db_conn *c, const char *hash_hex, int64_t *id)
 {
     sqlite3_stmt *s = db_stmt(c, DB_S_DOC_BY_HASH, db_docs_sql);
@@ -547,7 +507,8 @@ int db_txn_add(struct db_txn *txn, struct db_add *add)
         return r;
     if (add->name && add->name[0] && (r = add_name(c, add, id, now, &changed)) < 0)
         return r;
-    if ((r = add_tags_meta(c, add, id, &changed)) < 0)
+    if ((r = db_merge_tags_meta(c, id, add->tags, add->ntags, add->meta_keys, add->meta_values,
+                                add->nmeta, &changed)) < 0)
         return r;
     /* What the index holds of it changed: a new generation for the indexer to catch up to. */
     if (!add->created && changed) {

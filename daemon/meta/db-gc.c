@@ -14,8 +14,8 @@
  * its document is left. An unname entry is dead once its document is
  * deleted at or after its time (`rm NAME` writes the delete at the same
  * time), or when no earlier add entry (which could have brought the name)
- * is left. While a repacked pack waits to be deleted (DB_PACK_DELETING), no
- * delete or unname entry is dead: the pack may still hold an add entry whose
+ * is left; so is an edit entry (tags and metadata). While a repacked pack waits to be deleted
+ * (DB_PACK_DELETING), no delete or unname entry is dead: the pack may still hold an add entry whose
  * row is gone, and a rebuild from the packs would bring that add back
  * without them. A marked pack (DB_PACK_MARKED) keeps its rows until it is
  * emptied, so its add entries keep their deletes alive by the rules above.
@@ -36,7 +36,7 @@
     "(j.op != 3 AND ((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"            \
     " AND x.op = 1 AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM packs p"      \
     " WHERE p.state = 2) AND (NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"             \
-    " AND x.op = 0 AND x.time < j.time) OR (j.op = 2 AND EXISTS (SELECT 1 FROM journal x"          \
+    " AND x.op = 0 AND x.time < j.time) OR (j.op IN (2, 4) AND EXISTS (SELECT 1 FROM journal x"    \
     " WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time))))))"
 
 const char *const db_gc_sql[DB_S_COUNT_] = {

@@ -51,6 +51,9 @@ enum db_stmt_id {
     DB_S_REMOVAL_INSERT,
     DB_S_REMOVALS,
     DB_S_REMOVAL_DELETE,
+    /* db-edit.c */
+    DB_S_TAG_DELETE,
+    DB_S_META_DELETE,
     /* db-store.c */
     DB_S_CHUNK_FIND,
     DB_S_CHUNK_LOOKUP,
@@ -123,6 +126,7 @@ extern const char *const db_docs_sql[DB_S_COUNT_];
 extern const char *const db_store_sql[DB_S_COUNT_];
 extern const char *const db_gc_sql[DB_S_COUNT_];
 extern const char *const db_names_sql[DB_S_COUNT_];
+extern const char *const db_edit_sql[DB_S_COUNT_];
 
 /*
  * Statements other parts prepare by their text (db_conn_prepare): searches
@@ -185,6 +189,10 @@ int db_step_done(struct db_conn *c, sqlite3_stmt *s);
 int db_errno(int rc);
 /* Runs a statement that yields at most one integer; DB_E_NOT_FOUND if no row. */
 int db_query_id(struct db_conn *c, sqlite3_stmt *s, int64_t *out);
+/* Adds tags and sets metadata of document `id` (db-edit.c); *changed when any of them is new. */
+int db_merge_tags_meta(struct db_conn *c, int64_t id, const char *const *tags, size_t ntags,
+                       const char *const *keys, const char *const *values, size_t nmeta,
+                       bool *changed);
 /* A name row's columns `col` (mode) and `col + 1` (mtime). */
 void db_fattr_column(sqlite3_stmt *s, int col, struct db_fattr *fa);
 /* As db_query_id, for a statement selecting a name row's doc, mode and mtime. */

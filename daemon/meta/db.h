@@ -166,6 +166,20 @@ int db_txn_add(struct db_txn *txn, struct db_add *add);
  */
 int db_txn_delete(struct db_txn *txn, const char *hash_hex);
 
+/* A change of a document's tags and metadata (objects.h's edit entry). */
+struct db_edit {
+    const char *const *tags, *const *untags; /* added, removed */
+    size_t ntags, nuntags;
+    const char *const *meta_keys, *const *meta_values, *const *unmeta; /* set, removed */
+    size_t nmeta, nunmeta;
+    /* Outputs: the document's row id, and whether anything changed (it needs reindexing). */
+    int64_t rowid;
+    bool changed;
+};
+
+/* Applies an edit to the document with this hash (hex): DB_E_NOT_FOUND when it is not there. */
+int db_txn_edit(struct db_txn *txn, const char *hash_hex, struct db_edit *ed);
+
 /* Resolves a ref (PROTOCOL.md "References"); doc->by_name says whether it was a name. */
 int db_resolve(struct db *db, const char *ref, size_t ref_len, unsigned want, struct db_doc *doc);
 /* The document with this row id; DB_E_NOT_FOUND when it is gone. */

@@ -14,8 +14,8 @@
 #include "proto/util.h"
 
 static const char *const op_names[] = {
-    "hello", "add",    "data", "get",     "delete", "list", "stat",     "status",  "search",
-    "gc",    "verify", "du",   "refresh", "key",    "log",  "shutdown", "metrics", "name"};
+    "hello",  "add", "data",    "get", "delete", "list",     "stat",    "status", "search", "gc",
+    "verify", "du",  "refresh", "key", "log",    "shutdown", "metrics", "name",   "edit"};
 
 /* ---- hello ---- */
 
@@ -81,6 +81,7 @@ static const struct {
     {"refresh", op_do_refresh}, {"key", op_do_key},
     {"log", op_do_log},         {"shutdown", op_do_shutdown},
     {"metrics", op_do_metrics}, {"name", op_do_name},
+    {"edit", op_do_edit},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)

@@ -23,7 +23,7 @@ static const char *const kind_names[OP_KIND_COUNT_] = {
     [OP_ADD] = "add",       [OP_GET] = "get",         [OP_DELETE] = "delete",   [OP_LIST] = "list",
     [OP_STAT] = "stat",     [OP_STATUS] = "status",   [OP_SEARCH] = "search",   [OP_GC] = "gc",
     [OP_VERIFY] = "verify", [OP_DU] = "du",           [OP_REFRESH] = "refresh", [OP_LOG] = "log",
-    [OP_KEY] = "key",       [OP_METRICS] = "metrics", [OP_NAME] = "name",
+    [OP_KEY] = "key",       [OP_METRICS] = "metrics", [OP_NAME] = "name",       [OP_EDIT] = "edit",
 };
 
 /* Upper bounds of the latency buckets, in seconds, as printed. */

@@ -42,6 +42,7 @@ enum op_kind {
     OP_KEY,
     OP_METRICS,
     OP_NAME,
+    OP_EDIT,
     OP_KIND_COUNT_
 };
 
@@ -111,6 +112,7 @@ void op_do_data(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_get(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_delete(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_name(struct conn *c, uint64_t id, const msgpack_object *map);
+void op_do_edit(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_list(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_stat(struct conn *c, uint64_t id, const msgpack_object *map);
 void op_do_status(struct conn *c, uint64_t id, const msgpack_object *map);

@@ -299,6 +299,23 @@ static int apply_entry(struct replay *rp, struct db_txn *txn, const struct entry
         rp->removed |= r == 0;
         return r == DB_E_NOT_FOUND ? 0 : r;
     }
+    if (e->op == ENTRY_EDIT) {
+        struct db_edit ed = {
+            .tags = (const char *const *)e->tags,
+            .ntags = e->ntags,
+            .untags = (const char *const *)e->untags,
+            .nuntags = e->nuntags,
+            .meta_keys = (const char *const *)e->meta_keys,
+            .meta_values = (const char *const *)e->meta_values,
+            .nmeta = e->nmeta,
+            .unmeta = (const char *const *)e->unmeta,
+            .nunmeta = e->nunmeta,
+        };
+        r = db_txn_edit(txn, hex, &ed);
+        if (r == 0 && ed.changed)
+            changed(rp, ed.rowid);
+        return r == DB_E_NOT_FOUND ? 0 : r;
+    }
     struct db_add add = {
         .size = e->size,
         .nchunks = e->nchunks,

@@ -232,6 +232,27 @@ typedef void store_delete_cb(void *userdata, int status, const struct store_dele
 int store_delete(struct store *st, const char *ref, size_t ref_len, bool dry_run,
                  store_delete_cb *done, void *userdata);
 
+/* ---- tags and metadata (edit.c) ---- */
+
+/* Owned strings in arrays one longer than their counts (NULL-ended). */
+struct store_edit_params {
+    char **tags, **untags; /* added, removed */
+    size_t ntags, nuntags;
+    char **meta_keys, **meta_values, **unmeta; /* set, removed */
+    size_t nmeta, nunmeta;
+};
+void store_edit_params_clear(struct store_edit_params *p);
+
+struct store_edit_result {
+    const char *hash; /* the document the ref resolved to */
+    bool changed;     /* false: it had those tags and metadata already */
+};
+
+typedef void store_edit_cb(void *userdata, int status, const struct store_edit_result *res);
+/* Changes the tags and metadata of the document `ref` points to; takes `params` over. */
+int store_edit(struct store *st, const char *ref, size_t ref_len, struct store_edit_params *params,
+               store_edit_cb *done, void *userdata);
+
 /* ---- copy and rename (name.c) ---- */
 
 struct store_name_result {

@@ -75,12 +75,12 @@
  * op cannot stay out of reach of the fuzzer unnoticed.
  */
 static const char *const fuzz_ops[] = {
-    "hello", "add",    "data", "get",     "delete", "list", "stat",     "status",  "search",
-    "gc",    "verify", "du",   "refresh", "key",    "log",  "shutdown", "metrics", "name"};
+    "hello",  "add", "data",    "get", "delete", "list",     "stat",    "status", "search", "gc",
+    "verify", "du",  "refresh", "key", "log",    "shutdown", "metrics", "name",   "edit"};
 /*
  * The ops before the raw kinds; ops added later take kinds after them
- * (FUZZ_KEY, FUZZ_LOG, FUZZ_SHUTDOWN, FUZZ_METRICS, FUZZ_NAME), so that the inputs of the corpus
- * keep their meaning.
+ * (FUZZ_KEY, FUZZ_LOG, FUZZ_SHUTDOWN, FUZZ_METRICS, FUZZ_NAME, FUZZ_EDIT), so that the inputs of
+ * the corpus keep their meaning.
  */
 #define FUZZ_FIRST_OPS 13
 enum {
@@ -92,6 +92,7 @@ enum {
     FUZZ_SHUTDOWN,
     FUZZ_METRICS,
     FUZZ_NAME,
+    FUZZ_EDIT,
     FUZZ_KINDS,
 };
 

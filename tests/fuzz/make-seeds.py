@@ -213,8 +213,8 @@ OPS = ["hello", "add", "data", "get", "delete", "list", "stat", "status", "searc
        "du", "refresh"]
 RAW_FRAME, RAW_BYTES, HANG_UP = len(OPS), len(OPS) + 1, len(OPS) + 2
 # ops added later come after the raw kinds (fuzz-dispatch.c)
-KEY, LOG, SHUTDOWN, METRICS, NAME = (len(OPS) + 3, len(OPS) + 4, len(OPS) + 5, len(OPS) + 6,
-                                     len(OPS) + 7)
+KEY, LOG, SHUTDOWN, METRICS, NAME, EDIT = (len(OPS) + 3, len(OPS) + 4, len(OPS) + 5,
+                                           len(OPS) + 6, len(OPS) + 7, len(OPS) + 8)
 SEP = b"\xc1\xc1\xc1\xc1"
 
 
@@ -237,7 +237,8 @@ assert hashlib.sha256(b"collide 190114\n").hexdigest()[:8] == PAIR
 
 
 def seg(op, rid, body=None):
-    later = {"key": KEY, "log": LOG, "shutdown": SHUTDOWN, "metrics": METRICS, "name": NAME}
+    later = {"key": KEY, "log": LOG, "shutdown": SHUTDOWN, "metrics": METRICS, "name": NAME,
+             "edit": EDIT}
     kind = (OPS.index(op) if op in OPS else later[op]) if isinstance(op, str) else op
     raw = body if isinstance(body, bytes) else mp(body if body is not None else {})
     return bytes([kind, rid]) + raw
@@ -284,6 +285,9 @@ def dispatch():
         "name": [seg(NAME, 28, {"ref": "alias", "name": "copied"}), seg("get", 29, {"ref": "copied"}),
                  seg(NAME, 30, {"ref": "copied", "name": "moved", "rename": True}),
                  seg("stat", 31, {"ref": "moved"}), seg("stat", 32, {"ref": "copied"})],
+        "edit": [seg(EDIT, 33, {"ref": "alias", "tags": ["new"], "meta": {"k": "v"}}),
+                 seg(EDIT, 34, {"ref": "alias", "untags": ["new", "x"], "unmeta": ["k"]}),
+                 seg("stat", 35, {"ref": "alias"})],
         "raw-frame": [seg(RAW_FRAME, 0, mp({"id": 15, "op": "no_such_op"}))],
         "raw-bytes": [seg(RAW_BYTES, 0, b"\x00\x10\x00\x01" + mp({"id": 16, "op": "status"}))],
         # an add, then reads of it, its deletion and a gc, pipelined
@@ -362,6 +366,10 @@ def dispatch():
         "name": [{"ref": "alias"}, {"ref": "alias", "name": ""}, {"ref": "alias", "name": 5},
                  {"ref": "alias", "name": "n", "rename": 1}, {"ref": BLOB, "name": "n", "rename": True},
                  {"ref": "alias", "name": "alias", "rename": True}, {"ref": "nothing", "name": "n"}],
+        "edit": [{"ref": "alias"}, {"ref": "alias", "tags": "t"}, {"ref": "alias", "tags": [""]},
+                 {"ref": "alias", "untags": [5]}, {"ref": "alias", "meta": {"k": 1}},
+                 {"ref": "alias", "unmeta": ["k" * 257]}, {"ref": "nothing", "tags": ["t"]},
+                 {"ref": "alias", "tags": ["t"] * 65}],
     }
     for op, fields in bad.items():
         seeds["bad-" + op] = [seg(op, i + 1, f) for i, f in enumerate(fields)]
@@ -373,8 +381,8 @@ def dispatch_dict():
     keys = ["id", "op", "ref", "name", "mime", "tags", "meta", "size", "data", "more", "offset",
             "length", "dry_run", "tag", "limit", "after", "before", "names", "unnamed", "prefix",
             "path", "query", "fuzzy", "progress", "refs", "versions", "client", "heal", "mode",
-            "mtime", "rename"]
-    values = [mp(k) for k in keys] + [mp(op) for op in OPS + ["key", "log", "metrics", "name"]]
+            "mtime", "rename", "untags", "unmeta"]
+    values = [mp(k) for k in keys] + [mp(op) for op in OPS + ["key", "log", "metrics", "name", "edit"]]
     values += [mp(v) for v in ("notes/a.txt", "alias", "bin/blob", "big/periodic", "usr/share/",
                                A1[:8], README[:12], BIG, PAIR, "tag:x", "OR", "NOT", '"', "*",
                                True, False, None, 0, 1, 1000, 1001, 1 << 20, (1 << 64) - 1,

@@ -322,5 +322,75 @@ class CopyAndRename(unittest.TestCase):
                          stat.S_IFREG | 0o751)
 
 
+class TagsAndMeta(unittest.TestCase):
+    """cairn tag [-d] REF TAG... and cairn meta REF KEY=VALUE... / -d REF KEY...: a
+    document's tags and metadata changed without adding it again, journaled, so a
+    restart, a gc and a --rebuild-index keep every change in its order."""
+
+    def setUp(self):
+        self.d = ct.Daemon(self).start()
+
+    def cli(self, *args, **kw):
+        return self.d.cli(*args, **kw)
+
+    def stat(self, ref):
+        return json.loads(self.cli("--json", "stat", ref).stdout)
+
+    def tagged(self, tag):
+        return sorted(j["name"] for j in ct.parse_json_lines(self.cli("--json", "ls", "-t", tag).stdout))
+
+    def rebuild(self):
+        self.d.stop()
+        for f in glob.glob(os.path.join(self.d.data_dir, "cairn.db*")):
+            os.unlink(f)
+        p = subprocess.run([ct.CAIRND, "--data-dir", self.d.data_dir, "--socket",
+                            self.d.socket_path, "--rebuild-index"], stdin=subprocess.DEVNULL,
+                           capture_output=True, env=self.d.env(), timeout=120 * ct.SLOW)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.d.start()
+
+    def test_tag_and_meta(self):
+        content = b"the quarterly numbers, in words\n"
+        self.cli("add", "-q", "-n", "report.txt", "-t", "draft", "-", input=content)
+        self.cli("add", "-q", "-n", "copy.txt", "-", input=content)
+        p = self.cli("tag", "report.txt", "finance", "q3")
+        self.assertIn(b"tags:\n  draft\n  finance\n  q3\n", p.stdout)
+        # The document's: every name pointing to it has them.
+        self.assertEqual(self.tagged("finance"), ["copy.txt", "report.txt"])
+        self.assertEqual(len(ct.parse_json_lines(self.cli("--json", "search", "tag:finance").stdout)), 1)
+        self.cli("tag", "-d", "copy.txt", "draft")
+        self.assertEqual(self.stat("report.txt")["tags"], ["finance", "q3"])
+        self.assertEqual(self.tagged("draft"), [])
+        self.assertEqual(len(ct.parse_json_lines(self.cli("--json", "search", "tag:draft").stdout)), 0)
+        p = self.cli("tag", "report.txt", "q3")
+        self.assertIn(b"nothing changed", p.stderr)
+        self.cli("meta", "report.txt", "owner=ann", "lang=en")
+        self.assertEqual(self.stat("copy.txt")["meta"], {"owner": "ann", "lang": "en"})
+        self.cli("meta", "report.txt", "owner=bob")
+        self.cli("meta", "-d", "report.txt", "lang")
+        self.assertEqual(self.stat("report.txt")["meta"], {"owner": "bob"})
+        # A later add brings a removed tag back: the journal's order decides.
+        self.cli("tag", "-d", "report.txt", "q3")
+        self.cli("add", "-q", "-t", "q3", "-", input=content)
+        want = {"tags": ["finance", "q3"], "meta": {"owner": "bob"}}
+        got = self.stat("report.txt")
+        self.assertEqual({k: got[k] for k in want}, want)
+        # Usage and refusals.
+        self.cli("tag", "report.txt", check_exit=2)
+        self.cli("meta", "report.txt", "novalue", check_exit=2)
+        p = self.cli("tag", "nosuch", "t", check_exit=1)
+        self.assertIn(b"not found", p.stderr)
+        # Kept across a restart, a gc and a rebuild from the packs alone.
+        self.d.stop()
+        self.d.start()
+        got = self.stat("report.txt")
+        self.assertEqual({k: got[k] for k in want}, want)
+        json.loads(self.cli("--json", "gc").stdout)
+        self.rebuild()
+        got = self.stat("report.txt")
+        self.assertEqual({k: got[k] for k in want}, want)
+        self.assertEqual(self.tagged("draft"), [])
+
+
 if __name__ == "__main__":
     ct.main()
