@@ -257,11 +257,30 @@ static int read_piece(void *userdata, const msgpack_object *first, const uint8_t
     return 0;
 }
 
+/*
+ * ri->cap bytes of ri->hash from `off` into ri->buf: 0 or negative errno.
+ * Once more on a new connection when cairnd went away (a restart).
+ */
+static int read_range(struct mount_fs *fs, struct read_into *ri, uint64_t off)
+{
+    struct client *c = NULL;
+    int r = -EIO;
+
+    for (int tries = 0; tries < 2; tries++) {
+        if (!(c = mount_client(fs)))
+            break;
+        ri->len = 0;
+        r = client_get_range(c, ri->hash, off, ri->cap, read_piece, ri);
+        if (r >= 0)
+            break;
+    }
+    return r == 0 ? 0 : c ? mount_errno(c, r) : -EIO;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
     struct mount_fs *fs = fs_of(req);
-    struct client *c = NULL;
     struct read_into ri;
     struct mount_node n;
     int r;
@@ -287,18 +306,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         return;
     }
     ri = (struct read_into){.buf = buf, .cap = size, .hash = n.hash};
-    /* Once more on a new connection when cairnd went away (a restart). */
-    r = -EIO;
-    for (int tries = 0; tries < 2; tries++) {
-        if (!(c = mount_client(fs)))
-            break;
-        ri.len = 0;
-        r = client_get_range(c, n.hash, (uint64_t)off, size, read_piece, &ri);
-        if (r >= 0)
-            break;
-    }
-    if (r != 0) {
-        r = c ? mount_errno(c, r) : -EIO;
+    if ((r = read_range(fs, &ri, (uint64_t)off)) < 0) {
         /* The document was deleted while the file was open. */
         fuse_reply_err(req, r == -ENOENT ? ESTALE : -r);
         return;
@@ -311,7 +319,6 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
     struct mount_fs *fs = fs_of(req);
     char target[PATH_MAX];
-    struct client *c = NULL;
     struct read_into ri;
     struct mount_node n;
     int r;
@@ -326,19 +333,8 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
         return;
     }
     ri = (struct read_into){.buf = target, .cap = (size_t)n.size, .hash = n.hash};
-    r = -EIO;
-    for (int tries = 0; tries < 2; tries++) {
-        if (!(c = mount_client(fs)))
-            break;
-        ri.len = 0;
-        r = client_get_range(c, n.hash, 0, n.size, read_piece, &ri);
-        if (r >= 0)
-            break;
-    }
-    if (r == 0 && (ri.len != n.size || memchr(target, '\0', ri.len)))
+    if ((r = read_range(fs, &ri, 0)) == 0 && (ri.len != n.size || memchr(target, '\0', ri.len)))
         r = -EIO;
-    else if (r != 0)
-        r = c ? mount_errno(c, r) : -EIO;
     if (r != 0) {
         fuse_reply_err(req, r == -ENOENT ? ESTALE : -r);
         return;

@@ -36,7 +36,6 @@ static const char *parse(const msgpack_object *map, struct store_edit_params *p,
     static const char *const lists[] = {"tags", "untags", "unmeta"};
     char ***outs[] = {&p->tags, &p->untags, &p->unmeta};
     size_t *counts[] = {&p->ntags, &p->nuntags, &p->nunmeta};
-    const msgpack_object *o;
     const char *why;
 
     for (size_t l = 0; l < 3; l++) {
@@ -47,25 +46,8 @@ static const char *parse(const msgpack_object *map, struct store_edit_params *p,
             return buf;
         }
     }
-    if ((o = proto_map_get(map, "meta"))) {
-        if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size > PROTO_MAX_META)
-            return "meta must be a map of at most 64 entries";
-        p->meta_keys = calloc(o->via.map.size + 1, sizeof(char *));
-        p->meta_values = calloc(o->via.map.size + 1, sizeof(char *));
-        if (!p->meta_keys || !p->meta_values)
-            return "out of memory";
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            const msgpack_object *v = &o->via.map.ptr[i].val;
-            if (op_copy_str(&o->via.map.ptr[i].key, PROTO_MAX_META_KEY, &p->meta_keys[i]))
-                return "meta keys must be non-empty strings of at most 256 bytes";
-            p->nmeta++;
-            if (v->type != MSGPACK_OBJECT_STR || v->via.str.size > PROTO_MAX_META_VALUE ||
-                memchr(v->via.str.ptr, '\0', v->via.str.size))
-                return "meta values must be strings of at most 4096 bytes";
-            if (!(p->meta_values[i] = strndup(v->via.str.ptr, v->via.str.size)))
-                return "out of memory";
-        }
-    }
+    if ((why = op_take_meta(map, &p->meta_keys, &p->meta_values, &p->nmeta)))
+        return why;
     if (p->ntags + p->nuntags + p->nmeta + p->nunmeta == 0)
         return "an edit needs tags, untags, meta or unmeta";
     return NULL;

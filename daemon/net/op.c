@@ -147,6 +147,32 @@ int op_copy_str(const msgpack_object *o, size_t max, char **out)
     return *out ? 0 : -ENOMEM;
 }
 
+const char *op_take_meta(const msgpack_object *map, char ***keys, char ***values, size_t *n)
+{
+    const msgpack_object *o = proto_map_get(map, "meta");
+
+    if (!o)
+        return NULL;
+    if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size > PROTO_MAX_META)
+        return "meta must be a map of at most 64 entries";
+    *keys = calloc(o->via.map.size + 1, sizeof(char *));
+    *values = calloc(o->via.map.size + 1, sizeof(char *));
+    if (!*keys || !*values)
+        return "out of memory";
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *v = &o->via.map.ptr[i].val;
+        if (op_copy_str(&o->via.map.ptr[i].key, PROTO_MAX_META_KEY, &(*keys)[i]))
+            return "meta keys must be non-empty strings of at most 256 bytes";
+        (*n)++;
+        if (v->type != MSGPACK_OBJECT_STR || v->via.str.size > PROTO_MAX_META_VALUE ||
+            memchr(v->via.str.ptr, '\0', v->via.str.size))
+            return "meta values must be strings of at most 4096 bytes";
+        if (!((*values)[i] = strndup(v->via.str.ptr, v->via.str.size)))
+            return "out of memory";
+    }
+    return NULL;
+}
+
 void op_free_strings(char **v, size_t n)
 {
     for (size_t i = 0; i < n; i++)

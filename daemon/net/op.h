@@ -93,6 +93,12 @@ int op_get_string(const msgpack_object *map, const char *key, size_t max, bool a
 int op_copy_str(const msgpack_object *o, size_t max, char **out);
 void op_free_strings(char **v, size_t n);
 /*
+ * The `meta` field of an add or an edit (at most PROTO_MAX_META entries) as
+ * NULL-ended copies, *n of each made; an error message, or NULL (also when
+ * absent). What was made is the caller's to free, on an error too.
+ */
+const char *op_take_meta(const msgpack_object *map, char ***keys, char ***values, size_t *n);
+/*
  * Packs v[first..n) as a msgpack array of str. The offset is taken here, not
  * by the caller, because an empty list may be NULL, and NULL + 0 is already
  * undefined behaviour in C.

@@ -20,6 +20,19 @@ import cairntest as ct  # noqa: E402
 MTIME_NS = 1000000000 * 10 ** 9 + 123456789
 
 
+def rebuild_index(testcase, d):
+    """Stops d, deletes its database and runs cairnd --rebuild-index (which must succeed),
+    then starts d again: what the packs alone say."""
+    d.stop()
+    for f in glob.glob(os.path.join(d.data_dir, "cairn.db*")):
+        os.unlink(f)
+    p = subprocess.run([ct.CAIRND, "--data-dir", d.data_dir, "--socket", d.socket_path,
+                        "--rebuild-index"], stdin=subprocess.DEVNULL, capture_output=True,
+                       env=d.env(), timeout=120 * ct.SLOW)
+    testcase.assertEqual(p.returncode, 0, p.stderr)
+    d.start()
+
+
 class FileAttributes(unittest.TestCase):
     def setUp(self):
         self.tmp = ct.make_tempdir(self)
@@ -166,14 +179,7 @@ class FileAttributes(unittest.TestCase):
         self.d.start()
         self.assertEqual({rel: self.stat_json(self.name(rel)) for rel in want}, want)
         # From the journal alone: the database made again from the packs.
-        self.d.stop()
-        for f in glob.glob(os.path.join(self.d.data_dir, "cairn.db*")):
-            os.unlink(f)
-        p = subprocess.run([ct.CAIRND, "--data-dir", self.d.data_dir, "--socket",
-                            self.d.socket_path, "--rebuild-index"], stdin=subprocess.DEVNULL,
-                           capture_output=True, env=self.d.env(), timeout=120 * ct.SLOW)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.d.start()
+        rebuild_index(self, self.d)
         for rel, st in want.items():
             with self.subTest(rel=rel):
                 got = self.stat_json(self.name(rel))
@@ -308,14 +314,7 @@ class CopyAndRename(unittest.TestCase):
         self.d.start()
         self.assertEqual({j["name"]: j["hash"] for j in
                           ct.parse_json_lines(self.cli("--json", "ls").stdout)}, want)
-        self.d.stop()
-        for f in glob.glob(os.path.join(self.d.data_dir, "cairn.db*")):
-            os.unlink(f)
-        p = subprocess.run([ct.CAIRND, "--data-dir", self.d.data_dir, "--socket",
-                            self.d.socket_path, "--rebuild-index"], stdin=subprocess.DEVNULL,
-                           capture_output=True, env=self.d.env(), timeout=120 * ct.SLOW)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.d.start()
+        rebuild_index(self, self.d)
         self.assertEqual({j["name"]: j["hash"] for j in
                           ct.parse_json_lines(self.cli("--json", "ls").stdout)}, want)
         self.assertEqual(json.loads(self.cli("--json", "stat", "copy.sh").stdout)["mode"],
@@ -338,16 +337,6 @@ class TagsAndMeta(unittest.TestCase):
 
     def tagged(self, tag):
         return sorted(j["name"] for j in ct.parse_json_lines(self.cli("--json", "ls", "-t", tag).stdout))
-
-    def rebuild(self):
-        self.d.stop()
-        for f in glob.glob(os.path.join(self.d.data_dir, "cairn.db*")):
-            os.unlink(f)
-        p = subprocess.run([ct.CAIRND, "--data-dir", self.d.data_dir, "--socket",
-                            self.d.socket_path, "--rebuild-index"], stdin=subprocess.DEVNULL,
-                           capture_output=True, env=self.d.env(), timeout=120 * ct.SLOW)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.d.start()
 
     def test_tag_and_meta(self):
         content = b"the quarterly numbers, in words\n"
@@ -386,7 +375,7 @@ class TagsAndMeta(unittest.TestCase):
         got = self.stat("report.txt")
         self.assertEqual({k: got[k] for k in want}, want)
         json.loads(self.cli("--json", "gc").stdout)
-        self.rebuild()
+        rebuild_index(self, self.d)
         got = self.stat("report.txt")
         self.assertEqual({k: got[k] for k in want}, want)
         self.assertEqual(self.tagged("draft"), [])
