@@ -28,6 +28,7 @@ per class; every test has its own prefix in the bucket.
                  after --rebuild-index
 """
 import hashlib
+import json
 import os
 import random
 import re
@@ -162,6 +163,36 @@ class Visibility(SharedCase):
         """`cairn refresh`: returns once d has read what the others wrote."""
         p = d.cli("refresh")
         self.assertEqual(p.stdout, b"")
+
+    def test_copies_renames_edits_and_file_modes_reach_every_daemon(self):
+        """cairn cp, mv, tag, meta and the mode and mtime of add -r, made on one
+        daemon, are what the other one shows after a refresh."""
+        a, b = self.daemon(), self.daemon()
+        a.start()
+        b.start()
+        tree = os.path.join(self.base, "tree-%s" % self.prefix.replace("/", "-"))
+        os.makedirs(tree)
+        with open(os.path.join(tree, "run.sh"), "wb") as f:
+            f.write(b"#!/bin/sh\n")
+        os.chmod(os.path.join(tree, "run.sh"), 0o750)
+        os.symlink("run.sh", os.path.join(tree, "link"))
+        a.cli("add", "-q", "-r", tree)
+        h = self.add_ok(a, b"notes of the day\n", name="notes")
+        a.cli("cp", "notes", "notes-copy")
+        a.cli("mv", "notes", "renamed")
+        a.cli("tag", "renamed", "t1", "t2")
+        a.cli("tag", "-d", "renamed", "t1")
+        a.cli("meta", "renamed", "owner=ann")
+        self.refresh(b)
+        names = {j["name"]: j for j in ct.parse_json_lines(b.cli("--json", "ls").stdout)}
+        self.assertNotIn("notes", names)
+        self.assertEqual(names["renamed"]["hash"], h)
+        self.assertEqual(names["notes-copy"]["hash"], h)
+        self.assertEqual(names[os.path.join(tree, "run.sh")]["mode"], 0o100750)
+        self.assertEqual(names[os.path.join(tree, "link")]["mode"] & 0o170000, 0o120000)
+        st = json.loads(b.cli("--json", "stat", "notes-copy").stdout)
+        self.assertEqual((st["tags"], st["meta"]), (["t2"], {"owner": "ann"}))
+        self.assertEqual(b.cli("ls", "-t", "t1").stdout, b"")
 
     def test_adds_names_and_deletes_reach_every_daemon(self):
         ds = [self.daemon() for _ in range(3)]
