@@ -545,7 +545,7 @@ class Upgrade(unittest.TestCase):
                          % sorted(names))
         self.assertEqual(user_version(os.path.join(data_dir, aside[0])), 1,
                          "%s is not the format 1 database" % aside[0])
-        self.assertEqual(user_version(os.path.join(data_dir, "cairn.db")), 3)
+        self.assertEqual(user_version(os.path.join(data_dir, "cairn.db")), 4)  # the current format (daemon/meta/db.h DB_FORMAT)
         objects = os.path.join(data_dir, "objects")
         for old in ("chunks", "entries"):
             self.assertFalse(os.path.exists(os.path.join(objects, old)),
