@@ -189,17 +189,11 @@ static int delete_apply(struct db_txn *txn, struct packer_group *g)
     return 0;
 }
 
-/* DB_E_NOT_FOUND: deleted meanwhile by someone else. */
-static int delete_status(int status)
-{
-    return status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE : store_status_from_db(status);
-}
-
 static void delete_voided(void *ctx)
 {
     struct store_delete *del = ctx;
 
-    delete_end(del, delete_status(del->final_status));
+    delete_end(del, store_commit_status(del->final_status));
 }
 
 static void delete_committed(struct packer_group *g, int status)
@@ -231,7 +225,7 @@ static void delete_committed(struct packer_group *g, int status)
             if (del->docs[i].kept_rowid)
                 store_index_changed(st, del->docs[i].kept_rowid, NULL, 0);
     }
-    delete_end(del, delete_status(status));
+    delete_end(del, store_commit_status(status));
 }
 
 static void resolve_done(uv_work_t *work, int status)

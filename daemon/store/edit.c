@@ -116,8 +116,7 @@ static void edit_voided(void *ctx)
 {
     struct store_edit *se = ctx;
 
-    edit_end(se, se->final_status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE
-                                                          : store_status_from_db(se->final_status));
+    edit_end(se, store_commit_status(se->final_status));
 }
 
 static void edit_committed(struct packer_group *g, int status)

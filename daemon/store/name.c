@@ -165,8 +165,7 @@ static void name_voided(void *ctx)
 {
     struct store_name *sn = ctx;
 
-    name_end(sn, sn->final_status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE
-                                                          : store_status_from_db(sn->final_status));
+    name_end(sn, store_commit_status(sn->final_status));
 }
 
 static void name_committed(struct packer_group *g, int status)

@@ -72,6 +72,8 @@ struct entry;
 struct packer_rec;
 /* Encodes a journal entry as a sealed PACK_REC_ENTRY record in *rec (worker threads). */
 int store_entry_record(struct store *st, const struct entry *e, struct packer_rec *rec);
+/* A journaled change's commit status as a store status (DB_E_NOT_FOUND: gone meanwhile). */
+int store_commit_status(int status);
 /* Frees what a record built for the packer owns (its bytes and index entries) and zeroes it. */
 void store_rec_clear(struct packer_rec *rec);
 

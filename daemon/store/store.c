@@ -275,6 +275,11 @@ void store_rec_clear(struct packer_rec *rec)
     memset(rec, 0, sizeof(*rec));
 }
 
+int store_commit_status(int status)
+{
+    return status == PACKER_E_UNAVAILABLE ? STORE_E_UNAVAILABLE : store_status_from_db(status);
+}
+
 int store_status_from_db(int status)
 {
     if (status == DB_E_NOT_FOUND)
