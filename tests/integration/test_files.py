@@ -381,5 +381,35 @@ class TagsAndMeta(unittest.TestCase):
         self.assertEqual(self.tagged("draft"), [])
 
 
+class EditAndNameRefusals(unittest.TestCase):
+    """What bad requests to the edit and name ops get: bad_request, nothing changed."""
+
+    def test_bad_requests(self):
+        d = ct.Daemon(self).start()
+        d.cli("add", "-q", "-n", "doc", "-t", "keep", "-", input=b"content\n")
+        cases = [("edit", {"ref": "doc"}, "needs tags"),
+                 ("edit", {"ref": "doc", "tags": "t"}, "tags must be an array"),
+                 ("edit", {"ref": "doc", "tags": [""]}, "tags must hold"),
+                 ("edit", {"ref": "doc", "untags": ["t"] * 65}, "untags must be an array"),
+                 ("edit", {"ref": "doc", "meta": {"k": 1}}, "meta values"),
+                 ("edit", {"ref": "doc", "unmeta": ["k" * 257]}, "unmeta must hold"),
+                 ("name", {"ref": "doc"}, "name must be"),
+                 ("name", {"ref": "doc", "name": "n", "rename": 1}, "rename"),
+                 ("name", {"ref": "doc", "name": "doc", "rename": True}, "to itself")]
+        with d.connect() as c:
+            for op, fields, why in cases:
+                with self.subTest(op=op, fields=fields):
+                    reply = c.call(op, **fields)
+                    self.assertEqual(ct.error_code(reply), "bad_request", reply)
+                    self.assertIn(why, reply["error"]["message"])
+            for op, fields in (("edit", {"ref": "nothing", "tags": ["t"]}),
+                               ("name", {"ref": "nothing", "name": "n"})):
+                self.assertEqual(ct.error_code(c.call(op, **fields)), "not_found")
+        st = json.loads(d.cli("--json", "stat", "doc").stdout)
+        self.assertEqual((st["tags"], st["meta"]), (["keep"], {}))
+        self.assertEqual([j["name"] for j in ct.parse_json_lines(d.cli("--json", "ls").stdout)],
+                         ["doc"])
+
+
 if __name__ == "__main__":
     ct.main()
