@@ -270,9 +270,12 @@ class ServerKilled(AzureCase):
     no add fails, none acknowledged is lost. Azurite itself writes its
     metadata to disk only every 5 s (LokiJS autosave), so a kill loses what
     it acknowledged in the 5 s before - its own limit, which Azure does not
-    have. The proxy in front holds every request for 8 s before the kill,
-    so that what Azurite acknowledged is on its disk by then and only
-    uploads of cairn's in flight meet the kill."""
+    have. So the proxy in front holds every request for 8 s from before
+    the first add: what Azurite acknowledged (the daemon's start) is on its
+    disk by the kill, every client's first add is waiting on its upload
+    then, and the held uploads go on to a server that is down or starting
+    again. Holding from a moment later instead raced the clients: a fast
+    build had finished all their work before the hold began."""
 
     @classmethod
     def setUpClass(cls):
@@ -289,6 +292,7 @@ class ServerKilled(AzureCase):
         self.addCleanup(proxy.stop)
         d = self.daemon(url=self.url(endpoint=proxy.endpoint, timeout=120, stall_timeout=3))
         d.start()
+        proxy.delay_ms = 8000
         result = {}
 
         def clients():
@@ -296,10 +300,9 @@ class ServerKilled(AzureCase):
 
         t = threading.Thread(target=clients, daemon=True)
         t.start()
-        time.sleep(1.0)
-        proxy.delay_ms = 8000
-        time.sleep(7.0)  # past Azurite's 5 s autosave of what it acknowledged
+        time.sleep(7.0)  # past Azurite's 5 s autosave of the daemon's start
         held = proxy.requests
+        self.assertEqual(result, {}, "the clients were done before the kill")
         self.srv.kill9()
         time.sleep(1.0)
         self.srv.start()
