@@ -34,6 +34,7 @@ int cli_cmd_status(struct cli *cli, int argc, char **argv)
                                        "uptime",
                                        "backend",
                                        "encryption",
+                                       "read_only",
                                        "documents",
                                        "logical_bytes",
                                        "unique_bytes",

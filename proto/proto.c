@@ -17,6 +17,7 @@ static const char *const error_names[PROTO_E_COUNT_] = {
     [PROTO_E_STORAGE] = "storage_error",
     [PROTO_E_BUSY] = "busy",
     [PROTO_E_SHUTTING_DOWN] = "shutting_down",
+    [PROTO_E_READ_ONLY] = "read_only",
     [PROTO_E_INTERNAL] = "internal",
 };
 

@@ -53,6 +53,7 @@ enum proto_error {
     PROTO_E_STORAGE,
     PROTO_E_BUSY,
     PROTO_E_SHUTTING_DOWN,
+    PROTO_E_READ_ONLY,
     PROTO_E_INTERNAL,
     PROTO_E_COUNT_
 };

@@ -46,6 +46,18 @@ void backend_set_log(backend_log_fn fn)
     atomic_store(&log_sink, fn);
 }
 
+static atomic_bool read_only;
+
+void backend_set_read_only(bool on)
+{
+    atomic_store(&read_only, on);
+}
+
+bool backend_read_only(void)
+{
+    return atomic_load(&read_only);
+}
+
 void backend_log(enum backend_log_level level, const char *fmt, ...)
 {
     backend_log_fn fn = atomic_load(&log_sink);

@@ -295,6 +295,15 @@ static inline bool backend_has(const struct backend *be, unsigned cap)
  */
 bool backend_sync_disabled(void);
 
+/*
+ * Backends opened after backend_set_read_only(true) (cairnd --read-only)
+ * make, sync and clean up nothing when they open: a local root must exist
+ * already, and leftover temporaries stay where they are. What is written
+ * later is the caller's to refuse.
+ */
+void backend_set_read_only(bool on);
+bool backend_read_only(void);
+
 /* Checks the key alphabet and shape: "<dir>/<name>", [a-z0-9._-], no leading dot. */
 bool backend_key_valid(const char *key);
 

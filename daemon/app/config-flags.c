@@ -10,7 +10,7 @@
 static const char usage_text[] =
     "usage: cairnd [--socket PATH] [--data-dir DIR] [--backend URL] [--log-level LEVEL]\n"
     "              [--config FILE] [--encryption MODE]\n"
-    "              [--rebuild-index | --upgrade | --print-config]\n"
+    "              [--read-only | --rebuild-index | --upgrade | --print-config]\n"
     "       cairnd --help | --version\n"
     "\n"
     "Runs the cairn storage daemon in the foreground.\n"
@@ -28,6 +28,7 @@ static const char usage_text[] =
     "  --log-level LEVEL  error, warn, info (default) or debug\n"
     "  --config FILE      INI configuration (default $XDG_CONFIG_HOME/cairn/cairn.conf)\n"
     "  --encryption MODE  for a store made at this start: on (aes-256-gcm) or off (default)\n"
+    "  --read-only        serve what the data directory holds and write nothing to it\n"
     "  --rebuild-index    recreate the metadata database from the packs, then exit\n"
     "  --upgrade          convert a data directory of format 1 to packs, then exit\n"
     "  --print-config     print the effective settings and where each came from, then exit\n";
@@ -42,7 +43,7 @@ int config_parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         {"config", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},       {"rebuild-index", no_argument, NULL, 'R'},
         {"upgrade", no_argument, NULL, 'U'},       {"print-config", no_argument, NULL, 'P'},
-        {"encryption", required_argument, NULL, 'E'},
+        {"encryption", required_argument, NULL, 'E'}, {"read-only", no_argument, NULL, 'O'},
         {NULL, 0, NULL, 0},
     };
     /* clang-format on */
@@ -70,6 +71,9 @@ int config_parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
             break;
         case 'E':
             fl->encryption = optarg;
+            break;
+        case 'O':
+            fl->read_only = true;
             break;
         case 'R':
             fl->rebuild_index = true;
@@ -101,8 +105,9 @@ int config_parse_flags(struct flags *fl, int argc, char **argv, char *err, size_
         snprintf(err, err_len, "unexpected argument '%s'", argv[optind]);
         return CONFIG_E_USAGE;
     }
-    if (fl->rebuild_index + fl->upgrade + fl->print_config > 1) {
-        snprintf(err, err_len, "--rebuild-index, --upgrade and --print-config do not go together");
+    if (fl->read_only + fl->rebuild_index + fl->upgrade + fl->print_config > 1) {
+        snprintf(err, err_len,
+                 "--read-only, --rebuild-index, --upgrade and --print-config do not go together");
         return CONFIG_E_USAGE;
     }
     return 0;

@@ -6,7 +6,7 @@
 /* Flag values, kept apart so they can be applied after the file and the environment. */
 struct flags {
     const char *socket, *data_dir, *backend, *log_level, *config, *encryption;
-    bool rebuild_index, upgrade, print_config;
+    bool read_only, rebuild_index, upgrade, print_config;
 };
 
 /*

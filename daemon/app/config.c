@@ -640,6 +640,7 @@ int config_load(struct config *cfg, int argc, char **argv, char *err, size_t err
     r = config_parse_flags(&fl, argc, argv, err, err_len);
     if (r)
         return r;
+    cfg->read_only = fl.read_only;
     cfg->rebuild_index = fl.rebuild_index;
     cfg->upgrade = fl.upgrade;
     cfg->print_config = fl.print_config;

@@ -56,6 +56,7 @@ struct config {
     unsigned encryption;
     char password_file[PATH_MAX];
     char password_command[1024];
+    bool read_only;     /* --read-only: serve the data directory, write nothing to it */
     bool rebuild_index; /* --rebuild-index: rebuild the database, then exit */
     bool upgrade;       /* --upgrade: convert a format 1 directory, then exit */
     bool print_config;  /* --print-config: show the effective settings, then exit */

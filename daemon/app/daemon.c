@@ -244,193 +244,6 @@ static void log_backend(enum backend_log_level level, const char *msg)
     }
 }
 
-/*
- * Opens the metadata database; one of format 1 is converted first (on the
- * first start that finds it, or with --upgrade), and the store then rebuilds
- * the database from the new packs.
- */
-static int open_db(struct daemon *d, const struct config *cfg, const char *url, const char *db_path,
-                   char *err, size_t err_len)
-{
-    int r = db_new(&d->db, &d->loop, db_path);
-
-    if (r == DB_E_OLD_FORMAT) {
-        if (d->notify)
-            sysd_notify("STATUS=upgrading a format 1 data directory");
-        r = upgrade_run(&d->loop, d->be, url, db_path, cfg->pack_size, cfg->compression_level,
-                        cfg->max_text, err, err_len);
-        if (r < 0)
-            return DAEMON_E_SETUP;
-        d->upgraded = true;
-        r = db_new(&d->db, &d->loop, db_path);
-    }
-    if (r == DB_E_FORMAT2) {
-        /*
-         * Format 2 ordered names by arrival and knew one writer: the
-         * database is made anew from the packs, the old one kept aside.
-         */
-        long now = (long)time(NULL);
-        if ((r = daemon_set_aside_db(db_path, d->index_path, "format2", now, err, err_len)) != 0)
-            return r;
-        log_info("the database was of format 2: made anew from the packs (the old one is "
-                 "%s.format2.%ld)",
-                 db_path, now);
-        d->db_renewed = true;
-        r = db_new(&d->db, &d->loop, db_path);
-    }
-    if (r != 0) {
-        snprintf(err, err_len, "metadata database %s: %s", db_path,
-                 r == DB_E_OLD_FORMAT ? "still format 1"
-                 : r > 0              ? "of an older format"
-                                      : strerror(-r));
-        return DAEMON_E_SETUP;
-    }
-    return 0;
-}
-
-static int read_cache_pack_size(void *ctx, uint64_t pack, uint64_t *size)
-{
-    int r = db_pack_size(ctx, pack, size);
-
-    return r == DB_E_NOT_FOUND ? -ENOENT : r > 0 ? -EIO : r;
-}
-
-static int read_cache_pack_key(void *ctx, uint64_t pack, char *key, size_t len)
-{
-    return db_pack_key(ctx, pack, key, len);
-}
-
-/*
- * A remote backend gets a read cache (the local backend reads its own files,
- * and the page cache keeps them). Not for --rebuild-index or --upgrade, which
- * read every pack once.
- */
-static int open_read_cache(struct daemon *d, const struct config *cfg, char *err, size_t err_len)
-{
-    uint64_t size =
-        cfg->read_cache_auto ? readcache_default_size(cfg->read_cache_dir) : cfg->read_cache_size;
-    const char *msg;
-    int r;
-
-    /* A database made anew numbers packs anew: what the cache kept is another pack's. */
-    if (d->db_renewed && (r = readcache_clear(cfg->read_cache_dir)) < 0)
-        log_warn("read cache %s: cannot empty it: %s", cfg->read_cache_dir, strerror(-r));
-    if (backend_has(d->be, BACKEND_CAP_READ_SYNC) || size == 0 || cfg->rebuild_index ||
-        cfg->upgrade)
-        return 0;
-    r = readcache_new(&d->rc, &d->loop, d->be, cfg->read_cache_dir, size, read_cache_pack_size,
-                      read_cache_pack_key, d->db, &msg);
-    if (r < 0) {
-        snprintf(err, err_len, "read cache %s: %s: %s", cfg->read_cache_dir,
-                 msg ? msg : "cannot open", strerror(-r));
-        return DAEMON_E_SETUP;
-    }
-    log_info("read cache in %s, up to %llu MiB", cfg->read_cache_dir,
-             (unsigned long long)(size >> 20));
-    return 0;
-}
-
-/*
- * The store and what is built on it, each part given what it uses: the
- * store reads at once; recovery brings the database up to the packs (a
- * crash may have lost its last commits) through it; then the pack writer
- * goes on where the packs end, and the search index and gc join.
- */
-/* Whether the database knows a writer other than this daemon (and writer 0). */
-static bool other_writers(struct daemon *d)
-{
-    uint64_t id;
-
-    for (unsigned widx = 1; db_writer_id(d->db, widx, &id) == 0; widx++)
-        if (id != d->writer)
-            return true;
-    return false;
-}
-
-/* A refresh found the database lacking what another writer's gc removed (recovery.h). */
-static void on_stale(void *ctx)
-{
-    struct daemon *d = ctx;
-
-    if (d->stale)
-        return;
-    d->stale = true;
-    if (daemon_mark_stale(d->db_path) < 0)
-        log_error("cannot mark the database for a rebuild: %s", strerror(errno));
-    log_error("the database lacks what another daemon's gc removed while this one was away: "
-              "cairnd stops, and its next start makes the database anew from the bucket");
-    daemon_stop(d);
-}
-
-static int open_store(struct daemon *d, const struct config *cfg, const struct store_config *scfg,
-                      const char *index_path)
-{
-    struct packer_resume resume = {0};
-    struct packer_config pcfg = {cfg->pack_size, cfg->compression_level};
-    struct recovery_parts parts = {.loop = &d->loop,
-                                   .st = NULL,
-                                   .be = d->be,
-                                   .db = d->db,
-                                   .writer = d->writer,
-                                   .owns_writer0 = d->owns_writer0,
-                                   .gc_grace_ms = cfg->gc_grace_ms,
-                                   .fresh_db = d->db_renewed,
-                                   .max_clock_skew_s = cfg->max_clock_skew_ms / 1000,
-                                   .stale = on_stale,
-                                   .stale_ctx = d,
-                                   .encryption = cfg->encryption == CONFIG_ENC_ON ? RECOVERY_ENC_ON
-                                                 : cfg->encryption == CONFIG_ENC_OFF
-                                                     ? RECOVERY_ENC_OFF
-                                                     : RECOVERY_ENC_UNSET,
-                                   .passphrase = app_passphrase,
-                                   .passphrase_ctx = (void *)cfg,
-                                   .key_used = d->key_used};
-    int r;
-
-    if ((r = store_new(&d->store, &d->loop, d->be, d->db, d->rc, scfg)) < 0)
-        return r;
-    parts.st = d->store;
-    r = recovery_replay(&parts, cfg->rebuild_index, &resume, d->replay_summary,
-                        sizeof(d->replay_summary));
-    if (r == 0 && d->rc)
-        readcache_forget_unknown(d->rc);
-    if (r == 0)
-        r = packer_new(&d->pk, &d->loop, d->be, d->db, &pcfg, &resume);
-    free(resume.index);
-    if (r < 0)
-        return r;
-    store_set_writer(d->store, d->pk);
-    /* What dedup knows of the bucket's gc marks is as of the replay (store.h). */
-    store_set_gc_grace(d->store, cfg->gc_grace_ms);
-    store_set_bucket_seen(d->store, uv_hrtime() / 1000000);
-    if (other_writers(d))
-        packer_set_shared(d->pk);
-    if ((r = search_new(&d->search, &d->loop, d->store, d->db, index_path, cfg->max_text)) < 0)
-        return r;
-    /* A rebuild or an upgrade ends once done: what others write meanwhile is not its business. */
-    if (!cfg->rebuild_index && !cfg->upgrade &&
-        (r = refresh_new(&d->refresh, &parts, recovery_own_writer(&resume),
-                         cfg->refresh_interval_ms)) < 0)
-        return r;
-    if (d->refresh)
-        refresh_set_packer(d->refresh, d->pk);
-    struct gc_config gcfg = {.repack_below = cfg->repack_threshold,
-                             .pack_size = cfg->pack_size,
-                             .compression_level = cfg->compression_level,
-                             .own_widx = recovery_own_writer(&resume),
-                             .owns_writer0 = d->owns_writer0};
-    return gc_new(&d->gc, &d->loop,
-                  &(struct gc_parts){.rf = d->refresh,
-                                     .st = d->store,
-                                     .search = d->search,
-                                     .db = d->db,
-                                     .be = d->be,
-                                     .pk = d->pk,
-                                     .rc = d->rc,
-                                     .reserve = &d->reserve},
-                  &gcfg);
-}
-
 /* Lets a daemon serving a thousand clients have the descriptors for them. */
 static void raise_fd_limit(void)
 {
@@ -495,9 +308,14 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     if (!cfg->rebuild_index && !cfg->upgrade && sysd_listen_fd(&d->listen_fd, err, err_len) < 0)
         return DAEMON_E_SETUP;
 
-    r = util_mkdir_p(cfg->data_dir, 0700);
-    if (r == 0)
+    /* --read-only makes, syncs and reserves nothing: the directory is taken as it is. */
+    backend_set_read_only(cfg->read_only);
+    if (cfg->read_only)
+        r = daemon_open_data_dir_read_only(cfg->data_dir, err, err_len);
+    else if ((r = util_mkdir_p(cfg->data_dir, 0700)) == 0)
         r = daemon_sync_data_dir(cfg->data_dir);
+    if (r > 0)
+        return r;
     if (r < 0) {
         snprintf(err, err_len, "data dir %s: %s", cfg->data_dir, strerror(-r));
         return DAEMON_E_SETUP;
@@ -505,12 +323,15 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     r = daemon_check_data_dir(cfg->data_dir, err, err_len);
     if (r)
         return r;
-    r = daemon_lock_data_dir(d, cfg->data_dir, err, err_len);
+    r = cfg->read_only ? daemon_lock_data_dir_shared(d, cfg->data_dir, err, err_len)
+                       : daemon_lock_data_dir(d, cfg->data_dir, err, err_len);
     if (r)
         return r;
-    reserve_init(&d->reserve, cfg->data_dir);
-    d->reserve_set = true;
-    scfg.reserve = &d->reserve;
+    if (!cfg->read_only) {
+        reserve_init(&d->reserve, cfg->data_dir);
+        d->reserve_set = true;
+        scfg.reserve = &d->reserve;
+    }
     if (backend_url(cfg, url, sizeof(url), err, err_len) < 0)
         return DAEMON_E_SETUP;
     backend_set_log(log_backend);
@@ -534,8 +355,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     snprintf(d->db_path, sizeof(d->db_path), "%s", db_path);
     snprintf(d->index_path, sizeof(d->index_path), "%s", index_path);
     /* A data directory with a database and no writer id held a store from before writer ids. */
-    r = daemon_writer(cfg->data_dir, access(db_path, F_OK) == 0, &d->writer, &d->owns_writer0, err,
-                      err_len);
+    r = daemon_writer(cfg->data_dir, access(db_path, F_OK) == 0, cfg->read_only, &d->writer,
+                      &d->owns_writer0, err, err_len);
     if (r)
         return r;
     if (cfg->rebuild_index) {
@@ -549,6 +370,12 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
             return r;
     }
     bool stale = !cfg->rebuild_index && daemon_is_stale(db_path);
+    if (stale && cfg->read_only) {
+        snprintf(err, err_len,
+                 "the database lacks what another daemon's gc removed: start cairnd once "
+                 "without --read-only to make it anew from the bucket");
+        return DAEMON_E_SETUP;
+    }
     if (stale) {
         long now = (long)time(NULL);
         if ((r = daemon_set_aside_db(db_path, index_path, "stale", now, err, err_len)) != 0)
@@ -558,13 +385,13 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
                  db_path, now);
         d->db_renewed = true;
     }
-    if ((r = open_db(d, cfg, url, db_path, err, err_len)) != 0)
+    if ((r = daemon_open_db(d, cfg, url, db_path, err, err_len)) != 0)
         return r;
-    if ((r = open_read_cache(d, cfg, err, err_len)) != 0)
+    if ((r = daemon_open_read_cache(d, cfg, err, err_len)) != 0)
         return r;
     if (d->notify)
         sysd_notify("STATUS=replaying packs");
-    if ((r = open_store(d, cfg, &scfg, index_path)) == -ESTALE) {
+    if ((r = daemon_open_store(d, cfg, &scfg, index_path)) == -ESTALE) {
         if (daemon_mark_stale(db_path) < 0)
             log_error("cannot mark the database for a rebuild: %s", strerror(errno));
         snprintf(err, err_len,
@@ -598,7 +425,8 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     if (d->replay_summary[0])
         log_info("recovered from the packs: %s", d->replay_summary);
     /* Format 1 objects left by an upgrade go once the new database stands. */
-    upgrade_cleanup(url);
+    if (!cfg->read_only)
+        upgrade_cleanup(url);
     if (cfg->rebuild_index || cfg->upgrade)
         return 0;
     r = server_new(&d->srv, &(struct server_parts){
@@ -631,8 +459,9 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
         return r;
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
-    log_info("cairnd %s listening on %s%s, data in %s, backend %s", CAIRN_VERSION, d->socket_path,
-             d->activated ? " (socket from systemd)" : "", cfg->data_dir, d->backend_desc);
+    log_info("cairnd %s listening on %s%s, data in %s%s, backend %s", CAIRN_VERSION, d->socket_path,
+             d->activated ? " (socket from systemd)" : "", cfg->data_dir,
+             cfg->read_only ? " (read-only)" : "", d->backend_desc);
     return 0;
 }
 

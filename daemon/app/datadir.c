@@ -132,7 +132,13 @@ int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size
         n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
         pid[n > 0 ? n : 0] = '\0';
         pid[strcspn(pid, "\n")] = '\0';
+        /* Shared holders only: read-only daemons, which write no pid. */
+        bool readers = e == EWOULDBLOCK && flock(fd, LOCK_SH | LOCK_NB) == 0;
         close(fd);
+        if (readers) {
+            snprintf(err, err_len, "a cairnd --read-only is running on data dir %s", data_dir);
+            return DAEMON_E_LOCKED;
+        }
         if (e == EWOULDBLOCK) {
             snprintf(err, err_len, "another cairnd%s%s%s is already running on data dir %s",
                      pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", data_dir);
@@ -145,6 +151,46 @@ int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size
     if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
         snprintf(err, err_len, "%s: %s", path, strerror(errno));
         close(fd);
+        return DAEMON_E_SETUP;
+    }
+    d->lock_fd = fd;
+    return 0;
+}
+
+int daemon_lock_data_dir_shared(struct daemon *d, const char *data_dir, char *err, size_t err_len)
+{
+    char path[PATH_MAX + 16], pid[32];
+    struct stat st;
+    int fd, n;
+
+    snprintf(path, sizeof(path), "%s/cairnd.lock", data_dir);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 && errno == ENOENT)
+        return 0; /* no cairnd ever wrote here: there is nothing to keep a writer from */
+    if (fd < 0) {
+        snprintf(err, err_len, "%s: %s", path,
+                 errno == ELOOP ? "a symbolic link, refused" : strerror(errno));
+        return DAEMON_E_SETUP;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
+        snprintf(err, err_len, "%s: not a regular file of this user with one name, refused", path);
+        close(fd);
+        return DAEMON_E_SETUP;
+    }
+    if (flock(fd, LOCK_SH | LOCK_NB) < 0) {
+        int e = errno;
+        n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK) {
+            snprintf(err, err_len,
+                     "a cairnd%s%s%s that writes is running on data dir %s: ask it, or stop it "
+                     "first",
+                     pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", data_dir);
+            return DAEMON_E_LOCKED;
+        }
+        snprintf(err, err_len, "%s: %s", path, strerror(e));
         return DAEMON_E_SETUP;
     }
     d->lock_fd = fd;
@@ -247,8 +293,8 @@ static int read_writer(int fd, uint64_t *id, bool *owns0)
     return *owns0 || buf[17] == '\0' ? 0 : -EINVAL;
 }
 
-int daemon_writer(const char *data_dir, bool had_store, uint64_t *id, bool *owns0, char *err,
-                  size_t err_len)
+int daemon_writer(const char *data_dir, bool had_store, bool read_only, uint64_t *id, bool *owns0,
+                  char *err, size_t err_len)
 {
     char path[PATH_MAX + 16], tmp[PATH_MAX + 32], line[64];
     int fd, n, r;
@@ -265,6 +311,11 @@ int daemon_writer(const char *data_dir, bool had_store, uint64_t *id, bool *owns
     if (errno != ENOENT) {
         snprintf(err, err_len, "%s: %s", path, strerror(errno));
         return DAEMON_E_SETUP;
+    }
+    if (read_only) {
+        *id = 0; /* a store from before writer ids: nothing is written under any */
+        *owns0 = had_store;
+        return 0;
     }
     do {
         if (getrandom(id, sizeof(*id), 0) != sizeof(*id)) {

@@ -141,6 +141,7 @@ struct db_conn {
     sqlite3_stmt *prepared[DB_CONN_PREPARED];
     unsigned prepared_next; /* round-robin eviction */
     char attached[16];      /* the schema db_conn_attach attached, "" for none */
+    bool read_only;         /* a read-only database's (db_open_read_only): so is what it attaches */
     struct db_conn *next_free;
 };
 
@@ -153,6 +154,7 @@ struct db_txn {
 struct db {
     uv_loop_t *loop;
     char *path;
+    char *ro_uri; /* db_open_read_only: the URI every connection opens; NULL otherwise */
     /* Reader pool, shared by worker threads. */
     pthread_mutex_t pool_lock;
     struct db_conn *pool_free;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 
 #include <sqlite3.h>
 
@@ -196,16 +197,25 @@ static int exec(struct db_conn *c, const char *sql)
     return 0;
 }
 
-static int open_conn(const char *path, bool writer, struct db_conn **out)
+/*
+ * A connection to the database: the writer's reads and writes, or a
+ * reader's. A read-only database (db_open_read_only) opens every
+ * connection, the writer's too, by its read-only URI.
+ */
+static int open_conn(const struct db *db, bool writer, struct db_conn **out)
 {
     struct db_conn *c = calloc(1, sizeof(*c));
-    int flags = SQLITE_OPEN_NOMUTEX |
-                (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY);
+    int flags = SQLITE_OPEN_NOMUTEX;
 
     if (!c)
         return -ENOMEM;
-    if (sqlite3_open_v2(path, &c->sql, flags, NULL) != SQLITE_OK) {
-        log_error("database %s: %s", path, c->sql ? sqlite3_errmsg(c->sql) : "cannot open");
+    writer = writer && !db->ro_uri;
+    flags |= db->ro_uri ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI
+             : writer   ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                        : SQLITE_OPEN_READONLY;
+    c->read_only = db->ro_uri != NULL;
+    if (sqlite3_open_v2(db->ro_uri ? db->ro_uri : db->path, &c->sql, flags, NULL) != SQLITE_OK) {
+        log_error("database %s: %s", db->path, c->sql ? sqlite3_errmsg(c->sql) : "cannot open");
         close_conn(c);
         return -EIO;
     }
@@ -241,7 +251,7 @@ struct db_conn *db_reader_acquire(struct db *db)
     pthread_mutex_unlock(&db->pool_lock);
     if (c)
         return c;
-    if (open_conn(db->path, false, &c) < 0)
+    if (open_conn(db, false, &c) < 0)
         return NULL;
     pthread_mutex_lock(&db->pool_lock);
     if (db->pool_n == db->pool_cap) {
@@ -303,6 +313,16 @@ struct sqlite3_stmt *db_conn_prepare(struct db_conn *c, const char *sql)
     return s;
 }
 
+/* Whether PATH-wal holds frames (commits not yet copied into PATH). */
+static bool wal_has_frames(const char *path)
+{
+    char wal[PATH_MAX + 8];
+    struct stat st;
+
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    return stat(wal, &st) == 0 && st.st_size > 0;
+}
+
 int db_conn_attach(struct db_conn *c, const char *schema, const char *path)
 {
     char *sql;
@@ -312,7 +332,9 @@ int db_conn_attach(struct db_conn *c, const char *schema, const char *path)
         return 0;
     if (c->attached[0] || strlen(schema) >= sizeof(c->attached))
         return -EINVAL;
-    sql = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS %w", path, schema);
+    /* A read-only daemon's: immutable, as its own database, unless commits wait in a -wal. */
+    sql = sqlite3_mprintf("ATTACH 'file:%q?mode=ro%s' AS %w", path,
+                          c->read_only && !wal_has_frames(path) ? "&immutable=1" : "", schema);
     if (!sql)
         return -ENOMEM;
     rc = sqlite3_exec(c->sql, sql, NULL, NULL, NULL);
@@ -406,7 +428,7 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
         db_free(db);
         return -ENOMEM;
     }
-    r = open_conn(path, true, &db->writer);
+    r = open_conn(db, true, &db->writer);
     if (r < 0) {
         db_free(db);
         return r;
@@ -426,6 +448,92 @@ int db_new(struct db **out, uv_loop_t *loop, const char *path)
     }
     *out = db;
     return 0;
+}
+
+/*
+ * "file:PATH?mode=ro", PATH percent-encoded where a URI would read it
+ * otherwise, and with immutable=1 where asked: the caller's sqlite3_mprintf
+ * string, or NULL.
+ */
+static char *read_only_uri(const char *path, bool immutable)
+{
+    size_t n = strlen(path);
+    char *enc = malloc(3 * n + 1), *o = enc, *uri;
+
+    if (!enc)
+        return NULL;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (*p == '?' || *p == '#' || *p == '%' || *p <= 0x20 || *p >= 0x7f)
+            o += sprintf(o, "%%%02X", *p);
+        else
+            *o++ = (char)*p;
+    }
+    *o = '\0';
+    uri = sqlite3_mprintf("file:%s?mode=ro%s", enc, immutable ? "&immutable=1" : "");
+    free(enc);
+    return uri;
+}
+
+/*
+ * The URI a read-only connection opens PATH by, in *uri: 0, -EUCLEAN when
+ * its -wal file holds commits that cannot be read (SQLite cannot make the
+ * shared-memory file it needs for them: a read-only file system), or
+ * another negative errno. Nothing can change the file meanwhile
+ * (cairnd.lock), so without such commits it is opened immutable: SQLite
+ * then makes no -shm or -wal file beside it, and takes no lock.
+ */
+static int choose_read_only_uri(const char *path, char **uri)
+{
+    bool wal = wal_has_frames(path);
+    sqlite3 *sql = NULL;
+    int rc;
+
+    if (access(path, F_OK) < 0)
+        return -errno;
+    if (!(*uri = read_only_uri(path, !wal)))
+        return -ENOMEM;
+    rc = sqlite3_open_v2(*uri, &sql, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(sql, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    sqlite3_close(sql);
+    if (rc == SQLITE_OK)
+        return 0;
+    sqlite3_free(*uri);
+    *uri = NULL;
+    return wal && (rc & 0xff) == SQLITE_CANTOPEN ? -EUCLEAN : -EIO;
+}
+
+int db_open_read_only(struct db **out, uv_loop_t *loop, const char *path)
+{
+    struct db *db = calloc(1, sizeof(*db));
+    int r, version = 0;
+
+    if (!db)
+        return -ENOMEM;
+    db->loop = loop;
+    db->path = strdup(path);
+    pthread_mutex_init(&db->pool_lock, NULL);
+    if (!db->path) {
+        db_free(db);
+        return -ENOMEM;
+    }
+    if ((r = choose_read_only_uri(path, &db->ro_uri)) < 0) {
+        db_free(db);
+        return r;
+    }
+    if ((r = open_conn(db, true, &db->writer)) < 0 ||
+        (r = check_format(db->writer, &version)) != 0 || (r = version == DB_FORMAT ? 0 : 1) != 0 ||
+        (r = db_writers_load(db)) < 0) {
+        db_free(db);
+        return r;
+    }
+    *out = db;
+    return 0;
+}
+
+bool db_read_only(const struct db *db)
+{
+    return db->ro_uri != NULL;
 }
 
 const char *db_path(const struct db *db)
@@ -465,6 +573,7 @@ struct db *db_free(struct db *db)
     pthread_mutex_destroy(&db->pool_lock);
     db_writers_free(db);
     free(db->path);
+    sqlite3_free(db->ro_uri);
     free(db);
     return NULL;
 }

@@ -136,6 +136,19 @@ struct db_write {
 
 /* 0, DB_E_OLD_FORMAT or DB_E_FORMAT2 (nothing changed), or negative errno. */
 int db_new(struct db **out, uv_loop_t *loop, const char *path);
+/*
+ * Opens the database at `path` for reading only (cairnd --read-only), the
+ * writer's connection too: nothing is written to it or beside it. It must
+ * be of this format: 1 when it is of an older one (it is converted by a
+ * start that may write), DB_E_OLD_FORMAT or DB_E_FORMAT2 as db_new,
+ * -ENOENT when there is none, -EUCLEAN when its last commits are in a -wal
+ * file that a read-only file system keeps it from reading (a start that
+ * may write folds them in), or another negative errno. With no other
+ * process writing it - cairnd.lock sees to that - a database on a
+ * read-only file system is read as immutable. db_write on it fails.
+ */
+int db_open_read_only(struct db **out, uv_loop_t *loop, const char *path);
+bool db_read_only(const struct db *db);
 struct db *db_free(struct db *db);
 const char *db_path(const struct db *db);
 

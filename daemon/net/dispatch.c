@@ -68,20 +68,22 @@ static void do_hello(struct conn *c, uint64_t id, const msgpack_object *map)
 
 /* ---- entry points ---- */
 
+/* `writes`: the op changes the store, refused by a read-only daemon (cairnd --read-only). */
 static const struct {
     const char *name;
     void (*fn)(struct conn *c, uint64_t id, const msgpack_object *map);
+    bool writes;
 } ops[] = {
-    {"hello", do_hello},        {"add", op_do_add},
-    {"data", op_do_data},       {"get", op_do_get},
-    {"delete", op_do_delete},   {"list", op_do_list},
-    {"stat", op_do_stat},       {"status", op_do_status},
-    {"search", op_do_search},   {"gc", op_do_gc},
-    {"verify", op_do_verify},   {"du", op_do_du},
-    {"refresh", op_do_refresh}, {"key", op_do_key},
-    {"log", op_do_log},         {"shutdown", op_do_shutdown},
-    {"metrics", op_do_metrics}, {"name", op_do_name},
-    {"edit", op_do_edit},
+    {"hello", do_hello, false},        {"add", op_do_add, true},
+    {"data", op_do_data, false},       {"get", op_do_get, false},
+    {"delete", op_do_delete, true},    {"list", op_do_list, false},
+    {"stat", op_do_stat, false},       {"status", op_do_status, false},
+    {"search", op_do_search, false},   {"gc", op_do_gc, true},
+    {"verify", op_do_verify, false},   {"du", op_do_du, false},
+    {"refresh", op_do_refresh, true},  {"key", op_do_key, true},
+    {"log", op_do_log, false},         {"shutdown", op_do_shutdown, false},
+    {"metrics", op_do_metrics, false}, {"name", op_do_name, true},
+    {"edit", op_do_edit, true},
 };
 
 void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
@@ -129,6 +131,13 @@ void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
     }
     for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
         if (proto_str_eq(op, ops[i].name)) {
+            if (ops[i].writes && c->srv->read_only) {
+                char why[96];
+                snprintf(why, sizeof(why), "%s: this daemon is read-only (cairnd --read-only)",
+                         ops[i].name);
+                reply_error(c, id, PROTO_E_READ_ONLY, why);
+                goto out;
+            }
             ops[i].fn(c, id, msg.map);
             goto out;
         }

@@ -329,7 +329,7 @@ static void status_done(uv_work_t *work, int status)
     size_t nwriters = 0;
     if (srv->refresh)
         refresh_get_stats(srv->refresh, &rs, &writers, &nwriters);
-    reply_begin(&r, st->op.base.id, true, 24 + (ss.read_cache ? 6 : 0));
+    reply_begin(&r, st->op.base.id, true, 25 + (ss.read_cache ? 6 : 0));
     proto_pack_cstr(&r.pk, "version");
     proto_pack_cstr(&r.pk, CAIRN_VERSION);
     proto_pack_cstr(&r.pk, "protocol");
@@ -342,6 +342,11 @@ static void status_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, srv->backend_desc);
     proto_pack_cstr(&r.pk, "encryption");
     proto_pack_cstr(&r.pk, seal_on() ? "aes-256-gcm" : "off");
+    proto_pack_cstr(&r.pk, "read_only");
+    if (srv->read_only)
+        msgpack_pack_true(&r.pk);
+    else
+        msgpack_pack_false(&r.pk);
     proto_pack_cstr(&r.pk, "documents");
     msgpack_pack_uint64(&r.pk, t->documents);
     proto_pack_cstr(&r.pk, "logical_bytes");

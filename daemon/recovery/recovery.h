@@ -78,6 +78,13 @@ struct recovery_parts {
 };
 
 /*
+ * Only opens the store's keys (cairnd --read-only): nothing is written to
+ * the bucket or the database, and no key is made (parts->encryption is not
+ * looked at). 0, -EKEYREJECTED, -ENOKEY or another negative errno (logged),
+ * as recovery_replay.
+ */
+int recovery_open_keys(const struct recovery_parts *parts);
+/*
  * Replays what the database lacks from the packs, every writer's, after
  * making this daemon's writer known in the bucket (writers/); with
  * `rebuild` (an empty database) every chunk is read back and checked. Only

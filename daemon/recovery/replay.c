@@ -435,6 +435,31 @@ static int register_writer(struct replay *rp)
     return r;
 }
 
+/* The keys, before anything is written: a wrong passphrase changes nothing. 0 or negative errno. */
+static int open_keys(struct replay *rp)
+{
+    int r = keyring_open(rp);
+
+    /* keyring.c has said why it refused; anything else is said here. */
+    if (r != 0 && r != -EKEYREJECTED && r != -ENOKEY && r != -EPERM)
+        log_error("keys: %s", r < 0 ? strerror(-r) : "the backend is unavailable");
+    return r < 0 ? r : r ? -EIO : 0;
+}
+
+int recovery_open_keys(const struct recovery_parts *parts)
+{
+    struct replay *rp = calloc(1, sizeof(*rp));
+    int r;
+
+    if (!rp)
+        return -ENOMEM;
+    rp->rv = *parts;
+    rp->rv.encryption = RECOVERY_ENC_UNSET;
+    r = open_keys(rp);
+    free(rp);
+    return r;
+}
+
 int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct packer_resume *resume,
                     char *summary, size_t summary_len)
 {
@@ -447,13 +472,9 @@ int recovery_replay(const struct recovery_parts *parts, bool rebuild, struct pac
         return -ENOMEM;
     rp->rv = *parts;
     rp->rebuild = rebuild;
-    /* The keys before anything is written: a wrong passphrase changes nothing. */
-    if ((r = keyring_open(rp)) != 0) {
-        /* keyring.c has said why it refused; anything else is said here. */
-        if (r != -EKEYREJECTED && r != -ENOKEY && r != -EPERM)
-            log_error("keys: %s", r < 0 ? strerror(-r) : "the backend is unavailable");
+    if ((r = open_keys(rp)) != 0) {
         free(rp);
-        return r < 0 ? r : -EIO;
+        return r;
     }
     /* This daemon's writer first: its packs are numbered under its index. */
     r = replay_pack_number(rp, parts->writer, 1, &resume->next_seq);

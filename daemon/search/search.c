@@ -11,6 +11,7 @@
 #include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/meta/db.h"
 #include "daemon/search/fts.h"
@@ -229,6 +230,12 @@ int search_run(struct search *s, const struct search_params *p, search_cb *done,
     sq->p = *p;
     sq->done = done;
     sq->userdata = userdata;
+    if (!s->ix) {
+        /* Read-only: the index stays as it is, nothing to wait for. */
+        s->active++;
+        query_ready(sq, 0);
+        return 0;
+    }
     r = indexer_wait(s->ix, query_ready, sq);
     if (r < 0) {
         free(sq);
@@ -268,6 +275,16 @@ int search_new(struct search **out, uv_loop_t *loop, struct store *st, struct db
     s->st = st;
     s->db = db;
     fts_init(&s->fts, s->index_path);
+    if (db_read_only(db)) {
+        /* Searched as the last start that could write left it; never made here. */
+        if (access(index_path, F_OK) < 0) {
+            r = -errno;
+            search_free(s);
+            return r;
+        }
+        *out = s;
+        return 0;
+    }
     r = indexer_new(&s->ix, loop, st, db, index_path, max_text, &s->fts);
     if (r < 0) {
         search_free(s);
@@ -293,18 +310,21 @@ struct search *search_free(struct search *s)
 
 bool search_busy(const struct search *s)
 {
-    return s->active > 0 || indexer_busy(s->ix);
+    return s->active > 0 || (s->ix && indexer_busy(s->ix));
 }
 
 int search_wait(struct search *s, search_wait_fn *fn, void *ctx)
 {
+    if (!s->ix)
+        return -EROFS;
     return indexer_wait(s->ix, fn, ctx);
 }
 
 void search_get_stats(const struct search *s, struct search_stats *out)
 {
-    struct indexer_stats is;
+    struct indexer_stats is = {0};
 
-    indexer_get_stats(s->ix, &is);
+    if (s->ix)
+        indexer_get_stats(s->ix, &is);
     *out = (struct search_stats){is.indexed, is.removed, is.pending, is.batches};
 }

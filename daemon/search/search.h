@@ -66,7 +66,8 @@ struct search_stats {
 /*
  * Opens (making it when missing) the index at `index_path` over the store
  * and its database, and registers itself for the store's index hooks. 0 or
- * negative errno.
+ * negative errno. Over a read-only database (db_open_read_only) it indexes
+ * nothing and searches the index as it is, which must exist (-ENOENT).
  */
 int search_new(struct search **out, uv_loop_t *loop, struct store *st, struct db *db,
                const char *index_path, size_t max_text);

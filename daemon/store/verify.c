@@ -475,7 +475,8 @@ static void verify_done(uv_work_t *work, int status)
 
     if (status < 0)
         v->status = status;
-    if (v->status != 0 || (v->ncopies == 0 && v->nrefs)) {
+    /* A read-only daemon reports what it found and remembers nothing (healing waits). */
+    if (v->status != 0 || (v->ncopies == 0 && v->nrefs) || db_read_only(v->st->db)) {
         verify_reply(v);
         return;
     }

@@ -382,6 +382,11 @@ static int open_root(struct local *lp, const char **msg)
     char parent[PATH_MAX];
     int r;
 
+    if (backend_read_only()) {
+        lp->root_fd = open(lp->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        *msg = lp->root_fd < 0 ? "cannot open the local backend's directory" : NULL;
+        return lp->root_fd < 0 ? -errno : 0;
+    }
     r = util_mkdir_p(lp->root, 0700);
     if (r < 0) {
         *msg = "cannot create the local backend's directory";

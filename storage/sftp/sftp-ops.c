@@ -485,7 +485,7 @@ int sftp_prepare_root(struct sftp_ctx *x, char *msg, size_t msg_len)
     unsigned removed = 0;
     int r;
 
-    if ((r = mkdir_p(x, root)) != 0) {
+    if (!backend_read_only() && (r = mkdir_p(x, root)) != 0) {
         snprintf(msg, msg_len, "sftp: cannot create %s on %s: %s", root, x->opts->host,
                  r == -EACCES ? "permission denied" : "server error");
         return r;
@@ -496,7 +496,7 @@ int sftp_prepare_root(struct sftp_ctx *x, char *msg, size_t msg_len)
         snprintf(msg, msg_len, "sftp: %s on %s is not a directory", root, x->opts->host);
         return -ENOTDIR;
     }
-    if ((r = remove_temporaries(x, root, &removed)) != 0) {
+    if (!backend_read_only() && (r = remove_temporaries(x, root, &removed)) != 0) {
         snprintf(msg, msg_len, "sftp: cannot list %s on %s", root, x->opts->host);
         return r;
     }
