@@ -59,14 +59,13 @@ int daemon_open_data_dir_read_only(const char *data_dir, char *err, size_t err_l
 int daemon_sync_data_dir(const char *data_dir);
 /* Refuses a data directory another user owns or may write: 0, or DAEMON_E_SETUP with err. */
 int daemon_check_data_dir(const char *data_dir, char *err, size_t err_len);
-/* Takes cairnd.lock in the data directory: 0, or DAEMON_E_* with err. */
-int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size_t err_len);
 /*
- * The lock a read-only daemon holds (cairnd --read-only): shared, so that
- * several may read while no daemon writes; nothing is written (no pid),
- * and a missing lock file is not made. 0 or DAEMON_E_* with err.
+ * Takes cairnd.lock in the data directory, writing this daemon's pid in it;
+ * `shared` (cairnd --read-only): shared with other read-only daemons, no
+ * pid written and no lock file made. 0, or DAEMON_E_* with err.
  */
-int daemon_lock_data_dir_shared(struct daemon *d, const char *data_dir, char *err, size_t err_len);
+int daemon_lock_data_dir(struct daemon *d, const char *data_dir, bool shared, char *err,
+                         size_t err_len);
 /*
  * Moves the database aside as DB.WHY.NOW (--rebuild-index: "before-rebuild";
  * a database of format 2: "format2") and removes the index. 0, or

@@ -323,8 +323,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     r = daemon_check_data_dir(cfg->data_dir, err, err_len);
     if (r)
         return r;
-    r = cfg->read_only ? daemon_lock_data_dir_shared(d, cfg->data_dir, err, err_len)
-                       : daemon_lock_data_dir(d, cfg->data_dir, err, err_len);
+    r = daemon_lock_data_dir(d, cfg->data_dir, cfg->read_only, err, err_len);
     if (r)
         return r;
     if (!cfg->read_only) {

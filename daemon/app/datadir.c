@@ -104,7 +104,8 @@ int daemon_check_data_dir(const char *data_dir, char *err, size_t err_len)
     return 0;
 }
 
-int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size_t err_len)
+int daemon_lock_data_dir(struct daemon *d, const char *data_dir, bool shared, char *err,
+                         size_t err_len)
 {
     char path[PATH_MAX + 16], pid[32];
     struct stat st;
@@ -114,9 +115,14 @@ int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size
     /*
      * Never through a symbolic link, and never a file with another name
      * somewhere (a hard link): the lock is truncated below, and that must
-     * not reach any other file.
+     * not reach any other file. A read-only daemon makes none.
      */
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
+    fd = open(path,
+              (shared ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK |
+                  O_NOCTTY,
+              0600);
+    if (fd < 0 && shared && errno == ENOENT)
+        return 0; /* no cairnd ever wrote here */
     if (fd < 0) {
         snprintf(err, err_len, "%s: %s", path,
                  errno == ELOOP ? "a symbolic link, refused" : strerror(errno));
@@ -127,70 +133,28 @@ int daemon_lock_data_dir(struct daemon *d, const char *data_dir, char *err, size
         close(fd);
         return DAEMON_E_SETUP;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    if (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
         int e = errno;
         n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
         pid[n > 0 ? n : 0] = '\0';
         pid[strcspn(pid, "\n")] = '\0';
         /* Shared holders only: read-only daemons, which write no pid. */
-        bool readers = e == EWOULDBLOCK && flock(fd, LOCK_SH | LOCK_NB) == 0;
+        bool readers = !shared && e == EWOULDBLOCK && flock(fd, LOCK_SH | LOCK_NB) == 0;
         close(fd);
-        if (readers) {
+        if (readers)
             snprintf(err, err_len, "a cairnd --read-only is running on data dir %s", data_dir);
-            return DAEMON_E_LOCKED;
-        }
-        if (e == EWOULDBLOCK) {
-            snprintf(err, err_len, "another cairnd%s%s%s is already running on data dir %s",
-                     pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", data_dir);
-            return DAEMON_E_LOCKED;
-        }
-        snprintf(err, err_len, "%s: %s", path, strerror(e));
-        return DAEMON_E_SETUP;
+        else if (e == EWOULDBLOCK)
+            snprintf(err, err_len, "%s%s%s%s is already running on data dir %s",
+                     shared ? "a cairnd that writes" : "another cairnd", pid[0] ? " (pid " : "",
+                     pid, pid[0] ? ")" : "", data_dir);
+        else
+            snprintf(err, err_len, "%s: %s", path, strerror(e));
+        return e == EWOULDBLOCK ? DAEMON_E_LOCKED : DAEMON_E_SETUP;
     }
     n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+    if (!shared && (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)) {
         snprintf(err, err_len, "%s: %s", path, strerror(errno));
         close(fd);
-        return DAEMON_E_SETUP;
-    }
-    d->lock_fd = fd;
-    return 0;
-}
-
-int daemon_lock_data_dir_shared(struct daemon *d, const char *data_dir, char *err, size_t err_len)
-{
-    char path[PATH_MAX + 16], pid[32];
-    struct stat st;
-    int fd, n;
-
-    snprintf(path, sizeof(path), "%s/cairnd.lock", data_dir);
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0 && errno == ENOENT)
-        return 0; /* no cairnd ever wrote here: there is nothing to keep a writer from */
-    if (fd < 0) {
-        snprintf(err, err_len, "%s: %s", path,
-                 errno == ELOOP ? "a symbolic link, refused" : strerror(errno));
-        return DAEMON_E_SETUP;
-    }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
-        snprintf(err, err_len, "%s: not a regular file of this user with one name, refused", path);
-        close(fd);
-        return DAEMON_E_SETUP;
-    }
-    if (flock(fd, LOCK_SH | LOCK_NB) < 0) {
-        int e = errno;
-        n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
-        pid[n > 0 ? n : 0] = '\0';
-        pid[strcspn(pid, "\n")] = '\0';
-        close(fd);
-        if (e == EWOULDBLOCK) {
-            snprintf(err, err_len,
-                     "a cairnd%s%s%s that writes is running on data dir %s: ask it, or stop it "
-                     "first",
-                     pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", data_dir);
-            return DAEMON_E_LOCKED;
-        }
-        snprintf(err, err_len, "%s: %s", path, strerror(e));
         return DAEMON_E_SETUP;
     }
     d->lock_fd = fd;

@@ -414,42 +414,6 @@ static int make_schema(struct db_conn *c, int version)
     return 0;
 }
 
-int db_new(struct db **out, uv_loop_t *loop, const char *path)
-{
-    struct db *db = calloc(1, sizeof(*db));
-    int r, version = 0;
-
-    if (!db)
-        return -ENOMEM;
-    db->loop = loop;
-    db->path = strdup(path);
-    pthread_mutex_init(&db->pool_lock, NULL);
-    if (!db->path) {
-        db_free(db);
-        return -ENOMEM;
-    }
-    r = open_conn(db, true, &db->writer);
-    if (r < 0) {
-        db_free(db);
-        return r;
-    }
-    r = check_format(db->writer, &version);
-    if (r != 0) {
-        db_free(db);
-        return r;
-    }
-    if (make_schema(db->writer, version) < 0) {
-        db_free(db);
-        return -EIO;
-    }
-    if ((r = db_writers_load(db)) < 0) {
-        db_free(db);
-        return r;
-    }
-    *out = db;
-    return 0;
-}
-
 /*
  * "file:PATH?mode=ro", PATH percent-encoded where a URI would read it
  * otherwise, and with immutable=1 where asked: the caller's sqlite3_mprintf
@@ -503,7 +467,8 @@ static int choose_read_only_uri(const char *path, char **uri)
     return wal && (rc & 0xff) == SQLITE_CANTOPEN ? -EUCLEAN : -EIO;
 }
 
-int db_open_read_only(struct db **out, uv_loop_t *loop, const char *path)
+/* db_new, or with `read_only` db_open_read_only: the same results. */
+static int db_open(struct db **out, uv_loop_t *loop, const char *path, bool read_only)
 {
     struct db *db = calloc(1, sizeof(*db));
     int r, version = 0;
@@ -513,22 +478,36 @@ int db_open_read_only(struct db **out, uv_loop_t *loop, const char *path)
     db->loop = loop;
     db->path = strdup(path);
     pthread_mutex_init(&db->pool_lock, NULL);
-    if (!db->path) {
-        db_free(db);
-        return -ENOMEM;
-    }
-    if ((r = choose_read_only_uri(path, &db->ro_uri)) < 0) {
-        db_free(db);
-        return r;
-    }
-    if ((r = open_conn(db, true, &db->writer)) < 0 ||
-        (r = check_format(db->writer, &version)) != 0 || (r = version == DB_FORMAT ? 0 : 1) != 0 ||
-        (r = db_writers_load(db)) < 0) {
+    r = db->path ? 0 : -ENOMEM;
+    if (r == 0 && read_only)
+        r = choose_read_only_uri(path, &db->ro_uri);
+    if (r == 0)
+        r = open_conn(db, true, &db->writer);
+    if (r == 0)
+        r = check_format(db->writer, &version);
+    /* A read-only database is not brought up to this format: that is a write. */
+    if (r == 0 && read_only && version != DB_FORMAT)
+        r = 1;
+    if (r == 0 && !read_only && make_schema(db->writer, version) < 0)
+        r = -EIO;
+    if (r == 0)
+        r = db_writers_load(db);
+    if (r != 0) {
         db_free(db);
         return r;
     }
     *out = db;
     return 0;
+}
+
+int db_new(struct db **out, uv_loop_t *loop, const char *path)
+{
+    return db_open(out, loop, path, false);
+}
+
+int db_open_read_only(struct db **out, uv_loop_t *loop, const char *path)
+{
+    return db_open(out, loop, path, true);
 }
 
 bool db_read_only(const struct db *db)
