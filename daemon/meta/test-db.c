@@ -558,6 +558,40 @@ static void test_totals(void **state)
     assert_int_equal(t.chunks, 3); /* chunks go with gc, not with the delete */
 }
 
+/*
+ * db_open_read_only: reads what the database holds, writes fail, and
+ * nothing is made beside it (no -shm, no -wal); a missing database is
+ * -ENOENT, not made.
+ */
+static void test_read_only(void **state)
+{
+    struct test_db *e = *state;
+    struct test_doc d1 = {.size = 3000, .name = "d1"};
+    char side[PATH_MAX + 8], missing[PATH_MAX + 16];
+    struct db_totals t;
+    struct db *other;
+
+    test_hash(d1.hash, 0x30, 13);
+    test_doc_add_ok(e, &d1);
+    e->db = db_free(e->db); /* the last connection: SQLite folds its -wal back in */
+    assert_int_equal(db_open_read_only(&e->db, &e->loop, e->path), 0);
+    assert_true(db_read_only(e->db));
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
+    assert_int_equal(t.documents, 1);
+    assert_int_equal(t.logical_bytes, 3000);
+    d1.name = "d1-again";
+    assert_int_not_equal(test_doc_add(e, &d1, NULL), 0);
+    assert_int_equal(db_totals(e->db, 0, &t), 0);
+    assert_int_equal(t.documents, 1);
+    snprintf(side, sizeof(side), "%s-shm", e->path);
+    assert_int_equal(access(side, F_OK), -1);
+    snprintf(side, sizeof(side), "%s-wal", e->path);
+    assert_int_equal(access(side, F_OK), -1);
+    snprintf(missing, sizeof(missing), "%s/none.db", e->dir);
+    assert_int_equal(db_open_read_only(&other, &e->loop, missing), -ENOENT);
+    assert_int_equal(access(missing, F_OK), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -570,6 +604,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_add_twice_merges, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_index_doc, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_totals, test_db_setup, test_db_teardown),
+        cmocka_unit_test_setup_teardown(test_read_only, test_db_setup, test_db_teardown),
     };
     int failed = cmocka_run_group_tests_name("database: documents", tests, NULL, NULL);
 
