@@ -298,6 +298,13 @@ class Completions(Install):
             "fish": os.path.join(self.datadir, "fish", "vendor_completions.d", "cairn.fish"),
         }
 
+    def cairnd_paths(self):
+        return {
+            "bash": os.path.join(self.datadir, "bash-completion", "completions", "cairnd"),
+            "zsh": os.path.join(self.datadir, "zsh", "site-functions", "_cairnd"),
+            "fish": os.path.join(self.datadir, "fish", "vendor_completions.d", "cairnd.fish"),
+        }
+
     def expected(self):
         """{command: options} of the README, aliases included."""
         out = {}
@@ -308,8 +315,8 @@ class Completions(Install):
 
     def test_installed_and_parse(self):
         checks = {"bash": ["bash", "-n"], "zsh": ["zsh", "-n"], "fish": ["fish", "--no-execute"]}
-        for shell, path in self.paths().items():
-            with self.subTest(shell):
+        for shell, path in list(self.paths().items()) + list(self.cairnd_paths().items()):
+            with self.subTest(shell, path=path):
                 self.installed(path)
                 if shutil.which(shell) is None:
                     continue
@@ -360,6 +367,44 @@ class Completions(Install):
 
     def test_bash_offers_every_command_and_option(self):
         self.check_shell("bash")
+
+    def cairnd_flags(self):
+        """Every flag of `cairnd --help`."""
+        out = subprocess.run([os.path.join(self.bindir, "cairnd"), "--help"], capture_output=True,
+                             text=True, timeout=60).stdout
+        flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", out))
+        self.assertIn("--read-only", flags)
+        return flags
+
+    def test_cairnd_flags(self):
+        """cairnd's completions, for each shell, name every flag of its --help;
+        bash offers them, and the values of --log-level and --encryption."""
+        markers = {"bash": "complete -F _cairnd cairnd", "zsh": "#compdef cairnd",
+                   "fish": "complete -c cairnd"}
+        flags = self.cairnd_flags()
+        for shell, path in self.cairnd_paths().items():
+            with self.subTest(shell):
+                marker = markers[shell]
+                with open(self.installed(path), encoding="utf-8") as f:
+                    src = f.read()
+                self.assertIn(marker, src)
+                for flag in flags:
+                    word = flag if shell != "fish" else "-l " + flag[2:]
+                    self.assertTrue(re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(word), src),
+                                    "%s completion of cairnd lacks %s" % (shell, flag))
+        path = self.cairnd_paths()["bash"]
+
+        def bash(*words):
+            script = ('source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _cairnd; '
+                      'printf "%s\\n" "${COMPREPLY[@]}"')
+            proc = subprocess.run(["bash", "-c", script, "bash", path] + list(words),
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            return set(proc.stdout.split())
+        self.assertEqual(bash("cairnd", "-"), flags)
+        self.assertEqual(bash("cairnd", "--log-level", ""), {"error", "warn", "info", "debug"})
+        self.assertEqual(bash("cairnd", "--encryption", "o"), {"on", "off"})
+        self.assertEqual(bash("cairnd", "--read"), {"--read-only"})
 
     def test_fish_offers_every_command_and_option(self):
         self.check_shell("fish")
