@@ -275,6 +275,7 @@ int daemon_new(struct daemon **out, const struct config *cfg, char *err, size_t 
     }
     d->lock_fd = -1;
     d->listen_fd = -1;
+    d->spare_fd = -1;
     /* The threadpool size is read once, at the first queued job. */
     snprintf(threads, sizeof(threads), "%u", cfg->threads ? cfg->threads : 8);
     setenv("UV_THREADPOOL_SIZE", threads, 1);

@@ -68,6 +68,8 @@ struct daemon {
     int listen_fd;         /* the socket from systemd until it is opened, else -1 */
     bool upgraded;         /* the data directory was converted from format 1 at this start */
     int lock_fd;
+    int spare_fd;           /* given up to refuse a client when descriptors run out (listen.c) */
+    uint64_t shed_logged;   /* when a refusal for want of descriptors was last logged (ms) */
     struct reserve reserve; /* room for deletes and gc on a full disk */
     bool reserve_set;
     uv_work_t reserve_work; /* taking the reserve again once there is room */

@@ -3,6 +3,7 @@
  * the configured path, whose directory is the owner's alone.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,10 +33,46 @@ static bool socket_alive(const char *path)
     return alive;
 }
 
+/*
+ * Out of descriptors (EMFILE, ENFILE): the client waiting is accepted on
+ * the spare descriptor and closed at once. libuv does the same with a
+ * descriptor of its own, but when another thread takes that one's number
+ * between its close and its reopening, libuv has none left and calls here
+ * again and again for as long as the limit holds: a busy loop (libuv
+ * issue 1189). This spare can be lost the same way, but it is taken again
+ * at every call: both would have to be lost, and every descriptor held,
+ * for the loop to come back.
+ */
+static void shed_connection(struct daemon *d, uv_stream_t *listener)
+{
+    uv_os_fd_t lfd;
+    uint64_t now = uv_now(&d->loop);
+    int fd = -1, e = 0;
+
+    if (d->spare_fd >= 0)
+        close(d->spare_fd);
+    if (uv_fileno((uv_handle_t *)listener, &lfd) == 0)
+        fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    e = fd < 0 ? errno : 0;
+    if (fd >= 0)
+        close(fd);
+    d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (now - d->shed_logged >= 1000) {
+        d->shed_logged = now;
+        log_warn("out of file descriptors (RLIMIT_NOFILE): %s",
+                 fd >= 0 || e == EAGAIN ? "refusing clients until some leave"
+                                        : "not even one spare to refuse a client with");
+    }
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct daemon *d = container_of((uv_pipe_t *)listener, struct daemon, listener);
 
+    if (status == UV_EMFILE || status == UV_ENFILE) {
+        shed_connection(d, listener);
+        return;
+    }
     if (status < 0) {
         log_warn("accept failed: %s", uv_strerror(status));
         return;
@@ -70,6 +107,7 @@ static int setup_activated_socket(struct daemon *d, char *err, size_t err_len)
     else if (d->socket_path[0] == '\0')
         d->socket_path[0] = '@'; /* abstract namespace, as systemd writes it */
     d->listening = true;
+    d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     return 0;
 }
 
@@ -132,6 +170,7 @@ int daemon_listen(struct daemon *d, const char *path, char *err, size_t err_len)
         return DAEMON_E_SETUP;
     }
     d->listening = true;
+    d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     return 0;
 }
 
@@ -141,6 +180,9 @@ void daemon_stop_listening(struct daemon *d)
         return;
     d->listening = false;
     uv_close((uv_handle_t *)&d->listener, NULL);
+    if (d->spare_fd >= 0)
+        close(d->spare_fd);
+    d->spare_fd = -1;
     /* An activated socket's path belongs to the socket unit, which keeps listening. */
     if (!d->activated)
         unlink(d->socket_path);

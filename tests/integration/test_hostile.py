@@ -323,7 +323,8 @@ class OutOfDescriptors(unittest.TestCase):
             time.sleep(2)
             busy = cpu_ticks() - before
             self.assertLess(busy, os.sysconf("SC_CLK_TCK"),
-                            "cairnd used %d ticks of CPU in 2 s with idle clients" % busy)
+                            "cairnd used %d ticks of CPU in 2 s with idle clients\n%s"
+                            % (busy, d.log_tail(2000)))
             # a client beyond the limit: closed at once or answered, never left hanging
             try:
                 with ct.Conn(d.socket_path, timeout=10 * ct.SLOW) as c:
