@@ -50,13 +50,13 @@ int daemon_open_read_cache(struct daemon *d, const struct config *cfg, char *err
  */
 int daemon_open_store(struct daemon *d, const struct config *cfg, const struct store_config *scfg,
                       const char *index_path);
-/* --read-only: a data directory that holds a store; 0, -errno or DAEMON_E_SETUP with err. */
-int daemon_open_data_dir_read_only(const char *data_dir, char *err, size_t err_len);
 
 /* ---- datadir.c ---- */
 
 /* Makes the data directory's own entry in its parent durable: 0 or negative errno. */
 int daemon_sync_data_dir(const char *data_dir);
+/* --read-only: a data directory that holds a store; 0, -errno or DAEMON_E_SETUP with err. */
+int daemon_open_data_dir_read_only(const char *data_dir, char *err, size_t err_len);
 /* Refuses a data directory another user owns or may write: 0, or DAEMON_E_SETUP with err. */
 int daemon_check_data_dir(const char *data_dir, char *err, size_t err_len);
 /*

@@ -4,11 +4,9 @@
  * on it - read-only (cairnd --read-only) or writing.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "daemon/app/app-int.h"
 #include "daemon/app/daemon.h"
@@ -23,11 +21,7 @@
 #include "daemon/store/store.h"
 #include "storage/backend.h"
 
-/*
- * Opens the metadata database; one of format 1 is converted first (on the
- * first start that finds it, or with --upgrade), and the store then rebuilds
- * the database from the new packs.
- */
+/* --read-only: the database as it is, or why it cannot be served so. */
 static int open_db_read_only(struct daemon *d, const char *db_path, char *err, size_t err_len)
 {
     int r = db_open_read_only(&d->db, &d->loop, db_path);
@@ -44,6 +38,11 @@ static int open_db_read_only(struct daemon *d, const char *db_path, char *err, s
     return DAEMON_E_SETUP;
 }
 
+/*
+ * Opens the metadata database; one of format 1 is converted first (on the
+ * first start that finds it, or with --upgrade), and the store then rebuilds
+ * the database from the new packs.
+ */
 int daemon_open_db(struct daemon *d, const struct config *cfg, const char *url, const char *db_path,
                    char *err, size_t err_len)
 {
@@ -52,7 +51,6 @@ int daemon_open_db(struct daemon *d, const struct config *cfg, const char *url, 
     if (cfg->read_only)
         return open_db_read_only(d, db_path, err, err_len);
     r = db_new(&d->db, &d->loop, db_path);
-
     if (r == DB_E_OLD_FORMAT) {
         if (d->notify)
             sysd_notify("STATUS=upgrading a format 1 data directory");
@@ -102,7 +100,7 @@ static int read_cache_pack_key(void *ctx, uint64_t pack, char *key, size_t len)
 /*
  * A remote backend gets a read cache (the local backend reads its own files,
  * and the page cache keeps them). Not for --rebuild-index or --upgrade, which
- * read every pack once.
+ * read every pack once, nor for --read-only, which writes nothing.
  */
 int daemon_open_read_cache(struct daemon *d, const struct config *cfg, char *err, size_t err_len)
 {
@@ -129,12 +127,6 @@ int daemon_open_read_cache(struct daemon *d, const struct config *cfg, char *err
     return 0;
 }
 
-/*
- * The store and what is built on it, each part given what it uses: the
- * store reads at once; recovery brings the database up to the packs (a
- * crash may have lost its last commits) through it; then the pack writer
- * goes on where the packs end, and the search index and gc join.
- */
 /* Whether the database knows a writer other than this daemon (and writer 0). */
 static bool other_writers(struct daemon *d)
 {
@@ -187,6 +179,12 @@ static int open_store_read_only(struct daemon *d, const struct config *cfg,
     return search_new(&d->search, &d->loop, d->store, d->db, index_path, cfg->max_text);
 }
 
+/*
+ * The store and what is built on it, each part given what it uses: the
+ * store reads at once; recovery brings the database up to the packs (a
+ * crash may have lost its last commits) through it; then the pack writer
+ * goes on where the packs end, and the search index and gc join.
+ */
 int daemon_open_store(struct daemon *d, const struct config *cfg, const struct store_config *scfg,
                       const char *index_path)
 {
@@ -256,21 +254,4 @@ int daemon_open_store(struct daemon *d, const struct config *cfg, const struct s
                                      .rc = d->rc,
                                      .reserve = &d->reserve},
                   &gcfg);
-}
-
-/* --read-only: a data directory that holds a store, or -errno / DAEMON_E_SETUP with err. */
-int daemon_open_data_dir_read_only(const char *data_dir, char *err, size_t err_len)
-{
-    char db_path[PATH_MAX + 16];
-
-    if (access(data_dir, F_OK) < 0)
-        return -errno;
-    snprintf(db_path, sizeof(db_path), "%s/cairn.db", data_dir);
-    if (access(db_path, F_OK) < 0) {
-        snprintf(err, err_len, "data dir %s: %s", data_dir,
-                 errno == ENOENT ? "it holds no store (no cairn.db) to serve read-only"
-                                 : strerror(errno));
-        return DAEMON_E_SETUP;
-    }
-    return 0;
 }

@@ -104,6 +104,23 @@ int daemon_check_data_dir(const char *data_dir, char *err, size_t err_len)
     return 0;
 }
 
+/* --read-only: a data directory that holds a store, or -errno / DAEMON_E_SETUP with err. */
+int daemon_open_data_dir_read_only(const char *data_dir, char *err, size_t err_len)
+{
+    char db_path[PATH_MAX + 16];
+
+    if (access(data_dir, F_OK) < 0)
+        return -errno;
+    snprintf(db_path, sizeof(db_path), "%s/cairn.db", data_dir);
+    if (access(db_path, F_OK) < 0) {
+        snprintf(err, err_len, "data dir %s: %s", data_dir,
+                 errno == ENOENT ? "it holds no store (no cairn.db) to serve read-only"
+                                 : strerror(errno));
+        return DAEMON_E_SETUP;
+    }
+    return 0;
+}
+
 int daemon_lock_data_dir(struct daemon *d, const char *data_dir, bool shared, char *err,
                          size_t err_len)
 {
