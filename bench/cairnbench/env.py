@@ -15,7 +15,7 @@ GIB = 1024 * MIB
 # minute at most); quick: a few minutes; full: under an hour.
 TIERS = {
     "smoke": {
-        "crud_files": 10, "crud_ops": 5,
+        "crud_files": 10, "crud_ops": 5, "crud_gets": 5,
         "mc_clients": [1, 4], "mc_ops": 400, "mc_seconds": 1.0, "mc_files": 20,
         "mc_mcp_clients": [4],
         "redis_get_requests": 2000, "redis_set_per_client": 50,
@@ -37,6 +37,8 @@ TIERS = {
     },
     "quick": {
         "crud_files": 60, "crud_ops": 20,
+        # a get and a cat take a millisecond or so and move by a tenth between runs: many samples
+        "crud_gets": 300,
         "mc_clients": [1, 4, 8, 16, 64], "mc_ops": 30000, "mc_seconds": 3.0, "mc_files": 500,
         "mc_mcp_clients": [1, 4, 8],
         "redis_get_requests": 50000, "redis_set_per_client": 400,
@@ -61,6 +63,8 @@ TIERS = {
     },
     "full": {
         "crud_files": 60, "crud_ops": 20,
+        # a get and a cat take a millisecond or so and move by a tenth between runs: many samples
+        "crud_gets": 300,
         "mc_clients": [1, 4, 8, 16, 64], "mc_ops": 400000, "mc_seconds": 15.0, "mc_files": 2000,
         "mc_mcp_clients": [1, 4, 8],
         "redis_get_requests": 300000, "redis_set_per_client": 2000,
