@@ -77,10 +77,7 @@ static int encoder_end(struct encoder *enc)
 static void pack_bool(msgpack_packer *pk, const char *key, bool value)
 {
     proto_pack_cstr(pk, key);
-    if (value)
-        msgpack_pack_true(pk);
-    else
-        msgpack_pack_false(pk);
+    proto_pack_bool(pk, value);
 }
 
 static void pack_strs(msgpack_packer *pk, const char *key, const char *const *strs, size_t n)

@@ -131,10 +131,7 @@ int client_name(struct client *c, const char *ref, const char *name, bool rename
     proto_pack_cstr(&c->pk, "name");
     proto_pack_cstr(&c->pk, name);
     proto_pack_cstr(&c->pk, "rename");
-    if (rename)
-        msgpack_pack_true(&c->pk);
-    else
-        msgpack_pack_false(&c->pk);
+    proto_pack_bool(&c->pk, rename);
     r = client_send(c);
     return r < 0 ? r : client_await(c, id, reply);
 }
@@ -288,10 +285,7 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t have, size_t cap)
 static void pack_more(msgpack_packer *pk, bool more)
 {
     proto_pack_cstr(pk, "more");
-    if (more)
-        msgpack_pack_true(pk);
-    else
-        msgpack_pack_false(pk);
+    proto_pack_bool(pk, more);
 }
 
 /* Begins the `add` frame with every field but `data`; `first` is the first piece. */

@@ -353,6 +353,14 @@ void proto_pack_cstr(msgpack_packer *pk, const char *s)
     proto_pack_str(pk, s, strlen(s));
 }
 
+void proto_pack_bool(msgpack_packer *pk, bool b)
+{
+    if (b)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+}
+
 void proto_pack_bin(msgpack_packer *pk, const void *data, size_t len)
 {
     msgpack_pack_bin(pk, len);

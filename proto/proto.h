@@ -127,6 +127,7 @@ int proto_frame_begin(msgpack_sbuffer *sbuf, size_t *start);
 void proto_frame_end(msgpack_sbuffer *sbuf, size_t start);
 
 void proto_pack_cstr(msgpack_packer *pk, const char *s);
+void proto_pack_bool(msgpack_packer *pk, bool b);
 void proto_pack_str(msgpack_packer *pk, const char *s, size_t len);
 void proto_pack_bin(msgpack_packer *pk, const void *data, size_t len);
 /* Packs `error: {code, message}`; the caller counts it as one map entry. */

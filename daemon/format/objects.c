@@ -59,10 +59,7 @@ int objects_entry_encode(const struct entry *e, uint8_t **raw, size_t *len)
         proto_pack_cstr(&pk, "mime");
         proto_pack_cstr(&pk, e->mime ? e->mime : "application/octet-stream");
         proto_pack_cstr(&pk, "text");
-        if (e->text)
-            msgpack_pack_true(&pk);
-        else
-            msgpack_pack_false(&pk);
+        proto_pack_bool(&pk, e->text);
         proto_pack_cstr(&pk, "chunks");
         msgpack_pack_uint64(&pk, e->nchunks);
         proto_pack_cstr(&pk, "stored");

@@ -586,10 +586,7 @@ void reply_next(struct reply *r, uint64_t id, bool ok, uint32_t nfields)
     proto_pack_cstr(&r->pk, "id");
     msgpack_pack_uint64(&r->pk, id);
     proto_pack_cstr(&r->pk, "ok");
-    if (ok)
-        msgpack_pack_true(&r->pk);
-    else
-        msgpack_pack_false(&r->pk);
+    proto_pack_bool(&r->pk, ok);
 }
 
 void reply_end(struct reply *r)

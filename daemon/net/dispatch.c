@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/meta/db.h"
 #include "daemon/net/conn.h"
 #include "daemon/net/net-int.h"
 #include "daemon/net/op.h"
@@ -131,7 +132,7 @@ void dispatch_frame(struct conn *c, const uint8_t *payload, size_t len)
     }
     for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
         if (proto_str_eq(op, ops[i].name)) {
-            if (ops[i].writes && c->srv->read_only) {
+            if (ops[i].writes && db_read_only(c->srv->db)) {
                 char why[96];
                 snprintf(why, sizeof(why), "%s: this daemon is read-only (cairnd --read-only)",
                          ops[i].name);

@@ -23,7 +23,6 @@ struct server {
     struct refresh *refresh;
     struct db *db;
     uint64_t writer;
-    bool read_only; /* its database is (db_open_read_only): ops that write are refused */
     char backend_desc[256];
     unsigned max_connections;
     uint64_t client_timeout_ms;

@@ -140,10 +140,7 @@ static void add_done(void *userdata, int status, const struct store_add_result *
         proto_pack_cstr(&r.pk, "mime");
         proto_pack_cstr(&r.pk, res->mime ? res->mime : "");
         proto_pack_cstr(&r.pk, "new");
-        if (res->created)
-            msgpack_pack_true(&r.pk);
-        else
-            msgpack_pack_false(&r.pk);
+        proto_pack_bool(&r.pk, res->created);
         reply_send(c, &r);
     }
     /* A failed add whose client is still streaming keeps its id until the last frame. */

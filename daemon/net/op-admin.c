@@ -78,10 +78,7 @@ static void delete_done(void *userdata, int status, const struct store_delete_re
         msgpack_pack_uint64(&r.pk, res->ndeleted - nlisted);
     }
     proto_pack_cstr(&r.pk, "dry_run");
-    if (res->dry_run)
-        msgpack_pack_true(&r.pk);
-    else
-        msgpack_pack_false(&r.pk);
+    proto_pack_bool(&r.pk, res->dry_run);
     reply_send(op->base.conn, &r);
     op_finish(op);
 }
@@ -132,10 +129,7 @@ static void name_done(void *userdata, int status, const struct store_name_result
     proto_pack_cstr(&r.pk, "from");
     proto_pack_cstr(&r.pk, res->from ? res->from : "");
     proto_pack_cstr(&r.pk, "renamed");
-    if (res->renamed)
-        msgpack_pack_true(&r.pk);
-    else
-        msgpack_pack_false(&r.pk);
+    proto_pack_bool(&r.pk, res->renamed);
     reply_send(op->base.conn, &r);
     op_finish(op);
 }
@@ -343,10 +337,7 @@ static void status_done(uv_work_t *work, int status)
     proto_pack_cstr(&r.pk, "encryption");
     proto_pack_cstr(&r.pk, seal_on() ? "aes-256-gcm" : "off");
     proto_pack_cstr(&r.pk, "read_only");
-    if (srv->read_only)
-        msgpack_pack_true(&r.pk);
-    else
-        msgpack_pack_false(&r.pk);
+    proto_pack_bool(&r.pk, db_read_only(srv->db));
     proto_pack_cstr(&r.pk, "documents");
     msgpack_pack_uint64(&r.pk, t->documents);
     proto_pack_cstr(&r.pk, "logical_bytes");

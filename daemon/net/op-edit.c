@@ -69,10 +69,7 @@ static void edit_done(void *userdata, int status, const struct store_edit_result
     proto_pack_cstr(&r.pk, "hash");
     proto_pack_cstr(&r.pk, res->hash);
     proto_pack_cstr(&r.pk, "changed");
-    if (res->changed)
-        msgpack_pack_true(&r.pk);
-    else
-        msgpack_pack_false(&r.pk);
+    proto_pack_bool(&r.pk, res->changed);
     reply_send(op->base.conn, &r);
     op_finish(op);
 }

@@ -47,10 +47,7 @@ static void reply_keys(struct key_op *k)
         proto_pack_cstr(&r.pk, "created");
         msgpack_pack_int64(&r.pk, info->created);
         proto_pack_cstr(&r.pk, "current");
-        if (info->current)
-            msgpack_pack_true(&r.pk);
-        else
-            msgpack_pack_false(&r.pk);
+        proto_pack_bool(&r.pk, info->current);
         proto_pack_cstr(&r.pk, "scrypt_n");
         msgpack_pack_uint64(&r.pk, info->n);
         proto_pack_cstr(&r.pk, "scrypt_r");

@@ -316,10 +316,7 @@ static void list_done(uv_work_t *work, int status)
         op_pack_fattr(&r.pk, &doc->fattr);
     }
     proto_pack_cstr(&r.pk, "more");
-    if (more)
-        msgpack_pack_true(&r.pk);
-    else
-        msgpack_pack_false(&r.pk);
+    proto_pack_bool(&r.pk, more);
     if (fit > 0 && l->names) {
         /* Handed over: the page is read again before the name is needed. */
         free(l->after_name);

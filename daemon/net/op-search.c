@@ -88,10 +88,7 @@ static void search_done(void *userdata, int status, const char *msg, struct sear
         }
         i += n;
         proto_pack_cstr(&r.pk, "more");
-        if (i < nhits)
-            msgpack_pack_true(&r.pk);
-        else
-            msgpack_pack_false(&r.pk);
+        proto_pack_bool(&r.pk, i < nhits);
         reply_end(&r);
     } while (i < nhits);
     conn_send(s->op.base.conn, &r.sbuf);

@@ -10,7 +10,6 @@
 
 #include "daemon/net/conn.h"
 #include "daemon/net/dispatch.h"
-#include "daemon/meta/db.h"
 #include "daemon/net/net-int.h"
 #include "proto/util.h"
 
@@ -27,7 +26,6 @@ int server_new(struct server **out, const struct server_parts *parts)
     srv->refresh = parts->refresh;
     srv->db = parts->db;
     srv->writer = parts->writer;
-    srv->read_only = db_read_only(parts->db);
     snprintf(srv->backend_desc, sizeof(srv->backend_desc), "%s", parts->backend_desc);
     srv->max_connections = parts->max_connections;
     srv->client_timeout_ms = parts->client_timeout_ms;
