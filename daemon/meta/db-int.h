@@ -170,9 +170,36 @@ struct db {
     pthread_mutex_t writers_lock;
     uint64_t *writers;
     size_t nwriters, writers_cap;
+    /* The checkpoint thread (db-ckpt.c); ckpt_at and ckpt_wanted under ckpt_lock. */
+    pthread_t ckpt_tid;
+    pthread_mutex_t ckpt_lock;
+    pthread_cond_t ckpt_cv, ckpt_done_cv; /* a checkpoint is wanted; one ended */
+    int ckpt_at;              /* WAL frames from which the next checkpoint is asked for */
+    unsigned long ckpt_count; /* checkpoints the thread ran */
+    bool ckpt_wanted, ckpt_stop, ckpt_inited, ckpt_running;
 };
 
 /* ---- db.c ---- */
+
+/* A connection like the writer's (for the checkpoint thread); 0 or negative errno. */
+int db_conn_open_writable(const struct db *db, struct db_conn **out);
+/* Closes a connection of db_conn_open_writable; NULL is ignored. */
+void db_conn_close(struct db_conn *c);
+
+/* ---- db-ckpt.c ---- */
+
+/*
+ * Starts the thread that checkpoints the WAL in the writer's stead (a
+ * writable database, once the writer is open); 0 or negative errno.
+ */
+int db_ckpt_start(struct db *db);
+/* Stops and joins it, before the writer closes; harmless when it never started. */
+void db_ckpt_stop(struct db *db);
+/*
+ * Waits until no checkpoint is asked for (tests): the number the thread ran
+ * so far, -ETIMEDOUT, or -ENOTCONN without the thread.
+ */
+int db_ckpt_idle(struct db *db, unsigned timeout_ms);
 
 /*
  * The connection's prepared statement `id`, reset and unbound; NULL (logged)

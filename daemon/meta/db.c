@@ -173,6 +173,11 @@ static void close_conn(struct db_conn *c)
     free(c);
 }
 
+void db_conn_close(struct db_conn *c)
+{
+    close_conn(c);
+}
+
 int db_errno(int rc)
 {
     switch (rc & 0xff) {
@@ -237,6 +242,11 @@ static int open_conn(const struct db *db, bool writer, struct db_conn **out)
     }
     *out = c;
     return 0;
+}
+
+int db_conn_open_writable(const struct db *db, struct db_conn **out)
+{
+    return open_conn(db, true, out);
 }
 
 struct db_conn *db_reader_acquire(struct db *db)
@@ -492,6 +502,8 @@ static int db_open(struct db **out, uv_loop_t *loop, const char *path, bool read
         r = -EIO;
     if (r == 0)
         r = db_writers_load(db);
+    if (r == 0 && !read_only)
+        r = db_ckpt_start(db);
     if (r != 0) {
         db_free(db);
         return r;
@@ -541,6 +553,7 @@ struct db *db_free(struct db *db)
 {
     if (!db)
         return NULL;
+    db_ckpt_stop(db);
     for (size_t i = 0; i < db->pool_n; i++)
         close_conn(db->pool_all[i]);
     free(db->pool_all);

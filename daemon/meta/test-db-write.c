@@ -4,11 +4,13 @@
  * change rolled back alone, durable commits, syncing the log, and reopening.
  */
 #include "daemon/meta/test-db.h"
+#include "daemon/meta/db-int.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "proto/util.h"
 
@@ -578,6 +580,48 @@ static void test_reopen(void **state)
     db_doc_clear(&doc);
 }
 
+/* A transaction that dirties about a hundred pages: 100 rows of 600 bytes in the state table. */
+static int fill_apply(struct db_txn *txn, void *ctx)
+{
+    int *round = ctx;
+    char sql[160];
+
+    snprintf(sql, sizeof(sql),
+             "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99)"
+             " INSERT INTO state(key, value) SELECT 'fill-%d-' || i, randomblob(600) FROM n",
+             *round);
+    return sqlite3_exec(db_conn_sqlite(txn->c), sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -EIO;
+}
+
+/*
+ * The WAL is checkpointed by the database's own thread, not inside the
+ * writer's commits: 100 transactions of about 100 pages each, each waited
+ * for, leave a WAL of about the threshold (1000 frames). Without the thread
+ * the writer would go on to its backstop of 16,000 frames first.
+ */
+static void test_checkpoints_off_the_writer(void **state)
+{
+    struct test_db *e = *state;
+    char wal[PATH_MAX + 8];
+    struct stat st;
+    int ran = 0;
+
+    for (int round = 0; round < 100; round++) {
+        assert_int_equal(test_db_run(e, fill_apply, &round, false), 0);
+        ran = db_ckpt_idle(e->db, 10000);
+        assert_true(ran >= 0);
+    }
+    /* About 10,000 frames, a checkpoint per 1,000: by the thread, not by the commits. */
+    assert_true(ran >= 5);
+    assert_int_equal(test_db_query(e, "SELECT count(*) FROM state WHERE key LIKE 'fill-%'"),
+                     100 * 100);
+    snprintf(wal, sizeof(wal), "%s-wal", e->path);
+    assert_int_equal(stat(wal, &st), 0);
+    /* 1,000 frames of 1 KiB pages and their headers, and a transaction more. */
+    assert_true(st.st_size < 3000 * (1024 + 24));
+    assert_true(st.st_size > 0);
+}
+
 int test_db_write_run(void)
 {
     const struct CMUnitTest tests[] = {
@@ -593,6 +637,8 @@ int test_db_write_run(void)
                                         test_db_teardown),
         cmocka_unit_test_setup_teardown(test_sync_log, test_db_setup, test_db_teardown),
         cmocka_unit_test_setup_teardown(test_reopen, test_db_setup, test_db_teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoints_off_the_writer, test_db_setup,
+                                        test_db_teardown),
     };
     return cmocka_run_group_tests_name("database: writes", tests, NULL, NULL);
 }
