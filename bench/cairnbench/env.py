@@ -18,6 +18,7 @@ TIERS = {
         "crud_files": 10, "crud_ops": 5, "crud_gets": 5,
         "mc_clients": [1, 4], "mc_ops": 400, "mc_seconds": 1.0, "mc_files": 20,
         "mc_mcp_clients": [4],
+        "mc_add_clients": [1, 4], "mc_add_pipeline": (4, 8),
         "redis_get_requests": 2000, "redis_set_per_client": 50,
         "be_sizes": [(1 * KIB, 3), (64 * KIB, 3)], "be_list_iterations": 2,
         "be_peer_iterations": 2,
@@ -41,6 +42,8 @@ TIERS = {
         "crud_gets": 300,
         "mc_clients": [1, 4, 8, 16, 64], "mc_ops": 30000, "mc_seconds": 3.0, "mc_files": 500,
         "mc_mcp_clients": [1, 4, 8],
+        # durable adds by client count, and (clients, requests in flight each) against redis -P
+        "mc_add_clients": [1, 8, 64, 256], "mc_add_pipeline": (8, 8),
         "redis_get_requests": 50000, "redis_set_per_client": 400,
         "be_sizes": [(1 * KIB, 30), (64 * KIB, 30), (1 * MIB, 10), (64 * MIB, 3)],
         "be_list_iterations": 10, "be_peer_iterations": 5,
@@ -67,6 +70,8 @@ TIERS = {
         "crud_gets": 300,
         "mc_clients": [1, 4, 8, 16, 64], "mc_ops": 400000, "mc_seconds": 15.0, "mc_files": 2000,
         "mc_mcp_clients": [1, 4, 8],
+        # durable adds by client count, and (clients, requests in flight each) against redis -P
+        "mc_add_clients": [1, 8, 64, 256], "mc_add_pipeline": (8, 8),
         "redis_get_requests": 300000, "redis_set_per_client": 2000,
         "be_sizes": [(1 * KIB, 200), (64 * KIB, 200), (1 * MIB, 50), (64 * MIB, 5)],
         "be_list_iterations": 50, "be_peer_iterations": 20,

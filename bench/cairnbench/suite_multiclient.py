@@ -69,9 +69,9 @@ def _loadgen(ctx, daemon, profile, clients, json_path, seconds=None, files=None,
     return data
 
 
-def _redis_benchmark(redis, test, clients, requests, keys):
+def _redis_benchmark(redis, test, clients, requests, keys, pipeline=1):
     argv = ["redis-benchmark", "-s", redis.socket, "-c", str(clients), "-n", str(requests),
-            "-d", str(FILE_SIZE), "-r", str(keys), "-t", test, "--csv"]
+            "-d", str(FILE_SIZE), "-r", str(keys), "-t", test, "-P", str(pipeline), "--csv"]
     r = run_timed(argv, capture=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError("redis-benchmark failed: " + r.stderr.strip()[-300:])
@@ -82,13 +82,14 @@ def _redis_benchmark(redis, test, clients, requests, keys):
     raise RuntimeError("redis-benchmark printed no %s row: %r" % (test, r.stdout[:200]))
 
 
-def _measure(ctx, log, profile, clients, transport):
+def _measure(ctx, log, profile, clients, transport, pipeline=1):
     """One loadgen run against a fresh cairnd; its JSON with cairnd's peak RSS."""
-    log("multiclient: %s at %d clients%s" % (profile, clients,
-                                             " over mcp" if transport == "mcp" else ""))
+    log("multiclient: %s at %d clients%s%s" % (
+        profile, clients, " over mcp" if transport == "mcp" else "",
+        ", %d in flight each" % pipeline if pipeline > 1 else ""))
     with procs.Cairnd(ctx, "mc") as daemon:
         data = _loadgen(ctx, daemon, profile, clients, os.path.join(daemon.dir, "loadgen.json"),
-                        transport=transport)
+                        transport=transport, pipeline=pipeline)
         data["cairnd_peak_rss_kib"] = daemon.peak_rss_kib()
         daemon.check_alive()
     procs.remove_tree(daemon.dir)
@@ -101,6 +102,11 @@ def run(ctx, result, log):
             for profile in PROFILES for clients in s["mc_clients"]}
     mcp_runs = {(profile, clients): _measure(ctx, log, profile, clients, "mcp")
                 for profile in PROFILES for clients in s["mc_mcp_clients"]}
+    # Durable adds by client count (one in flight each), then several in flight each.
+    adds = {(c, 1): runs.get(("add", c)) or _measure(ctx, log, "add", c, "ipc")
+            for c in s["mc_add_clients"]}
+    pc, pd = s["mc_add_pipeline"]
+    adds[(pc, pd)] = _measure(ctx, log, "add", pc, "ipc", pipeline=pd)
 
     redis = {}
     if ctx.have("redis-server") and ctx.have("redis-benchmark"):
@@ -118,6 +124,17 @@ def run(ctx, result, log):
                         keys)
                 except RuntimeError as e:
                     result.note(str(e))
+            for clients, pipeline in sorted(adds):
+                if pipeline == 1 and ("SET", clients) in redis:
+                    continue
+                log("multiclient: redis-benchmark SET at %d clients, -P %d" % (clients, pipeline))
+                try:
+                    redis[("SET", clients, pipeline)] = _redis_benchmark(
+                        server, "set", clients,
+                        max(20 * s["redis_set_per_client"], s["redis_set_per_client"] * clients),
+                        keys, pipeline)
+                except RuntimeError as e:
+                    result.note(str(e))
             server.check_alive()
     else:
         result.note("redis-server or redis-benchmark is not installed: no redis comparison")
@@ -130,9 +147,51 @@ def run(ctx, result, log):
                     "search requests of every profile count as failures")
 
     _report(ctx, result, runs, redis)
+    _report_adds(result, adds, redis)
     _report_mcp(ctx, result, runs, mcp_runs)
     for mod in REMOTES:
         _report_remote(ctx, result, mod, _run_remote(ctx, log, mod))
+
+
+def _report_adds(result, adds, redis):
+    """Durable adds by client count and in flight, beside redis SET with appendfsync always."""
+    t = result.table(
+        "Durable adds by clients and requests in flight",
+        ["clients", "in flight each", "cairn add ops/s", "p50 ms", "p95 ms", "÷ 1 client",
+         "redis SET rps", "cairn ÷ redis"],
+        "cairn-loadgen --profile add (8 KiB documents, a fresh cairnd each); redis-benchmark -d "
+        "8192 -t set with -P as many in flight, appendfsync always, in the same run.")
+    one = adds.get((1, 1))
+    one_rate = one and _op(one, "add")["ops_per_s"]
+    for (clients, pipeline), d in sorted(adds.items()):
+        a = _op(d, "add")
+        rs = redis.get(("SET", clients, pipeline)) or (
+            redis.get(("SET", clients)) if pipeline == 1 else None)
+        t.add(clients, pipeline, a["ops_per_s"], a["latency_ms"]["p50"], a["latency_ms"]["p95"],
+              report.fmt_ratio(report.ratio(a["ops_per_s"], one_rate)) if pipeline == 1 else "",
+              rs and rs["rps"], report.fmt_ratio(report.ratio(a["ops_per_s"], rs and rs["rps"])))
+    name = "multiclient: durable `add` at 64 clients ≥ 10x one client"
+    if (64, 1) not in adds or not one_rate:
+        result.target(name, "64 clients not run in this tier", None)
+    else:
+        r = report.ratio(_op(adds[(64, 1)], "add")["ops_per_s"], one_rate)
+        result.target(name, "%s (%s vs %s ops/s)" % (
+            report.fmt_ratio(r), report.fmt(_op(adds[(64, 1)], "add")["ops_per_s"]),
+            report.fmt(one_rate)), r >= 10)
+    for (clients, pipeline), d in sorted(adds.items()):
+        if pipeline == 1:
+            continue
+        name = ("multiclient: durable `add` at %d clients, %d in flight each ≥ 1.0x redis SET "
+                "-P %d" % (clients, pipeline, pipeline))
+        rs = redis.get(("SET", clients, pipeline))
+        if not rs:
+            result.target(name, "redis not measured", None)
+            continue
+        mine = _op(d, "add")["ops_per_s"]
+        r = report.ratio(mine, rs["rps"])
+        result.target(name, "%s (%s vs %s ops/s)" % (report.fmt_ratio(r), report.fmt(mine),
+                                                     report.fmt(rs["rps"])), r >= 1.0)
+    result.data["adds"] = {"%d@%d" % k: v for k, v in adds.items()}
 
 
 def _op(data, op):
@@ -231,7 +290,7 @@ def _report(ctx, result, runs, redis):
         result.target(name, "%s ms" % report.fmt(p50), p50 < 1.0)
 
     result.data["runs"] = {"%s@%d" % k: v for k, v in runs.items()}
-    result.data["redis"] = {"%s@%d" % k: v for k, v in redis.items()}
+    result.data["redis"] = {"@".join(map(str, k)): v for k, v in redis.items()}
 
     series = {}
     for profile in PROFILES:
