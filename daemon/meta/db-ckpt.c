@@ -55,6 +55,7 @@ static void *ckpt_thread(void *arg)
 {
     struct db *db = arg;
     struct db_conn *c = NULL;
+    bool failing = false; /* the last one failed: logged once, not at every commit */
 
     pthread_mutex_lock(&db->ckpt_lock);
     for (;;) {
@@ -66,8 +67,9 @@ static void *ckpt_thread(void *arg)
         int log = 0, copied = 0, rc = SQLITE_ERROR;
         if (c || db_conn_open_writable(db, &c) == 0)
             rc = sqlite3_wal_checkpoint_v2(c->sql, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
-        if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+        if (rc != SQLITE_OK && rc != SQLITE_BUSY && !failing)
             log_error("database: checkpoint: %s", c ? sqlite3_errmsg(c->sql) : "cannot connect");
+        failing = rc != SQLITE_OK && rc != SQLITE_BUSY;
         pthread_mutex_lock(&db->ckpt_lock);
         db->ckpt_wanted = false;
         db->ckpt_count++;
