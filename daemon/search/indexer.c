@@ -1,6 +1,7 @@
 #include "daemon/search/indexer.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -41,8 +42,14 @@ static void *ix_thread(void *arg)
 {
     struct indexer *ix = arg;
 
-    /* Lowering one's own priority needs no privilege; failing to is harmless. */
+    /*
+     * Lowering one's own priority needs no privilege; failing to is harmless.
+     * SCHED_IDLE: any other runnable thread of the machine preempts it at
+     * once (a nice value only weighs it less); the nice value stays for a
+     * kernel without that policy.
+     */
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), IX_NICE);
+    (void)sched_setscheduler(0, SCHED_IDLE, &(struct sched_param){0});
     pthread_mutex_lock(&ix->mu);
     for (;;) {
         while (!ix->todo && !ix->stop)

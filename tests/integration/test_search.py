@@ -251,6 +251,20 @@ class Corpus(SearchCase):
     def tearDownClass(cls):
         cls.d.stop()
 
+    def test_indexer_thread_runs_at_the_lowest_priority(self):
+        """One thread of cairnd, the indexer's, runs under SCHED_IDLE at nice
+        10: adds and reads (and other programs) preempt it at once."""
+        idle = []
+        task = "/proc/%d/task" % self.d.proc.pid
+        for tid in os.listdir(task):
+            with open(os.path.join(task, tid, "stat")) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            policy, nice = int(fields[38]), int(fields[16])  # stat fields 41 and 19
+            if policy == 5:  # SCHED_IDLE
+                idle.append((tid, nice))
+        self.assertEqual(len(idle), 1, idle)
+        self.assertEqual(idle[0][1], 10)
+
     def test_exact_word_ranks_expected_doc_first(self):
         self.assert_names(["vacuum"], ["postgres-tuning.txt"])
         self.assert_names(["chloroplasts"], ["photosynthesis.txt"])
