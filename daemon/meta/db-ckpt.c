@@ -74,10 +74,14 @@ static void *ckpt_thread(void *arg)
         db->ckpt_wanted = false;
         db->ckpt_count++;
         /*
-         * Readers still needing the WAL's end kept part of it: ask again only
-         * once as much again has been written, not at every commit.
+         * The writer starts the WAL over only when it begins a transaction
+         * with everything copied, which a checkpoint beside a busy writer
+         * seldom leaves it: the WAL then grows on, and the next checkpoint
+         * is asked for once as much again has been written, not at every
+         * commit (each one syncs twice). The backstop's checkpoint, inside a
+         * commit, lets the WAL start over.
          */
-        db->ckpt_at = rc == SQLITE_OK && copied < log ? log + DB_WAL_CHECKPOINT : DB_WAL_CHECKPOINT;
+        db->ckpt_at = (rc == SQLITE_OK && log > 0 ? log : 0) + DB_WAL_CHECKPOINT;
         pthread_cond_broadcast(&db->ckpt_done_cv);
     }
     pthread_mutex_unlock(&db->ckpt_lock);
