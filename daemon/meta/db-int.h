@@ -176,6 +176,7 @@ struct db {
     pthread_cond_t ckpt_cv, ckpt_done_cv; /* a checkpoint is wanted; one ended */
     int ckpt_at;              /* WAL frames from which the next checkpoint is asked for */
     unsigned long ckpt_count; /* checkpoints the thread ran */
+    int ckpt_frames;          /* in the WAL after the writer's last commit */
     bool ckpt_wanted, ckpt_stop, ckpt_inited, ckpt_running;
 };
 
