@@ -596,8 +596,8 @@ static int fill_apply(struct db_txn *txn, void *ctx)
 /*
  * The WAL is checkpointed by the database's own thread, not inside the
  * writer's commits: 100 transactions of about 100 pages each, each waited
- * for, leave a WAL of about the threshold (1000 frames). Without the thread
- * the writer would go on to its backstop of 16,000 frames first.
+ * for, leave a WAL of about the threshold (1000 frames), each checkpoint run
+ * by the thread (SQLite's own, in the commits, would leave its count at 0).
  */
 static void test_checkpoints_off_the_writer(void **state)
 {
