@@ -174,10 +174,7 @@ def _report_adds(result, adds, redis):
     if (64, 1) not in adds or not one_rate:
         result.target(name, "64 clients not run in this tier", None)
     else:
-        r = report.ratio(_op(adds[(64, 1)], "add")["ops_per_s"], one_rate)
-        result.target(name, "%s (%s vs %s ops/s)" % (
-            report.fmt_ratio(r), report.fmt(_op(adds[(64, 1)], "add")["ops_per_s"]),
-            report.fmt(one_rate)), r >= 10)
+        _ratio_target(result, name, _op(adds[(64, 1)], "add")["ops_per_s"], one_rate, 10)
     for (clients, pipeline), d in sorted(adds.items()):
         if pipeline == 1:
             continue
@@ -187,11 +184,16 @@ def _report_adds(result, adds, redis):
         if not rs:
             result.target(name, "redis not measured", None)
             continue
-        mine = _op(d, "add")["ops_per_s"]
-        r = report.ratio(mine, rs["rps"])
-        result.target(name, "%s (%s vs %s ops/s)" % (report.fmt_ratio(r), report.fmt(mine),
-                                                     report.fmt(rs["rps"])), r >= 1.0)
+        _ratio_target(result, name, _op(d, "add")["ops_per_s"], rs["rps"], 1.0)
     result.data["adds"] = {"%d@%d" % k: v for k, v in adds.items()}
+
+
+def _ratio_target(result, name, mine, theirs, at_least):
+    """A target met when mine ÷ theirs (ops/s) is at least `at_least`, shown as
+    "RATIO (MINE vs THEIRS ops/s)"."""
+    r = report.ratio(mine, theirs)
+    result.target(name, "%s (%s vs %s ops/s)" % (report.fmt_ratio(r), report.fmt(mine),
+                                                 report.fmt(theirs)), r >= at_least)
 
 
 def _op(data, op):
@@ -269,10 +271,8 @@ def _report(ctx, result, runs, redis):
             if not theirs:
                 result.target("multiclient: " + label, "redis not measured", None)
                 continue
-            r = report.ratio(_op(mine, op)["ops_per_s"], theirs["rps"])
-            result.target("multiclient: " + label, "%s (%s vs %s ops/s)" % (
-                report.fmt_ratio(r), report.fmt(_op(mine, op)["ops_per_s"]),
-                report.fmt(theirs["rps"])), r >= 0.5)
+            _ratio_target(result, "multiclient: " + label, _op(mine, op)["ops_per_s"],
+                          theirs["rps"], 0.5)
         srch = _op(runs[("search", at)], "search")
         for bound in (2, 5):
             name = "multiclient: search p95 < %d ms at 8 clients" % bound

@@ -170,7 +170,8 @@ struct db {
     pthread_mutex_t writers_lock;
     uint64_t *writers;
     size_t nwriters, writers_cap;
-    /* The checkpoint thread (db-ckpt.c); ckpt_at and ckpt_wanted under ckpt_lock. */
+    /* The checkpoint thread (db-ckpt.c): the fields after the condition variables under ckpt_lock.
+     */
     pthread_t ckpt_tid;
     pthread_mutex_t ckpt_lock;
     pthread_cond_t ckpt_cv, ckpt_done_cv; /* a checkpoint is wanted; one ended */
