@@ -66,7 +66,7 @@ static void test_crc32c_known_answers(void **state)
 
 static void test_crc32c_hw_matches_table(void **state)
 {
-    enum { AREA = 9000 };
+    enum { AREA = 100000 };
     uint8_t *area;
 
     /* Reported as skipped, not passed, on a CPU without the instruction. */
@@ -84,9 +84,20 @@ static void test_crc32c_hw_matches_table(void **state)
                              pack_crc32c_sw(seed, area + off, len));
         }
     }
+    /* Lengths around the three-lane steps (3 x 256 and 3 x 8192 bytes) and their multiples. */
+    for (size_t step = 768; step <= 3 * 8192; step *= 32) {
+        for (size_t n = 1; n <= 3; n++) {
+            for (size_t len = n * step - 9; len <= n * step + 9; len++) {
+                size_t off = test_rng_below(16);
+                uint32_t seed = (uint32_t)test_rng_next();
+                assert_int_equal(pack_crc32c_hw(seed, area + off, len),
+                                 pack_crc32c_sw(seed, area + off, len));
+            }
+        }
+    }
     for (int i = 0; i < 20000; i++) {
         size_t off = test_rng_below(16);
-        size_t len = test_rng_below(i % 8 == 0 ? AREA - 16 : 300);
+        size_t len = test_rng_below(i % 8 == 0 ? AREA - 16 : i % 8 == 1 ? 3000 : 300);
         uint32_t seed = i % 2 ? (uint32_t)test_rng_next() : 0;
         uint32_t want = pack_crc32c_sw(seed, area + off, len);
 
