@@ -10,9 +10,10 @@
  * from the cache costs one job.
  *
  * A large read keeps up to GET_AHEAD_JOBS more workers decoding the blocks
- * ahead of it into the cache meanwhile (a block per job, chosen among the
- * chunks the manifest cursor holds), so that reading, decoding and checking
- * run on every core instead of one block after the other.
+ * ahead of it into the cache meanwhile (a block per job, each a different
+ * one: read.c keeps track of the blocks being decoded), so that reading,
+ * decoding and checking run on every core instead of one block after the
+ * other. A read that catches up with a block being decoded waits for it.
  *
  * A get is a running operation (store_op) from its start: gc keeps what it
  * may still read, even if its document is deleted meanwhile.
@@ -31,10 +32,10 @@
 /* Read-ahead: jobs at once, and how far ahead (at most a quarter of the cache). */
 #define GET_AHEAD_JOBS 2
 #define GET_AHEAD_MAX (4u * 1024 * 1024)
-/* A block holds at most this much content: chunks this far apart are in different blocks. */
-#define GET_AHEAD_STEP RECORD_BLOCK_MAX
 /* Manifest entries looked at per read-ahead step, at most (bounds the loop thread's work). */
 #define GET_AHEAD_PEEK 256
+/* Chunks not cached yet handed to one read-ahead job, at most. */
+#define GET_AHEAD_CHUNKS 64
 
 enum get_job {
     GET_RESOLVE,
@@ -63,16 +64,20 @@ struct store_get {
     enum get_job job;
     int status;
     const struct cache_buf *buf;
-    /* Read-ahead jobs running, and the content offset read ahead up to. */
+    /*
+     * Read-ahead jobs running, and how far past the reader every chunk was
+     * found in the cache when last looked at (not looked at again).
+     */
     unsigned ahead_jobs;
     uint64_t ahead_off;
 };
 
-/* One block decoded ahead of the reader, into the cache. */
+/* One block decoded ahead of the reader, into the cache: the first of these chunks not cached. */
 struct get_ahead {
     uv_work_t work;
     struct store_get *get;
-    struct manifest_entry chunk;
+    size_t n;
+    struct manifest_entry chunks[GET_AHEAD_CHUNKS];
 };
 
 static void get_free(struct store_get *get)
@@ -165,7 +170,7 @@ static void ahead_work(uv_work_t *work)
     struct get_ahead *a = container_of(work, struct get_ahead, work);
 
     /* Failures are the get's to report when it gets there itself. */
-    (void)store_prefetch_chunk(a->get->st, a->chunk.hash, a->chunk.bytes);
+    (void)store_prefetch_next(a->get->st, a->chunks, a->n);
 }
 
 static void read_ahead(struct store_get *get);
@@ -187,41 +192,48 @@ static void ahead_done(uv_work_t *work, int status)
 }
 
 /*
- * Starts decoding the blocks of chunks at least GET_AHEAD_STEP apart past
- * the reader's position (each first chunk not in the cache yet), up to
- * GET_AHEAD_JOBS jobs and GET_AHEAD_MAX bytes ahead.
+ * Keeps up to GET_AHEAD_JOBS jobs decoding the blocks of the chunks past the
+ * reader's position that are not cached yet, up to GET_AHEAD_MAX bytes
+ * ahead. Each job is handed those chunks in order and decodes the block of
+ * the first one no other worker is decoding (store_prefetch_next), so jobs
+ * started together decode neighbouring blocks, not one block twice.
  */
 static void read_ahead(struct store_get *get)
 {
     struct store *st = get->st;
     uint64_t span = st->cfg.cache_size / 4 < GET_AHEAD_MAX ? st->cfg.cache_size / 4 : GET_AHEAD_MAX;
-    uint64_t off = get->cur.offset, limit = off + span, target = off + GET_AHEAD_STEP;
-    struct manifest_entry e;
+    uint64_t limit = get->cur.offset + span;
 
-    if (get->done || get->released)
-        return;
-    if (target < get->ahead_off)
-        target = get->ahead_off;
-    for (size_t k = 0; k < GET_AHEAD_PEEK && get->ahead_jobs < GET_AHEAD_JOBS &&
-                       manifest_cursor_peek(&get->cur, k, &e);
-         k++) {
-        uint64_t start = off;
-        const struct cache_buf *b;
-        struct get_ahead *a;
-        off += e.bytes;
-        if (start >= limit || start >= get->to)
-            break;
-        if (start < target || off <= get->from)
-            continue;
-        target = get->ahead_off = start + GET_AHEAD_STEP;
-        if ((b = cache_peek(st->cache, e.hash))) {
-            store_chunk_release(st, b);
-            continue;
+    if (get->ahead_off < get->cur.offset)
+        get->ahead_off = get->cur.offset;
+    while (!get->done && !get->released && get->ahead_jobs < GET_AHEAD_JOBS) {
+        struct get_ahead *a = NULL;
+        struct manifest_entry e;
+        uint64_t off = get->cur.offset;
+
+        for (size_t k = 0; k < GET_AHEAD_PEEK && manifest_cursor_peek(&get->cur, k, &e); k++) {
+            uint64_t start = off;
+            const struct cache_buf *b;
+            off += e.bytes;
+            if (start >= limit || start >= get->to)
+                break;
+            if (start < get->ahead_off || off <= get->from)
+                continue;
+            if ((b = cache_peek(st->cache, e.hash))) {
+                store_chunk_release(st, b);
+                if (!a)
+                    get->ahead_off = off;
+                continue;
+            }
+            if (!a && !(a = calloc(1, sizeof(*a))))
+                return;
+            a->chunks[a->n++] = e;
+            if (a->n == GET_AHEAD_CHUNKS)
+                break;
         }
-        if (!(a = calloc(1, sizeof(*a))))
+        if (!a)
             return;
         a->get = get;
-        a->chunk = e;
         if (uv_queue_work(st->loop, &a->work, ahead_work, ahead_done) < 0) {
             free(a);
             return;

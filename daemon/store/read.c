@@ -236,21 +236,103 @@ static int decode_block(struct store *st, const struct db_loc *loc, const uint8_
     return *out ? 0 : RECORD_E_BAD;
 }
 
-static int load_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
-                      bool check_all, const struct cache_buf **out)
-{
-    struct block_buffers *bb = block_buffers_take();
-    int r;
+/* ---- blocks being decoded ---- */
 
-    if (!bb)
-        return -ENOMEM;
-    r = decode_block(st, loc, hash, check_all, bb, out);
-    block_buffers_give(bb);
-    return r;
+/* decoding_claim() without a slot: the table was full (the block is decoded untracked). */
+#define DECODING_UNTRACKED (-1)
+/* decoding_claim(): another worker is decoding the block (or was, when waited for). */
+#define DECODING_BUSY (-2)
+/* load_block(): passed over, another worker is decoding it. */
+#define LOAD_SKIPPED 1
+
+static bool decoding_is(const struct store_decoding *d, const struct db_loc *loc)
+{
+    return d->used && d->pack == loc->pack && d->off == loc->off;
+}
+
+static bool decoding_busy(const struct store *st, const struct db_loc *loc)
+{
+    for (unsigned i = 0; i < STORE_DECODING_MAX; i++)
+        if (decoding_is(&st->decoding[i], loc))
+            return true;
+    return false;
+}
+
+/*
+ * Claims the block at `loc` for this worker: its slot, or DECODING_UNTRACKED.
+ * DECODING_BUSY when another worker is decoding it; with `wait`, that comes
+ * once the other worker is done with it.
+ */
+static int decoding_claim(struct store *st, const struct db_loc *loc, bool wait)
+{
+    int slot = DECODING_UNTRACKED;
+
+    pthread_mutex_lock(&st->decoding_lock);
+    if (decoding_busy(st, loc)) {
+        while (wait && decoding_busy(st, loc))
+            pthread_cond_wait(&st->decoding_done, &st->decoding_lock);
+        pthread_mutex_unlock(&st->decoding_lock);
+        return DECODING_BUSY;
+    }
+    for (unsigned i = 0; i < STORE_DECODING_MAX; i++) {
+        struct store_decoding *d = &st->decoding[i];
+        if (!d->used) {
+            *d = (struct store_decoding){loc->pack, loc->off, true};
+            slot = (int)i;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st->decoding_lock);
+    return slot;
+}
+
+static void decoding_release(struct store *st, int slot)
+{
+    if (slot < 0)
+        return;
+    pthread_mutex_lock(&st->decoding_lock);
+    st->decoding[slot].used = false;
+    pthread_cond_broadcast(&st->decoding_done);
+    pthread_mutex_unlock(&st->decoding_lock);
+}
+
+/*
+ * decode_block, unless another worker is decoding that block: then
+ * LOAD_SKIPPED with `skip_busy`, else the chunk as that worker left it in
+ * the cache once it is done (or, not there, decoded here after all).
+ */
+static int load_block(struct store *st, const struct db_loc *loc, const uint8_t *hash,
+                      bool check_all, bool skip_busy, const struct cache_buf **out)
+{
+    for (;;) {
+        int slot = decoding_claim(st, loc, !skip_busy), r;
+        struct block_buffers *bb;
+
+        if (slot == DECODING_BUSY) {
+            if (skip_busy)
+                return LOAD_SKIPPED;
+            if ((*out = cache_lookup(st->cache, hash)))
+                return 0;
+            continue;
+        }
+        /* Decoded by another worker since the caller looked in the cache. */
+        if ((*out = cache_peek(st->cache, hash))) {
+            decoding_release(st, slot);
+            return 0;
+        }
+        if (!(bb = block_buffers_take())) {
+            decoding_release(st, slot);
+            return -ENOMEM;
+        }
+        r = decode_block(st, loc, hash, check_all, bb, out);
+        block_buffers_give(bb);
+        decoding_release(st, slot);
+        return r;
+    }
 }
 
 static int load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
-                      bool check_all, const struct cache_buf **out)
+                      const struct cache_buf **out)
 {
     char hex[PROTO_HASH_HEX + 1];
     struct db_loc loc, again;
@@ -267,7 +349,7 @@ static int load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint
     }
     r = db_chunk_find(st->db, hash, &loc);
     for (int attempt = 0; r == 0 && attempt < 2; attempt++) {
-        r = load_block(st, &loc, hash, check_all, &b);
+        r = load_block(st, &loc, hash, false, false, &b);
         if (r != RECORD_E_BAD)
             break;
         /* A repack may have moved it between the lookup and the read: look once more. */
@@ -302,27 +384,44 @@ static int load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint
 int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size,
                      const struct cache_buf **out)
 {
-    return load_chunk(st, hash, size, false, out);
+    return load_chunk(st, hash, size, out);
 }
 
 int store_check_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size)
 {
     const struct cache_buf *b;
-    int r = load_chunk(st, hash, size, false, &b);
+    int r = load_chunk(st, hash, size, &b);
 
     if (r == 0)
         cache_release(st->cache, b);
     return r;
 }
 
-int store_prefetch_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size)
+int store_prefetch_next(struct store *st, const struct manifest_entry *chunks, size_t n)
 {
-    const struct cache_buf *b;
-    int r = load_chunk(st, hash, size, true, &b);
+    for (size_t i = 0; i < n; i++) {
+        const struct cache_buf *b = cache_peek(st->cache, chunks[i].hash);
+        struct db_loc loc;
+        int r;
 
-    if (r == 0)
-        cache_release(st->cache, b);
-    return r;
+        if (b) {
+            cache_release(st->cache, b);
+            continue;
+        }
+        if (db_chunk_find(st->db, chunks[i].hash, &loc) != 0)
+            return 0;
+        r = load_block(st, &loc, chunks[i].hash, true, true, &b);
+        if (r == LOAD_SKIPPED)
+            continue;
+        if (r == 0) {
+            /* A chunk that fails its check is dropped; the reader reads it again. */
+            if (!chunk_ok(b, chunks[i].hash, chunks[i].bytes))
+                cache_forget(st->cache, chunks[i].hash);
+            cache_release(st->cache, b);
+        }
+        return 0;
+    }
+    return 0;
 }
 
 int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,
@@ -374,11 +473,20 @@ int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], boo
 const struct cache_buf *store_cached_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN],
                                            uint64_t size)
 {
-    const struct cache_buf *b;
+    const struct cache_buf *b = cache_lookup(st->cache, hash);
 
-    if (size > STORE_LOOP_CHECK_MAX || !(b = cache_lookup(st->cache, hash)))
+    if (!b)
         return NULL;
-    /* A cache entry is a claim until checked: checked before anything is sent. */
+    /*
+     * A cache entry is a claim until checked: checked before anything is
+     * sent. One checked already (by the read-ahead that decoded it) costs
+     * nothing here whatever its size; a large one not checked yet is left
+     * to a worker, to keep its hashing off the loop thread.
+     */
+    if (!cache_is_checked(b) && size > STORE_LOOP_CHECK_MAX) {
+        cache_release(st->cache, b);
+        return NULL;
+    }
     if (chunk_ok(b, hash, size))
         return b;
     cache_release(st->cache, b);

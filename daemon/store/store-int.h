@@ -26,6 +26,9 @@ struct refcache;
 /* A blocking read handed from a worker thread to the loop (backends without READ_SYNC). */
 struct store_bridge_req;
 
+/* Blocks being decoded at once that the store keeps track of (more are decoded untracked). */
+#define STORE_DECODING_MAX 16
+
 struct store {
     uv_loop_t *loop;
     struct backend *be;
@@ -52,6 +55,17 @@ struct store {
     const char *test_fail_apply;
     /* The shared bucket's gc (store_set_bucket_seen): when its marks were last all seen. */
     uint64_t bucket_seen_ms, gc_grace_ms;
+    /*
+     * The blocks workers are decoding now, by pack and offset (read.c), so
+     * that no two decode one block at once: a read-ahead passes over a
+     * block being decoded, a read of one of its chunks waits for it.
+     */
+    pthread_mutex_t decoding_lock;
+    pthread_cond_t decoding_done;
+    struct store_decoding {
+        uint64_t pack, off;
+        bool used;
+    } decoding[STORE_DECODING_MAX];
     /* Worker-to-loop reads. */
     uv_async_t bridge_async;
     pthread_mutex_t bridge_lock;
@@ -106,12 +120,15 @@ int store_load_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint6
                      const struct cache_buf **out);
 void store_chunk_release(struct store *st, const struct cache_buf *buf);
 /*
- * Read-ahead: store_load_chunk without the reference, and when the block is
- * read, every chunk of it checked (and marked so) on this worker, so the
- * loop thread hands them out without hashing them. Only for sequential
- * reads: a ranged read wants one chunk of a block, not all of them hashed.
+ * Read-ahead over the next chunks of a sequential read, in their order:
+ * decodes the block of the first chunk that is neither cached nor in a
+ * block another worker is decoding, and stops. Every chunk of that block is
+ * checked (and marked so) on this worker, so the loop thread hands them out
+ * without hashing them (a ranged read, by contrast, wants one chunk of a
+ * block, not all of them hashed). Returns 0 (nothing left to do included);
+ * failures are left for the reader to meet and report.
  */
-int store_prefetch_chunk(struct store *st, const uint8_t hash[PROTO_HASH_LEN], uint64_t size);
+int store_prefetch_next(struct store *st, const struct manifest_entry *chunks, size_t n);
 /* A manifest segment's raw bytes, checked against its id: same outcomes. */
 int store_load_segment(struct store *st, const uint8_t hash[PROTO_HASH_LEN], bool from_disk,
                        const struct cache_buf **out);

@@ -40,6 +40,8 @@ int store_new(struct store **out, uv_loop_t *loop, struct backend *be, struct db
     st->cfg = *cfg;
     st->next_op_seq = 1;
     st->test_fail_apply = getenv("CAIRN_TEST_FAIL_APPLY");
+    pthread_mutex_init(&st->decoding_lock, NULL);
+    pthread_cond_init(&st->decoding_done, NULL);
     *out = st;
     if ((r = cdc_init(&st->cdc, cfg->chunk_min, cfg->chunk_avg, cfg->chunk_max)) < 0 ||
         (r = cache_new(&st->cache, cfg->cache_size)) < 0 ||
@@ -118,6 +120,8 @@ struct store *store_free(struct store *st)
         return NULL;
     st->refs = refcache_free(st->refs);
     st->cache = cache_free(st->cache);
+    pthread_cond_destroy(&st->decoding_done);
+    pthread_mutex_destroy(&st->decoding_lock);
     /*
      * The bridge's handle is part of the store, and libuv uses a closing
      * handle until its close callback has run: the memory goes there.
