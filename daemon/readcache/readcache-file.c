@@ -149,6 +149,7 @@ static int read_all(int fd, void *buf, size_t len, off_t off, size_t *got)
     uint8_t *p = buf;
     size_t done = 0;
 
+    *got = 0;
     while (done < len) {
         ssize_t n = pread(fd, p + done, len - done, off + (off_t)done);
         if (n < 0) {
