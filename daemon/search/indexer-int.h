@@ -17,6 +17,16 @@
 #define IX_BATCH_DOCS 512
 /* Text a batch takes from the queue. */
 #define IX_BATCH_TEXT (32u * 1024 * 1024)
+/*
+ * What FTS5 holds of a transaction's terms before it writes them out as a
+ * segment (its 'hashsize', 1 MiB unless set): at 8 MiB a batch of 512
+ * documents of 8 KiB becomes one segment instead of four or five, which
+ * later merges would copy again. Measured on 2 CPUs, 20,200 such adds at
+ * 16 clients: the indexer's CPU 244 -> 189 us a document, the index 3.5%
+ * larger, searches as fast. Memory: at most this much on the indexer's
+ * thread.
+ */
+#define IX_HASH_BYTES (8u * 1024 * 1024)
 /* Text held for queued documents; past this, text is read back from the store. */
 #define IX_QUEUE_TEXT (64u * 1024 * 1024)
 /* Queued documents; past this the queue is dropped and the database is scanned instead. */

@@ -113,6 +113,11 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
                                                  : "PRAGMA synchronous=NORMAL") < 0 ||
         ix_exec(ix->sql, schema_sql) < 0)
         goto fail;
+    char hashsize[80];
+    snprintf(hashsize, sizeof(hashsize), "INSERT INTO search(search, rank) VALUES('hashsize', %u)",
+             IX_HASH_BYTES);
+    if (ix_exec(ix->sql, hashsize) < 0)
+        goto fail;
     attach = sqlite3_mprintf("ATTACH 'file:%q?mode=ro' AS meta_db", db_path(db));
     if (!attach) {
         r = -ENOMEM;
