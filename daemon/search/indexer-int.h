@@ -23,8 +23,8 @@
  * documents of 8 KiB becomes one segment instead of four or five, which
  * later merges would copy again. Measured on 2 CPUs, 20,200 such adds at
  * 16 clients: the indexer's CPU 244 -> 189 us a document, the index 3.5%
- * larger, searches as fast. Memory: at most this much on the indexer's
- * thread.
+ * larger, searches as fast. Memory: the indexer's thread holds about this
+ * much of pending terms at most (FTS5 writes the segment once it is passed).
  */
 #define IX_HASH_BYTES (8u * 1024 * 1024)
 /* Text held for queued documents; past this, text is read back from the store. */

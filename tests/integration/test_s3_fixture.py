@@ -28,6 +28,7 @@ backend's tests can trust it:
 
 import hashlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -173,6 +174,24 @@ class Keys(S3Case):
         self.assertEqual(self.srv.list_keys(BUCKET), sorted(self.KEYS))
         listing = self.assertOk(self.curl("GET", "/%s?list-type=2&prefix=a%%2Fb%%2F" % BUCKET), "LIST")
         self.assertIn("<Key>a/b/c d+e:f=g/ü</Key>".encode(), listing)
+
+    def test_listing_a_prefix_that_ends_inside_a_name(self):
+        # The listing walks only the directories that can hold keys under the
+        # prefix: one cut inside a name must still find that name's file and
+        # the directories it begins, and nothing outside.
+        keys = ["p/ab/x", "p/abc", "p/abd/y/z", "p/b/ab", "q/ab/w", "pab"]
+        for key in keys:
+            self.assertOk(self.put(key, key.encode()), "PUT %r" % key)
+
+        def listed(prefix):
+            body = self.assertOk(self.curl("GET", "/%s?list-type=2&prefix=%s"
+                                           % (BUCKET, prefix.replace("/", "%2F"))), "LIST")
+            return re.findall(r"<Key>([^<]*)</Key>", body.decode())
+
+        self.assertEqual(listed("p/ab"), ["p/ab/x", "p/abc", "p/abd/y/z"])
+        self.assertEqual(listed("p/"), ["p/ab/x", "p/abc", "p/abd/y/z", "p/b/ab"])
+        self.assertEqual(listed("p"), ["p/ab/x", "p/abc", "p/abd/y/z", "p/b/ab", "pab"])
+        self.assertEqual(listed(""), sorted(keys))
 
     def test_unencoded_equals_is_refused_as_s3_does(self):
         # S3 decodes the path and encodes it once for the canonical request,
