@@ -11,7 +11,8 @@ import traceback
 
 from . import env, procs, report
 
-SUITES = ["crud", "multiclient", "backends", "search", "ingest", "mount", "shared", "encryption"]
+SUITES = ["crud", "multiclient", "backends", "search", "ingest", "mount", "shared", "encryption",
+          "growth"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _t0 = time.monotonic()

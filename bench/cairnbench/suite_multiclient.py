@@ -37,16 +37,18 @@ FILE_SIZE = 8192
 
 
 def _loadgen(ctx, daemon, profile, clients, json_path, seconds=None, files=None, fail_ok=False,
-             pipeline=1, transport="ipc"):
+             pipeline=1, transport="ipc", ops_per_client=None, file_size=FILE_SIZE):
     """One loadgen run; its JSON. With `fail_ok`, a run that could not happen
-    (seeding failed) returns {"error": stderr} instead of failing the suite."""
+    (seeding failed) returns {"error": stderr} instead of failing the suite.
+    Defaults: the tier's mc_seconds, mc_files and mc_ops spread over the clients."""
     s = ctx.sizes
     seconds = seconds or s["mc_seconds"]
-    ops_per_client = max(10, s["mc_ops"] // clients)
+    ops_per_client = ops_per_client or max(10, s["mc_ops"] // clients)
+    files = s["mc_files"] if files is None else files
     argv = [ctx.bin["loadgen"], "--socket", daemon.socket, "--clients", str(clients),
             "--ops-per-client", str(ops_per_client), "--duration", str(seconds),
-            "--profile", profile, "--files", str(files or s["mc_files"]),
-            "--file-size", str(FILE_SIZE), "--pipeline", str(pipeline), "--json", json_path,
+            "--profile", profile, "--files", str(files),
+            "--file-size", str(file_size), "--pipeline", str(pipeline), "--json", json_path,
             "--quiet"]
     if transport != "ipc":
         argv += ["--transport", transport, "--cairn", ctx.bin["cairn"]]
