@@ -26,6 +26,23 @@ static const char index_rows_sql[] = "SELECT count(*) FROM idx.search_docsize";
 static const char match_upto_sql[] =
     "SELECT count(*) FROM (SELECT 1 FROM idx.search WHERE search MATCH ?1 LIMIT ?2)";
 
+/* How hits are ranked: BM25 with these weights of the index's columns (names, tags, meta, text). */
+#define RANK_BM25 "bm25(10.0, 1.0, 4.0, 2.0)"
+/* The latest name of document d. */
+#define HIT_NAME "(SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC LIMIT 1)"
+/* The first step of a two-step search (run_ranked): the best matches, by rank alone. */
+static const char ranked_sql[] = "SELECT rowid, rank FROM idx.search WHERE search MATCH ?1"
+                                 " AND rank MATCH '" RANK_BM25 "' ORDER BY rank, rowid LIMIT ?2";
+/* Its second: the documents of those matches (ids as a JSON array), in search_sql's columns. */
+static const char ranked_docs_sql[] =
+    "SELECT d.hash, " HIT_NAME ", 0.0, d.size, d.id, d.text, d.depth, d.manifest"
+    " FROM documents d WHERE d.id IN (SELECT value FROM json_each(?1))";
+/*
+ * The most matches a two-step search reads (16 bytes each): past it, when
+ * the page is that deep or that many matches tie, the one-query plan runs.
+ */
+#define RANKED_MAX 16384
+
 void fts_init(struct fts *f, const char *index_path)
 {
     memset(f, 0, sizeof(*f));
@@ -205,15 +222,13 @@ static char *search_sql(const struct search_params *p, const struct search_query
     /* Snippets are made afterwards (db_search): FTS5's snippet() is quadratic in a document's
      * matches. */
     if (match)
-        fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
-              " LIMIT 1), -rank, d.size, d.id, d.text, d.depth, d.manifest"
+        fputs("SELECT d.hash, " HIT_NAME ", -rank, d.size, d.id, d.text, d.depth, d.manifest"
               " FROM idx.search JOIN documents d ON d.id = search.rowid"
-              " WHERE search MATCH ?1 AND rank MATCH 'bm25(10.0, 1.0, 4.0, 2.0)'",
+              " WHERE search MATCH ?1 AND rank MATCH '" RANK_BM25 "'",
               f);
     else
-        fputs("SELECT d.hash, (SELECT n.name FROM names n WHERE n.doc = d.id ORDER BY n.seq DESC"
-              " LIMIT 1), 0.0, d.size, d.id, d.text, d.depth, d.manifest FROM documents d"
-              " WHERE ?1 IS NULL",
+        fputs("SELECT d.hash, " HIT_NAME ", 0.0, d.size, d.id, d.text, d.depth, d.manifest"
+              " FROM documents d WHERE ?1 IS NULL",
               f);
     if (p->mime)
         fputs(" AND d.mime = ?2", f);
@@ -238,24 +253,6 @@ static char *search_sql(const struct search_params *p, const struct search_query
     return sql;
 }
 
-/* Fills in what the caller needs to make a hit's snippet: its names and manifest. */
-static int hit_details(sqlite3_stmt *s, struct search_hit *h)
-{
-    size_t len = (size_t)sqlite3_column_bytes(s, 7);
-    const void *root = sqlite3_column_blob(s, 7);
-
-    h->text = sqlite3_column_int(s, 5) != 0;
-    h->depth = (unsigned)sqlite3_column_int(s, 6);
-    if (!manifest_root_valid(root, len, h->depth))
-        return -EIO;
-    if (!(h->root = malloc(len ? len : 1)))
-        return -ENOMEM;
-    if (len)
-        memcpy(h->root, root, len);
-    h->root_len = len;
-    return 0;
-}
-
 /*
  * One step of a search's ranking: the documents `expr` matches, without
  * those `except` matches (NULL: none).
@@ -273,6 +270,241 @@ struct search_run {
     size_t n, cap;
 };
 
+static void hit_clear(struct search_hit *h)
+{
+    free(h->name);
+    free(h->root);
+    free(h->snippet);
+}
+
+/* Drops the hits from index `from` on. */
+static void hits_truncate(struct search_run *sr, size_t from)
+{
+    for (size_t i = from; i < sr->n; i++)
+        hit_clear(&sr->hits[i]);
+    sr->n = from;
+}
+
+/*
+ * Appends the hit of the current row of `s`, in the columns of search_sql's
+ * queries: hash, name, score, size, id, text, depth, manifest root.
+ */
+static int hit_append(struct search_run *sr, sqlite3_stmt *s)
+{
+    if (sr->n == sr->cap) {
+        size_t cap = sr->cap ? sr->cap * 2 : 16;
+        struct search_hit *grown = realloc(sr->hits, cap * sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        sr->hits = grown;
+        sr->cap = cap;
+    }
+    struct search_hit *h = &sr->hits[sr->n++];
+    size_t len = (size_t)sqlite3_column_bytes(s, 7);
+    const void *root = sqlite3_column_blob(s, 7);
+
+    memset(h, 0, sizeof(*h));
+    snprintf(h->hash, sizeof(h->hash), "%s", (const char *)sqlite3_column_text(s, 0));
+    h->score = sqlite3_column_double(s, 2);
+    h->size = (uint64_t)sqlite3_column_int64(s, 3);
+    h->rowid = sqlite3_column_int64(s, 4);
+    h->text = sqlite3_column_int(s, 5) != 0;
+    h->depth = (unsigned)sqlite3_column_int(s, 6);
+    /* What the caller needs to make the snippet: the manifest root. */
+    if (!manifest_root_valid(root, len, h->depth))
+        return -EIO;
+    if (!(h->name = db_column_strdup(s, 1)) || !(h->root = malloc(len ? len : 1)))
+        return -ENOMEM;
+    if (len)
+        memcpy(h->root, root, len);
+    h->root_len = len;
+    return 0;
+}
+
+static int step_error(struct search_run *sr)
+{
+    /* Every word reaches FTS5 quoted, so this is not the user's syntax. */
+    log_error("database: search: %s", sqlite3_errmsg(db_conn_sqlite(sr->c)));
+    return -EIO;
+}
+
+/* Search order: best score first, equal scores by hash (as ORDER BY rank, d.hash). */
+static int hit_order(const void *a, const void *b)
+{
+    const struct search_hit *x = a, *y = b;
+
+    if (x->score != y->score)
+        return x->score > y->score ? -1 : 1;
+    return strcmp(x->hash, y->hash);
+}
+
+/* A match of the index before its document is read. */
+struct ranked {
+    int64_t rowid;
+    double rank;
+};
+
+/* The `fetch` best matches of `expr` by (rank, rowid): how many, at most RANKED_MAX. */
+static int ranked_fetch(struct search_run *sr, const char *expr, size_t fetch, struct ranked *out,
+                        size_t *n)
+{
+    sqlite3_stmt *s = db_conn_prepare(sr->c, ranked_sql);
+    int rc = SQLITE_DONE, r = 0;
+
+    if (!s)
+        return -EIO;
+    *n = 0;
+    sqlite3_bind_text(s, 1, expr, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)fetch);
+    while (*n < fetch && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        out[(*n)++] = (struct ranked){sqlite3_column_int64(s, 0), sqlite3_column_double(s, 1)};
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        r = step_error(sr);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return r;
+}
+
+/* The order ranked_sql reads matches in: (rank, rowid). */
+static int ranked_order(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return (x->rowid > y->rowid) - (x->rowid < y->rowid);
+}
+
+static int ranked_by_rowid(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    return (x->rowid > y->rowid) - (x->rowid < y->rowid);
+}
+
+/*
+ * Appends the hits of the documents of the matches `m` (n of them, sorted by
+ * rowid here), each with its match's score; a match whose document is gone
+ * (its index entry not dropped yet) has none.
+ */
+static int ranked_hits(struct search_run *sr, struct ranked *m, size_t n)
+{
+    size_t before = sr->n, len = 0;
+    char *ids = NULL;
+    FILE *f = open_memstream(&ids, &len);
+    sqlite3_stmt *s;
+    int rc, r = 0;
+
+    if (!f)
+        return -ENOMEM;
+    qsort(m, n, sizeof(*m), ranked_by_rowid);
+    fputc('[', f);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, i ? ",%lld" : "%lld", (long long)m[i].rowid);
+    fputc(']', f);
+    if (fclose(f) != 0) {
+        free(ids);
+        return -ENOMEM;
+    }
+    if (!(s = db_conn_prepare(sr->c, ranked_docs_sql))) {
+        free(ids);
+        return -EIO;
+    }
+    sqlite3_bind_text(s, 1, ids, (int)len, SQLITE_STATIC);
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = hit_append(sr, s);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = step_error(sr);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    free(ids);
+    for (size_t i = before; r == 0 && i < sr->n; i++) {
+        struct ranked key = {.rowid = sr->hits[i].rowid}, *at;
+        if (!(at = bsearch(&key, m, n, sizeof(*m), ranked_by_rowid)))
+            r = -EIO; /* a document the query did not ask for: a bug */
+        else
+            sr->hits[i].score = -at->rank;
+    }
+    return r;
+}
+
+/*
+ * A ranked tier without filters, in two steps: the best matches by rank
+ * alone, from the index (narrow rows, no join), then the documents of only
+ * the matches the page needs, in one query. The rows and their order are
+ * search_sql's: the matches read are those down to the page's last, and
+ * every one that ties with it. 1 when the page is too deep for it (the
+ * caller then runs the one query), else 0 or negative errno.
+ */
+static int run_ranked(struct search_run *sr, const char *expr, uint64_t limit, uint64_t offset)
+{
+    size_t before = sr->n, want, need, fetch, n = 0;
+    struct ranked *m = NULL, *grown;
+    bool fetched = false;
+    int r = 0;
+
+    if (offset >= RANKED_MAX || limit >= RANKED_MAX - offset)
+        return 1;
+    if ((want = (size_t)(offset + limit)) == 0)
+        return 0;
+    need = want;
+    fetch = want + 8;
+    for (;;) {
+        if (!fetched) {
+            if (!(grown = realloc(m, fetch * sizeof(*m)))) {
+                r = -ENOMEM;
+                break;
+            }
+            m = grown;
+            if ((r = ranked_fetch(sr, expr, fetch, m, &n)) < 0)
+                break;
+            fetched = true;
+        }
+        /* The first `need` matches, and those that tie with the last of them. */
+        size_t e = need < n ? need : n;
+        while (e > 0 && e < n && m[e].rank == m[e - 1].rank)
+            e++;
+        if (n == fetch && e == n) {
+            /* The matches read may go on past the page: read more. */
+            if (fetch == RANKED_MAX) {
+                r = 1;
+                break;
+            }
+            fetch = fetch * 2 < RANKED_MAX ? fetch * 2 : RANKED_MAX;
+            fetched = false;
+            continue;
+        }
+        if ((r = ranked_hits(sr, m, e)) < 0)
+            break;
+        size_t found = sr->n - before;
+        if (found >= want || e == n)
+            break;
+        /* Some documents are gone (deleted, their index entries not dropped yet): more matches. */
+        hits_truncate(sr, before);
+        qsort(m, e, sizeof(*m), ranked_order);
+        need = e + (want - found);
+    }
+    free(m);
+    if (r != 0) {
+        hits_truncate(sr, before);
+        return r;
+    }
+    qsort(sr->hits + before, sr->n - before, sizeof(*sr->hits), hit_order);
+    /* The page: `limit` hits after the first `offset`. */
+    size_t found = sr->n - before, skip = offset < found ? (size_t)offset : found;
+    for (size_t i = before; i < before + skip; i++)
+        hit_clear(&sr->hits[i]);
+    memmove(sr->hits + before, sr->hits + before + skip, (found - skip) * sizeof(*sr->hits));
+    sr->n -= skip;
+    if (sr->n - before > limit)
+        hits_truncate(sr, before + (size_t)limit);
+    return 0;
+}
+
+/* Whether the search narrows its hits by what the documents table holds. */
+static bool has_filters(const struct search_params *p, const struct search_query *q)
+{
+    return p->mime || p->has_after || p->has_before || p->name_glob || p->ntags + q->ntags > 0;
+}
+
 /*
  * Runs one tier of the search with `limit` and `offset` (a filter-only
  * listing when there is nothing to match). Appends the rows.
@@ -282,10 +514,14 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
 {
     const struct search_params *p = sr->p;
     const struct search_query *q = sr->q;
-    char *sql = search_sql(p, q, match, t->except != NULL);
     sqlite3_stmt *s;
     int rc, r = 0;
 
+    if (match && !t->except && !has_filters(p, q) &&
+        (r = run_ranked(sr, t->expr, limit, offset)) <= 0)
+        return r;
+    r = 0;
+    char *sql = search_sql(p, q, match, t->except != NULL);
     if (!sql)
         return -ENOMEM;
     s = db_conn_prepare(sr->c, sql);
@@ -309,36 +545,10 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
         sqlite3_bind_text(s, (int)(8 + i), p->tags[i], -1, SQLITE_STATIC);
     for (size_t i = 0; i < q->ntags; i++)
         sqlite3_bind_text(s, (int)(8 + p->ntags + i), q->tags[i], -1, SQLITE_STATIC);
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (sr->n == sr->cap) {
-            size_t cap = sr->cap ? sr->cap * 2 : 16;
-            struct search_hit *grown = realloc(sr->hits, cap * sizeof(*grown));
-            if (!grown) {
-                r = -ENOMEM;
-                break;
-            }
-            sr->hits = grown;
-            sr->cap = cap;
-        }
-        struct search_hit *h = &sr->hits[sr->n++];
-        memset(h, 0, sizeof(*h));
-        snprintf(h->hash, sizeof(h->hash), "%s", (const char *)sqlite3_column_text(s, 0));
-        h->name = db_column_strdup(s, 1);
-        h->score = sqlite3_column_double(s, 2);
-        h->size = (uint64_t)sqlite3_column_int64(s, 3);
-        h->rowid = sqlite3_column_int64(s, 4);
-        if (!h->name) {
-            r = -ENOMEM;
-            break;
-        }
-        if ((r = hit_details(s, h)) < 0)
-            break;
-    }
-    if (r == 0 && rc != SQLITE_DONE) {
-        /* Every word reaches FTS5 quoted, so this is not the user's syntax. */
-        log_error("database: search: %s", sqlite3_errmsg(db_conn_sqlite(sr->c)));
-        r = -EIO;
-    }
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = hit_append(sr, s);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = step_error(sr);
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
     return r;
@@ -353,11 +563,7 @@ static int count_tier(struct search_run *sr, const struct search_tier *t, uint64
     int r = run_query(sr, true, t, upto, 0);
 
     *count = sr->n - before;
-    for (size_t i = before; i < sr->n; i++) {
-        free(sr->hits[i].name);
-        free(sr->hits[i].root);
-    }
-    sr->n = before;
+    hits_truncate(sr, before);
     return r;
 }
 

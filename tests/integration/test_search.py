@@ -17,6 +17,7 @@ import os
 import random
 import re
 import shutil
+import sqlite3
 import sys
 import time
 import unittest
@@ -736,6 +737,28 @@ class Paging(SearchCase):
         self.assertEqual(self.proto("beacon", offset=2 ** 63 - 1), [])
         self.assertEqual(self.proto("beacon", offset=2 ** 64 - 1), [])
 
+    def test_tied_scores_page_in_hash_order_with_and_without_filters(self):
+        # The 120 framecheck documents tie (same words, same length). An unfiltered
+        # search reads the best matches first and then their documents; a filtered one
+        # (here a mime filter every document passes) joins them in one query. Both
+        # give the same hits in the same order, on every page.
+        full = self.proto("framecheck", limit=1000)
+        self.assertEqual(len(full), self.FRAMES)
+        self.assertEqual(len({h["score"] for h in full}), 1, "the documents should tie")
+        hashes = [h["hash"] for h in full]
+        self.assertEqual(hashes, sorted(hashes))
+        self.assertEqual(self.proto("framecheck", limit=1000, mime="text/plain"), full)
+        for limit, offset in ((1, 0), (7, 0), (7, 7), (10, 95), (50, 100), (3, 119), (5, 120)):
+            with self.subTest(limit=limit, offset=offset):
+                page = self.proto("framecheck", limit=limit, offset=offset)
+                self.assertEqual(page, full[offset:offset + limit])
+                self.assertEqual(self.proto("framecheck", limit=limit, offset=offset,
+                                            mime="text/plain"), page)
+        # distinct scores, and ties among the beacon hits of a two-word query
+        both = self.proto("beacon OR framecheck", limit=1000)
+        self.assertEqual(both, self.proto("beacon OR framecheck", limit=1000, mime="text/plain"))
+        self.assertEqual(self.proto("beacon OR framecheck", limit=9, offset=20), both[20:29])
+
     def test_hits_in_frames_of_at_most_50(self):
         with self.d.connect() as c:
             frames = search_frames(c, "framecheck", limit=1000)
@@ -839,6 +862,30 @@ class IndexConsistency(SearchCase):
             self.assertEqual((hits, err), ([], None), "deleted document %d still found" % i)
             hits, err = search_reply(b, word[:-1] + ("x" if word[-1] != "x" else "y"), fuzzy=True)
             self.assertEqual((hits, err), ([], None), "deleted document %d found by --fuzzy" % i)
+
+    def test_index_entries_of_gone_documents_leave_full_pages(self):
+        # "pillar" k times in 40 words: document k scores above document k-1. Then the
+        # index gets entries that rank above all of them but whose documents do not
+        # exist (as when the index got ahead of the database in a crash, or in the
+        # moment between a delete and the index dropping it): every page must hold
+        # the documents that do exist, in their order.
+        c = self.conn()
+        docs = [c.add(" ".join(["pillar"] * k + ["stone%d" % j for j in range(40 - k)]).encode(),
+                      name="pillar-%02d" % k, mime="text/plain") for k in range(1, 11)]
+        self.assertTrue(all(r.get("ok") is True for r in docs), docs)
+        best = [r["hash"] for r in reversed(docs)]
+        self.assertEqual([h["hash"] for h in self.proto("pillar", limit=100)], best)
+        ix = sqlite3.connect(os.path.join(self.d.data_dir, "search.db"), timeout=10)
+        self.addCleanup(ix.close)
+        with ix:
+            for i in range(30):
+                ix.execute("INSERT INTO search(rowid, name, body, tags, meta) VALUES(?, '', ?, '', '')",
+                           (10 ** 9 + i, " ".join(["pillar"] * 40)))
+        self.assertEqual([h["hash"] for h in self.proto("pillar", limit=3)], best[:3])
+        self.assertEqual([h["hash"] for h in self.proto("pillar", limit=4, offset=3)], best[3:7])
+        self.assertEqual([h["hash"] for h in self.proto("pillar", limit=100)], best)
+        self.assertEqual([h["hash"] for h in self.proto("pillar", limit=100, mime="text/plain")],
+                         best)
 
     def test_add_then_search_immediately_after_ack(self):
         rng = random.Random(11)
