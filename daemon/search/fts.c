@@ -328,6 +328,20 @@ static int step_error(struct search_run *sr)
     return -EIO;
 }
 
+/* Appends a hit for every row of the bound statement `s`, then resets it. */
+static int hits_read(struct search_run *sr, sqlite3_stmt *s)
+{
+    int rc, r = 0;
+
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = hit_append(sr, s);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = step_error(sr);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return r;
+}
+
 /* Search order: best score first, equal scores by hash (as ORDER BY rank, d.hash). */
 static int hit_order(const void *a, const void *b)
 {
@@ -391,7 +405,7 @@ static int ranked_hits(struct search_run *sr, struct ranked *m, size_t n)
     char *ids = NULL;
     FILE *f = open_memstream(&ids, &len);
     sqlite3_stmt *s;
-    int rc, r = 0;
+    int r = 0;
 
     if (!f)
         return -ENOMEM;
@@ -409,12 +423,7 @@ static int ranked_hits(struct search_run *sr, struct ranked *m, size_t n)
         return -EIO;
     }
     sqlite3_bind_text(s, 1, ids, (int)len, SQLITE_STATIC);
-    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
-        r = hit_append(sr, s);
-    if (r == 0 && rc != SQLITE_DONE)
-        r = step_error(sr);
-    sqlite3_reset(s);
-    sqlite3_clear_bindings(s);
+    r = hits_read(sr, s);
     free(ids);
     for (size_t i = before; r == 0 && i < sr->n; i++) {
         struct ranked key = {.rowid = sr->hits[i].rowid}, *at;
@@ -515,7 +524,7 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
     const struct search_params *p = sr->p;
     const struct search_query *q = sr->q;
     sqlite3_stmt *s;
-    int rc, r = 0;
+    int r = 0;
 
     if (match && !t->except && !has_filters(p, q) &&
         (r = run_ranked(sr, t->expr, limit, offset)) <= 0)
@@ -545,12 +554,7 @@ static int run_query(struct search_run *sr, bool match, const struct search_tier
         sqlite3_bind_text(s, (int)(8 + i), p->tags[i], -1, SQLITE_STATIC);
     for (size_t i = 0; i < q->ntags; i++)
         sqlite3_bind_text(s, (int)(8 + p->ntags + i), q->tags[i], -1, SQLITE_STATIC);
-    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
-        r = hit_append(sr, s);
-    if (r == 0 && rc != SQLITE_DONE)
-        r = step_error(sr);
-    sqlite3_reset(s);
-    sqlite3_clear_bindings(s);
+    r = hits_read(sr, s);
     return r;
 }
 
