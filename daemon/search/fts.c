@@ -496,9 +496,11 @@ static int run_ranked(struct search_run *sr, const char *expr, uint64_t limit, u
         hits_truncate(sr, before);
         return r;
     }
-    qsort(sr->hits + before, sr->n - before, sizeof(*sr->hits), hit_order);
-    /* The page: `limit` hits after the first `offset`. */
     size_t found = sr->n - before, skip = offset < found ? (size_t)offset : found;
+    if (found == 0)
+        return 0;
+    qsort(sr->hits + before, found, sizeof(*sr->hits), hit_order);
+    /* The page: `limit` hits after the first `offset`. */
     for (size_t i = before; i < before + skip; i++)
         hit_clear(&sr->hits[i]);
     memmove(sr->hits + before, sr->hits + before + skip, (found - skip) * sizeof(*sr->hits));
