@@ -379,19 +379,19 @@ static int ranked_fetch(struct search_run *sr, const char *expr, size_t fetch, s
     return r;
 }
 
+static int ranked_by_rowid(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    return (x->rowid > y->rowid) - (x->rowid < y->rowid);
+}
+
 /* The order ranked_sql reads matches in: (rank, rowid). */
 static int ranked_order(const void *a, const void *b)
 {
     const struct ranked *x = a, *y = b;
     if (x->rank != y->rank)
         return x->rank < y->rank ? -1 : 1;
-    return (x->rowid > y->rowid) - (x->rowid < y->rowid);
-}
-
-static int ranked_by_rowid(const void *a, const void *b)
-{
-    const struct ranked *x = a, *y = b;
-    return (x->rowid > y->rowid) - (x->rowid < y->rowid);
+    return ranked_by_rowid(a, b);
 }
 
 /*
