@@ -125,6 +125,8 @@ struct indexer {
     pthread_cond_t cv;
     struct ix_batch *todo, *finished;
     bool stop;
+    /* CAIRN_TEST_INDEX_HOLD_MS: tests hold a batch's transaction open this long. */
+    unsigned test_hold_ms;
 };
 
 int ix_exec(sqlite3 *c, const char *sql);

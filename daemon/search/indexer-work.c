@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "daemon/search/indexer-int.h"
 #include "daemon/base/log.h"
@@ -258,47 +259,90 @@ static int do_removals(struct ix_batch *b)
     return r;
 }
 
-/* The documents whose entry is missing or behind their metadata, a page at a time. */
-static int do_catch_up(struct ix_batch *b)
+/*
+ * What a catch-up takes: the documents whose entry is missing or behind
+ * their metadata, a page at a time, and on the first batch whether the
+ * index holds entries of documents that are gone. Both read cairn.db
+ * (attached as meta_db), so they run before the batch's transaction, each
+ * statement a snapshot of its own: a transaction of this connection holds a
+ * snapshot of every attached database from its BEGIN (an IMMEDIATE one
+ * takes the read-only meta_db's at once) to its end, and while it lasts,
+ * cairn.db's checkpoints can copy nothing written after it and its WAL
+ * cannot start over. A batch takes hundreds of milliseconds; every
+ * restarting checkpoint meanwhile held the database's writer, and each add
+ * waiting for its commit, for the whole of its wait.
+ */
+struct ix_scan {
+    int64_t ids[IX_BATCH_DOCS];
+    size_t n;
+    bool stale;
+};
+
+static int catch_up_scan(struct ix_batch *b, struct ix_scan *sc)
 {
     struct indexer *ix = b->ix;
-    int64_t ids[IX_BATCH_DOCS];
-    size_t n = 0;
     sqlite3_stmt *s;
-    int rc, r = 0;
+    int rc;
 
     if (b->first && (s = ix_stmt(ix, IX_STALE))) {
         int64_t stale = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
         sqlite3_reset(s);
-        if (stale > 0)
+        if (stale > 0) {
             log_warn("search index: %lld entries of documents that are gone; rebuilding it",
                      (long long)stale);
-        if (stale > 0) {
-            /* Entries that cannot be taken out exactly any more: start the index afresh. */
-            if ((r = ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
-                                      "DELETE FROM indexed;")) < 0)
-                return r;
+            sc->stale = true;
+            return 0;
         }
     }
     if (!(s = ix_stmt(ix, IX_PENDING)))
         return -EIO;
     sqlite3_bind_int64(s, 1, IX_BATCH_DOCS);
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW && n < IX_BATCH_DOCS)
-        ids[n++] = sqlite3_column_int64(s, 0);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW && sc->n < IX_BATCH_DOCS)
+        sc->ids[sc->n++] = sqlite3_column_int64(s, 0);
     sqlite3_reset(s);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return -EIO;
-    b->more_catch_up = n == IX_BATCH_DOCS;
-    for (size_t i = 0; r == 0 && i < n; i++)
-        r = index_doc(ix, ids[i], NULL, 0, &b->nindexed);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -EIO;
+}
+
+/* Brings the scanned documents' entries up to date, in the batch's transaction. */
+static int do_catch_up(struct ix_batch *b, const struct ix_scan *sc)
+{
+    struct indexer *ix = b->ix;
+    int r = 0;
+
+    if (sc->stale) {
+        /* Entries that cannot be taken out exactly any more: start the index afresh. */
+        b->more_catch_up = true; /* every document is pending now: the next batches scan */
+        return ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
+                                "DELETE FROM indexed;");
+    }
+    b->more_catch_up = sc->n == IX_BATCH_DOCS;
+    for (size_t i = 0; r == 0 && i < sc->n; i++)
+        r = index_doc(ix, sc->ids[i], NULL, 0, &b->nindexed);
     return r;
+}
+
+/* CAIRN_TEST_INDEX_HOLD_MS: the tests look at cairn.db while a batch is open. */
+static void test_hold(struct indexer *ix, uint64_t docs)
+{
+    log_warn("search index: holding a batch of %" PRIu64 " documents open for %u ms "
+             "(CAIRN_TEST_INDEX_HOLD_MS)",
+             docs, ix->test_hold_ms);
+    struct timespec ts = {ix->test_hold_ms / 1000, (long)(ix->test_hold_ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
 }
 
 void ix_batch_work(struct ix_batch *b)
 {
     struct indexer *ix = b->ix;
-    int r = ix_exec(ix->sql, "BEGIN IMMEDIATE");
+    struct ix_scan sc = {.n = 0};
+    int r = b->catch_up ? catch_up_scan(b, &sc) : 0;
 
+    /*
+     * Deferred: the first write takes search.db's lock (the indexer is its
+     * only writer), and no statement in it reads meta_db (see catch_up_scan).
+     */
+    bool began = r == 0 && (r = ix_exec(ix->sql, "BEGIN")) == 0;
     /* An entry could not be taken out exactly: everything is indexed again. */
     if (r == 0 && b->rebuild)
         r = ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
@@ -308,7 +352,9 @@ void ix_batch_work(struct ix_batch *b)
     for (struct ix_item *it = b->items; r == 0 && it; it = it->next)
         r = index_doc(ix, it->rowid, it->text, it->len, &b->nindexed);
     if (r == 0 && b->catch_up)
-        r = do_catch_up(b);
+        r = do_catch_up(b, &sc);
+    if (r == 0 && ix->test_hold_ms && b->nindexed > 0)
+        test_hold(ix, b->nindexed);
     /*
      * The index must never get ahead of the durable metadata: what it is
      * about to record was committed to cairn.db without a sync (the packs
@@ -319,7 +365,8 @@ void ix_batch_work(struct ix_batch *b)
     if (r == 0)
         r = ix_exec(ix->sql, "COMMIT");
     if (r != 0) {
-        ix_exec(ix->sql, "ROLLBACK");
+        if (began)
+            ix_exec(ix->sql, "ROLLBACK");
         b->nremoved = 0;
         b->nindexed = 0;
     }

@@ -100,6 +100,8 @@ int indexer_new(struct indexer **out, uv_loop_t *loop, struct store *st, struct 
     ix->fts = fts;
     ix->max_text = max_text;
     ix->catch_up = ix->removals = ix->first_catch_up = true;
+    const char *hold = getenv("CAIRN_TEST_INDEX_HOLD_MS");
+    ix->test_hold_ms = hold ? (unsigned)strtoul(hold, NULL, 10) : 0;
     if (sqlite3_open_v2(path, &ix->sql,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {

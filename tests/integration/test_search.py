@@ -1053,6 +1053,62 @@ class IndexConsistency(SearchCase):
         self.d.stop()
 
 
+class IndexBatchesAndCheckpoints(SearchCase):
+    """An index batch takes hundreds of milliseconds. While one ran it kept a snapshot
+    of cairn.db (attached to its connection), so cairn.db's checkpoints could copy
+    nothing after it and a restarting one held the database's writer, and every add
+    waiting for a commit, for the whole of its wait. A batch held open
+    (CAIRN_TEST_INDEX_HOLD_MS) must leave cairn.db's WAL free to start over."""
+
+    HOLD_MS = 2000 * ct.SLOW
+
+    def setUp(self):
+        self.d = ct.Daemon(self, env={"CAIRN_TEST_INDEX_HOLD_MS": str(self.HOLD_MS)})
+        self.d.start()
+
+    def wait_held(self, since):
+        """Waits until the log has a batch held open after offset `since`."""
+        deadline = time.monotonic() + 30 * ct.SLOW
+        while "(CAIRN_TEST_INDEX_HOLD_MS)" not in self.d.log_text()[since:]:
+            self.assertLess(time.monotonic(), deadline, self.d.log_tail())
+            time.sleep(0.02)
+
+    def restart_checkpoint(self):
+        """(busy, frames in the WAL, frames copied) of a restarting checkpoint of cairn.db
+        that waits at most half a second for readers."""
+        db = sqlite3.connect(os.path.join(self.d.data_dir, "cairn.db"), timeout=0.5)
+        try:
+            return db.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            db.close()
+
+    def test_checkpoints_do_not_wait_for_an_open_index_batch(self):
+        c = self.conn()
+        self.assertIs(c.add(b"the first words\n", name="a", mime="text/plain").get("ok"), True)
+        self.wait_held(0)
+        # Committed while the batch is open: newer than any snapshot it could hold.
+        self.assertIs(c.add(b"more words\n", name="b", mime="text/plain").get("ok"), True)
+        busy, frames, copied = self.restart_checkpoint()
+        self.assertEqual((busy, copied), (0, frames), self.d.log_tail())
+        # The catch-up, which finds what the index lacks by reading cairn.db, likewise.
+        c.close()
+        self.d.stop()
+        for suffix in ("", "-wal", "-shm"):
+            path = os.path.join(self.d.data_dir, "search.db" + suffix)
+            if os.path.exists(path):
+                os.unlink(path)
+        since = len(self.d.log_text())
+        self.d.start()
+        self.wait_held(since)
+        with self.d.connect() as c2:
+            self.assertIs(c2.add(b"words added during the catch-up\n", name="c",
+                                 mime="text/plain").get("ok"), True)
+        busy, frames, copied = self.restart_checkpoint()
+        self.assertEqual((busy, copied), (0, frames), self.d.log_tail())
+        self.assertEqual(sorted(self.names("words")), ["a", "b", "c"])
+        self.d.stop()
+
+
 class LargeDocuments(SearchCase):
     def setUp(self):
         self.d = ct.Daemon(self)
