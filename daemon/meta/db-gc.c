@@ -10,17 +10,19 @@
  * run g <= safe_gen that is still unreferenced can go (gc.c).
  *
  * Journal entries need no marking: an add entry is dead once a later delete
- * of its document exists, and a delete entry once no earlier add entry of
- * its document is left. An unname entry is dead once its document is
- * deleted at or after its time (`rm NAME` writes the delete at the same
- * time), or when no earlier add entry (which could have brought the name)
- * is left; so is an edit entry (tags and metadata). While a repacked pack waits to be deleted
- * (DB_PACK_DELETING), no delete or unname entry is dead: the pack may still hold an add entry whose
- * row is gone, and a rebuild from the packs would bring that add back
- * without them. A marked pack (DB_PACK_MARKED) keeps its rows until it is
- * emptied, so its add entries keep their deletes alive by the rules above.
- * A void entry is never dead: the entry it cancels may still be in a pack
- * that a rebuild reads (its own row is gone, so no rule could tell).
+ * of its document exists, and a delete entry once no earlier add entry of its
+ * document is left, in a row or as a copy the database knows of
+ * (journal_copies: a rebuild would apply that add without the delete). An
+ * unname entry is dead once its document is deleted at or after its time (`rm
+ * NAME` writes the delete at the same time), or when no earlier add entry
+ * (which could have brought the name) is left; so is an edit entry (tags and
+ * metadata). While a repacked pack waits to be deleted (DB_PACK_DELETING), no
+ * delete or unname entry is dead: the pack may still hold an add entry whose
+ * row is gone, and a rebuild from the packs would bring that add back without
+ * them. A marked pack (DB_PACK_MARKED) keeps its rows until it is emptied, so
+ * its add entries keep their deletes alive by the rules above. A void entry
+ * is never dead: the entry it cancels may still be in a pack that a rebuild
+ * reads (its own row is gone, so no rule could tell).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,8 +37,10 @@
 #define JOURNAL_DEAD                                                                               \
     "(j.op != 3 AND ((j.op = 0 AND EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"            \
     " AND x.op = 1 AND x.time > j.time)) OR (j.op != 0 AND NOT EXISTS (SELECT 1 FROM packs p"      \
-    " WHERE p.state = 2) AND (NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"             \
-    " AND x.op = 0 AND x.time < j.time) OR (j.op IN (2, 4) AND EXISTS (SELECT 1 FROM journal x"    \
+    " WHERE p.state = 2) AND ((NOT EXISTS (SELECT 1 FROM journal x WHERE x.doc = j.doc"            \
+    " AND x.op = 0 AND x.time < j.time) AND NOT EXISTS (SELECT 1 FROM journal_copies y"            \
+    " WHERE y.doc = j.doc AND y.time < j.time)) OR (j.op IN (2, 4) AND EXISTS (SELECT 1 FROM"      \
+    " journal x"                                                                                   \
     " WHERE x.doc = j.doc AND x.op = 1 AND x.time >= j.time))))))"
 
 const char *const db_gc_sql[DB_S_COUNT_] = {

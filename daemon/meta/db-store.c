@@ -58,6 +58,11 @@ const char *const db_store_sql[DB_S_COUNT_] = {
                          " ON CONFLICT(hash) DO UPDATE SET pack = excluded.pack,"
                          " off = excluded.off, len = excluded.len"
                          " WHERE journal.pack IN (SELECT seq FROM packs WHERE state = 3)",
+    /* An add entry's copy that the put above left out (db.c: journal_copies). */
+    [DB_S_JOURNAL_COPY_PUT] = "INSERT OR IGNORE INTO journal_copies(pack, off, doc, time)"
+                              " SELECT ?2, ?3, ?4, ?5 WHERE NOT EXISTS (SELECT 1 FROM journal"
+                              " WHERE hash = ?1 AND pack = ?2 AND off = ?3)",
+    [DB_S_JOURNAL_COPIES_DROP] = "DELETE FROM journal_copies WHERE pack = ?1",
     /*
      * The journal's order: by time, then (one `rm NAME` writes its unnames
      * and deletes at one time) unnames before deletes before adds, then by id.
@@ -260,7 +265,22 @@ int db_txn_journal_put(struct db_txn *txn, const uint8_t id[PROTO_HASH_LEN],
     sqlite3_bind_int64(s, 6, (int64_t)time_ns);
     sqlite3_bind_int(s, 7, op);
     sqlite3_bind_int(s, 8, applied);
-    return db_step_done(txn->c, s);
+    int r = db_step_done(txn->c, s);
+    /*
+     * Replay found an add entry the database knows at another place, and the
+     * row stays there: this copy is dead weight a rebuild would still apply.
+     */
+    if (r == 0 && !applied && op == 0 && sqlite3_changes(txn->c->sql) == 0) {
+        if (!(s = db_stmt(txn->c, DB_S_JOURNAL_COPY_PUT, db_store_sql)))
+            return -EIO;
+        sqlite3_bind_blob(s, 1, id, PROTO_HASH_LEN, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, (int64_t)loc->pack);
+        sqlite3_bind_int64(s, 3, (int64_t)loc->off);
+        sqlite3_bind_blob(s, 4, doc, PROTO_HASH_LEN, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 5, (int64_t)time_ns);
+        r = db_step_done(txn->c, s);
+    }
+    return r;
 }
 
 int db_pending_entries(struct db *db, size_t max, struct db_pending_entry **out, size_t *n)
@@ -470,6 +490,11 @@ int db_txn_pack_drop(struct db_txn *txn, uint64_t seq)
     int r;
 
     if (!s)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, (int64_t)seq);
+    if ((r = db_step_done(txn->c, s)) < 0)
+        return r;
+    if (!(s = db_stmt(txn->c, DB_S_JOURNAL_COPIES_DROP, db_store_sql)))
         return -EIO;
     sqlite3_bind_int64(s, 1, (int64_t)seq);
     if ((r = db_step_done(txn->c, s)) < 0)

@@ -112,6 +112,20 @@ static const char schema_sql[] =
     "CREATE INDEX IF NOT EXISTS journal_by_doc ON journal(doc, time);"
     "CREATE INDEX IF NOT EXISTS journal_pending ON journal(time) WHERE applied = 0;"
     "CREATE INDEX IF NOT EXISTS journal_by_pack ON journal(pack, off);"
+    /*
+     * Copies of add entries that a pack holds besides the one their row
+     * names, found by replay: what a repack cut before its commit left in the
+     * open pack, or a second copy a rebuild reads. Dead weight that no repack
+     * copies, but a rebuild reads every pack: while one holds such an add, its
+     * document's later deletes are not dead (db-gc.c). They go with their pack.
+     */
+    "CREATE TABLE IF NOT EXISTS journal_copies("
+    " pack INTEGER NOT NULL,"
+    " off INTEGER NOT NULL,"
+    " doc BLOB NOT NULL,"
+    " time INTEGER NOT NULL,"
+    " PRIMARY KEY(pack, off)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS journal_copies_by_doc ON journal_copies(doc, time);"
     /* Deleted documents the search index still has to drop (daemon/search/indexer.c). */
     "CREATE TABLE IF NOT EXISTS search_removals("
     " doc INTEGER PRIMARY KEY,"

@@ -12,6 +12,9 @@
   CrashPoints     kill -9 (CAIRN_CRASH_AT) at every crash point of the pack
                   writer and of gc's repack: nothing lost, verify clean,
                   the space reclaimed by the next gc runs
+  CutRepackCopies a repack cut before its commit leaves copies of add
+                  entries the database does not name: the document's
+                  delete outlives them, and a rebuild does not bring it back
   RebuildFromPacks  cairn.db and search.db deleted: --rebuild-index brings
                   back every document, name, tag, search hit and manifest
                   segment from the packs alone
@@ -525,6 +528,72 @@ class CrashPoints(dd.DedupCase):
 # --------------------------------------------------------------------------
 # rebuild from the packs alone
 # --------------------------------------------------------------------------
+
+
+def doc_entries(data_dir, doc_hex):
+    """(pack number, op) of every journal entry of the document in the packs."""
+    out = []
+    for pack in pf.read_packs(data_dir):
+        for rec in pack.records:
+            if rec.type == pf.REC_ENTRY:
+                e = pf.parse_entry(rec)
+                doc = e["doc"].hex() if isinstance(e["doc"], bytes) else e["doc"]
+                if doc == doc_hex:
+                    out.append((pack.seq, e["op"]))
+    return out
+
+
+class CutRepackCopies(dd.RebuildHelpers, dd.DedupCase):
+    """A repack cut after its copies are written and before its commit
+    leaves a copy of each live add entry in the open pack that the database
+    does not name (the row stays with the original). Once the document is
+    deleted and gc has rewritten the packs, its delete entry must outlive
+    that copy: a rebuild from the packs reads every pack and applied the
+    add alone, bringing the deleted document back."""
+    CONFIG = {"pack_size": "1M", "repack_threshold": "60"}
+
+    def test_a_deleted_document_stays_deleted_after_a_cut_repack_and_a_rebuild(self):
+        d = self.d
+        with d.connect() as c:
+            a = c.add(os.urandom(20 * KiB), name="a")["hash"]
+            # Pack 1 seals with a and f0-f5 in it; f6 opens pack 2. Deleting
+            # the large ones leaves only pack 1 below the threshold.
+            f = [c.add(os.urandom((300 if i in (0, 1, 2, 5, 6) else 20) * KiB),
+                       name="f%d" % i)["hash"] for i in range(7)]
+            for h in f[:3] + f[5:6]:
+                self.assertIs(c.call("delete", ref=h).get("ok"), True)
+        CrashPoints.start_with_crash_point(self, "repack-copied")
+        with d.connect() as c:
+            with self.assertRaises((ct.ConnectionClosed, OSError)):
+                c.call("gc")
+        CrashPoints.assert_crashed_at(self, "repack-copied")
+        del d.extra_env["CAIRN_CRASH_AT"]
+        d.start()
+        adds = [seq for seq, op in doc_entries(d.data_dir, a) if op == "add"]
+        self.assertEqual(len(adds), 2, "the cut repack left no copy of a's add entry: %r" % adds)
+        with d.connect() as c:
+            # Live documents fill the open pack, which holds the copy: it stays
+            # above the threshold, and the copy outlives the original's pack.
+            for i in range(5):
+                self.assertIs(c.add(os.urandom(200 * KiB), name="g%d" % i).get("ok"), True)
+            self.assertIs(c.call("delete", ref=a).get("ok"), True)
+            # Packs that fill and empty, so that gc rewrites the one holding
+            # the delete, more than once.
+            for k in range(6):
+                hs = [c.add(os.urandom(200 * KiB), name="h%d-%d" % (k, i))["hash"] for i in range(6)]
+                for h in hs[:5]:
+                    self.assertIs(c.call("delete", ref=h).get("ok"), True)
+                for _ in range(2):
+                    self.assertIs(c.call("gc").get("ok"), True)
+        ops = [op for _, op in doc_entries(d.data_dir, a)]
+        if "add" in ops:
+            self.assertIn("delete", ops, "a pack still holds a's add entry, and none its delete")
+        self.rebuild()
+        self.assertEqual(d.cli("get", a, check_exit=None).returncode, 1,
+                         "the deleted document is back after --rebuild-index")
+        for h in f[3:5] + f[6:]:
+            self.assertEqual(d.cli("stat", h, check_exit=None).returncode, 0, h)
+        d.stop()
 
 
 class RebuildFromPacks(dd.RebuildHelpers, dd.DedupCase):
