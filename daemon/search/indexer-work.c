@@ -306,18 +306,12 @@ static int catch_up_scan(struct ix_batch *b, struct ix_scan *sc)
 /* Brings the scanned documents' entries up to date, in the batch's transaction. */
 static int do_catch_up(struct ix_batch *b, const struct ix_scan *sc)
 {
-    struct indexer *ix = b->ix;
     int r = 0;
 
-    if (sc->stale) {
-        /* Entries that cannot be taken out exactly any more: start the index afresh. */
-        b->more_catch_up = true; /* every document is pending now: the next batches scan */
-        return ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
-                                "DELETE FROM indexed;");
-    }
-    b->more_catch_up = sc->n == IX_BATCH_DOCS;
+    /* After a fresh start (stale) every document is pending: the next batches scan. */
+    b->more_catch_up = sc->stale || sc->n == IX_BATCH_DOCS;
     for (size_t i = 0; r == 0 && i < sc->n; i++)
-        r = index_doc(ix, sc->ids[i], NULL, 0, &b->nindexed);
+        r = index_doc(b->ix, sc->ids[i], NULL, 0, &b->nindexed);
     return r;
 }
 
@@ -343,8 +337,11 @@ void ix_batch_work(struct ix_batch *b)
      * only writer), and no statement in it reads meta_db (see catch_up_scan).
      */
     bool began = r == 0 && (r = ix_exec(ix->sql, "BEGIN")) == 0;
-    /* An entry could not be taken out exactly: everything is indexed again. */
-    if (r == 0 && b->rebuild)
+    /*
+     * An entry could not be taken out exactly (rebuild), or entries of
+     * documents that are gone cannot be (stale): everything is indexed again.
+     */
+    if (r == 0 && (b->rebuild || sc.stale))
         r = ix_exec(ix->sql, "INSERT INTO search(search) VALUES('delete-all');"
                              "DELETE FROM indexed;");
     if (r == 0 && b->removals)

@@ -533,13 +533,10 @@ class CrashPoints(dd.DedupCase):
 def doc_entries(data_dir, doc_hex):
     """(pack number, op) of every journal entry of the document in the packs."""
     out = []
-    for pack in pf.read_packs(data_dir):
-        for rec in pack.records:
-            if rec.type == pf.REC_ENTRY:
-                e = pf.parse_entry(rec)
-                doc = e["doc"].hex() if isinstance(e["doc"], bytes) else e["doc"]
-                if doc == doc_hex:
-                    out.append((pack.seq, e["op"]))
+    for pack, rec in pf.records_of_type(pf.read_packs(data_dir), pf.REC_ENTRY):
+        e = pf.parse_entry(rec)
+        if (e["doc"].hex() if isinstance(e["doc"], bytes) else e["doc"]) == doc_hex:
+            out.append((pack.seq, e["op"]))
     return out
 
 

@@ -887,6 +887,29 @@ class IndexConsistency(SearchCase):
         self.assertEqual([h["hash"] for h in self.proto("pillar", limit=100, mime="text/plain")],
                          best)
 
+    def test_entries_of_gone_documents_make_the_index_start_afresh(self):
+        # An entry whose document is gone and not pending removal (the index
+        # got ahead of the database in a crash) cannot be taken out exactly:
+        # at start the index is made anew, and every document is found again.
+        c = self.conn()
+        docs = {c.add(("column %d of granite\n" % i).encode(), name="col-%d" % i,
+                      mime="text/plain")["hash"] for i in range(5)}
+        c.close()
+        self.d.stop()
+        ix = sqlite3.connect(os.path.join(self.d.data_dir, "search.db"), timeout=10)
+        with ix:
+            ix.execute("INSERT INTO search(rowid, name, body, tags, meta) VALUES(?, '', ?, '', '')",
+                       (10 ** 9, "granite ghost"))
+            ix.execute("INSERT INTO indexed(doc, gen, hash, name, tags, meta, body_len)"
+                       " VALUES(?, 1, ?, '', '', '', 12)", (10 ** 9, "0" * 64))
+        ix.close()
+        since = len(self.d.log_text())
+        self.d.start()
+        self.assertEqual({h["hash"] for h in self.proto("granite", limit=100)}, docs)
+        self.assertEqual(self.proto("ghost"), [])
+        self.assertIn("1 entries of documents that are gone; rebuilding it",
+                      self.d.log_text()[since:])
+
     def test_add_then_search_immediately_after_ack(self):
         rng = random.Random(11)
         a, b = self.conn(), self.conn()
